@@ -1,0 +1,198 @@
+//! The shared block cache: decoded data blocks of every SSTable, bounded by a byte budget.
+//!
+//! Sharded CLOCK: each shard keeps its blocks in a ring with a reference counter that a hit
+//! raises and the sweeping hand lowers; the hand evicts blocks whose counter is zero. Blocks of
+//! in-memory families get a higher counter, so they survive more sweeps.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use parking_lot::Mutex;
+
+use crate::sst::block::Block;
+
+const SHARDS: usize = 16;
+
+/// Cache key: (file id, block offset).
+type Key = (u64, u64);
+
+struct Slot {
+    key: Key,
+    block: Arc<Block>,
+    charge: usize,
+    refs: u8,
+}
+
+#[derive(Default)]
+struct Shard {
+    map: HashMap<Key, usize>,
+    slots: Vec<Slot>,
+    hand: usize,
+    used: usize,
+}
+
+impl Shard {
+    fn evict_until(&mut self, capacity: usize) {
+        while self.used > capacity && !self.slots.is_empty() {
+            if self.hand >= self.slots.len() {
+                self.hand = 0;
+            }
+            let slot = &mut self.slots[self.hand];
+            if slot.refs > 0 {
+                slot.refs -= 1;
+                self.hand += 1;
+                continue;
+            }
+            let removed = self.slots.swap_remove(self.hand);
+            self.map.remove(&removed.key);
+            self.used -= removed.charge;
+            if let Some(moved) = self.slots.get(self.hand) {
+                self.map.insert(moved.key, self.hand);
+            }
+        }
+    }
+}
+
+/// Cache hit and miss counts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct CacheStats {
+    /// Lookups served from the cache.
+    pub hits: u64,
+    /// Lookups that had to read the file.
+    pub misses: u64,
+    /// Bytes currently charged.
+    pub used_bytes: u64,
+    /// The budget.
+    pub capacity_bytes: u64,
+}
+
+/// A byte-budgeted cache of decoded blocks shared by all tables.
+pub struct BlockCache {
+    shards: Vec<Mutex<Shard>>,
+    shard_capacity: usize,
+    hits: AtomicU64,
+    misses: AtomicU64,
+}
+
+impl std::fmt::Debug for BlockCache {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BlockCache").field("stats", &self.stats()).finish()
+    }
+}
+
+impl BlockCache {
+    /// A cache holding up to `capacity_bytes` of blocks.
+    pub fn new(capacity_bytes: usize) -> Self {
+        BlockCache {
+            shards: (0..SHARDS).map(|_| Mutex::new(Shard::default())).collect(),
+            shard_capacity: capacity_bytes / SHARDS,
+            hits: AtomicU64::new(0),
+            misses: AtomicU64::new(0),
+        }
+    }
+
+    fn shard(&self, key: &Key) -> &Mutex<Shard> {
+        let h = key.0.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ key.1.wrapping_mul(0xC2B2_AE3D_27D4_EB4F);
+        &self.shards[(h >> 59) as usize % SHARDS]
+    }
+
+    pub(crate) fn get(&self, file_id: u64, offset: u64, in_memory: bool) -> Option<Arc<Block>> {
+        let key = (file_id, offset);
+        let mut shard = self.shard(&key).lock();
+        let found = shard.map.get(&key).copied();
+        match found {
+            Some(i) => {
+                let slot = &mut shard.slots[i];
+                slot.refs = if in_memory { 3 } else { 1 };
+                self.hits.fetch_add(1, Ordering::Relaxed);
+                Some(slot.block.clone())
+            }
+            None => {
+                self.misses.fetch_add(1, Ordering::Relaxed);
+                None
+            }
+        }
+    }
+
+    pub(crate) fn insert(&self, file_id: u64, offset: u64, block: Arc<Block>, in_memory: bool) {
+        let charge = block.charge();
+        if charge > self.shard_capacity {
+            return;
+        }
+        let key = (file_id, offset);
+        let mut shard = self.shard(&key).lock();
+        if shard.map.contains_key(&key) {
+            return;
+        }
+        // `charge <= shard_capacity` was checked above.
+        shard.evict_until(self.shard_capacity - charge);
+        shard.used += charge;
+        let idx = shard.slots.len();
+        shard.slots.push(Slot { key, block, charge, refs: if in_memory { 2 } else { 0 } });
+        shard.map.insert(key, idx);
+    }
+
+    /// Drops every block of `file_id` (after the file is deleted).
+    pub(crate) fn evict_file(&self, file_id: u64) {
+        for s in &self.shards {
+            let mut shard = s.lock();
+            let mut i = 0;
+            while i < shard.slots.len() {
+                if shard.slots[i].key.0 == file_id {
+                    let removed = shard.slots.swap_remove(i);
+                    shard.map.remove(&removed.key);
+                    shard.used -= removed.charge;
+                    if let Some(moved) = shard.slots.get(i) {
+                        let k = moved.key;
+                        shard.map.insert(k, i);
+                    }
+                } else {
+                    i += 1;
+                }
+            }
+        }
+    }
+
+    /// Hit/miss counts and usage.
+    pub fn stats(&self) -> CacheStats {
+        let used: usize = self.shards.iter().map(|s| s.lock().used).sum();
+        CacheStats {
+            hits: self.hits.load(Ordering::Relaxed),
+            misses: self.misses.load(Ordering::Relaxed),
+            used_bytes: used as u64,
+            capacity_bytes: (self.shard_capacity * SHARDS) as u64,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::path::Path;
+
+    fn block(n: usize) -> Arc<Block> {
+        let mut raw = vec![0u8; n];
+        raw.extend_from_slice(&0u32.to_le_bytes());
+        raw.extend_from_slice(&1u32.to_le_bytes());
+        Arc::new(Block::parse(raw, Path::new("t"), 0).unwrap())
+    }
+
+    #[test]
+    fn stays_within_budget_and_counts_hits() {
+        let cache = BlockCache::new(16 * 10_000);
+        for i in 0..1000 {
+            cache.insert(1, i, block(1000), false);
+        }
+        let s = cache.stats();
+        assert!(s.used_bytes <= s.capacity_bytes, "{s:?}");
+        assert!(s.used_bytes > 0);
+        cache.insert(2, 0, block(100), true);
+        assert!(cache.get(2, 0, true).is_some());
+        assert!(cache.get(3, 0, false).is_none());
+        let s = cache.stats();
+        assert_eq!((s.hits, s.misses), (1, 1));
+        cache.evict_file(2);
+        assert!(cache.get(2, 0, true).is_none());
+    }
+}

@@ -1,0 +1,231 @@
+//! Cells, cell types and the engine's key order.
+//!
+//! A cell is one timestamped version of one column of one row. Inside a family the engine keeps
+//! cells in HBase's order: row ascending, qualifier ascending, timestamp descending, delete
+//! markers before puts at the same timestamp, then sequence number descending (newest write
+//! first). Memstores and SSTables both sort by [`KeyView::cmp_internal`].
+
+use std::cmp::Ordering;
+
+use bytes::Bytes;
+
+/// Longest row key the engine accepts, as in HBase (`Short.MAX_VALUE`).
+pub const MAX_ROW_KEY_LEN: usize = 32767;
+
+/// Timestamp meaning "latest", resolved to the engine clock when a mutation is applied.
+pub const LATEST_TIMESTAMP: u64 = u64::MAX;
+
+/// The five HBase cell types.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum CellType {
+    /// A value.
+    Put,
+    /// Masks one version of a column: the cells at exactly this timestamp.
+    Delete,
+    /// Masks every version of a column at or before this timestamp.
+    DeleteColumn,
+    /// Masks every column of the family at exactly this timestamp.
+    DeleteFamilyVersion,
+    /// Masks every column of the family at or before this timestamp.
+    DeleteFamily,
+}
+
+impl CellType {
+    /// The HBase type code; stored on disk, and larger codes sort first.
+    pub const fn code(self) -> u8 {
+        match self {
+            CellType::Put => 4,
+            CellType::Delete => 8,
+            CellType::DeleteFamilyVersion => 10,
+            CellType::DeleteColumn => 12,
+            CellType::DeleteFamily => 14,
+        }
+    }
+
+    /// Inverse of [`CellType::code`].
+    pub const fn from_code(code: u8) -> Option<CellType> {
+        Some(match code {
+            4 => CellType::Put,
+            8 => CellType::Delete,
+            10 => CellType::DeleteFamilyVersion,
+            12 => CellType::DeleteColumn,
+            14 => CellType::DeleteFamily,
+            _ => return None,
+        })
+    }
+
+    /// True for the four delete-marker types.
+    pub const fn is_delete(self) -> bool {
+        !matches!(self, CellType::Put)
+    }
+
+    /// True for markers that apply to every column of a family.
+    pub const fn is_family_delete(self) -> bool {
+        matches!(self, CellType::DeleteFamily | CellType::DeleteFamilyVersion)
+    }
+
+    /// The name HBase's shell prints for this type.
+    pub const fn name(self) -> &'static str {
+        match self {
+            CellType::Put => "Put",
+            CellType::Delete => "Delete",
+            CellType::DeleteColumn => "DeleteColumn",
+            CellType::DeleteFamilyVersion => "DeleteFamilyVersion",
+            CellType::DeleteFamily => "DeleteFamily",
+        }
+    }
+}
+
+/// One cell as returned to callers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Cell {
+    /// Row key.
+    pub row: Bytes,
+    /// Column family name.
+    pub family: Bytes,
+    /// Column qualifier.
+    pub qualifier: Bytes,
+    /// Version timestamp in milliseconds.
+    pub timestamp: u64,
+    /// Put or one of the delete markers (markers appear only in raw reads).
+    pub cell_type: CellType,
+    /// The value; empty for delete markers.
+    pub value: Bytes,
+}
+
+/// A borrowed view of a cell's key inside one family.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct KeyView<'a> {
+    /// Row key.
+    pub row: &'a [u8],
+    /// Qualifier.
+    pub qualifier: &'a [u8],
+    /// Timestamp (ms).
+    pub ts: u64,
+    /// Cell type.
+    pub kind: CellType,
+    /// Write sequence number.
+    pub seq: u64,
+}
+
+impl KeyView<'_> {
+    /// The engine's cell order (see the module docs).
+    pub fn cmp_internal(&self, other: &KeyView<'_>) -> Ordering {
+        self.row
+            .cmp(other.row)
+            .then_with(|| self.qualifier.cmp(other.qualifier))
+            .then_with(|| other.ts.cmp(&self.ts))
+            .then_with(|| other.kind.code().cmp(&self.kind.code()))
+            .then_with(|| other.seq.cmp(&self.seq))
+    }
+
+    /// The first possible key of `row`: every cell of the row sorts at or after it.
+    pub fn first_of_row(row: &[u8]) -> KeyView<'_> {
+        KeyView { row, qualifier: &[], ts: u64::MAX, kind: CellType::DeleteFamily, seq: u64::MAX }
+    }
+
+    /// The first possible key of column `qualifier` in `row`.
+    pub fn first_of_column<'a>(row: &'a [u8], qualifier: &'a [u8]) -> KeyView<'a> {
+        KeyView { row, qualifier, ts: u64::MAX, kind: CellType::DeleteFamily, seq: u64::MAX }
+    }
+}
+
+/// Renders bytes the way HBase's `Bytes.toStringBinary` does: printable ASCII as is,
+/// everything else as `\xNN`.
+pub fn to_printable(bytes: &[u8]) -> String {
+    let mut out = String::with_capacity(bytes.len());
+    for &b in bytes {
+        if (0x20..0x7f).contains(&b) && b != b'\\' {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("\\x{b:02X}"));
+        }
+    }
+    out
+}
+
+/// Checks a row key against the engine's limits.
+pub(crate) fn check_row(row: &[u8]) -> crate::Result<()> {
+    if row.is_empty() {
+        return Err(crate::Error::invalid("row", "row key must not be empty"));
+    }
+    if row.len() > MAX_ROW_KEY_LEN {
+        return Err(crate::Error::invalid(
+            "row",
+            format!("row key is {} bytes; the limit is {MAX_ROW_KEY_LEN}", row.len()),
+        ));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key(row: &'static [u8], q: &'static [u8], ts: u64, kind: CellType, seq: u64) -> KeyView<'static> {
+        KeyView { row, qualifier: q, ts, kind, seq }
+    }
+
+    #[test]
+    fn order_is_row_qualifier_then_newest_first() {
+        let mut keys = vec![
+            key(b"r2", b"a", 5, CellType::Put, 1),
+            key(b"r1", b"b", 5, CellType::Put, 1),
+            key(b"r1", b"a", 3, CellType::Put, 1),
+            key(b"r1", b"a", 5, CellType::Put, 1),
+            key(b"r1", b"a", 5, CellType::DeleteColumn, 2),
+            key(b"r1", b"a", 5, CellType::Put, 7),
+            key(b"r1", b"", 9, CellType::DeleteFamily, 3),
+        ];
+        keys.sort_by(|a, b| a.cmp_internal(b));
+        let got: Vec<_> = keys.iter().map(|k| (k.row, k.qualifier, k.ts, k.kind, k.seq)).collect();
+        assert_eq!(
+            got,
+            vec![
+                (&b"r1"[..], &b""[..], 9, CellType::DeleteFamily, 3),
+                (b"r1", b"a", 5, CellType::DeleteColumn, 2),
+                (b"r1", b"a", 5, CellType::Put, 7),
+                (b"r1", b"a", 5, CellType::Put, 1),
+                (b"r1", b"a", 3, CellType::Put, 1),
+                (b"r1", b"b", 5, CellType::Put, 1),
+                (b"r2", b"a", 5, CellType::Put, 1),
+            ]
+        );
+    }
+
+    #[test]
+    fn first_of_row_precedes_every_cell_of_the_row() {
+        let first = KeyView::first_of_row(b"r");
+        for kind in [CellType::Put, CellType::DeleteFamily, CellType::Delete] {
+            let k = key(b"r", b"", u64::MAX, kind, u64::MAX);
+            assert_ne!(first.cmp_internal(&k), Ordering::Greater);
+        }
+    }
+
+    #[test]
+    fn type_codes_round_trip() {
+        for t in [
+            CellType::Put,
+            CellType::Delete,
+            CellType::DeleteColumn,
+            CellType::DeleteFamily,
+            CellType::DeleteFamilyVersion,
+        ] {
+            assert_eq!(CellType::from_code(t.code()), Some(t));
+        }
+        assert_eq!(CellType::from_code(0), None);
+    }
+
+    #[test]
+    fn printable_escapes_binary() {
+        assert_eq!(to_printable(b"ab\x00\x01z"), "ab\\x00\\x01z");
+        assert_eq!(to_printable(&1u64.to_be_bytes()), "\\x00\\x00\\x00\\x00\\x00\\x00\\x00\\x01");
+    }
+
+    #[test]
+    fn row_limits() {
+        assert!(check_row(b"").is_err());
+        assert!(check_row(&vec![b'a'; MAX_ROW_KEY_LEN]).is_ok());
+        assert!(check_row(&vec![b'a'; MAX_ROW_KEY_LEN + 1]).is_err());
+    }
+}

@@ -1,0 +1,615 @@
+//! The engine: opens a data directory, recovers it, owns the tables, the write-ahead log and
+//! the block cache, and runs flushes and compactions.
+//!
+//! Directory layout: `MANIFEST` (the catalog), `LOCK` (held while open), `wal/` (log
+//! segments), `sst/` (every SSTable, named by a unique id).
+
+use std::collections::{BTreeMap, HashMap};
+use std::fs::{self, File};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+use bytes::Bytes;
+use parking_lot::{Mutex, RwLock};
+
+use crate::cache::{BlockCache, CacheStats};
+use crate::catalog::{CatalogState, FileEntry, RegionEntry, TableEntry};
+use crate::clock::{Clock, SystemClock};
+use crate::descriptor::{FamilyDescriptor, TableDescriptor};
+use crate::fsutil::sync_dir;
+use crate::region::{FileContext, Region};
+use crate::sst::reader::sst_path;
+use crate::sst::SstReader;
+use crate::table::{Table, TableState};
+use crate::wal::{decode_batch, Wal};
+use crate::{Error, Result};
+
+/// Tuning knobs of an engine.
+#[derive(Debug, Clone)]
+pub struct EngineOptions {
+    /// Block cache budget in bytes (default 256 MiB).
+    pub block_cache_bytes: usize,
+    /// A region's memstores are flushed when they exceed this many bytes (default 64 MiB).
+    pub memstore_flush_bytes: usize,
+    /// WAL segments roll at this size (default 64 MiB).
+    pub wal_segment_bytes: u64,
+    /// When more WAL segments than this exist, every region is flushed so old ones can go.
+    pub max_wal_segments: usize,
+    /// Time source for default timestamps and TTL.
+    pub clock: Arc<dyn Clock>,
+}
+
+impl Default for EngineOptions {
+    fn default() -> Self {
+        EngineOptions {
+            block_cache_bytes: 256 * 1024 * 1024,
+            memstore_flush_bytes: 64 * 1024 * 1024,
+            wal_segment_bytes: 64 * 1024 * 1024,
+            max_wal_segments: 8,
+            clock: Arc::new(SystemClock),
+        }
+    }
+}
+
+/// Size and request counts of one region.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RegionInfo {
+    /// Region id (unique in the engine).
+    pub id: u64,
+    /// First row (inclusive); empty = start of table.
+    pub start_key: Bytes,
+    /// End row (exclusive); empty = end of table.
+    pub end_key: Bytes,
+    /// Bytes in SSTables.
+    pub file_bytes: u64,
+    /// Bytes in memstores.
+    pub memstore_bytes: u64,
+    /// Number of SSTables.
+    pub files: usize,
+    /// Rows read since open.
+    pub reads: u64,
+    /// Mutations applied since open.
+    pub writes: u64,
+}
+
+pub(crate) struct EngineInner {
+    pub dir: PathBuf,
+    pub sst_dir: PathBuf,
+    pub opts: EngineOptions,
+    pub wal: Arc<Wal>,
+    pub cache: Arc<BlockCache>,
+    pub tables: RwLock<BTreeMap<String, Arc<TableState>>>,
+    /// Serializes schema changes and catalog writes.
+    ddl: Mutex<()>,
+    /// Writers hold it shared from log append to memstore insert; log trimming holds it
+    /// exclusively while deciding which segments are flushed.
+    pub apply_gate: RwLock<()>,
+    pub next_file_id: AtomicU64,
+    next_region_id: AtomicU64,
+    stop: Arc<AtomicBool>,
+    _lock: File,
+}
+
+impl Drop for EngineInner {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        // Best effort: buffered AsyncWal records reach the OS on a clean close.
+        let _ = self.wal.flush_buffer();
+    }
+}
+
+/// An open engine. Cheap to clone; `Send + Sync`; closed when the last clone is dropped.
+///
+/// # Examples
+/// ```
+/// use cellar_engine::{Engine, EngineOptions, FamilyDescriptor, Get, Put, TableDescriptor};
+/// # fn main() -> cellar_engine::Result<()> {
+/// let dir = tempfile::tempdir().unwrap();
+/// let engine = Engine::open(dir.path(), EngineOptions::default())?;
+/// engine.create_table(TableDescriptor::new("users").family(FamilyDescriptor::new("d")))?;
+/// let users = engine.table("users")?;
+/// users.put(Put::new("alice").add("d", "email", "a@example.com"))?;
+/// let row = users.get(Get::new("alice"))?;
+/// assert_eq!(row.value(b"d", b"email").unwrap().as_ref(), b"a@example.com");
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct Engine {
+    pub(crate) inner: Arc<EngineInner>,
+}
+
+impl std::fmt::Debug for Engine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Engine").field("dir", &self.inner.dir).finish()
+    }
+}
+
+fn region_from_entry(
+    entry: &RegionEntry,
+    desc: &TableDescriptor,
+    sst_dir: &Path,
+    cache: &Arc<BlockCache>,
+) -> Result<Region> {
+    let mut files = Vec::new();
+    for fam in &desc.families {
+        let mut readers = Vec::new();
+        for f in entry.files.iter().filter(|f| f.family == fam.name) {
+            readers.push(Arc::new(SstReader::open(&sst_path(sst_dir, f.id), f.id, cache.clone(), fam.in_memory)?));
+        }
+        files.push(readers);
+    }
+    let stores = Region::stores_with_files(&desc.families, files);
+    Ok(Region::new(entry.id, Bytes::from(entry.start.clone()), Bytes::from(entry.end.clone()), stores, entry.flushed_seq))
+}
+
+impl Engine {
+    /// Opens (creating if needed) the engine in `dir`, replaying its write-ahead log.
+    ///
+    /// # Errors
+    /// [`Error::Io`] if the directory cannot be used or another process has it open;
+    /// [`Error::Corrupt`] naming the file and offset if the manifest, an SSTable footer or the
+    /// middle of the log is damaged. A torn record at the end of the log is truncated.
+    pub fn open(dir: impl AsRef<Path>, opts: EngineOptions) -> Result<Engine> {
+        let dir = dir.as_ref().to_path_buf();
+        let sst_dir = dir.join("sst");
+        for d in [&dir, &sst_dir] {
+            fs::create_dir_all(d).map_err(|e| Error::io(d, e))?;
+        }
+        let lock_path = dir.join("LOCK");
+        let lock = File::options()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&lock_path)
+            .map_err(|e| Error::io(&lock_path, e))?;
+        lock.try_lock().map_err(|e| {
+            Error::io(&lock_path, std::io::Error::new(std::io::ErrorKind::WouldBlock, format!("data directory is in use: {e}")))
+        })?;
+        let catalog = CatalogState::load(&dir.join("MANIFEST"))?;
+        let cache = Arc::new(BlockCache::new(opts.block_cache_bytes));
+
+        let mut tables = BTreeMap::new();
+        let mut regions_by_id: HashMap<u64, Arc<Region>> = HashMap::new();
+        let mut referenced = std::collections::HashSet::new();
+        for t in &catalog.tables {
+            let mut regions = Vec::new();
+            for r in &t.regions {
+                referenced.extend(r.files.iter().map(|f| f.id));
+                let region = Arc::new(region_from_entry(r, &t.descriptor, &sst_dir, &cache)?);
+                regions_by_id.insert(region.id, region.clone());
+                regions.push(region);
+            }
+            tables.insert(t.descriptor.name.clone(), Arc::new(TableState::new(t.descriptor.clone(), t.enabled, regions)));
+        }
+        let max_file_id = remove_orphan_files(&sst_dir, &referenced)?;
+
+        let wal_dir = dir.join("wal");
+        let wal = Wal::open(&wal_dir, opts.wal_segment_bytes, catalog.last_seq, |record| {
+            let (region_id, edits) = decode_batch(record.payload).ok_or_else(|| {
+                Error::corrupt(&wal_dir, 0, format!("WAL record at sequence {} has a malformed payload", record.first_seq))
+            })?;
+            if let Some(region) = regions_by_id.get(&region_id) {
+                let flushed = region.flushed_seq();
+                let fresh: Vec<_> = edits.into_iter().filter(|e| record.first_seq + u64::from(e.seq_offset) > flushed).collect();
+                region.apply(record.first_seq, &fresh);
+            }
+            Ok(())
+        })?;
+        let last_seq = wal.last_seq();
+        for region in regions_by_id.values() {
+            region.publish(last_seq);
+        }
+        let wal = Arc::new(wal);
+        let stop = Arc::new(AtomicBool::new(false));
+        spawn_wal_flusher(Arc::downgrade(&wal), stop.clone());
+        let inner = EngineInner {
+            dir,
+            sst_dir,
+            opts,
+            wal,
+            cache,
+            tables: RwLock::new(tables),
+            ddl: Mutex::new(()),
+            apply_gate: RwLock::new(()),
+            next_file_id: AtomicU64::new(max_file_id + 1),
+            next_region_id: AtomicU64::new(catalog.next_region_id.max(1)),
+            stop,
+            _lock: lock,
+        };
+        Ok(Engine { inner: Arc::new(inner) })
+    }
+
+    /// The data directory.
+    pub fn path(&self) -> &Path {
+        &self.inner.dir
+    }
+
+    /// Creates a table with one region.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for a bad descriptor, [`Error::TableExists`].
+    pub fn create_table(&self, desc: TableDescriptor) -> Result<()> {
+        desc.validate()?;
+        let _ddl = self.inner.ddl.lock();
+        if self.inner.tables.read().contains_key(&desc.name) {
+            return Err(Error::TableExists(desc.name));
+        }
+        let region = self.inner.new_region(&desc);
+        let state = Arc::new(TableState::new(desc.clone(), true, vec![region]));
+        self.inner.tables.write().insert(desc.name.clone(), state);
+        self.inner.persist_locked().inspect_err(|_| {
+            self.inner.tables.write().remove(&desc.name);
+        })
+    }
+
+    /// Adds a family, or changes an existing family's settings.
+    ///
+    /// # Errors
+    /// [`Error::TableNotFound`], [`Error::InvalidArgument`] for bad settings.
+    pub fn modify_family(&self, table: &str, family: FamilyDescriptor) -> Result<()> {
+        family.validate()?;
+        self.alter(table, |desc| {
+            desc.families.retain(|f| f.name != family.name);
+            desc.families.push(family.clone());
+            desc.families.sort_by(|a, b| a.name.cmp(&b.name));
+            Ok(())
+        })
+    }
+
+    /// Removes a family and its data.
+    ///
+    /// # Errors
+    /// [`Error::TableNotFound`], [`Error::FamilyNotFound`], or [`Error::InvalidArgument`] when
+    /// it is the last family.
+    pub fn delete_family(&self, table: &str, family: &str) -> Result<()> {
+        self.alter(table, |desc| {
+            if desc.get_family(family.as_bytes()).is_none() {
+                return Err(Error::FamilyNotFound { table: desc.name.clone(), family: family.to_string() });
+            }
+            desc.families.retain(|f| f.name != family);
+            if desc.families.is_empty() {
+                return Err(Error::invalid("family", "cannot delete a table's last family"));
+            }
+            Ok(())
+        })
+    }
+
+    fn alter(&self, table: &str, change: impl FnOnce(&mut TableDescriptor) -> Result<()>) -> Result<()> {
+        let _ddl = self.inner.ddl.lock();
+        let state = self.inner.table_state(table)?;
+        let mut desc = state.descriptor();
+        change(&mut desc)?;
+        desc.validate()?;
+        state.set_descriptor(desc.clone());
+        for r in state.regions() {
+            r.set_families(&desc.families);
+        }
+        self.inner.persist_locked()
+    }
+
+    /// The table's current descriptor.
+    ///
+    /// # Errors
+    /// [`Error::TableNotFound`].
+    pub fn describe(&self, table: &str) -> Result<TableDescriptor> {
+        Ok(self.inner.table_state(table)?.descriptor())
+    }
+
+    /// Names of all tables, sorted.
+    pub fn list_tables(&self) -> Vec<String> {
+        self.inner.tables.read().keys().cloned().collect()
+    }
+
+    /// True if the table exists.
+    pub fn table_exists(&self, table: &str) -> bool {
+        self.inner.tables.read().contains_key(table)
+    }
+
+    /// True if the table is enabled.
+    ///
+    /// # Errors
+    /// [`Error::TableNotFound`].
+    pub fn is_enabled(&self, table: &str) -> Result<bool> {
+        Ok(self.inner.table_state(table)?.is_enabled())
+    }
+
+    /// Refuses reads and writes to the table until it is enabled again.
+    ///
+    /// # Errors
+    /// [`Error::TableNotFound`].
+    pub fn disable_table(&self, table: &str) -> Result<()> {
+        self.set_enabled(table, false)
+    }
+
+    /// Re-enables a disabled table.
+    ///
+    /// # Errors
+    /// [`Error::TableNotFound`].
+    pub fn enable_table(&self, table: &str) -> Result<()> {
+        self.set_enabled(table, true)
+    }
+
+    fn set_enabled(&self, table: &str, enabled: bool) -> Result<()> {
+        let _ddl = self.inner.ddl.lock();
+        let state = self.inner.table_state(table)?;
+        if !enabled {
+            // Disabling flushes, as HBase does, so a disabled table holds no unflushed data.
+            for r in state.regions() {
+                self.inner.flush_region(&r)?;
+            }
+        }
+        state.set_enabled(enabled);
+        self.inner.persist_locked()?;
+        self.inner.trim_wal()
+    }
+
+    /// Deletes a disabled table and its files.
+    ///
+    /// # Errors
+    /// [`Error::TableNotFound`], [`Error::TableEnabled`] if it was not disabled first.
+    pub fn drop_table(&self, table: &str) -> Result<()> {
+        let _ddl = self.inner.ddl.lock();
+        let state = self.inner.table_state(table)?;
+        if state.is_enabled() {
+            return Err(Error::TableEnabled(table.to_string()));
+        }
+        self.inner.tables.write().remove(table);
+        state.mark_dropped();
+        self.inner.persist_locked()?;
+        for r in state.regions() {
+            self.inner.delete_files(r.stores().families.iter().flat_map(|s| s.files.iter().cloned()));
+        }
+        Ok(())
+    }
+
+    /// Removes every row of a table, keeping its schema.
+    ///
+    /// # Errors
+    /// [`Error::TableNotFound`].
+    pub fn truncate_table(&self, table: &str) -> Result<()> {
+        let _ddl = self.inner.ddl.lock();
+        let state = self.inner.table_state(table)?;
+        let desc = state.descriptor();
+        let fresh = self.inner.new_region(&desc);
+        let old = state.replace_regions(vec![fresh]);
+        self.inner.persist_locked()?;
+        for r in old {
+            self.inner.delete_files(r.stores().families.iter().flat_map(|s| s.files.iter().cloned()));
+        }
+        self.inner.trim_wal()
+    }
+
+    /// A handle for reading and writing `table`.
+    ///
+    /// # Errors
+    /// [`Error::TableNotFound`].
+    pub fn table(&self, table: &str) -> Result<Table> {
+        let state = self.inner.table_state(table)?;
+        Ok(Table::new(self.inner.clone(), state))
+    }
+
+    /// Writes every memstore of the table to SSTables.
+    ///
+    /// # Errors
+    /// [`Error::TableNotFound`], I/O errors.
+    pub fn flush(&self, table: &str) -> Result<()> {
+        let state = self.inner.table_state(table)?;
+        let _ddl = self.inner.ddl.lock();
+        for r in state.regions() {
+            self.inner.flush_region(&r)?;
+        }
+        self.inner.persist_locked()?;
+        self.inner.trim_wal()
+    }
+
+    /// Merges each family's files; keeps delete markers.
+    ///
+    /// # Errors
+    /// [`Error::TableNotFound`], I/O errors, corruption found while reading files.
+    pub fn compact(&self, table: &str) -> Result<()> {
+        self.compact_table(table, false)
+    }
+
+    /// Flushes, then rewrites each family into one file, dropping deleted, excess and expired
+    /// cells and delete markers per the family's settings.
+    ///
+    /// # Errors
+    /// [`Error::TableNotFound`], I/O errors, corruption found while reading files.
+    pub fn major_compact(&self, table: &str) -> Result<()> {
+        self.compact_table(table, true)
+    }
+
+    fn compact_table(&self, table: &str, major: bool) -> Result<()> {
+        let state = self.inner.table_state(table)?;
+        let _ddl = self.inner.ddl.lock();
+        let now = self.inner.opts.clock.now_ms();
+        let mut replaced = Vec::new();
+        for r in state.regions() {
+            if major {
+                self.inner.flush_region(&r)?;
+            }
+            replaced.extend(r.compact(&self.inner.file_context(), major, now)?);
+        }
+        self.inner.persist_locked()?;
+        self.inner.delete_files(replaced.into_iter());
+        self.inner.trim_wal()
+    }
+
+    /// Per-region sizes and request counts, in key order.
+    ///
+    /// # Errors
+    /// [`Error::TableNotFound`].
+    pub fn regions(&self, table: &str) -> Result<Vec<RegionInfo>> {
+        let state = self.inner.table_state(table)?;
+        Ok(state
+            .regions()
+            .iter()
+            .map(|r| RegionInfo {
+                id: r.id,
+                start_key: r.start.clone(),
+                end_key: r.end.clone(),
+                file_bytes: r.file_size(),
+                memstore_bytes: r.memstore_size() as u64,
+                files: r.file_count(),
+                reads: r.counters.reads.load(Ordering::Relaxed),
+                writes: r.counters.writes.load(Ordering::Relaxed),
+            })
+            .collect())
+    }
+
+    /// Block cache counters.
+    pub fn cache_stats(&self) -> CacheStats {
+        self.inner.cache.stats()
+    }
+
+    /// Number of write-ahead log segment files.
+    pub fn wal_segments(&self) -> usize {
+        self.inner.wal.segment_count()
+    }
+}
+
+/// Deletes SSTables the catalog does not list (left by a crash mid-flush or mid-compaction);
+/// returns the highest file id seen.
+fn remove_orphan_files(sst_dir: &Path, referenced: &std::collections::HashSet<u64>) -> Result<u64> {
+    let mut max_id = referenced.iter().copied().max().unwrap_or(0);
+    let mut removed = false;
+    for entry in fs::read_dir(sst_dir).map_err(|e| Error::io(sst_dir, e))? {
+        let entry = entry.map_err(|e| Error::io(sst_dir, e))?;
+        let name = entry.file_name();
+        let Some(id) = name.to_str().and_then(|n| n.strip_suffix(".sst")).and_then(|n| n.parse::<u64>().ok()) else {
+            continue;
+        };
+        max_id = max_id.max(id);
+        if !referenced.contains(&id) {
+            fs::remove_file(entry.path()).map_err(|e| Error::io(entry.path(), e))?;
+            removed = true;
+        }
+    }
+    if removed {
+        sync_dir(sst_dir)?;
+    }
+    Ok(max_id)
+}
+
+/// Writes buffered AsyncWal records to the OS every 100 ms until the engine closes.
+fn spawn_wal_flusher(wal: Weak<Wal>, stop: Arc<AtomicBool>) {
+    let spawned = std::thread::Builder::new().name("cellar-wal-flush".into()).spawn(move || {
+        while !stop.load(Ordering::Relaxed) {
+            std::thread::sleep(Duration::from_millis(100));
+            match wal.upgrade() {
+                Some(w) => {
+                    let _ = w.flush_buffer();
+                }
+                None => return,
+            }
+        }
+    });
+    // Without the thread, AsyncWal records still reach the OS when the buffer fills, on any
+    // synchronous write, on flush and on close.
+    drop(spawned);
+}
+
+impl EngineInner {
+    pub fn table_state(&self, name: &str) -> Result<Arc<TableState>> {
+        self.tables.read().get(name).cloned().ok_or_else(|| Error::TableNotFound(name.to_string()))
+    }
+
+    fn new_region(&self, desc: &TableDescriptor) -> Arc<Region> {
+        let id = self.next_region_id.fetch_add(1, Ordering::Relaxed);
+        let region = Region::new(id, Bytes::new(), Bytes::new(), Region::empty_stores(&desc.families), self.wal.last_seq());
+        region.publish(self.wal.last_seq());
+        Arc::new(region)
+    }
+
+    pub fn file_context(&self) -> FileContext<'_> {
+        FileContext { sst_dir: &self.sst_dir, cache: &self.cache, next_file_id: &self.next_file_id }
+    }
+
+    /// Flushes one region (catalog not persisted).
+    pub fn flush_region(&self, region: &Region) -> Result<bool> {
+        self.wal.flush_buffer()?;
+        region.flush(&self.file_context())
+    }
+
+    /// Flushes a region that outgrew its memstore budget, or every region when the log has
+    /// too many segments; persists the catalog and trims the log.
+    pub fn maybe_flush(&self, region: &Region) -> Result<()> {
+        let too_big = region.memstore_size() > self.opts.memstore_flush_bytes;
+        let too_many_segments = self.wal.segment_count() > self.opts.max_wal_segments;
+        if !too_big && !too_many_segments {
+            return Ok(());
+        }
+        let _ddl = self.ddl.lock();
+        if too_many_segments {
+            let tables: Vec<_> = self.tables.read().values().cloned().collect();
+            for t in tables {
+                for r in t.regions() {
+                    self.flush_region(&r)?;
+                }
+            }
+        } else {
+            self.flush_region(region)?;
+        }
+        self.persist_locked()?;
+        self.trim_wal()
+    }
+
+    /// Writes the catalog; the caller holds `ddl`.
+    fn persist_locked(&self) -> Result<()> {
+        let tables = self.tables.read();
+        let mut state = CatalogState {
+            tables: Vec::with_capacity(tables.len()),
+            next_region_id: self.next_region_id.load(Ordering::Relaxed),
+            last_seq: self.wal.last_seq(),
+        };
+        for t in tables.values() {
+            let regions = t
+                .regions()
+                .iter()
+                .map(|r| RegionEntry {
+                    id: r.id,
+                    start: r.start.to_vec(),
+                    end: r.end.to_vec(),
+                    flushed_seq: r.flushed_seq(),
+                    files: r
+                        .stores()
+                        .families
+                        .iter()
+                        .flat_map(|s| s.files.iter().map(|f| FileEntry { family: s.desc.name.clone(), id: f.id() }))
+                        .collect(),
+                })
+                .collect();
+            state.tables.push(TableEntry { descriptor: t.descriptor(), enabled: t.is_enabled(), regions });
+        }
+        drop(tables);
+        state.store(&self.dir.join("MANIFEST"))
+    }
+
+    /// Deletes log segments whose edits are all in SSTables.
+    fn trim_wal(&self) -> Result<()> {
+        let keep_from = {
+            let _gate = self.apply_gate.write();
+            let mut oldest_unflushed = self.wal.last_seq();
+            for t in self.tables.read().values() {
+                for r in t.regions() {
+                    if r.has_unflushed() {
+                        oldest_unflushed = oldest_unflushed.min(r.flushed_seq());
+                    }
+                }
+            }
+            oldest_unflushed + 1
+        };
+        self.wal.remove_segments_below(keep_from)
+    }
+
+    fn delete_files(&self, files: impl Iterator<Item = Arc<SstReader>>) {
+        for f in files {
+            self.cache.evict_file(f.id());
+            // A failed removal leaves an orphan that the next open deletes.
+            let _ = fs::remove_file(f.path());
+        }
+        let _ = sync_dir(&self.sst_dir);
+    }
+}

@@ -1,0 +1,62 @@
+//! `cellar-engine`: Cellar's embedded storage engine.
+//!
+//! It keeps the HBase data model — tables of byte-ordered rows, column families declared up
+//! front, dynamic qualifiers, timestamped versions, delete markers — in a log-structured merge
+//! tree: writes go to a write-ahead log and a per-region, per-family memstore; memstores flush to
+//! immutable SSTables; compactions merge them and apply the families' retention rules. The ORM
+//! layer (`cellar-orm`) sits on top and only calls this crate's public API.
+//!
+//! Layers, bottom up: [`cell`] and [`descriptor`] (the data model); `wal`, `memstore`, `sst`,
+//! `cache`, `catalog` (storage); `masking`, `retention`, `read` (semantics); `region`,
+//! [`Table`], [`Engine`] (operations).
+//!
+//! ```
+//! use cellar_engine::*;
+//! # fn main() -> Result<()> {
+//! let dir = tempfile::tempdir().unwrap();
+//! let engine = Engine::open(dir.path(), EngineOptions::default())?;
+//! engine.create_table(TableDescriptor::new("test").family(FamilyDescriptor::new("e").max_versions(3)))?;
+//! let t = engine.table("test")?;
+//! t.put(Put::new("r1").add_at("e", "c1", 10, "old"))?;
+//! t.put(Put::new("r1").add_at("e", "c1", 12, "new"))?;
+//! let row = t.get(Get::new("r1").all_versions())?;
+//! let versions: Vec<u64> = row.versions(b"e", b"c1").map(|c| c.timestamp).collect();
+//! assert_eq!(versions, [12, 10]);
+//! for row in t.scan(Scan::new().prefix("r"))? {
+//!     println!("{:?}", row?.row);
+//! }
+//! # Ok(()) }
+//! ```
+
+pub mod cache;
+pub mod cell;
+mod catalog;
+pub mod clock;
+pub mod descriptor;
+mod engine;
+mod error;
+pub mod filter;
+mod fsutil;
+mod masking;
+mod memstore;
+pub mod mutation;
+pub mod query;
+mod read;
+mod region;
+mod retention;
+mod scanner;
+mod sst;
+mod table;
+mod wal;
+
+pub use cache::CacheStats;
+pub use cell::{to_printable, Cell, CellType, LATEST_TIMESTAMP, MAX_ROW_KEY_LEN};
+pub use clock::{Clock, ManualClock, SystemClock};
+pub use descriptor::{BloomType, Compression, Durability, FamilyDescriptor, TableDescriptor};
+pub use engine::{Engine, EngineOptions, RegionInfo};
+pub use error::{Error, Result};
+pub use filter::Filter;
+pub use mutation::{Append, CheckAndMutate, CompareOp, Delete, Increment, Mutation, Put, RowMutations};
+pub use query::{prefix_successor, Get, RowResult, Scan, TimeRange};
+pub use scanner::Scanner;
+pub use table::Table;

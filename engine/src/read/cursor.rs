@@ -1,0 +1,96 @@
+//! The cursor interface every cell source (memstore, SSTable) implements, and the merging
+//! cursor that combines them into one ordered stream.
+
+use bytes::Bytes;
+
+use crate::cell::KeyView;
+use crate::Result;
+
+/// A positioned iterator over one family's cells in the engine's key order.
+pub(crate) trait CellCursor {
+    /// The current cell's key, or `None` when exhausted.
+    fn key(&self) -> Option<KeyView<'_>>;
+    /// The current cell's value (zero-copy where the source allows).
+    fn value(&self) -> Bytes;
+    /// The current cell's time to live in milliseconds.
+    fn ttl_ms(&self) -> Option<u64>;
+    /// Advances to the next cell.
+    fn next(&mut self) -> Result<()>;
+    /// Positions at the first cell whose key is `>= target`.
+    fn seek(&mut self, target: &KeyView<'_>) -> Result<()>;
+    /// The largest row strictly below `bound` (or the largest row, for `None`); used by
+    /// reversed scans. Does not move the cursor in any way callers rely on.
+    fn prev_row(&mut self, bound: Option<&[u8]>) -> Result<Option<Bytes>>;
+}
+
+/// Merges several cursors into one ordered stream.
+///
+/// Sources are few (one memstore or two, plus a handful of files), so picking the minimum by a
+/// linear pass is cheaper than maintaining a heap.
+pub(crate) struct MergeCursor<'a> {
+    sources: Vec<Box<dyn CellCursor + 'a>>,
+    current: Option<usize>,
+}
+
+impl<'a> MergeCursor<'a> {
+    pub fn new(sources: Vec<Box<dyn CellCursor + 'a>>) -> Self {
+        let mut m = MergeCursor { sources, current: None };
+        m.pick();
+        m
+    }
+
+    fn pick(&mut self) {
+        let mut best: Option<(usize, KeyView<'_>)> = None;
+        for (i, s) in self.sources.iter().enumerate() {
+            if let Some(k) = s.key() {
+                match &best {
+                    Some((_, b)) if k.cmp_internal(b).is_ge() => {}
+                    _ => best = Some((i, k)),
+                }
+            }
+        }
+        self.current = best.map(|(i, _)| i);
+    }
+}
+
+impl CellCursor for MergeCursor<'_> {
+    fn key(&self) -> Option<KeyView<'_>> {
+        self.current.and_then(|i| self.sources[i].key())
+    }
+
+    fn value(&self) -> Bytes {
+        self.current.map(|i| self.sources[i].value()).unwrap_or_default()
+    }
+
+    fn ttl_ms(&self) -> Option<u64> {
+        self.current.and_then(|i| self.sources[i].ttl_ms())
+    }
+
+    fn next(&mut self) -> Result<()> {
+        if let Some(i) = self.current {
+            self.sources[i].next()?;
+            self.pick();
+        }
+        Ok(())
+    }
+
+    fn seek(&mut self, target: &KeyView<'_>) -> Result<()> {
+        for s in &mut self.sources {
+            s.seek(target)?;
+        }
+        self.pick();
+        Ok(())
+    }
+
+    fn prev_row(&mut self, bound: Option<&[u8]>) -> Result<Option<Bytes>> {
+        let mut best: Option<Bytes> = None;
+        for s in &mut self.sources {
+            if let Some(r) = s.prev_row(bound)? {
+                if best.as_ref().is_none_or(|b| r > *b) {
+                    best = Some(r);
+                }
+            }
+        }
+        Ok(best)
+    }
+}

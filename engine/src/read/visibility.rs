@@ -1,0 +1,115 @@
+//! What a non-raw read sees of one row in one family, and what a raw read sees.
+//!
+//! For each column, newest first: a put is hidden if a marker masks it (see
+//! [`crate::masking`]); a put at the same timestamp as a newer write is shadowed; only the
+//! family's `max_versions` newest surviving versions exist at all; of those, versions past the
+//! first `min_versions` vanish once expired; then the read's time range and version count pick
+//! what is returned. Applying the family limits before the time range makes a read return the
+//! same cells before and after a major compaction.
+
+use bytes::Bytes;
+
+use crate::cell::{Cell, CellType};
+use crate::descriptor::FamilyDescriptor;
+use crate::masking::{is_expired, DeleteTracker, Marker};
+use crate::query::TimeRange;
+use crate::read::cursor::CellCursor;
+use crate::Result;
+
+/// One family as a read sees it.
+pub(crate) struct FamilyView<'a> {
+    pub name: Bytes,
+    pub desc: &'a FamilyDescriptor,
+    /// Selected qualifiers, sorted; `None` selects all.
+    pub qualifiers: Option<Vec<Bytes>>,
+}
+
+impl FamilyView<'_> {
+    fn selects(&self, qualifier: &[u8]) -> bool {
+        self.qualifiers.as_ref().is_none_or(|qs| qs.binary_search_by(|q| q.as_ref().cmp(qualifier)).is_ok())
+    }
+}
+
+/// The per-read parameters that shape visibility.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct ReadParams {
+    pub time_range: TimeRange,
+    pub max_versions: u32,
+    pub raw: bool,
+    pub now: u64,
+}
+
+/// Per-column progress through the versions of one column.
+struct ColumnState {
+    qualifier: Bytes,
+    selected: bool,
+    last_put_ts: Option<u64>,
+    surviving: u32,
+    returned: u32,
+}
+
+/// Reads the cells of `row` in one family from `cur` (positioned at or before the row's first
+/// cell of this family) and appends what the read returns to `out`. Leaves `cur` after the row.
+pub(crate) fn read_row_family(
+    cur: &mut dyn CellCursor,
+    row: &Bytes,
+    fam: &FamilyView<'_>,
+    p: &ReadParams,
+    tracker: &mut DeleteTracker,
+    out: &mut Vec<Cell>,
+) -> Result<()> {
+    tracker.start_row();
+    let ceiling = if fam.desc.keep_deleted_cells { p.time_range.max } else { u64::MAX };
+    let ttl = fam.desc.ttl_ms();
+    let mut col: Option<ColumnState> = None;
+    while let Some(k) = cur.key() {
+        if k.row != row.as_ref() {
+            break;
+        }
+        if col.as_ref().is_none_or(|c| c.qualifier.as_ref() != k.qualifier) {
+            tracker.start_column();
+            let qualifier = Bytes::copy_from_slice(k.qualifier);
+            let selected = fam.selects(&qualifier);
+            col = Some(ColumnState { qualifier, selected, last_put_ts: None, surviving: 0, returned: 0 });
+        }
+        let Some(c) = col.as_mut() else { break };
+        let mut emitted: Option<(CellType, Bytes)> = None;
+        if p.raw {
+            let family_marker_shown = k.kind.is_family_delete() && fam.qualifiers.is_none();
+            if (c.selected || family_marker_shown) && p.time_range.contains(k.ts) {
+                if k.kind.is_delete() {
+                    emitted = Some((k.kind, Bytes::new()));
+                } else if c.returned < p.max_versions {
+                    c.returned += 1;
+                    emitted = Some((k.kind, cur.value()));
+                }
+            }
+        } else if k.kind.is_delete() {
+            tracker.add(Marker { ts: k.ts, kind: k.kind, seq: k.seq });
+        } else if c.last_put_ts != Some(k.ts) {
+            c.last_put_ts = Some(k.ts);
+            if !tracker.masks(k.ts, k.seq, ceiling) {
+                let index = c.surviving;
+                c.surviving += 1;
+                let exists = index < fam.desc.max_versions
+                    && (index < fam.desc.min_versions || !is_expired(k.ts, cur.ttl_ms(), ttl, p.now));
+                if exists && c.selected && p.time_range.contains(k.ts) && c.returned < p.max_versions {
+                    c.returned += 1;
+                    emitted = Some((CellType::Put, cur.value()));
+                }
+            }
+        }
+        if let Some((kind, value)) = emitted {
+            out.push(Cell {
+                row: row.clone(),
+                family: fam.name.clone(),
+                qualifier: c.qualifier.clone(),
+                timestamp: k.ts,
+                cell_type: kind,
+                value,
+            });
+        }
+        cur.next()?;
+    }
+    Ok(())
+}

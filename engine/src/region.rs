@@ -1,0 +1,326 @@
+//! A region: one key range `[start, end)` of a table, with a memstore and a list of SSTables
+//! per family, an MVCC read point, and its own write lock.
+//!
+//! A region's stores are published as an immutable [`RegionStores`] snapshot behind an `Arc`:
+//! readers clone the `Arc` and never block writers; flushes and compactions build a new
+//! snapshot and swap it in.
+
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use bytes::Bytes;
+use parking_lot::{Mutex, RwLock};
+
+use crate::cache::BlockCache;
+use crate::descriptor::FamilyDescriptor;
+use crate::memstore::{MemKey, MemValue, Memstore};
+use crate::read::cursor::{CellCursor, MergeCursor};
+use crate::read::rows::ReadSnapshot;
+use crate::retention::{write_retained, Retention};
+use crate::sst::reader::sst_path;
+use crate::sst::{SstReader, SstWriter};
+use crate::wal::WalEdit;
+use crate::{Error, Result};
+
+/// One family of a region.
+#[derive(Clone)]
+pub(crate) struct Store {
+    pub name: Bytes,
+    pub desc: FamilyDescriptor,
+    pub active: Arc<Memstore>,
+    /// The memstore being flushed, still readable until its file is installed.
+    pub frozen: Option<Arc<Memstore>>,
+    /// SSTables, newest first.
+    pub files: Vec<Arc<SstReader>>,
+}
+
+impl Store {
+    fn new(desc: FamilyDescriptor) -> Store {
+        Store {
+            name: Bytes::from(desc.name.clone()),
+            desc,
+            active: Arc::new(Memstore::new()),
+            frozen: None,
+            files: Vec::new(),
+        }
+    }
+}
+
+/// The published state of a region's families, sorted by family name.
+#[derive(Clone, Default)]
+pub(crate) struct RegionStores {
+    pub families: Vec<Store>,
+}
+
+impl RegionStores {
+    pub fn family(&self, name: &[u8]) -> Option<&Store> {
+        self.families.iter().find(|s| s.name.as_ref() == name)
+    }
+}
+
+/// Request counters of a region.
+#[derive(Debug, Default)]
+pub(crate) struct RegionCounters {
+    pub reads: AtomicU64,
+    pub writes: AtomicU64,
+}
+
+/// Where flushes and compactions put files.
+pub(crate) struct FileContext<'a> {
+    pub sst_dir: &'a Path,
+    pub cache: &'a Arc<BlockCache>,
+    pub next_file_id: &'a AtomicU64,
+}
+
+impl FileContext<'_> {
+    fn allocate(&self) -> u64 {
+        self.next_file_id.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// Writes the retained cells of `cursor` to a new file; `None` if nothing was retained.
+    fn write_file(
+        &self,
+        cursor: &mut dyn CellCursor,
+        desc: &FamilyDescriptor,
+        mode: Retention,
+    ) -> Result<Option<Arc<SstReader>>> {
+        let id = self.allocate();
+        let path = sst_path(self.sst_dir, id);
+        let result = (|| {
+            let mut w = SstWriter::create(&path, desc)?;
+            let kept = write_retained(cursor, desc, mode, &mut w)?;
+            w.finish()?;
+            Ok::<_, Error>(kept)
+        })();
+        match result {
+            Ok(0) => {
+                let _ = std::fs::remove_file(&path);
+                Ok(None)
+            }
+            Ok(_) => Ok(Some(Arc::new(SstReader::open(&path, id, self.cache.clone(), desc.in_memory)?))),
+            Err(e) => {
+                let _ = std::fs::remove_file(&path);
+                Err(e)
+            }
+        }
+    }
+}
+
+/// A key range of a table.
+pub(crate) struct Region {
+    pub id: u64,
+    pub start: Bytes,
+    /// Exclusive end; empty means "to the end of the table".
+    pub end: Bytes,
+    /// Serializes writes (and read-modify-writes) to this region.
+    pub write_lock: Mutex<()>,
+    /// Serializes flushes, compactions and schema changes.
+    pub maintenance: Mutex<()>,
+    visible_seq: AtomicU64,
+    flushed_seq: AtomicU64,
+    stores: RwLock<Arc<RegionStores>>,
+    pub counters: RegionCounters,
+}
+
+impl Region {
+    pub fn new(id: u64, start: Bytes, end: Bytes, stores: RegionStores, flushed_seq: u64) -> Region {
+        Region {
+            id,
+            start,
+            end,
+            write_lock: Mutex::new(()),
+            maintenance: Mutex::new(()),
+            visible_seq: AtomicU64::new(flushed_seq),
+            flushed_seq: AtomicU64::new(flushed_seq),
+            stores: RwLock::new(Arc::new(stores)),
+            counters: RegionCounters::default(),
+        }
+    }
+
+    /// Empty stores for `families`.
+    pub fn empty_stores(families: &[FamilyDescriptor]) -> RegionStores {
+        RegionStores { families: families.iter().cloned().map(Store::new).collect() }
+    }
+
+    /// Stores with existing files (at open).
+    pub fn stores_with_files(families: &[FamilyDescriptor], files: Vec<Vec<Arc<SstReader>>>) -> RegionStores {
+        let mut stores = Self::empty_stores(families);
+        for (s, f) in stores.families.iter_mut().zip(files) {
+            s.files = f;
+        }
+        stores
+    }
+
+    pub fn stores(&self) -> Arc<RegionStores> {
+        self.stores.read().clone()
+    }
+
+    /// A consistent view for a read: the read point first, then the stores, so every write
+    /// at or below the read point is in a memstore or file of the snapshot.
+    pub fn snapshot(&self) -> ReadSnapshot {
+        let read_point = self.visible_seq.load(Ordering::Acquire);
+        ReadSnapshot { stores: self.stores(), read_point }
+    }
+
+    pub fn flushed_seq(&self) -> u64 {
+        self.flushed_seq.load(Ordering::Acquire)
+    }
+
+    /// True if `row` falls in this region.
+    pub fn contains(&self, row: &[u8]) -> bool {
+        row >= self.start.as_ref() && (self.end.is_empty() || row < self.end.as_ref())
+    }
+
+    /// Inserts logged edits with sequence numbers from `first_seq`. Caller holds the write
+    /// lock (or is replaying the log alone); families were validated.
+    pub fn apply(&self, first_seq: u64, edits: &[WalEdit]) {
+        let stores = self.stores();
+        for e in edits {
+            if let Some(store) = stores.family(&e.family) {
+                store.active.insert(
+                    MemKey {
+                        row: e.row.clone(),
+                        qualifier: e.qualifier.clone(),
+                        ts: e.ts,
+                        kind: e.kind,
+                        seq: first_seq + u64::from(e.seq_offset),
+                    },
+                    MemValue { value: e.value.clone(), ttl_ms: e.ttl_ms },
+                );
+            }
+        }
+    }
+
+    /// Makes every write up to `seq` visible to new readers.
+    pub fn publish(&self, seq: u64) {
+        self.visible_seq.fetch_max(seq, Ordering::AcqRel);
+    }
+
+    /// Bytes held in memstores.
+    pub fn memstore_size(&self) -> usize {
+        self.stores().families.iter().map(|s| s.active.size() + s.frozen.as_ref().map_or(0, |f| f.size())).sum()
+    }
+
+    /// True if any memstore holds data.
+    pub fn has_unflushed(&self) -> bool {
+        self.stores().families.iter().any(|s| !s.active.is_empty() || s.frozen.is_some())
+    }
+
+    /// Bytes in SSTables.
+    pub fn file_size(&self) -> u64 {
+        self.stores().families.iter().flat_map(|s| &s.files).map(|f| f.size()).sum()
+    }
+
+    /// Number of SSTables.
+    pub fn file_count(&self) -> usize {
+        self.stores().families.iter().map(|s| s.files.len()).sum()
+    }
+
+    /// Writes every memstore to a new SSTable and swaps it in. Returns true if anything was
+    /// flushed; the caller persists the catalog and then trims the log.
+    pub fn flush(&self, ctx: &FileContext<'_>) -> Result<bool> {
+        let _m = self.maintenance.lock();
+        // Freeze under the write lock so the frozen memstores hold exactly the writes up to
+        // `frozen_seq` (writes are serialized per region).
+        let frozen_seq = {
+            let _w = self.write_lock.lock();
+            let mut guard = self.stores.write();
+            let mut next = (**guard).clone();
+            let mut any = false;
+            for s in &mut next.families {
+                if s.frozen.is_none() && !s.active.is_empty() {
+                    s.frozen = Some(std::mem::replace(&mut s.active, Arc::new(Memstore::new())));
+                }
+                any |= s.frozen.is_some();
+            }
+            if !any {
+                return Ok(false);
+            }
+            *guard = Arc::new(next);
+            self.visible_seq.load(Ordering::Acquire)
+        };
+        let frozen = self.stores();
+        let mut new_files: Vec<(Bytes, Option<Arc<SstReader>>)> = Vec::new();
+        for s in &frozen.families {
+            if let Some(mem) = &s.frozen {
+                let mut cursor = mem.cursor(u64::MAX);
+                let file = ctx.write_file(&mut cursor, &s.desc, Retention::KeepMarkers)?;
+                new_files.push((s.name.clone(), file));
+            }
+        }
+        {
+            let mut guard = self.stores.write();
+            let mut next = (**guard).clone();
+            for s in &mut next.families {
+                if let Some((_, file)) = new_files.iter().find(|(n, _)| *n == s.name) {
+                    s.frozen = None;
+                    if let Some(f) = file {
+                        s.files.insert(0, f.clone());
+                    }
+                }
+            }
+            *guard = Arc::new(next);
+        }
+        self.flushed_seq.fetch_max(frozen_seq, Ordering::AcqRel);
+        Ok(true)
+    }
+
+    /// Merges each family's files into one. Major compaction applies the full retention rules
+    /// at time `now`; minor keeps delete markers. Returns the replaced files, which the caller
+    /// deletes once the catalog no longer lists them.
+    pub fn compact(&self, ctx: &FileContext<'_>, major: bool, now: u64) -> Result<Vec<Arc<SstReader>>> {
+        let _m = self.maintenance.lock();
+        let current = self.stores();
+        let mut replaced = Vec::new();
+        let mut outputs: Vec<(Bytes, Option<Arc<SstReader>>)> = Vec::new();
+        for s in &current.families {
+            if s.files.is_empty() || (!major && s.files.len() < 2) {
+                continue;
+            }
+            let mut cursors: Vec<Box<dyn CellCursor>> = Vec::new();
+            for f in &s.files {
+                cursors.push(Box::new(f.cursor()?));
+            }
+            let mut merged = MergeCursor::new(cursors);
+            let mode = if major { Retention::Major { now } } else { Retention::KeepMarkers };
+            let out = ctx.write_file(&mut merged, &s.desc, mode)?;
+            replaced.extend(s.files.iter().cloned());
+            outputs.push((s.name.clone(), out));
+        }
+        if outputs.is_empty() {
+            return Ok(replaced);
+        }
+        let mut guard = self.stores.write();
+        let mut next = (**guard).clone();
+        for s in &mut next.families {
+            if let Some((_, out)) = outputs.iter().find(|(n, _)| *n == s.name) {
+                // Only this method removes files, under `maintenance`; flushes only prepend.
+                let input_ids: Vec<u64> = current.family(&s.name).map(|c| c.files.iter().map(|f| f.id()).collect()).unwrap_or_default();
+                s.files.retain(|f| !input_ids.contains(&f.id()));
+                if let Some(o) = out {
+                    s.files.push(o.clone());
+                }
+            }
+        }
+        *guard = Arc::new(next);
+        Ok(replaced)
+    }
+
+    /// Replaces the family descriptors (add or modify); memstores and files are kept for
+    /// families that remain.
+    pub fn set_families(&self, families: &[FamilyDescriptor]) {
+        let _m = self.maintenance.lock();
+        let _w = self.write_lock.lock();
+        let mut guard = self.stores.write();
+        let mut next = RegionStores::default();
+        for desc in families {
+            let store = match guard.family(desc.name.as_bytes()) {
+                Some(existing) => Store { desc: desc.clone(), ..existing.clone() },
+                None => Store::new(desc.clone()),
+            };
+            next.families.push(store);
+        }
+        *guard = Arc::new(next);
+    }
+}

@@ -1,0 +1,257 @@
+//! Opens an SSTable, keeps its index, bloom filter and meta block in memory, and reads data
+//! blocks through the shared block cache.
+
+use std::fs::File;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use bytes::Bytes;
+
+use crate::cache::BlockCache;
+use crate::cell::KeyView;
+use crate::descriptor::BloomType;
+use crate::read::cursor::CellCursor;
+use crate::sst::block::{unframe, Block, BlockIter};
+use crate::sst::bloom::{row_col_hash, row_hash, Bloom};
+use crate::sst::format::{decode_index, decode_key, Footer, Handle, IndexEntry, SstMeta, FOOTER_LEN};
+use crate::{Error, Result};
+
+/// An open SSTable.
+pub(crate) struct SstReader {
+    path: Arc<Path>,
+    file: File,
+    id: u64,
+    size: u64,
+    index: Vec<IndexEntry>,
+    bloom: Option<(BloomType, Bloom)>,
+    meta: SstMeta,
+    cache: Arc<BlockCache>,
+    in_memory: bool,
+}
+
+impl std::fmt::Debug for SstReader {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SstReader").field("path", &self.path).field("id", &self.id).finish()
+    }
+}
+
+/// Encodes the bloom block payload: kind byte, then the filter.
+pub(crate) fn encode_bloom_block(kind: BloomType, bloom: &Bloom) -> Vec<u8> {
+    let mut out = vec![match kind {
+        BloomType::RowCol => 2,
+        _ => 1,
+    }];
+    out.extend_from_slice(&bloom.encode());
+    out
+}
+
+impl SstReader {
+    /// Opens and validates the file's footer, index, bloom and meta blocks.
+    pub fn open(path: &Path, id: u64, cache: Arc<BlockCache>, in_memory: bool) -> Result<SstReader> {
+        let file = File::open(path).map_err(|e| Error::io(path, e))?;
+        let size = file.metadata().map_err(|e| Error::io(path, e))?.len();
+        if size < FOOTER_LEN as u64 {
+            return Err(Error::corrupt(path, 0, "file shorter than an SSTable footer"));
+        }
+        let mut fbuf = [0u8; FOOTER_LEN];
+        let footer_at = size - FOOTER_LEN as u64;
+        file.read_exact_at(&mut fbuf, footer_at).map_err(|e| Error::io(path, e))?;
+        let footer = Footer::decode(&fbuf).map_err(|r| Error::corrupt(path, footer_at, r))?;
+        let mut reader = SstReader {
+            path: Arc::from(path),
+            file,
+            id,
+            size,
+            index: Vec::new(),
+            bloom: None,
+            meta: SstMeta::default(),
+            cache,
+            in_memory,
+        };
+        for h in [footer.index, footer.meta, footer.bloom] {
+            if h.offset.checked_add(u64::from(h.len)).is_none_or(|end| end > footer_at) {
+                return Err(Error::corrupt(path, footer_at, "block handle points outside the file"));
+            }
+        }
+        let index_raw = reader.read_block_bytes(footer.index)?;
+        reader.index = decode_index(&index_raw)
+            .ok_or_else(|| Error::corrupt(path, footer.index.offset, "malformed index block"))?;
+        let meta_raw = reader.read_block_bytes(footer.meta)?;
+        reader.meta =
+            SstMeta::decode(&meta_raw).ok_or_else(|| Error::corrupt(path, footer.meta.offset, "malformed meta block"))?;
+        if footer.bloom.len > 0 {
+            let raw = reader.read_block_bytes(footer.bloom)?;
+            let bad = || Error::corrupt(path, footer.bloom.offset, "malformed bloom block");
+            let (&kind, rest) = raw.split_first().ok_or_else(bad)?;
+            let kind = match kind {
+                1 => BloomType::Row,
+                2 => BloomType::RowCol,
+                _ => return Err(bad()),
+            };
+            reader.bloom = Some((kind, Bloom::decode(rest).ok_or_else(bad)?));
+        }
+        Ok(reader)
+    }
+
+    fn read_block_bytes(&self, h: Handle) -> Result<Vec<u8>> {
+        let mut buf = vec![0u8; h.len as usize];
+        self.file.read_exact_at(&mut buf, h.offset).map_err(|e| Error::io(&*self.path, e))?;
+        unframe(&buf, &self.path, h.offset)
+    }
+
+    /// Data block `i`, from the cache or the file.
+    fn block(&self, i: usize) -> Result<Arc<Block>> {
+        let h = self.index[i].handle;
+        if let Some(b) = self.cache.get(self.id, h.offset, self.in_memory) {
+            return Ok(b);
+        }
+        let raw = self.read_block_bytes(h)?;
+        let block = Arc::new(Block::parse(raw, &self.path, h.offset)?);
+        self.cache.insert(self.id, h.offset, block.clone(), self.in_memory);
+        Ok(block)
+    }
+
+    pub fn id(&self) -> u64 {
+        self.id
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    pub fn size(&self) -> u64 {
+        self.size
+    }
+
+    /// False if the file certainly holds no cell of `row`.
+    pub fn may_contain_row(&self, row: &[u8]) -> bool {
+        let (Some(first), Some(last)) = (decode_key(&self.meta.first_key), decode_key(&self.meta.last_key)) else {
+            return false;
+        };
+        if row < first.row || row > last.row {
+            return false;
+        }
+        self.bloom.as_ref().is_none_or(|(_, b)| b.may_contain(row_hash(row)))
+    }
+
+    /// False if the file certainly holds no cell of `row` in any of `qualifiers` (nor a
+    /// family-wide delete marker of the row).
+    pub fn may_contain_columns(&self, row: &[u8], qualifiers: &[Bytes]) -> bool {
+        if !self.may_contain_row(row) {
+            return false;
+        }
+        match &self.bloom {
+            Some((BloomType::RowCol, b)) => {
+                b.may_contain(row_col_hash(row, b""))
+                    || qualifiers.iter().any(|q| b.may_contain(row_col_hash(row, q)))
+            }
+            _ => true,
+        }
+    }
+
+    /// A cursor positioned before the first cell.
+    pub fn cursor(self: &Arc<Self>) -> Result<SstCursor> {
+        let mut c = SstCursor { reader: self.clone(), block_idx: 0, iter: None };
+        c.load(0)?;
+        Ok(c)
+    }
+
+    /// Index of the first block whose last key is `>= target`.
+    fn find_block(&self, target: &KeyView<'_>) -> usize {
+        self.index.partition_point(|e| decode_key(&e.last_key).is_some_and(|k| k.cmp_internal(target).is_lt()))
+    }
+}
+
+/// Path of the SSTable with id `id` inside a family directory.
+pub(crate) fn sst_path(dir: &Path, id: u64) -> PathBuf {
+    dir.join(format!("{id:016}.sst"))
+}
+
+/// Cursor over one SSTable.
+pub(crate) struct SstCursor {
+    reader: Arc<SstReader>,
+    block_idx: usize,
+    iter: Option<BlockIter>,
+}
+
+impl SstCursor {
+    /// Moves to the first entry of block `i` (or past the end).
+    fn load(&mut self, i: usize) -> Result<()> {
+        self.block_idx = i;
+        self.iter = None;
+        if i < self.reader.index.len() {
+            let block = self.reader.block(i)?;
+            let mut it = BlockIter::new(block, self.reader.path.clone(), self.reader.index[i].handle.offset);
+            it.seek_to_first()?;
+            self.iter = Some(it);
+        }
+        Ok(())
+    }
+}
+
+impl CellCursor for SstCursor {
+    fn key(&self) -> Option<KeyView<'_>> {
+        self.iter.as_ref().filter(|it| it.valid()).and_then(|it| decode_key(it.key_bytes()))
+    }
+
+    fn value(&self) -> Bytes {
+        self.iter.as_ref().map(BlockIter::value).unwrap_or_default()
+    }
+
+    fn ttl_ms(&self) -> Option<u64> {
+        self.iter.as_ref().and_then(BlockIter::ttl_ms)
+    }
+
+    fn next(&mut self) -> Result<()> {
+        let Some(it) = self.iter.as_mut() else { return Ok(()) };
+        it.advance()?;
+        if !it.valid() {
+            self.load(self.block_idx + 1)?;
+        }
+        Ok(())
+    }
+
+    fn seek(&mut self, target: &KeyView<'_>) -> Result<()> {
+        let i = self.reader.find_block(target);
+        self.load(i)?;
+        if let Some(it) = self.iter.as_mut() {
+            it.seek(target)?;
+            if !it.valid() {
+                self.load(i + 1)?;
+            }
+        }
+        Ok(())
+    }
+
+    fn prev_row(&mut self, bound: Option<&[u8]>) -> Result<Option<Bytes>> {
+        let index = &self.reader.index;
+        let row_of = |k: &Bytes| decode_key(k).map(|k| Bytes::copy_from_slice(k.row));
+        let Some(bound) = bound else {
+            return Ok(index.last().and_then(|e| row_of(&e.last_key)));
+        };
+        let target = KeyView::first_of_row(bound);
+        let i = self.reader.find_block(&target);
+        if i < index.len() {
+            let block = self.reader.block(i)?;
+            let mut it = BlockIter::new(block, self.reader.path.clone(), index[i].handle.offset);
+            it.seek_to_first()?;
+            let mut best: Option<Bytes> = None;
+            while it.valid() {
+                match decode_key(it.key_bytes()) {
+                    Some(k) if k.cmp_internal(&target).is_lt() => {
+                        if best.as_deref() != Some(k.row) {
+                            best = Some(Bytes::copy_from_slice(k.row));
+                        }
+                    }
+                    _ => break,
+                }
+                it.advance()?;
+            }
+            if best.is_some() {
+                return Ok(best);
+            }
+        }
+        Ok(if i == 0 { None } else { row_of(&index[i - 1].last_key) })
+    }
+}

@@ -1,0 +1,143 @@
+//! Writes an SSTable from cells given in key order.
+
+use std::fs::File;
+use std::io::{BufWriter, Write};
+use std::path::{Path, PathBuf};
+
+use bytes::Bytes;
+
+use crate::cell::KeyView;
+use crate::descriptor::{BloomType, Compression, FamilyDescriptor};
+use crate::sst::block::{frame, BlockBuilder};
+use crate::sst::bloom::{row_col_hash, row_hash, Bloom};
+use crate::sst::reader::encode_bloom_block;
+use crate::sst::format::{encode_index, encode_key, Footer, Handle, IndexEntry, SstMeta, FORMAT_VERSION};
+use crate::{Error, Result};
+
+/// Streams cells into a new SSTable file.
+pub(crate) struct SstWriter {
+    path: PathBuf,
+    out: BufWriter<File>,
+    offset: u64,
+    block: BlockBuilder,
+    block_size: usize,
+    compression: Compression,
+    bloom: BloomType,
+    hashes: Vec<u64>,
+    last_row: Vec<u8>,
+    index: Vec<IndexEntry>,
+    block_first_rows: Vec<Bytes>,
+    meta: SstMeta,
+    key_buf: Vec<u8>,
+    empty: bool,
+}
+
+impl SstWriter {
+    /// Creates the file at `path` (which must not exist).
+    pub fn create(path: &Path, family: &FamilyDescriptor) -> Result<SstWriter> {
+        let file = File::options().write(true).create_new(true).open(path).map_err(|e| Error::io(path, e))?;
+        Ok(SstWriter {
+            path: path.to_path_buf(),
+            out: BufWriter::with_capacity(256 * 1024, file),
+            offset: 0,
+            block: BlockBuilder::default(),
+            block_size: family.block_size as usize,
+            compression: family.compression,
+            bloom: family.bloom,
+            hashes: Vec::new(),
+            last_row: Vec::new(),
+            index: Vec::new(),
+            block_first_rows: Vec::new(),
+            meta: SstMeta { min_ts: u64::MAX, ..SstMeta::default() },
+            key_buf: Vec::new(),
+            empty: true,
+        })
+    }
+
+    /// Appends a cell; keys must arrive in strictly increasing order.
+    pub fn add(&mut self, key: &KeyView<'_>, value: &[u8], ttl_ms: Option<u64>) -> Result<()> {
+        self.key_buf.clear();
+        encode_key(&mut self.key_buf, key);
+        if self.empty {
+            self.meta.first_key = Bytes::copy_from_slice(&self.key_buf);
+            self.empty = false;
+        }
+        if self.block.is_empty() {
+            self.block_first_rows.push(Bytes::copy_from_slice(key.row));
+        }
+        let new_row = self.last_row != key.row || self.meta.cell_count == 0;
+        if new_row {
+            self.last_row.clear();
+            self.last_row.extend_from_slice(key.row);
+        }
+        match self.bloom {
+            BloomType::None => {}
+            BloomType::Row => {
+                if new_row {
+                    self.hashes.push(row_hash(key.row));
+                }
+            }
+            BloomType::RowCol => {
+                if new_row {
+                    self.hashes.push(row_hash(key.row));
+                }
+                self.hashes.push(row_col_hash(key.row, key.qualifier));
+            }
+        }
+        self.block.add(&self.key_buf, value, ttl_ms);
+        self.meta.cell_count += 1;
+        if key.kind.is_delete() {
+            self.meta.delete_count += 1;
+        }
+        self.meta.min_ts = self.meta.min_ts.min(key.ts);
+        self.meta.max_ts = self.meta.max_ts.max(key.ts);
+        self.meta.max_seq = self.meta.max_seq.max(key.seq);
+        if self.block.size() >= self.block_size {
+            self.finish_block()?;
+        }
+        Ok(())
+    }
+
+    fn write_framed(&mut self, raw: &[u8], compression: Compression) -> Result<Handle> {
+        let framed = frame(raw, compression);
+        self.out.write_all(&framed).map_err(|e| Error::io(&self.path, e))?;
+        let handle = Handle { offset: self.offset, len: framed.len() as u32 };
+        self.offset += framed.len() as u64;
+        Ok(handle)
+    }
+
+    fn finish_block(&mut self) -> Result<()> {
+        if self.block.is_empty() {
+            return Ok(());
+        }
+        let last_key = Bytes::copy_from_slice(self.block.last_key());
+        let raw = self.block.finish();
+        let handle = self.write_framed(&raw, self.compression)?;
+        self.meta.last_key = last_key.clone();
+        self.index.push(IndexEntry { last_key, handle });
+        Ok(())
+    }
+
+    /// Writes bloom, index, meta and footer, and syncs the file to disk.
+    pub fn finish(mut self) -> Result<(SstMeta, u64)> {
+        self.finish_block()?;
+        if self.meta.cell_count == 0 {
+            self.meta.min_ts = 0;
+        }
+        self.meta.mid_row = self.block_first_rows.get(self.block_first_rows.len() / 2).cloned().unwrap_or_default();
+        let bloom = if self.bloom == BloomType::None || self.hashes.is_empty() {
+            Handle::default()
+        } else {
+            let encoded = encode_bloom_block(self.bloom, &Bloom::build(&self.hashes));
+            self.write_framed(&encoded, Compression::None)?
+        };
+        let index = self.write_framed(&encode_index(&self.index), Compression::None)?;
+        let meta = self.write_framed(&self.meta.encode(), Compression::None)?;
+        let footer = Footer { index, bloom, meta, version: FORMAT_VERSION };
+        self.out.write_all(&footer.encode()).map_err(|e| Error::io(&self.path, e))?;
+        self.offset += footer.encode().len() as u64;
+        let file = self.out.into_inner().map_err(|e| Error::io(&self.path, e.into_error()))?;
+        file.sync_all().map_err(|e| Error::io(&self.path, e))?;
+        Ok((self.meta, self.offset))
+    }
+}

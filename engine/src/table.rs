@@ -1,0 +1,546 @@
+//! Tables: the shared per-table state, and the [`Table`] handle through which callers read and
+//! write rows.
+//!
+//! Every write to one row is applied atomically: the row's region write lock is held while the
+//! edits are logged, inserted into memstores and published at once under one MVCC sequence
+//! range. Read-modify-writes (increment, append, check-and-mutate, latest-version deletes) read
+//! under the same lock.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use bytes::Bytes;
+use parking_lot::RwLock;
+
+use crate::cell::{check_row, to_printable, Cell, CellType, LATEST_TIMESTAMP};
+use crate::descriptor::{Durability, TableDescriptor};
+use crate::engine::EngineInner;
+use crate::mutation::{Append, CheckAndMutate, Edit, Increment, Mutation, Put, RowMutations};
+use crate::query::{Get, ReadSpec, RowRange, RowResult, Scan};
+use crate::read::rows::{read_rows, RowRead};
+use crate::region::Region;
+use crate::scanner::Scanner;
+use crate::wal::{encode_batch, WalEdit};
+use crate::{Delete, Error, Result};
+
+/// State shared by every handle of one table.
+pub(crate) struct TableState {
+    desc: RwLock<TableDescriptor>,
+    enabled: AtomicBool,
+    dropped: AtomicBool,
+    regions: RwLock<Vec<Arc<Region>>>,
+}
+
+impl TableState {
+    pub fn new(desc: TableDescriptor, enabled: bool, regions: Vec<Arc<Region>>) -> Self {
+        TableState {
+            desc: RwLock::new(desc),
+            enabled: AtomicBool::new(enabled),
+            dropped: AtomicBool::new(false),
+            regions: RwLock::new(regions),
+        }
+    }
+
+    pub fn descriptor(&self) -> TableDescriptor {
+        self.desc.read().clone()
+    }
+
+    pub fn set_descriptor(&self, desc: TableDescriptor) {
+        *self.desc.write() = desc;
+    }
+
+    pub fn is_enabled(&self) -> bool {
+        self.enabled.load(Ordering::Acquire)
+    }
+
+    pub fn set_enabled(&self, enabled: bool) {
+        self.enabled.store(enabled, Ordering::Release);
+    }
+
+    pub fn mark_dropped(&self) {
+        self.dropped.store(true, Ordering::Release);
+    }
+
+    pub fn regions(&self) -> Vec<Arc<Region>> {
+        self.regions.read().clone()
+    }
+
+    pub fn replace_regions(&self, regions: Vec<Arc<Region>>) -> Vec<Arc<Region>> {
+        std::mem::replace(&mut *self.regions.write(), regions)
+    }
+
+    /// The region holding `row`.
+    pub fn region_for(&self, row: &[u8]) -> Option<Arc<Region>> {
+        self.regions.read().iter().find(|r| r.contains(row)).cloned()
+    }
+}
+
+/// A handle to one table. Cheap to clone; `Send + Sync`.
+#[derive(Clone)]
+pub struct Table {
+    engine: Arc<EngineInner>,
+    state: Arc<TableState>,
+    name: String,
+}
+
+impl std::fmt::Debug for Table {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Table").field("name", &self.name).finish()
+    }
+}
+
+/// The edits of one mutation before the engine assigns sequence numbers.
+type Resolved = Vec<WalEdit>;
+
+impl Table {
+    pub(crate) fn new(engine: Arc<EngineInner>, state: Arc<TableState>) -> Table {
+        let name = state.descriptor().name;
+        Table { engine, state, name }
+    }
+
+    /// The table's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The table's current descriptor.
+    pub fn descriptor(&self) -> TableDescriptor {
+        self.state.descriptor()
+    }
+
+    fn check_usable(&self) -> Result<TableDescriptor> {
+        if self.state.dropped.load(Ordering::Acquire) {
+            return Err(Error::TableNotFound(self.name.clone()));
+        }
+        if !self.state.is_enabled() {
+            return Err(Error::TableDisabled(self.name.clone()));
+        }
+        Ok(self.state.descriptor())
+    }
+
+    fn check_family(&self, desc: &TableDescriptor, family: &[u8]) -> Result<()> {
+        if desc.get_family(family).is_none() {
+            return Err(Error::FamilyNotFound { table: self.name.clone(), family: to_printable(family) });
+        }
+        Ok(())
+    }
+
+    fn region(&self, row: &[u8]) -> Result<Arc<Region>> {
+        self.state.region_for(row).ok_or_else(|| Error::TableNotFound(self.name.clone()))
+    }
+
+    /// Checks a mutation against the schema before anything is written.
+    fn validate(&self, desc: &TableDescriptor, m: &Mutation) -> Result<()> {
+        check_row(m.row())?;
+        let edits = match m {
+            Mutation::Put(p) => {
+                if p.edits.is_empty() {
+                    return Err(Error::invalid("put", "a put needs at least one column"));
+                }
+                &p.edits
+            }
+            Mutation::Delete(d) => &d.edits,
+        };
+        for e in edits {
+            self.check_family(desc, &e.family)?;
+        }
+        Ok(())
+    }
+
+    /// Turns a mutation into logged edits: resolves "now" and latest-version deletes. Runs
+    /// under the region's write lock.
+    fn resolve(&self, region: &Region, desc: &TableDescriptor, m: &Mutation, offset: u32, now: u64) -> Result<Resolved> {
+        let at = |ts: u64| if ts == LATEST_TIMESTAMP { now } else { ts };
+        let edit = |row: &Bytes, e: &Edit, ts: u64, ttl: Option<u64>| WalEdit {
+            seq_offset: offset,
+            family: e.family.clone(),
+            row: row.clone(),
+            qualifier: e.qualifier.clone(),
+            ts,
+            kind: e.kind,
+            ttl_ms: ttl,
+            value: e.value.clone(),
+        };
+        let mut out = Vec::new();
+        match m {
+            Mutation::Put(p) => {
+                for e in &p.edits {
+                    out.push(edit(&p.row, e, at(e.ts), p.ttl_ms));
+                }
+            }
+            Mutation::Delete(d) if d.edits.is_empty() => {
+                for f in &desc.families {
+                    out.push(WalEdit {
+                        seq_offset: offset,
+                        family: Bytes::from(f.name.clone()),
+                        row: d.row.clone(),
+                        qualifier: Bytes::new(),
+                        ts: at(d.ts),
+                        kind: CellType::DeleteFamily,
+                        ttl_ms: None,
+                        value: Bytes::new(),
+                    });
+                }
+            }
+            Mutation::Delete(d) => {
+                for e in &d.edits {
+                    if e.kind == CellType::Delete && e.ts == LATEST_TIMESTAMP {
+                        // HBase semantics: deleting "the latest version" marks the newest
+                        // visible version's timestamp; with no visible version it is a no-op.
+                        let latest = self.read_row_locked(region, &d.row, &e.family, &e.qualifier, now)?;
+                        if let Some(c) = latest {
+                            out.push(edit(&d.row, e, c.timestamp, None));
+                        }
+                    } else {
+                        out.push(edit(&d.row, e, at(e.ts), None));
+                    }
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// The latest visible cell of one column, read while holding the region's write lock.
+    fn read_row_locked(&self, region: &Region, row: &Bytes, family: &Bytes, qualifier: &Bytes, now: u64) -> Result<Option<Cell>> {
+        let get = Get::new(row.clone()).column(family.clone(), qualifier.clone());
+        let r = self.get_in_region(region, &get, now)?;
+        Ok(r.cells.into_iter().next())
+    }
+
+    /// Logs, applies and publishes groups of mutations to one region. Each group is atomic.
+    fn write_region(
+        &self,
+        region: &Region,
+        desc: &TableDescriptor,
+        groups: &[&[Mutation]],
+        durability: Durability,
+    ) -> Result<()> {
+        let last_seq = {
+            let _w = region.write_lock.lock();
+            let now = self.engine.opts.clock.now_ms();
+            let mut edits = Vec::new();
+            let mut offset = 0u32;
+            for group in groups {
+                for m in *group {
+                    edits.extend(self.resolve(region, desc, m, offset, now)?);
+                    offset += 1;
+                }
+            }
+            self.commit(region, &edits, offset, durability)?
+        };
+        region.counters.writes.fetch_add(groups.iter().map(|g| g.len() as u64).sum(), Ordering::Relaxed);
+        self.after_write(region, last_seq, durability)
+    }
+
+    /// Logs and applies resolved edits; caller holds the region's write lock. Returns the last
+    /// sequence number used.
+    fn commit(&self, region: &Region, edits: &[WalEdit], count: u32, durability: Durability) -> Result<u64> {
+        if edits.is_empty() {
+            return Ok(0);
+        }
+        let payload = if durability == Durability::SkipWal { Vec::new() } else { encode_batch(region.id, edits) };
+        let _gate = self.engine.apply_gate.read();
+        let first = self.engine.wal.append(count, &payload, durability)?;
+        region.apply(first, edits);
+        let last = first + u64::from(count.max(1)) - 1;
+        region.publish(last);
+        Ok(last)
+    }
+
+    fn after_write(&self, region: &Region, last_seq: u64, durability: Durability) -> Result<()> {
+        if durability == Durability::FsyncWal && last_seq > 0 {
+            self.engine.wal.sync_to(last_seq)?;
+        }
+        self.engine.maybe_flush(region)
+    }
+
+    fn durability(&self, desc: &TableDescriptor, requested: Option<Durability>) -> Durability {
+        requested.unwrap_or(desc.durability)
+    }
+
+    /// Writes a put.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for a bad row key or an empty put,
+    /// [`Error::FamilyNotFound`], [`Error::TableDisabled`], I/O errors from the log.
+    pub fn put(&self, put: Put) -> Result<()> {
+        self.mutate(Mutation::Put(put))
+    }
+
+    /// Places delete markers.
+    ///
+    /// # Errors
+    /// As for [`Table::put`].
+    pub fn delete(&self, delete: Delete) -> Result<()> {
+        self.mutate(Mutation::Delete(delete))
+    }
+
+    fn mutate(&self, m: Mutation) -> Result<()> {
+        let desc = self.check_usable()?;
+        self.validate(&desc, &m)?;
+        let region = self.region(m.row())?;
+        let d = self.durability(&desc, m.durability());
+        self.write_region(&region, &desc, &[std::slice::from_ref(&m)], d)
+    }
+
+    /// Applies several mutations of one row atomically, in order.
+    ///
+    /// # Errors
+    /// As for [`Table::put`]; also [`Error::InvalidArgument`] if a mutation names another row.
+    pub fn mutate_row(&self, rm: RowMutations) -> Result<()> {
+        let desc = self.check_usable()?;
+        self.validate_row_mutations(&desc, &rm)?;
+        let region = self.region(&rm.row)?;
+        let d = self.durability(&desc, rm.mutations.iter().find_map(Mutation::durability));
+        self.write_region(&region, &desc, &[&rm.mutations], d)
+    }
+
+    fn validate_row_mutations(&self, desc: &TableDescriptor, rm: &RowMutations) -> Result<()> {
+        check_row(&rm.row)?;
+        for m in &rm.mutations {
+            if m.row() != rm.row.as_ref() {
+                return Err(Error::invalid("mutations", "every mutation of a RowMutations must target its row"));
+            }
+            self.validate(desc, m)?;
+        }
+        Ok(())
+    }
+
+    /// Applies many mutations; each row's mutations are atomic, rows are independent.
+    /// Returns one result per mutation, in order.
+    ///
+    /// # Errors
+    /// [`Error::TableDisabled`]/[`Error::TableNotFound`] for the whole batch; otherwise
+    /// per-mutation errors in the returned vector.
+    pub fn batch(&self, mutations: Vec<Mutation>) -> Result<Vec<Result<()>>> {
+        let desc = self.check_usable()?;
+        let mut results: Vec<Result<()>> = Vec::with_capacity(mutations.len());
+        let mut by_region: Vec<(Arc<Region>, Vec<usize>)> = Vec::new();
+        for (i, m) in mutations.iter().enumerate() {
+            let checked = self.validate(&desc, m).and_then(|()| self.region(m.row()));
+            match checked {
+                Ok(region) => {
+                    results.push(Ok(()));
+                    match by_region.iter_mut().find(|(r, _)| r.id == region.id) {
+                        Some((_, idx)) => idx.push(i),
+                        None => by_region.push((region, vec![i])),
+                    }
+                }
+                Err(e) => results.push(Err(e)),
+            }
+        }
+        for (region, idx) in by_region {
+            let strongest = idx.iter().map(|&i| self.durability(&desc, mutations[i].durability())).max_by_key(|d| *d as u8);
+            let groups: Vec<&[Mutation]> = idx.iter().map(|&i| std::slice::from_ref(&mutations[i])).collect();
+            if let Err(e) = self.write_region(&region, &desc, &groups, strongest.unwrap_or(desc.durability)) {
+                let msg = e.to_string();
+                for &i in &idx {
+                    results[i] = Err(Error::Closed(format!("batch write failed: {msg}")));
+                }
+            }
+        }
+        Ok(results)
+    }
+
+    /// Adds to 8-byte counters atomically and returns the new values.
+    ///
+    /// # Errors
+    /// [`Error::NotACounter`] if a cell holds something other than 8 bytes,
+    /// [`Error::CounterOverflow`]; nothing is written when any column fails.
+    pub fn increment(&self, inc: Increment) -> Result<RowResult> {
+        let desc = self.check_usable()?;
+        check_row(&inc.row)?;
+        if inc.columns.is_empty() {
+            return Err(Error::invalid("increment", "an increment needs at least one column"));
+        }
+        for (f, _, _) in &inc.columns {
+            self.check_family(&desc, f)?;
+        }
+        let ttl = inc.ttl_ms;
+        let row = inc.row.clone();
+        let durability = self.durability(&desc, inc.durability);
+        self.read_modify_write(&row, durability, &inc.columns, |current, f, q, delta: &i64| {
+            let old = match current {
+                None => 0,
+                Some(c) => {
+                    let bytes: [u8; 8] = c.value.as_ref().try_into().map_err(|_| Error::NotACounter {
+                        row: to_printable(&row),
+                        family: to_printable(f),
+                        qualifier: to_printable(q),
+                        len: c.value.len(),
+                    })?;
+                    i64::from_be_bytes(bytes)
+                }
+            };
+            let new = old.checked_add(*delta).ok_or_else(|| Error::CounterOverflow {
+                row: to_printable(&row),
+                family: to_printable(f),
+                qualifier: to_printable(q),
+            })?;
+            Ok((Bytes::copy_from_slice(&new.to_be_bytes()), ttl))
+        })
+    }
+
+    /// Appends bytes to cells atomically and returns the new values.
+    ///
+    /// # Errors
+    /// As for [`Table::put`].
+    pub fn append(&self, app: Append) -> Result<RowResult> {
+        let desc = self.check_usable()?;
+        check_row(&app.row)?;
+        if app.columns.is_empty() {
+            return Err(Error::invalid("append", "an append needs at least one column"));
+        }
+        for (f, _, _) in &app.columns {
+            self.check_family(&desc, f)?;
+        }
+        let row = app.row.clone();
+        let durability = self.durability(&desc, app.durability);
+        self.read_modify_write(&row, durability, &app.columns, |current, _, _, suffix: &Bytes| {
+            let mut v = current.map(|c| c.value.to_vec()).unwrap_or_default();
+            v.extend_from_slice(suffix);
+            Ok((Bytes::from(v), None))
+        })
+    }
+
+    /// Shared body of increment and append: read each column's latest value under the write
+    /// lock, compute the new value, write all of them as one atomic mutation.
+    fn read_modify_write<X>(
+        &self,
+        row: &Bytes,
+        durability: Durability,
+        columns: &[(Bytes, Bytes, X)],
+        compute: impl Fn(Option<&Cell>, &Bytes, &Bytes, &X) -> Result<(Bytes, Option<u64>)>,
+    ) -> Result<RowResult> {
+        let region = self.region(row)?;
+        let (cells, last_seq) = {
+            let _w = region.write_lock.lock();
+            let now = self.engine.opts.clock.now_ms();
+            let mut edits = Vec::new();
+            let mut cells = Vec::new();
+            for (f, q, arg) in columns {
+                let current = self.read_row_locked(&region, row, f, q, now)?;
+                let (value, ttl) = compute(current.as_ref(), f, q, arg)?;
+                // Never write below the current version, or the new value would be hidden.
+                let ts = current.as_ref().map_or(now, |c| c.timestamp.max(now));
+                edits.push(WalEdit {
+                    seq_offset: 0,
+                    family: f.clone(),
+                    row: row.clone(),
+                    qualifier: q.clone(),
+                    ts,
+                    kind: CellType::Put,
+                    ttl_ms: ttl,
+                    value: value.clone(),
+                });
+                cells.push(Cell {
+                    row: row.clone(),
+                    family: f.clone(),
+                    qualifier: q.clone(),
+                    timestamp: ts,
+                    cell_type: CellType::Put,
+                    value,
+                });
+            }
+            let last = self.commit(&region, &edits, 1, durability)?;
+            (cells, last)
+        };
+        region.counters.writes.fetch_add(1, Ordering::Relaxed);
+        self.after_write(&region, last_seq, durability)?;
+        Ok(RowResult { row: row.clone(), cells })
+    }
+
+    /// Applies the mutations if the check passes; returns whether it passed.
+    ///
+    /// # Errors
+    /// As for [`Table::mutate_row`].
+    pub fn check_and_mutate(&self, cam: CheckAndMutate) -> Result<bool> {
+        let desc = self.check_usable()?;
+        self.validate_row_mutations(&desc, &cam.mutations)?;
+        self.check_family(&desc, &cam.family)?;
+        let row = cam.mutations.row.clone();
+        let region = self.region(&row)?;
+        let durability = self.durability(&desc, cam.mutations.mutations.iter().find_map(Mutation::durability));
+        let last_seq = {
+            let _w = region.write_lock.lock();
+            let now = self.engine.opts.clock.now_ms();
+            let current = self.read_row_locked(&region, &row, &cam.family, &cam.qualifier, now)?;
+            let passed = match (&cam.expected, &current) {
+                (None, None) => true,
+                (None, Some(_)) | (Some(_), None) => false,
+                (Some(expected), Some(cell)) => cam.op.matches(&cell.value, expected),
+            };
+            if !passed {
+                return Ok(false);
+            }
+            let mut edits = Vec::new();
+            for (i, m) in cam.mutations.mutations.iter().enumerate() {
+                edits.extend(self.resolve(&region, &desc, m, i as u32, now)?);
+            }
+            self.commit(&region, &edits, cam.mutations.mutations.len() as u32, durability)?
+        };
+        region.counters.writes.fetch_add(1, Ordering::Relaxed);
+        self.after_write(&region, last_seq, durability)?;
+        Ok(true)
+    }
+
+    fn check_spec(&self, desc: &TableDescriptor, spec: &ReadSpec) -> Result<()> {
+        for (f, _) in &spec.columns.entries {
+            self.check_family(desc, f)?;
+        }
+        Ok(())
+    }
+
+    fn get_in_region(&self, region: &Region, get: &Get, now: u64) -> Result<RowResult> {
+        let snap = region.snapshot();
+        let range = RowRange::single(get.row.clone());
+        let read = RowRead { range: &range, reversed: false, spec: &get.spec, now, point_row: Some(&get.row) };
+        let mut out = RowResult { row: get.row.clone(), cells: Vec::new() };
+        read_rows(&snap, &read, |r| {
+            out = r;
+            false
+        })?;
+        Ok(out)
+    }
+
+    /// Reads one row. A missing row gives an empty result.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for a bad row key, [`Error::FamilyNotFound`],
+    /// [`Error::TableDisabled`], [`Error::Corrupt`] if a file read is damaged.
+    pub fn get(&self, get: Get) -> Result<RowResult> {
+        let desc = self.check_usable()?;
+        check_row(&get.row)?;
+        self.check_spec(&desc, &get.spec)?;
+        let region = self.region(&get.row)?;
+        let r = self.get_in_region(&region, &get, self.engine.opts.clock.now_ms())?;
+        region.counters.reads.fetch_add(1, Ordering::Relaxed);
+        Ok(r)
+    }
+
+    /// Reads several rows.
+    ///
+    /// # Errors
+    /// The first error of any get.
+    pub fn get_many(&self, gets: Vec<Get>) -> Result<Vec<RowResult>> {
+        gets.into_iter().map(|g| self.get(g)).collect()
+    }
+
+    /// True if the get finds at least one cell.
+    ///
+    /// # Errors
+    /// As for [`Table::get`].
+    pub fn exists(&self, get: Get) -> Result<bool> {
+        Ok(!self.get(get)?.is_empty())
+    }
+
+    /// Opens a scanner. It reads a snapshot taken now: later writes are not seen.
+    ///
+    /// # Errors
+    /// [`Error::FamilyNotFound`], [`Error::TableDisabled`].
+    pub fn scan(&self, scan: Scan) -> Result<Scanner> {
+        let desc = self.check_usable()?;
+        self.check_spec(&desc, &scan.spec)?;
+        Ok(Scanner::new(self.state.regions(), scan, self.engine.opts.clock.now_ms()))
+    }
+}

@@ -1,0 +1,370 @@
+//! WAL segments: appending with the four durability levels, group commit, rolling, recovery
+//! and removal of segments whose edits are all flushed.
+
+use std::fs::{self, File};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use bytes::Bytes;
+use parking_lot::Mutex;
+
+use crate::descriptor::Durability;
+use crate::fsutil::sync_dir;
+use crate::{Error, Result};
+
+const SEGMENT_MAGIC: &[u8; 8] = b"CELLRWAL";
+const SEGMENT_VERSION: u32 = 1;
+const SEGMENT_HEADER: usize = 12;
+const RECORD_HEADER: usize = 20;
+/// AsyncWal records are written out once this many bytes are buffered.
+const ASYNC_BUFFER: usize = 64 * 1024;
+/// Upper bound on one record's payload; larger lengths are treated as damage.
+const MAX_RECORD: usize = 256 * 1024 * 1024;
+
+/// A record read back during recovery.
+#[derive(Debug)]
+pub(crate) struct WalRecord {
+    pub first_seq: u64,
+    /// Sequence numbers the record reserved: `first_seq..first_seq + count`.
+    pub count: u32,
+    pub payload: Bytes,
+}
+
+struct Inner {
+    file: Arc<File>,
+    id: u64,
+    size: u64,
+    /// AsyncWal records not yet handed to the OS.
+    buf: Vec<u8>,
+    next_seq: u64,
+    /// Highest sequence number handed to the OS.
+    written_seq: u64,
+    /// Closed segments: (id, highest sequence number in it).
+    closed: Vec<(u64, u64)>,
+    cur_max_seq: u64,
+    /// Set after a write error we could not undo; the log then refuses writes.
+    failed: Option<String>,
+}
+
+/// The engine's write-ahead log.
+pub(crate) struct Wal {
+    dir: PathBuf,
+    inner: Mutex<Inner>,
+    /// Highest sequence number known to be on stable storage; held while fsyncing, so
+    /// concurrent FsyncWal writers queue here and one fsync covers them all.
+    synced: Mutex<u64>,
+    segment_limit: u64,
+}
+
+fn segment_path(dir: &Path, id: u64) -> PathBuf {
+    dir.join(format!("{id:016}.log"))
+}
+
+fn record_crc(seq_and_count: &[u8], payload: &[u8]) -> u32 {
+    crc32c::crc32c_append(crc32c::crc32c(seq_and_count), payload)
+}
+
+fn frame(first_seq: u64, count: u32, payload: &[u8], out: &mut Vec<u8>) {
+    let mut head = [0u8; 12];
+    head[..8].copy_from_slice(&first_seq.to_le_bytes());
+    head[8..].copy_from_slice(&count.to_le_bytes());
+    out.extend_from_slice(&(payload.len() as u32).to_le_bytes());
+    out.extend_from_slice(&record_crc(&head, payload).to_le_bytes());
+    out.extend_from_slice(&head);
+    out.extend_from_slice(payload);
+}
+
+/// Why a segment's record stream ended.
+enum Ending {
+    Clean,
+    /// Damage at this offset, running to the end of the file: a torn write.
+    Torn(u64),
+}
+
+/// Parses one segment; returns its records and how it ended, or a corruption error.
+fn parse_segment(path: &Path, data: &[u8], is_last: bool) -> Result<(Vec<WalRecord>, Ending)> {
+    let mut records = Vec::new();
+    if data.len() < SEGMENT_HEADER {
+        return if is_last { Ok((records, Ending::Torn(0))) } else { Err(Error::corrupt(path, 0, "WAL segment header missing")) };
+    }
+    if &data[..8] != SEGMENT_MAGIC {
+        return Err(Error::corrupt(path, 0, "bad WAL segment magic"));
+    }
+    let version = u32::from_le_bytes([data[8], data[9], data[10], data[11]]);
+    if version != SEGMENT_VERSION {
+        return Err(Error::corrupt(path, 8, format!("unsupported WAL version {version}")));
+    }
+    let data_all = Bytes::copy_from_slice(data);
+    let mut pos = SEGMENT_HEADER;
+    while pos < data.len() {
+        let rest = &data[pos..];
+        let damaged = |reason: &str| -> Result<(Vec<WalRecord>, Ending)> { Err(Error::corrupt(path, pos as u64, reason)) };
+        // Everything after `pos` is zero: a preallocated or partially persisted tail.
+        let zero_tail = rest.iter().all(|&b| b == 0);
+        if rest.len() < RECORD_HEADER {
+            return if is_last { Ok((records, Ending::Torn(pos as u64))) } else { damaged("truncated WAL record header") };
+        }
+        let len = u32::from_le_bytes([rest[0], rest[1], rest[2], rest[3]]) as usize;
+        let crc = u32::from_le_bytes([rest[4], rest[5], rest[6], rest[7]]);
+        let first_seq = u64::from_le_bytes(rest[8..16].try_into().unwrap_or([0; 8]));
+        let count = u32::from_le_bytes(rest[16..20].try_into().unwrap_or([0; 4]));
+        let end = RECORD_HEADER + len;
+        if len == 0 || len > MAX_RECORD || end > rest.len() {
+            // A record that runs past the end of the last segment is a torn append.
+            let runs_off_end = len <= MAX_RECORD && end > rest.len();
+            return if is_last && (runs_off_end || zero_tail) {
+                Ok((records, Ending::Torn(pos as u64)))
+            } else {
+                damaged("WAL record length is invalid")
+            };
+        }
+        let payload = &rest[RECORD_HEADER..end];
+        let actual = record_crc(&rest[8..20], payload);
+        if actual != crc {
+            let after_zero = rest[end..].iter().all(|&b| b == 0);
+            return if is_last && after_zero {
+                Ok((records, Ending::Torn(pos as u64)))
+            } else {
+                damaged("WAL record checksum mismatch in the middle of the log")
+            };
+        }
+        let start = pos + RECORD_HEADER;
+        records.push(WalRecord { first_seq, count, payload: data_all.slice(start..start + len) });
+        pos += end;
+    }
+    Ok((records, Ending::Clean))
+}
+
+impl Wal {
+    /// Replays every segment in `dir` through `replay`, truncates a torn tail, and opens a
+    /// fresh segment for appends. Sequence numbers continue after the larger of the highest
+    /// logged one and `min_last_seq`.
+    pub fn open(
+        dir: &Path,
+        segment_limit: u64,
+        min_last_seq: u64,
+        mut replay: impl FnMut(WalRecord) -> Result<()>,
+    ) -> Result<Wal> {
+        fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
+        let mut ids: Vec<u64> = Vec::new();
+        for entry in fs::read_dir(dir).map_err(|e| Error::io(dir, e))? {
+            let entry = entry.map_err(|e| Error::io(dir, e))?;
+            let name = entry.file_name();
+            let Some(id) = name.to_str().and_then(|n| n.strip_suffix(".log")).and_then(|n| n.parse().ok()) else {
+                continue;
+            };
+            ids.push(id);
+        }
+        ids.sort_unstable();
+        let mut last_seq = min_last_seq;
+        let mut closed = Vec::new();
+        for (i, &id) in ids.iter().enumerate() {
+            let path = segment_path(dir, id);
+            let data = fs::read(&path).map_err(|e| Error::io(&path, e))?;
+            let (records, ending) = parse_segment(&path, &data, i + 1 == ids.len())?;
+            let mut seg_max = 0;
+            for r in records {
+                seg_max = seg_max.max(r.first_seq + u64::from(r.count.max(1)) - 1);
+                replay(r)?;
+            }
+            if let Ending::Torn(at) = ending {
+                let f = File::options().write(true).open(&path).map_err(|e| Error::io(&path, e))?;
+                f.set_len(at).map_err(|e| Error::io(&path, e))?;
+                f.sync_all().map_err(|e| Error::io(&path, e))?;
+            }
+            last_seq = last_seq.max(seg_max);
+            closed.push((id, seg_max));
+        }
+        let id = ids.last().map_or(1, |l| l + 1);
+        let file = Self::create_segment(dir, id)?;
+        Ok(Wal {
+            dir: dir.to_path_buf(),
+            inner: Mutex::new(Inner {
+                file: Arc::new(file),
+                id,
+                size: SEGMENT_HEADER as u64,
+                buf: Vec::new(),
+                next_seq: last_seq + 1,
+                written_seq: last_seq,
+                closed,
+                cur_max_seq: 0,
+                failed: None,
+            }),
+            synced: Mutex::new(last_seq),
+            segment_limit,
+        })
+    }
+
+    fn create_segment(dir: &Path, id: u64) -> Result<File> {
+        let path = segment_path(dir, id);
+        let mut f = File::options().append(true).create_new(true).open(&path).map_err(|e| Error::io(&path, e))?;
+        let mut header = Vec::with_capacity(SEGMENT_HEADER);
+        header.extend_from_slice(SEGMENT_MAGIC);
+        header.extend_from_slice(&SEGMENT_VERSION.to_le_bytes());
+        f.write_all(&header).map_err(|e| Error::io(&path, e))?;
+        f.sync_all().map_err(|e| Error::io(&path, e))?;
+        sync_dir(dir)?;
+        Ok(f)
+    }
+
+    /// Reserves `count` sequence numbers and logs `payload` (unless `SkipWal`). Returns the
+    /// first reserved sequence number. `FsyncWal` callers must then call [`Wal::sync_to`].
+    pub fn append(&self, count: u32, payload: &[u8], durability: Durability) -> Result<u64> {
+        let mut inner = self.inner.lock();
+        if let Some(why) = &inner.failed {
+            return Err(Error::Closed(format!("write-ahead log failed earlier: {why}")));
+        }
+        let first = inner.next_seq;
+        let count = count.max(1);
+        let last = first + u64::from(count) - 1;
+        if durability == Durability::SkipWal {
+            inner.next_seq = last + 1;
+            return Ok(first);
+        }
+        let mut framed = std::mem::take(&mut inner.buf);
+        frame(first, count, payload, &mut framed);
+        let must_write = durability != Durability::AsyncWal || framed.len() >= ASYNC_BUFFER;
+        inner.next_seq = last + 1;
+        inner.cur_max_seq = last;
+        if must_write {
+            self.write_out(&mut inner, &framed, last)?;
+        } else {
+            inner.buf = framed;
+        }
+        Ok(first)
+    }
+
+    /// Hands `bytes` to the OS; on failure, cuts the segment back so no partial record stays.
+    fn write_out(&self, inner: &mut Inner, bytes: &[u8], last_seq: u64) -> Result<()> {
+        let path = segment_path(&self.dir, inner.id);
+        let before = inner.size;
+        if let Err(e) = (&*inner.file).write_all(bytes) {
+            if let Err(e2) = inner.file.set_len(before) {
+                inner.failed = Some(format!("{e}; could not truncate partial record: {e2}"));
+            }
+            return Err(Error::io(path, e));
+        }
+        inner.size += bytes.len() as u64;
+        inner.written_seq = inner.written_seq.max(last_seq);
+        if inner.size >= self.segment_limit {
+            self.roll(inner)?;
+        }
+        Ok(())
+    }
+
+    fn roll(&self, inner: &mut Inner) -> Result<()> {
+        let old = segment_path(&self.dir, inner.id);
+        inner.file.sync_data().map_err(|e| Error::io(&old, e))?;
+        let id = inner.id + 1;
+        let file = Self::create_segment(&self.dir, id)?;
+        inner.closed.push((inner.id, inner.cur_max_seq));
+        inner.file = Arc::new(file);
+        inner.id = id;
+        inner.size = SEGMENT_HEADER as u64;
+        Ok(())
+    }
+
+    /// Writes buffered AsyncWal records to the OS.
+    pub fn flush_buffer(&self) -> Result<()> {
+        let mut inner = self.inner.lock();
+        if inner.buf.is_empty() {
+            return Ok(());
+        }
+        let buf = std::mem::take(&mut inner.buf);
+        let last = inner.cur_max_seq;
+        self.write_out(&mut inner, &buf, last)
+    }
+
+    /// Makes every record up to `seq` durable with one `fdatasync` shared by all waiters.
+    pub fn sync_to(&self, seq: u64) -> Result<()> {
+        let mut synced = self.synced.lock();
+        if *synced >= seq {
+            return Ok(());
+        }
+        if !self.inner.lock().buf.is_empty() {
+            self.flush_buffer()?;
+        }
+        let (file, written, id) = {
+            let inner = self.inner.lock();
+            (inner.file.clone(), inner.written_seq, inner.id)
+        };
+        file.sync_data().map_err(|e| Error::io(segment_path(&self.dir, id), e))?;
+        *synced = written;
+        Ok(())
+    }
+
+    /// Deletes closed segments whose every edit has a sequence number below `seq`.
+    pub fn remove_segments_below(&self, seq: u64) -> Result<()> {
+        let doomed: Vec<u64> = {
+            let mut inner = self.inner.lock();
+            let (gone, kept): (Vec<_>, Vec<_>) = inner.closed.iter().partition(|(_, max)| *max < seq);
+            inner.closed = kept;
+            gone.into_iter().map(|(id, _)| id).collect()
+        };
+        for id in &doomed {
+            let path = segment_path(&self.dir, *id);
+            match fs::remove_file(&path) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(Error::io(path, e)),
+            }
+        }
+        if !doomed.is_empty() {
+            sync_dir(&self.dir)?;
+        }
+        Ok(())
+    }
+
+    /// The last sequence number handed out.
+    pub fn last_seq(&self) -> u64 {
+        self.inner.lock().next_seq - 1
+    }
+
+    /// Number of segment files, including the open one.
+    pub fn segment_count(&self) -> usize {
+        self.inner.lock().closed.len() + 1
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn reopen(dir: &Path) -> Result<Vec<(u64, Vec<u8>)>> {
+        let mut seen = Vec::new();
+        Wal::open(dir, 1 << 20, 0, |r| {
+            seen.push((r.first_seq, r.payload.to_vec()));
+            Ok(())
+        })?;
+        Ok(seen)
+    }
+
+    #[test]
+    fn records_survive_reopen_in_order() {
+        let dir = tempfile::tempdir().unwrap();
+        let wal = Wal::open(dir.path(), 1 << 20, 0, |_| Ok(())).unwrap();
+        assert_eq!(wal.append(2, b"one", Durability::SyncWal).unwrap(), 1);
+        assert_eq!(wal.append(1, b"skip", Durability::SkipWal).unwrap(), 3);
+        let s = wal.append(1, b"two", Durability::FsyncWal).unwrap();
+        wal.sync_to(s).unwrap();
+        wal.append(1, b"three", Durability::AsyncWal).unwrap();
+        wal.flush_buffer().unwrap();
+        drop(wal);
+        assert_eq!(reopen(dir.path()).unwrap(), vec![(1, b"one".to_vec()), (4, b"two".to_vec()), (5, b"three".to_vec())]);
+    }
+
+    #[test]
+    fn rolls_and_removes_flushed_segments() {
+        let dir = tempfile::tempdir().unwrap();
+        let wal = Wal::open(dir.path(), 100, 0, |_| Ok(())).unwrap();
+        for _ in 0..10 {
+            wal.append(1, &[7u8; 60], Durability::SyncWal).unwrap();
+        }
+        assert!(wal.segment_count() >= 5);
+        wal.remove_segments_below(6).unwrap();
+        drop(wal);
+        let seqs: Vec<u64> = reopen(dir.path()).unwrap().into_iter().map(|(s, _)| s).collect();
+        assert!(seqs.iter().all(|&s| s >= 5) && seqs.contains(&10), "{seqs:?}");
+    }
+}

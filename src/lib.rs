@@ -1,0 +1,2 @@
+//! Cellar facade.
+pub use cellar_engine as engine;
