@@ -1,0 +1,55 @@
+//! Helpers shared by the engine's integration tests.
+#![allow(dead_code)]
+
+use std::sync::Arc;
+
+use cellar_engine::*;
+
+/// An engine in a temporary directory with a manual clock at `now`.
+pub struct TestEngine {
+    pub dir: tempfile::TempDir,
+    pub clock: Arc<ManualClock>,
+    pub engine: Option<Engine>,
+}
+
+impl TestEngine {
+    pub fn new(now: u64) -> TestEngine {
+        let dir = tempfile::tempdir().unwrap();
+        let clock = Arc::new(ManualClock::new(now));
+        let engine = Engine::open(dir.path(), Self::options(&clock)).unwrap();
+        TestEngine { dir, clock, engine: Some(engine) }
+    }
+
+    pub fn options(clock: &Arc<ManualClock>) -> EngineOptions {
+        EngineOptions { clock: clock.clone(), block_cache_bytes: 4 << 20, ..EngineOptions::default() }
+    }
+
+    pub fn engine(&self) -> &Engine {
+        self.engine.as_ref().unwrap()
+    }
+
+    pub fn reopen(&mut self) {
+        self.engine = None;
+        self.engine = Some(Engine::open(self.dir.path(), Self::options(&self.clock)).unwrap());
+    }
+
+    pub fn table(&self, name: &str) -> Table {
+        self.engine().table(name).unwrap()
+    }
+}
+
+/// `(qualifier, timestamp, value)` of every cell of a result.
+pub fn cells(r: &RowResult) -> Vec<(String, u64, String)> {
+    r.cells
+        .iter()
+        .map(|c| {
+            let v = if c.cell_type.is_delete() { c.cell_type.name().to_string() } else { String::from_utf8_lossy(&c.value).into_owned() };
+            (format!("{}:{}", String::from_utf8_lossy(&c.family), String::from_utf8_lossy(&c.qualifier)), c.timestamp, v)
+        })
+        .collect()
+}
+
+/// Every row key a scan returns.
+pub fn rows(t: &Table, scan: Scan) -> Vec<String> {
+    t.scan(scan).unwrap().map(|r| String::from_utf8_lossy(&r.unwrap().row).into_owned()).collect()
+}
