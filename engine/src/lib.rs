@@ -41,6 +41,7 @@ mod masking;
 mod memstore;
 pub mod mutation;
 pub mod query;
+pub mod shell;
 mod read;
 mod region;
 mod retention;
