@@ -13,6 +13,7 @@ use bytes::Bytes;
 use parking_lot::{Mutex, RwLock};
 
 use crate::cache::BlockCache;
+use crate::cell::KeyView;
 use crate::descriptor::FamilyDescriptor;
 use crate::memstore::{MemKey, MemValue, Memstore};
 use crate::read::cursor::{CellCursor, MergeCursor};
@@ -280,9 +281,10 @@ impl Region {
             }
             let mut cursors: Vec<Box<dyn CellCursor>> = Vec::new();
             for f in &s.files {
-                cursors.push(Box::new(f.cursor()?));
+                cursors.push(Box::new(f.cursor()));
             }
             let mut merged = MergeCursor::new(cursors);
+            merged.seek(&KeyView::first_of_row(&[]))?;
             let mode = if major { Retention::Major { now } } else { Retention::KeepMarkers };
             let out = ctx.write_file(&mut merged, &s.desc, mode)?;
             replaced.extend(s.files.iter().cloned());

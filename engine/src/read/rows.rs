@@ -53,7 +53,7 @@ fn open_family<'a>(store: &'a Store, snap: &ReadSnapshot, read: &RowRead<'_>) ->
                 continue;
             }
         }
-        sources.push(Box::new(file.cursor()?));
+        sources.push(Box::new(file.cursor()));
     }
     Ok(FamilyRead {
         view: FamilyView { name: store.name.clone(), desc: &store.desc, qualifiers },

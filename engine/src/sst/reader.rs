@@ -150,11 +150,9 @@ impl SstReader {
         }
     }
 
-    /// A cursor positioned before the first cell.
-    pub fn cursor(self: &Arc<Self>) -> Result<SstCursor> {
-        let mut c = SstCursor { reader: self.clone(), block_idx: 0, iter: None };
-        c.load(0)?;
-        Ok(c)
+    /// An unpositioned cursor: it reads nothing until the first `seek`.
+    pub fn cursor(self: &Arc<Self>) -> SstCursor {
+        SstCursor { reader: self.clone(), block_idx: 0, iter: None }
     }
 
     /// Index of the first block whose last key is `>= target`.
