@@ -122,7 +122,9 @@ pub struct Engine {
 
 impl std::fmt::Debug for Engine {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Engine").field("dir", &self.inner.dir).finish()
+        f.debug_struct("Engine")
+            .field("dir", &self.inner.dir)
+            .finish()
     }
 }
 
@@ -136,12 +138,23 @@ fn region_from_entry(
     for fam in &desc.families {
         let mut readers = Vec::new();
         for f in entry.files.iter().filter(|f| f.family == fam.name) {
-            readers.push(Arc::new(SstReader::open(&sst_path(sst_dir, f.id), f.id, cache.clone(), fam.in_memory)?));
+            readers.push(Arc::new(SstReader::open(
+                &sst_path(sst_dir, f.id),
+                f.id,
+                cache.clone(),
+                fam.in_memory,
+            )?));
         }
         files.push(readers);
     }
     let stores = Region::stores_with_files(&desc.families, files);
-    Ok(Region::new(entry.id, Bytes::from(entry.start.clone()), Bytes::from(entry.end.clone()), stores, entry.flushed_seq))
+    Ok(Region::new(
+        entry.id,
+        Bytes::from(entry.start.clone()),
+        Bytes::from(entry.end.clone()),
+        stores,
+        entry.flushed_seq,
+    ))
 }
 
 impl Engine {
@@ -165,7 +178,13 @@ impl Engine {
             .open(&lock_path)
             .map_err(|e| Error::io(&lock_path, e))?;
         lock.try_lock().map_err(|e| {
-            Error::io(&lock_path, std::io::Error::new(std::io::ErrorKind::WouldBlock, format!("data directory is in use: {e}")))
+            Error::io(
+                &lock_path,
+                std::io::Error::new(
+                    std::io::ErrorKind::WouldBlock,
+                    format!("data directory is in use: {e}"),
+                ),
+            )
         })?;
         let catalog = CatalogState::load(&dir.join("MANIFEST"))?;
         let cache = Arc::new(BlockCache::new(opts.block_cache_bytes));
@@ -181,22 +200,40 @@ impl Engine {
                 regions_by_id.insert(region.id, region.clone());
                 regions.push(region);
             }
-            tables.insert(t.descriptor.name.clone(), Arc::new(TableState::new(t.descriptor.clone(), t.enabled, regions)));
+            tables.insert(
+                t.descriptor.name.clone(),
+                Arc::new(TableState::new(t.descriptor.clone(), t.enabled, regions)),
+            );
         }
         let max_file_id = remove_orphan_files(&sst_dir, &referenced)?;
 
         let wal_dir = dir.join("wal");
-        let wal = Wal::open(&wal_dir, opts.wal_segment_bytes, catalog.last_seq, |record| {
-            let (region_id, edits) = decode_batch(record.payload).ok_or_else(|| {
-                Error::corrupt(&wal_dir, 0, format!("WAL record at sequence {} has a malformed payload", record.first_seq))
-            })?;
-            if let Some(region) = regions_by_id.get(&region_id) {
-                let flushed = region.flushed_seq();
-                let fresh: Vec<_> = edits.into_iter().filter(|e| record.first_seq + u64::from(e.seq_offset) > flushed).collect();
-                region.apply(record.first_seq, &fresh);
-            }
-            Ok(())
-        })?;
+        let wal = Wal::open(
+            &wal_dir,
+            opts.wal_segment_bytes,
+            catalog.last_seq,
+            |record| {
+                let (region_id, edits) = decode_batch(record.payload).ok_or_else(|| {
+                    Error::corrupt(
+                        &wal_dir,
+                        0,
+                        format!(
+                            "WAL record at sequence {} has a malformed payload",
+                            record.first_seq
+                        ),
+                    )
+                })?;
+                if let Some(region) = regions_by_id.get(&region_id) {
+                    let flushed = region.flushed_seq();
+                    let fresh: Vec<_> = edits
+                        .into_iter()
+                        .filter(|e| record.first_seq + u64::from(e.seq_offset) > flushed)
+                        .collect();
+                    region.apply(record.first_seq, &fresh);
+                }
+                Ok(())
+            },
+        )?;
         let last_seq = wal.last_seq();
         for region in regions_by_id.values() {
             region.publish(last_seq);
@@ -218,7 +255,9 @@ impl Engine {
             stop,
             _lock: lock,
         };
-        Ok(Engine { inner: Arc::new(inner) })
+        Ok(Engine {
+            inner: Arc::new(inner),
+        })
     }
 
     /// The data directory.
@@ -266,17 +305,27 @@ impl Engine {
     pub fn delete_family(&self, table: &str, family: &str) -> Result<()> {
         self.alter(table, |desc| {
             if desc.get_family(family.as_bytes()).is_none() {
-                return Err(Error::FamilyNotFound { table: desc.name.clone(), family: family.to_string() });
+                return Err(Error::FamilyNotFound {
+                    table: desc.name.clone(),
+                    family: family.to_string(),
+                });
             }
             desc.families.retain(|f| f.name != family);
             if desc.families.is_empty() {
-                return Err(Error::invalid("family", "cannot delete a table's last family"));
+                return Err(Error::invalid(
+                    "family",
+                    "cannot delete a table's last family",
+                ));
             }
             Ok(())
         })
     }
 
-    fn alter(&self, table: &str, change: impl FnOnce(&mut TableDescriptor) -> Result<()>) -> Result<()> {
+    fn alter(
+        &self,
+        table: &str,
+        change: impl FnOnce(&mut TableDescriptor) -> Result<()>,
+    ) -> Result<()> {
         let _ddl = self.inner.ddl.lock();
         let state = self.inner.table_state(table)?;
         let mut desc = state.descriptor();
@@ -359,7 +408,12 @@ impl Engine {
         state.mark_dropped();
         self.inner.persist_locked()?;
         for r in state.regions() {
-            self.inner.delete_files(r.stores().families.iter().flat_map(|s| s.files.iter().cloned()));
+            self.inner.delete_files(
+                r.stores()
+                    .families
+                    .iter()
+                    .flat_map(|s| s.files.iter().cloned()),
+            );
         }
         Ok(())
     }
@@ -376,7 +430,12 @@ impl Engine {
         let old = state.replace_regions(vec![fresh]);
         self.inner.persist_locked()?;
         for r in old {
-            self.inner.delete_files(r.stores().families.iter().flat_map(|s| s.files.iter().cloned()));
+            self.inner.delete_files(
+                r.stores()
+                    .families
+                    .iter()
+                    .flat_map(|s| s.files.iter().cloned()),
+            );
         }
         self.inner.trim_wal()
     }
@@ -478,7 +537,11 @@ fn remove_orphan_files(sst_dir: &Path, referenced: &std::collections::HashSet<u6
     for entry in fs::read_dir(sst_dir).map_err(|e| Error::io(sst_dir, e))? {
         let entry = entry.map_err(|e| Error::io(sst_dir, e))?;
         let name = entry.file_name();
-        let Some(id) = name.to_str().and_then(|n| n.strip_suffix(".sst")).and_then(|n| n.parse::<u64>().ok()) else {
+        let Some(id) = name
+            .to_str()
+            .and_then(|n| n.strip_suffix(".sst"))
+            .and_then(|n| n.parse::<u64>().ok())
+        else {
             continue;
         };
         max_id = max_id.max(id);
@@ -495,17 +558,19 @@ fn remove_orphan_files(sst_dir: &Path, referenced: &std::collections::HashSet<u6
 
 /// Writes buffered AsyncWal records to the OS every 100 ms until the engine closes.
 fn spawn_wal_flusher(wal: Weak<Wal>, stop: Arc<AtomicBool>) {
-    let spawned = std::thread::Builder::new().name("cellar-wal-flush".into()).spawn(move || {
-        while !stop.load(Ordering::Relaxed) {
-            std::thread::sleep(Duration::from_millis(100));
-            match wal.upgrade() {
-                Some(w) => {
-                    let _ = w.flush_buffer();
+    let spawned = std::thread::Builder::new()
+        .name("cellar-wal-flush".into())
+        .spawn(move || {
+            while !stop.load(Ordering::Relaxed) {
+                std::thread::sleep(Duration::from_millis(100));
+                match wal.upgrade() {
+                    Some(w) => {
+                        let _ = w.flush_buffer();
+                    }
+                    None => return,
                 }
-                None => return,
             }
-        }
-    });
+        });
     // Without the thread, AsyncWal records still reach the OS when the buffer fills, on any
     // synchronous write, on flush and on close.
     drop(spawned);
@@ -513,18 +578,32 @@ fn spawn_wal_flusher(wal: Weak<Wal>, stop: Arc<AtomicBool>) {
 
 impl EngineInner {
     pub fn table_state(&self, name: &str) -> Result<Arc<TableState>> {
-        self.tables.read().get(name).cloned().ok_or_else(|| Error::TableNotFound(name.to_string()))
+        self.tables
+            .read()
+            .get(name)
+            .cloned()
+            .ok_or_else(|| Error::TableNotFound(name.to_string()))
     }
 
     fn new_region(&self, desc: &TableDescriptor) -> Arc<Region> {
         let id = self.next_region_id.fetch_add(1, Ordering::Relaxed);
-        let region = Region::new(id, Bytes::new(), Bytes::new(), Region::empty_stores(&desc.families), self.wal.last_seq());
+        let region = Region::new(
+            id,
+            Bytes::new(),
+            Bytes::new(),
+            Region::empty_stores(&desc.families),
+            self.wal.last_seq(),
+        );
         region.publish(self.wal.last_seq());
         Arc::new(region)
     }
 
     pub fn file_context(&self) -> FileContext<'_> {
-        FileContext { sst_dir: &self.sst_dir, cache: &self.cache, next_file_id: &self.next_file_id }
+        FileContext {
+            sst_dir: &self.sst_dir,
+            cache: &self.cache,
+            next_file_id: &self.next_file_id,
+        }
     }
 
     /// Flushes one region (catalog not persisted).
@@ -577,11 +656,20 @@ impl EngineInner {
                         .stores()
                         .families
                         .iter()
-                        .flat_map(|s| s.files.iter().map(|f| FileEntry { family: s.desc.name.clone(), id: f.id() }))
+                        .flat_map(|s| {
+                            s.files.iter().map(|f| FileEntry {
+                                family: s.desc.name.clone(),
+                                id: f.id(),
+                            })
+                        })
                         .collect(),
                 })
                 .collect();
-            state.tables.push(TableEntry { descriptor: t.descriptor(), enabled: t.is_enabled(), regions });
+            state.tables.push(TableEntry {
+                descriptor: t.descriptor(),
+                enabled: t.is_enabled(),
+                regions,
+            });
         }
         drop(tables);
         state.store(&self.dir.join("MANIFEST"))

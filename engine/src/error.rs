@@ -89,16 +89,30 @@ pub enum Error {
 impl Error {
     /// Wraps an I/O error with the path it concerns.
     pub(crate) fn io(path: impl Into<PathBuf>, source: std::io::Error) -> Self {
-        Error::Io { path: path.into(), source }
+        Error::Io {
+            path: path.into(),
+            source,
+        }
     }
 
     /// A corruption error for `path` at `offset`.
-    pub(crate) fn corrupt(path: impl Into<PathBuf>, offset: u64, reason: impl Into<String>) -> Self {
-        Error::Corrupt { path: path.into(), offset, reason: reason.into() }
+    pub(crate) fn corrupt(
+        path: impl Into<PathBuf>,
+        offset: u64,
+        reason: impl Into<String>,
+    ) -> Self {
+        Error::Corrupt {
+            path: path.into(),
+            offset,
+            reason: reason.into(),
+        }
     }
 
     /// An invalid-argument error.
     pub(crate) fn invalid(arg: &'static str, reason: impl Into<String>) -> Self {
-        Error::InvalidArgument { arg, reason: reason.into() }
+        Error::InvalidArgument {
+            arg,
+            reason: reason.into(),
+        }
     }
 }

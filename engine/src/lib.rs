@@ -29,8 +29,8 @@
 //! ```
 
 pub mod cache;
-pub mod cell;
 mod catalog;
+pub mod cell;
 pub mod clock;
 pub mod descriptor;
 mod engine;
@@ -41,11 +41,11 @@ mod masking;
 mod memstore;
 pub mod mutation;
 pub mod query;
-pub mod shell;
 mod read;
 mod region;
 mod retention;
 mod scanner;
+pub mod shell;
 mod sst;
 mod table;
 mod wal;
@@ -57,7 +57,9 @@ pub use descriptor::{BloomType, Compression, Durability, FamilyDescriptor, Table
 pub use engine::{Engine, EngineOptions, RegionInfo};
 pub use error::{Error, Result};
 pub use filter::Filter;
-pub use mutation::{Append, CheckAndMutate, CompareOp, Delete, Increment, Mutation, Put, RowMutations};
+pub use mutation::{
+    Append, CheckAndMutate, CompareOp, Delete, Increment, Mutation, Put, RowMutations,
+};
 pub use query::{prefix_successor, Get, RowResult, Scan, TimeRange};
 pub use scanner::Scanner;
 pub use table::Table;

@@ -26,7 +26,13 @@ pub(crate) struct MemKey {
 
 impl MemKey {
     pub fn view(&self) -> KeyView<'_> {
-        KeyView { row: &self.row, qualifier: &self.qualifier, ts: self.ts, kind: self.kind, seq: self.seq }
+        KeyView {
+            row: &self.row,
+            qualifier: &self.qualifier,
+            ts: self.ts,
+            kind: self.kind,
+            seq: self.seq,
+        }
     }
 
     fn from_view(k: &KeyView<'_>) -> MemKey {
@@ -97,7 +103,11 @@ impl Memstore {
 
     /// A cursor that shows only cells with `seq <= read_point`.
     pub fn cursor(&self, read_point: u64) -> MemCursor<'_> {
-        let mut c = MemCursor { map: &self.map, cur: self.map.front(), read_point };
+        let mut c = MemCursor {
+            map: &self.map,
+            cur: self.map.front(),
+            read_point,
+        };
         c.skip_invisible();
         c
     }
@@ -127,7 +137,10 @@ impl CellCursor for MemCursor<'_> {
     }
 
     fn value(&self) -> Bytes {
-        self.cur.as_ref().map(|e| e.value().value.clone()).unwrap_or_default()
+        self.cur
+            .as_ref()
+            .map(|e| e.value().value.clone())
+            .unwrap_or_default()
     }
 
     fn ttl_ms(&self) -> Option<u64> {
@@ -174,8 +187,17 @@ mod tests {
 
     fn put(m: &Memstore, row: &'static str, q: &'static str, ts: u64, seq: u64) {
         m.insert(
-            MemKey { row: row.into(), qualifier: q.into(), ts, kind: CellType::Put, seq },
-            MemValue { value: Bytes::from(format!("{row}{q}{ts}")), ttl_ms: None },
+            MemKey {
+                row: row.into(),
+                qualifier: q.into(),
+                ts,
+                kind: CellType::Put,
+                seq,
+            },
+            MemValue {
+                value: Bytes::from(format!("{row}{q}{ts}")),
+                ttl_ms: None,
+            },
         );
     }
 
@@ -192,7 +214,10 @@ mod tests {
             seen.push((String::from_utf8(k.row.to_vec()).unwrap(), k.ts));
             c.next().unwrap();
         }
-        assert_eq!(seen, vec![("a".into(), 2), ("a".into(), 1), ("b".into(), 1)]);
+        assert_eq!(
+            seen,
+            vec![("a".into(), 2), ("a".into(), 1), ("b".into(), 1)]
+        );
         assert_eq!(c.prev_row(None).unwrap().as_deref(), Some(&b"b"[..]));
         assert_eq!(c.prev_row(Some(b"b")).unwrap().as_deref(), Some(&b"a"[..]));
         assert_eq!(c.prev_row(Some(b"a")).unwrap(), None);

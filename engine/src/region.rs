@@ -99,7 +99,12 @@ impl FileContext<'_> {
                 let _ = std::fs::remove_file(&path);
                 Ok(None)
             }
-            Ok(_) => Ok(Some(Arc::new(SstReader::open(&path, id, self.cache.clone(), desc.in_memory)?))),
+            Ok(_) => Ok(Some(Arc::new(SstReader::open(
+                &path,
+                id,
+                self.cache.clone(),
+                desc.in_memory,
+            )?))),
             Err(e) => {
                 let _ = std::fs::remove_file(&path);
                 Err(e)
@@ -125,7 +130,13 @@ pub(crate) struct Region {
 }
 
 impl Region {
-    pub fn new(id: u64, start: Bytes, end: Bytes, stores: RegionStores, flushed_seq: u64) -> Region {
+    pub fn new(
+        id: u64,
+        start: Bytes,
+        end: Bytes,
+        stores: RegionStores,
+        flushed_seq: u64,
+    ) -> Region {
         Region {
             id,
             start,
@@ -141,11 +152,16 @@ impl Region {
 
     /// Empty stores for `families`.
     pub fn empty_stores(families: &[FamilyDescriptor]) -> RegionStores {
-        RegionStores { families: families.iter().cloned().map(Store::new).collect() }
+        RegionStores {
+            families: families.iter().cloned().map(Store::new).collect(),
+        }
     }
 
     /// Stores with existing files (at open).
-    pub fn stores_with_files(families: &[FamilyDescriptor], files: Vec<Vec<Arc<SstReader>>>) -> RegionStores {
+    pub fn stores_with_files(
+        families: &[FamilyDescriptor],
+        files: Vec<Vec<Arc<SstReader>>>,
+    ) -> RegionStores {
         let mut stores = Self::empty_stores(families);
         for (s, f) in stores.families.iter_mut().zip(files) {
             s.files = f;
@@ -161,7 +177,10 @@ impl Region {
     /// at or below the read point is in a memstore or file of the snapshot.
     pub fn snapshot(&self) -> ReadSnapshot {
         let read_point = self.visible_seq.load(Ordering::Acquire);
-        ReadSnapshot { stores: self.stores(), read_point }
+        ReadSnapshot {
+            stores: self.stores(),
+            read_point,
+        }
     }
 
     pub fn flushed_seq(&self) -> u64 {
@@ -187,7 +206,10 @@ impl Region {
                         kind: e.kind,
                         seq: first_seq + u64::from(e.seq_offset),
                     },
-                    MemValue { value: e.value.clone(), ttl_ms: e.ttl_ms },
+                    MemValue {
+                        value: e.value.clone(),
+                        ttl_ms: e.ttl_ms,
+                    },
                 );
             }
         }
@@ -200,17 +222,29 @@ impl Region {
 
     /// Bytes held in memstores.
     pub fn memstore_size(&self) -> usize {
-        self.stores().families.iter().map(|s| s.active.size() + s.frozen.as_ref().map_or(0, |f| f.size())).sum()
+        self.stores()
+            .families
+            .iter()
+            .map(|s| s.active.size() + s.frozen.as_ref().map_or(0, |f| f.size()))
+            .sum()
     }
 
     /// True if any memstore holds data.
     pub fn has_unflushed(&self) -> bool {
-        self.stores().families.iter().any(|s| !s.active.is_empty() || s.frozen.is_some())
+        self.stores()
+            .families
+            .iter()
+            .any(|s| !s.active.is_empty() || s.frozen.is_some())
     }
 
     /// Bytes in SSTables.
     pub fn file_size(&self) -> u64 {
-        self.stores().families.iter().flat_map(|s| &s.files).map(|f| f.size()).sum()
+        self.stores()
+            .families
+            .iter()
+            .flat_map(|s| &s.files)
+            .map(|f| f.size())
+            .sum()
     }
 
     /// Number of SSTables.
@@ -270,7 +304,12 @@ impl Region {
     /// Merges each family's files into one. Major compaction applies the full retention rules
     /// at time `now`; minor keeps delete markers. Returns the replaced files, which the caller
     /// deletes once the catalog no longer lists them.
-    pub fn compact(&self, ctx: &FileContext<'_>, major: bool, now: u64) -> Result<Vec<Arc<SstReader>>> {
+    pub fn compact(
+        &self,
+        ctx: &FileContext<'_>,
+        major: bool,
+        now: u64,
+    ) -> Result<Vec<Arc<SstReader>>> {
         let _m = self.maintenance.lock();
         let current = self.stores();
         let mut replaced = Vec::new();
@@ -285,7 +324,11 @@ impl Region {
             }
             let mut merged = MergeCursor::new(cursors);
             merged.seek(&KeyView::first_of_row(&[]))?;
-            let mode = if major { Retention::Major { now } } else { Retention::KeepMarkers };
+            let mode = if major {
+                Retention::Major { now }
+            } else {
+                Retention::KeepMarkers
+            };
             let out = ctx.write_file(&mut merged, &s.desc, mode)?;
             replaced.extend(s.files.iter().cloned());
             outputs.push((s.name.clone(), out));
@@ -298,7 +341,10 @@ impl Region {
         for s in &mut next.families {
             if let Some((_, out)) = outputs.iter().find(|(n, _)| *n == s.name) {
                 // Only this method removes files, under `maintenance`; flushes only prepend.
-                let input_ids: Vec<u64> = current.family(&s.name).map(|c| c.files.iter().map(|f| f.id()).collect()).unwrap_or_default();
+                let input_ids: Vec<u64> = current
+                    .family(&s.name)
+                    .map(|c| c.files.iter().map(|f| f.id()).collect())
+                    .unwrap_or_default();
                 s.files.retain(|f| !input_ids.contains(&f.id()));
                 if let Some(o) = out {
                     s.files.push(o.clone());
@@ -318,7 +364,10 @@ impl Region {
         let mut next = RegionStores::default();
         for desc in families {
             let store = match guard.family(desc.name.as_bytes()) {
-                Some(existing) => Store { desc: desc.clone(), ..existing.clone() },
+                Some(existing) => Store {
+                    desc: desc.clone(),
+                    ..existing.clone()
+                },
                 None => Store::new(desc.clone()),
             };
             next.families.push(store);

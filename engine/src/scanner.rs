@@ -35,7 +35,10 @@ pub struct Scanner {
 
 impl std::fmt::Debug for Scanner {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Scanner").field("rows_left", &self.rows_left).field("done", &self.done).finish()
+        f.debug_struct("Scanner")
+            .field("rows_left", &self.rows_left)
+            .field("done", &self.done)
+            .finish()
     }
 }
 
@@ -60,7 +63,13 @@ impl Scanner {
             let snap = r.snapshot();
             (r, snap)
         });
-        let limit = [scan.limit, scan.spec.filter.as_ref().and_then(|f| f.page_limit())].into_iter().flatten().min();
+        let limit = [
+            scan.limit,
+            scan.spec.filter.as_ref().and_then(|f| f.page_limit()),
+        ]
+        .into_iter()
+        .flatten()
+        .min();
         Scanner {
             regions: regions.collect(),
             next_region: 0,
@@ -90,7 +99,13 @@ impl Scanner {
                 }
             };
             let (region, snap) = &self.regions[self.next_region];
-            let read = RowRead { range: &range, reversed: self.scan.reversed, spec: &self.scan.spec, now: self.now, point_row: None };
+            let read = RowRead {
+                range: &range,
+                reversed: self.scan.reversed,
+                spec: &self.scan.spec,
+                now: self.now,
+                point_row: None,
+            };
             let want = FILL_ROWS.min(self.rows_left);
             let mut got = 0usize;
             let batch = self.scan.batch;
@@ -100,14 +115,20 @@ impl Scanner {
                 match batch {
                     Some(n) if row.cells.len() > n => {
                         for chunk in row.cells.chunks(n) {
-                            buffer.push_back(RowResult { row: row.row.clone(), cells: chunk.to_vec() });
+                            buffer.push_back(RowResult {
+                                row: row.row.clone(),
+                                cells: chunk.to_vec(),
+                            });
                         }
                     }
                     _ => buffer.push_back(row),
                 }
                 got < want
             })?;
-            region.counters.reads.fetch_add(got as u64, Ordering::Relaxed);
+            region
+                .counters
+                .reads
+                .fetch_add(got as u64, Ordering::Relaxed);
             self.rows_left -= got;
             match last {
                 Some(last) if got == want => {

@@ -71,7 +71,11 @@ impl TableState {
 
     /// The region holding `row`.
     pub fn region_for(&self, row: &[u8]) -> Option<Arc<Region>> {
-        self.regions.read().iter().find(|r| r.contains(row)).cloned()
+        self.regions
+            .read()
+            .iter()
+            .find(|r| r.contains(row))
+            .cloned()
     }
 }
 
@@ -95,7 +99,11 @@ type Resolved = Vec<WalEdit>;
 impl Table {
     pub(crate) fn new(engine: Arc<EngineInner>, state: Arc<TableState>) -> Table {
         let name = state.descriptor().name;
-        Table { engine, state, name }
+        Table {
+            engine,
+            state,
+            name,
+        }
     }
 
     /// The table's name.
@@ -120,13 +128,18 @@ impl Table {
 
     fn check_family(&self, desc: &TableDescriptor, family: &[u8]) -> Result<()> {
         if desc.get_family(family).is_none() {
-            return Err(Error::FamilyNotFound { table: self.name.clone(), family: to_printable(family) });
+            return Err(Error::FamilyNotFound {
+                table: self.name.clone(),
+                family: to_printable(family),
+            });
         }
         Ok(())
     }
 
     fn region(&self, row: &[u8]) -> Result<Arc<Region>> {
-        self.state.region_for(row).ok_or_else(|| Error::TableNotFound(self.name.clone()))
+        self.state
+            .region_for(row)
+            .ok_or_else(|| Error::TableNotFound(self.name.clone()))
     }
 
     /// Checks a mutation against the schema before anything is written.
@@ -149,7 +162,14 @@ impl Table {
 
     /// Turns a mutation into logged edits: resolves "now" and latest-version deletes. Runs
     /// under the region's write lock.
-    fn resolve(&self, region: &Region, desc: &TableDescriptor, m: &Mutation, offset: u32, now: u64) -> Result<Resolved> {
+    fn resolve(
+        &self,
+        region: &Region,
+        desc: &TableDescriptor,
+        m: &Mutation,
+        offset: u32,
+        now: u64,
+    ) -> Result<Resolved> {
         let at = |ts: u64| if ts == LATEST_TIMESTAMP { now } else { ts };
         let edit = |row: &Bytes, e: &Edit, ts: u64, ttl: Option<u64>| WalEdit {
             seq_offset: offset,
@@ -187,7 +207,8 @@ impl Table {
                     if e.kind == CellType::Delete && e.ts == LATEST_TIMESTAMP {
                         // HBase semantics: deleting "the latest version" marks the newest
                         // visible version's timestamp; with no visible version it is a no-op.
-                        let latest = self.read_row_locked(region, &d.row, &e.family, &e.qualifier, now)?;
+                        let latest =
+                            self.read_row_locked(region, &d.row, &e.family, &e.qualifier, now)?;
                         if let Some(c) = latest {
                             out.push(edit(&d.row, e, c.timestamp, None));
                         }
@@ -201,7 +222,14 @@ impl Table {
     }
 
     /// The latest visible cell of one column, read while holding the region's write lock.
-    fn read_row_locked(&self, region: &Region, row: &Bytes, family: &Bytes, qualifier: &Bytes, now: u64) -> Result<Option<Cell>> {
+    fn read_row_locked(
+        &self,
+        region: &Region,
+        row: &Bytes,
+        family: &Bytes,
+        qualifier: &Bytes,
+        now: u64,
+    ) -> Result<Option<Cell>> {
         let get = Get::new(row.clone()).column(family.clone(), qualifier.clone());
         let r = self.get_in_region(region, &get, now)?;
         Ok(r.cells.into_iter().next())
@@ -228,17 +256,30 @@ impl Table {
             }
             self.commit(region, &edits, offset, durability)?
         };
-        region.counters.writes.fetch_add(groups.iter().map(|g| g.len() as u64).sum(), Ordering::Relaxed);
+        region.counters.writes.fetch_add(
+            groups.iter().map(|g| g.len() as u64).sum(),
+            Ordering::Relaxed,
+        );
         self.after_write(region, last_seq, durability)
     }
 
     /// Logs and applies resolved edits; caller holds the region's write lock. Returns the last
     /// sequence number used.
-    fn commit(&self, region: &Region, edits: &[WalEdit], count: u32, durability: Durability) -> Result<u64> {
+    fn commit(
+        &self,
+        region: &Region,
+        edits: &[WalEdit],
+        count: u32,
+        durability: Durability,
+    ) -> Result<u64> {
         if edits.is_empty() {
             return Ok(0);
         }
-        let payload = if durability == Durability::SkipWal { Vec::new() } else { encode_batch(region.id, edits) };
+        let payload = if durability == Durability::SkipWal {
+            Vec::new()
+        } else {
+            encode_batch(region.id, edits)
+        };
         let _gate = self.engine.apply_gate.read();
         let first = self.engine.wal.append(count, &payload, durability)?;
         region.apply(first, edits);
@@ -299,7 +340,10 @@ impl Table {
         check_row(&rm.row)?;
         for m in &rm.mutations {
             if m.row() != rm.row.as_ref() {
-                return Err(Error::invalid("mutations", "every mutation of a RowMutations must target its row"));
+                return Err(Error::invalid(
+                    "mutations",
+                    "every mutation of a RowMutations must target its row",
+                ));
             }
             self.validate(desc, m)?;
         }
@@ -330,9 +374,20 @@ impl Table {
             }
         }
         for (region, idx) in by_region {
-            let strongest = idx.iter().map(|&i| self.durability(&desc, mutations[i].durability())).max_by_key(|d| *d as u8);
-            let groups: Vec<&[Mutation]> = idx.iter().map(|&i| std::slice::from_ref(&mutations[i])).collect();
-            if let Err(e) = self.write_region(&region, &desc, &groups, strongest.unwrap_or(desc.durability)) {
+            let strongest = idx
+                .iter()
+                .map(|&i| self.durability(&desc, mutations[i].durability()))
+                .max_by_key(|d| *d as u8);
+            let groups: Vec<&[Mutation]> = idx
+                .iter()
+                .map(|&i| std::slice::from_ref(&mutations[i]))
+                .collect();
+            if let Err(e) = self.write_region(
+                &region,
+                &desc,
+                &groups,
+                strongest.unwrap_or(desc.durability),
+            ) {
                 let msg = e.to_string();
                 for &i in &idx {
                     results[i] = Err(Error::Closed(format!("batch write failed: {msg}")));
@@ -351,7 +406,10 @@ impl Table {
         let desc = self.check_usable()?;
         check_row(&inc.row)?;
         if inc.columns.is_empty() {
-            return Err(Error::invalid("increment", "an increment needs at least one column"));
+            return Err(Error::invalid(
+                "increment",
+                "an increment needs at least one column",
+            ));
         }
         for (f, _, _) in &inc.columns {
             self.check_family(&desc, f)?;
@@ -359,26 +417,37 @@ impl Table {
         let ttl = inc.ttl_ms;
         let row = inc.row.clone();
         let durability = self.durability(&desc, inc.durability);
-        self.read_modify_write(&row, durability, &inc.columns, |current, f, q, delta: &i64| {
-            let old = match current {
-                None => 0,
-                Some(c) => {
-                    let bytes: [u8; 8] = c.value.as_ref().try_into().map_err(|_| Error::NotACounter {
+        self.read_modify_write(
+            &row,
+            durability,
+            &inc.columns,
+            |current, f, q, delta: &i64| {
+                let old = match current {
+                    None => 0,
+                    Some(c) => {
+                        let bytes: [u8; 8] =
+                            c.value
+                                .as_ref()
+                                .try_into()
+                                .map_err(|_| Error::NotACounter {
+                                    row: to_printable(&row),
+                                    family: to_printable(f),
+                                    qualifier: to_printable(q),
+                                    len: c.value.len(),
+                                })?;
+                        i64::from_be_bytes(bytes)
+                    }
+                };
+                let new = old
+                    .checked_add(*delta)
+                    .ok_or_else(|| Error::CounterOverflow {
                         row: to_printable(&row),
                         family: to_printable(f),
                         qualifier: to_printable(q),
-                        len: c.value.len(),
                     })?;
-                    i64::from_be_bytes(bytes)
-                }
-            };
-            let new = old.checked_add(*delta).ok_or_else(|| Error::CounterOverflow {
-                row: to_printable(&row),
-                family: to_printable(f),
-                qualifier: to_printable(q),
-            })?;
-            Ok((Bytes::copy_from_slice(&new.to_be_bytes()), ttl))
-        })
+                Ok((Bytes::copy_from_slice(&new.to_be_bytes()), ttl))
+            },
+        )
     }
 
     /// Appends bytes to cells atomically and returns the new values.
@@ -389,18 +458,26 @@ impl Table {
         let desc = self.check_usable()?;
         check_row(&app.row)?;
         if app.columns.is_empty() {
-            return Err(Error::invalid("append", "an append needs at least one column"));
+            return Err(Error::invalid(
+                "append",
+                "an append needs at least one column",
+            ));
         }
         for (f, _, _) in &app.columns {
             self.check_family(&desc, f)?;
         }
         let row = app.row.clone();
         let durability = self.durability(&desc, app.durability);
-        self.read_modify_write(&row, durability, &app.columns, |current, _, _, suffix: &Bytes| {
-            let mut v = current.map(|c| c.value.to_vec()).unwrap_or_default();
-            v.extend_from_slice(suffix);
-            Ok((Bytes::from(v), None))
-        })
+        self.read_modify_write(
+            &row,
+            durability,
+            &app.columns,
+            |current, _, _, suffix: &Bytes| {
+                let mut v = current.map(|c| c.value.to_vec()).unwrap_or_default();
+                v.extend_from_slice(suffix);
+                Ok((Bytes::from(v), None))
+            },
+        )
     }
 
     /// Shared body of increment and append: read each column's latest value under the write
@@ -447,7 +524,10 @@ impl Table {
         };
         region.counters.writes.fetch_add(1, Ordering::Relaxed);
         self.after_write(&region, last_seq, durability)?;
-        Ok(RowResult { row: row.clone(), cells })
+        Ok(RowResult {
+            row: row.clone(),
+            cells,
+        })
     }
 
     /// Applies the mutations if the check passes; returns whether it passed.
@@ -460,7 +540,13 @@ impl Table {
         self.check_family(&desc, &cam.family)?;
         let row = cam.mutations.row.clone();
         let region = self.region(&row)?;
-        let durability = self.durability(&desc, cam.mutations.mutations.iter().find_map(Mutation::durability));
+        let durability = self.durability(
+            &desc,
+            cam.mutations
+                .mutations
+                .iter()
+                .find_map(Mutation::durability),
+        );
         let last_seq = {
             let _w = region.write_lock.lock();
             let now = self.engine.opts.clock.now_ms();
@@ -477,7 +563,12 @@ impl Table {
             for (i, m) in cam.mutations.mutations.iter().enumerate() {
                 edits.extend(self.resolve(&region, &desc, m, i as u32, now)?);
             }
-            self.commit(&region, &edits, cam.mutations.mutations.len() as u32, durability)?
+            self.commit(
+                &region,
+                &edits,
+                cam.mutations.mutations.len() as u32,
+                durability,
+            )?
         };
         region.counters.writes.fetch_add(1, Ordering::Relaxed);
         self.after_write(&region, last_seq, durability)?;
@@ -494,8 +585,17 @@ impl Table {
     fn get_in_region(&self, region: &Region, get: &Get, now: u64) -> Result<RowResult> {
         let snap = region.snapshot();
         let range = RowRange::single(get.row.clone());
-        let read = RowRead { range: &range, reversed: false, spec: &get.spec, now, point_row: Some(&get.row) };
-        let mut out = RowResult { row: get.row.clone(), cells: Vec::new() };
+        let read = RowRead {
+            range: &range,
+            reversed: false,
+            spec: &get.spec,
+            now,
+            point_row: Some(&get.row),
+        };
+        let mut out = RowResult {
+            row: get.row.clone(),
+            cells: Vec::new(),
+        };
         read_rows(&snap, &read, |r| {
             out = r;
             false
@@ -541,6 +641,10 @@ impl Table {
     pub fn scan(&self, scan: Scan) -> Result<Scanner> {
         let desc = self.check_usable()?;
         self.check_spec(&desc, &scan.spec)?;
-        Ok(Scanner::new(self.state.regions(), scan, self.engine.opts.clock.now_ms()))
+        Ok(Scanner::new(
+            self.state.regions(),
+            scan,
+            self.engine.opts.clock.now_ms(),
+        ))
     }
 }

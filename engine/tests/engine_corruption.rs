@@ -11,7 +11,11 @@ use cellar_engine::*;
 use common::*;
 
 fn files_with_ext(dir: &Path, ext: &str) -> Vec<PathBuf> {
-    let mut v: Vec<PathBuf> = fs::read_dir(dir).unwrap().map(|e| e.unwrap().path()).filter(|p| p.extension().is_some_and(|e| e == ext)).collect();
+    let mut v: Vec<PathBuf> = fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == ext))
+        .collect();
     v.sort();
     v
 }
@@ -23,10 +27,13 @@ fn flip(path: &Path, offset: usize) {
 }
 
 fn setup(te: &TestEngine, rows: usize) -> Table {
-    te.engine().create_table(TableDescriptor::new("t").family(FamilyDescriptor::new("f").block_size(1024))).unwrap();
+    te.engine()
+        .create_table(TableDescriptor::new("t").family(FamilyDescriptor::new("f").block_size(1024)))
+        .unwrap();
     let t = te.table("t");
     for i in 0..rows {
-        t.put(Put::new(format!("row{i:05}")).add("f", "q", format!("value{i}"))).unwrap();
+        t.put(Put::new(format!("row{i:05}")).add("f", "q", format!("value{i}")))
+            .unwrap();
     }
     t
 }
@@ -37,13 +44,19 @@ fn flipped_sstable_block_byte_is_a_corruption_error_naming_the_file() {
     drop(setup(&te, 500));
     te.engine().flush("t").unwrap();
     te.engine = None;
-    let sst = files_with_ext(&te.dir.path().join("sst"), "sst").pop().unwrap();
+    let sst = files_with_ext(&te.dir.path().join("sst"), "sst")
+        .pop()
+        .unwrap();
     flip(&sst, 100);
     te.reopen();
     let t = te.table("t");
     let err = t.get(Get::new("row00001")).unwrap_err();
     match &err {
-        Error::Corrupt { path, offset, reason } => {
+        Error::Corrupt {
+            path,
+            offset,
+            reason,
+        } => {
             assert_eq!(path, &sst);
             assert_eq!(*offset, 0, "first data block starts at 0");
             assert!(reason.contains("checksum"), "{reason}");
@@ -51,7 +64,14 @@ fn flipped_sstable_block_byte_is_a_corruption_error_naming_the_file() {
         other => panic!("expected corruption, got {other}"),
     }
     // Rows in undamaged blocks still read; a scan over the damage reports it and stops.
-    assert_eq!(t.get(Get::new("row00400")).unwrap().value(b"f", b"q").unwrap().as_ref(), b"value400");
+    assert_eq!(
+        t.get(Get::new("row00400"))
+            .unwrap()
+            .value(b"f", b"q")
+            .unwrap()
+            .as_ref(),
+        b"value400"
+    );
     let results: Vec<_> = t.scan(Scan::new()).unwrap().collect();
     assert!(matches!(results.last(), Some(Err(Error::Corrupt { .. }))));
 }
@@ -62,11 +82,16 @@ fn damaged_sstable_footer_fails_open_with_its_name() {
     drop(setup(&te, 50));
     te.engine().flush("t").unwrap();
     te.engine = None;
-    let sst = files_with_ext(&te.dir.path().join("sst"), "sst").pop().unwrap();
+    let sst = files_with_ext(&te.dir.path().join("sst"), "sst")
+        .pop()
+        .unwrap();
     let len = fs::metadata(&sst).unwrap().len() as usize;
     flip(&sst, len - 20);
     let err = Engine::open(te.dir.path(), TestEngine::options(&te.clock)).unwrap_err();
-    assert!(matches!(&err, Error::Corrupt { path, .. } if *path == sst), "{err}");
+    assert!(
+        matches!(&err, Error::Corrupt { path, .. } if *path == sst),
+        "{err}"
+    );
 }
 
 #[test]
@@ -74,14 +99,24 @@ fn flipped_byte_mid_wal_is_reported_not_skipped() {
     let mut te = TestEngine::new(1000);
     drop(setup(&te, 200));
     te.engine = None;
-    let seg = files_with_ext(&te.dir.path().join("wal"), "log").into_iter().find(|p| fs::metadata(p).unwrap().len() > 1000).unwrap();
+    let seg = files_with_ext(&te.dir.path().join("wal"), "log")
+        .into_iter()
+        .find(|p| fs::metadata(p).unwrap().len() > 1000)
+        .unwrap();
     flip(&seg, 500);
     let err = Engine::open(te.dir.path(), TestEngine::options(&te.clock)).unwrap_err();
     match &err {
-        Error::Corrupt { path, offset, reason } => {
+        Error::Corrupt {
+            path,
+            offset,
+            reason,
+        } => {
             assert_eq!(path, &seg);
             assert!(*offset <= 500 && *offset > 12, "offset {offset}");
-            assert!(reason.contains("middle of the log") || reason.contains("length"), "{reason}");
+            assert!(
+                reason.contains("middle of the log") || reason.contains("length"),
+                "{reason}"
+            );
         }
         other => panic!("expected corruption, got {other}"),
     }
@@ -92,7 +127,10 @@ fn torn_wal_tail_is_truncated_and_earlier_writes_survive() {
     let mut te = TestEngine::new(1000);
     drop(setup(&te, 100));
     te.engine = None;
-    let seg = files_with_ext(&te.dir.path().join("wal"), "log").into_iter().find(|p| fs::metadata(p).unwrap().len() > 1000).unwrap();
+    let seg = files_with_ext(&te.dir.path().join("wal"), "log")
+        .into_iter()
+        .find(|p| fs::metadata(p).unwrap().len() > 1000)
+        .unwrap();
     let len = fs::metadata(&seg).unwrap().len();
     // Cut the last record in half, then add zero padding as a power loss can leave.
     let f = fs::OpenOptions::new().write(true).open(&seg).unwrap();
@@ -101,7 +139,11 @@ fn torn_wal_tail_is_truncated_and_earlier_writes_survive() {
     drop(f);
     te.reopen();
     let t = te.table("t");
-    assert_eq!(t.scan(Scan::new()).unwrap().count(), 99, "all but the torn last write");
+    assert_eq!(
+        t.scan(Scan::new()).unwrap().count(),
+        99,
+        "all but the torn last write"
+    );
     assert!(t.get(Get::new("row00099")).unwrap().is_empty());
     // The log keeps working after the repair, across another restart.
     t.put(Put::new("after").add("f", "q", "x")).unwrap();
@@ -119,7 +161,10 @@ fn damaged_manifest_fails_open() {
     let len = fs::metadata(&manifest).unwrap().len() as usize;
     flip(&manifest, len - 2);
     let err = Engine::open(te.dir.path(), TestEngine::options(&te.clock)).unwrap_err();
-    assert!(matches!(&err, Error::Corrupt { path, .. } if *path == manifest), "{err}");
+    assert!(
+        matches!(&err, Error::Corrupt { path, .. } if *path == manifest),
+        "{err}"
+    );
 }
 
 #[test]
@@ -128,7 +173,12 @@ fn garbage_instead_of_an_sstable_is_an_error() {
     drop(setup(&te, 5));
     te.engine().flush("t").unwrap();
     te.engine = None;
-    let sst = files_with_ext(&te.dir.path().join("sst"), "sst").pop().unwrap();
+    let sst = files_with_ext(&te.dir.path().join("sst"), "sst")
+        .pop()
+        .unwrap();
     fs::write(&sst, b"short").unwrap();
-    assert!(matches!(Engine::open(te.dir.path(), TestEngine::options(&te.clock)), Err(Error::Corrupt { .. })));
+    assert!(matches!(
+        Engine::open(te.dir.path(), TestEngine::options(&te.clock)),
+        Err(Error::Corrupt { .. })
+    ));
 }

@@ -17,16 +17,56 @@ const QUALS: [&str; 2] = ["x", "y"];
 const TS: [u64; 5] = [500, 1000, 1500, 2000, 2500];
 const START: u64 = 1800;
 
+/// `(family:qualifier, timestamp, value or marker type)` per cell.
+type Cells = Vec<(String, u64, String)>;
+/// `(row, cells)` per row.
+type Rows = Vec<(String, Cells)>;
+
 #[derive(Debug, Clone)]
 enum Op {
-    Put { row: usize, fam: usize, qual: usize, ts: Option<u64>, value: u8, ttl: Option<u64> },
-    DeleteRow { row: usize, ts: Option<u64> },
-    DeleteFamily { row: usize, fam: usize, ts: Option<u64> },
-    DeleteFamilyVersion { row: usize, fam: usize, ts: u64 },
-    DeleteColumn { row: usize, fam: usize, qual: usize, ts: Option<u64> },
-    DeleteVersion { row: usize, fam: usize, qual: usize, ts: Option<u64> },
-    Increment { row: usize, delta: i8 },
-    CheckAndPut { row: usize, expect: Option<u8>, value: u8 },
+    Put {
+        row: usize,
+        fam: usize,
+        qual: usize,
+        ts: Option<u64>,
+        value: u8,
+        ttl: Option<u64>,
+    },
+    DeleteRow {
+        row: usize,
+        ts: Option<u64>,
+    },
+    DeleteFamily {
+        row: usize,
+        fam: usize,
+        ts: Option<u64>,
+    },
+    DeleteFamilyVersion {
+        row: usize,
+        fam: usize,
+        ts: u64,
+    },
+    DeleteColumn {
+        row: usize,
+        fam: usize,
+        qual: usize,
+        ts: Option<u64>,
+    },
+    DeleteVersion {
+        row: usize,
+        fam: usize,
+        qual: usize,
+        ts: Option<u64>,
+    },
+    Increment {
+        row: usize,
+        delta: i8,
+    },
+    CheckAndPut {
+        row: usize,
+        expect: Option<u8>,
+        value: u8,
+    },
     Advance(u64),
     Flush,
     Compact,
@@ -60,7 +100,11 @@ fn op() -> impl Strategy<Value = Op> {
 fn families() -> [FamilyDescriptor; 2] {
     [
         FamilyDescriptor::new("a").max_versions(3),
-        FamilyDescriptor::new("b").max_versions(2).min_versions(1).ttl_secs(2).keep_deleted_cells(true),
+        FamilyDescriptor::new("b")
+            .max_versions(2)
+            .min_versions(1)
+            .ttl_secs(2)
+            .keep_deleted_cells(true),
     ]
 }
 
@@ -110,7 +154,12 @@ impl Model {
     /// True if no other put of the column at the same timestamp was written later.
     fn newest_at_ts(&self, p: &MCell) -> bool {
         !self.cells.iter().any(|o| {
-            o.kind == CellType::Put && o.row == p.row && o.fam == p.fam && o.qual == p.qual && o.ts == p.ts && o.seq > p.seq
+            o.kind == CellType::Put
+                && o.row == p.row
+                && o.fam == p.fam
+                && o.qual == p.qual
+                && o.ts == p.ts
+                && o.seq > p.seq
         })
     }
 
@@ -141,22 +190,43 @@ impl Model {
     }
 
     /// The cells a non-raw read returns for one row, in engine order.
-    fn read(&self, row: &str, tr: TimeRange, versions: u32, now: u64) -> Vec<(String, u64, String)> {
+    fn read(
+        &self,
+        row: &str,
+        tr: TimeRange,
+        versions: u32,
+        now: u64,
+    ) -> Vec<(String, u64, String)> {
         let fams = families();
         let mut out: Vec<&MCell> = Vec::new();
-        for p in self.cells.iter().filter(|p| p.row == row && p.kind == CellType::Put) {
+        for p in self
+            .cells
+            .iter()
+            .filter(|p| p.row == row && p.kind == CellType::Put)
+        {
             let desc = &fams[p.fam];
-            let ceiling = if desc.keep_deleted_cells { tr.max } else { u64::MAX };
+            let ceiling = if desc.keep_deleted_cells {
+                tr.max
+            } else {
+                u64::MAX
+            };
             if !self.newest_at_ts(p) || self.masked(p, ceiling) {
                 continue;
             }
             let index = self.newer_survivors(p, ceiling);
-            let exists = index < desc.max_versions && (index < desc.min_versions || !self.expired(p, now));
+            let exists =
+                index < desc.max_versions && (index < desc.min_versions || !self.expired(p, now));
             if exists && tr.contains(p.ts) {
                 out.push(p);
             }
         }
-        out.sort_by(|a, b| (a.fam, &a.qual, std::cmp::Reverse(a.ts)).cmp(&(b.fam, &b.qual, std::cmp::Reverse(b.ts))));
+        out.sort_by(|a, b| {
+            (a.fam, &a.qual, std::cmp::Reverse(a.ts)).cmp(&(
+                b.fam,
+                &b.qual,
+                std::cmp::Reverse(b.ts),
+            ))
+        });
         let mut result = Vec::new();
         let mut taken: Vec<((usize, String), u32)> = Vec::new();
         for p in out {
@@ -170,7 +240,11 @@ impl Model {
             };
             if *n < versions {
                 *n += 1;
-                result.push((format!("{}:{}", fam_name(p.fam), p.qual), p.ts, String::from_utf8_lossy(&p.value).into_owned()));
+                result.push((
+                    format!("{}:{}", fam_name(p.fam), p.qual),
+                    p.ts,
+                    String::from_utf8_lossy(&p.value).into_owned(),
+                ));
             }
         }
         result
@@ -180,8 +254,20 @@ impl Model {
     fn raw(&self, row: &str, versions: u32) -> Vec<(String, u64, String)> {
         let mut cells: Vec<&MCell> = self.cells.iter().filter(|c| c.row == row).collect();
         cells.sort_by(|a, b| {
-            (a.fam, &a.qual, std::cmp::Reverse(a.ts), std::cmp::Reverse(a.kind.code()), std::cmp::Reverse(a.seq))
-                .cmp(&(b.fam, &b.qual, std::cmp::Reverse(b.ts), std::cmp::Reverse(b.kind.code()), std::cmp::Reverse(b.seq)))
+            (
+                a.fam,
+                &a.qual,
+                std::cmp::Reverse(a.ts),
+                std::cmp::Reverse(a.kind.code()),
+                std::cmp::Reverse(a.seq),
+            )
+                .cmp(&(
+                    b.fam,
+                    &b.qual,
+                    std::cmp::Reverse(b.ts),
+                    std::cmp::Reverse(b.kind.code()),
+                    std::cmp::Reverse(b.seq),
+                ))
         });
         let mut out = Vec::new();
         let mut puts: Vec<((usize, String), u32)> = Vec::new();
@@ -201,7 +287,11 @@ impl Model {
                 entry.1 <= versions
             };
             if shown {
-                let v = if c.kind.is_delete() { c.kind.name().to_string() } else { String::from_utf8_lossy(&c.value).into_owned() };
+                let v = if c.kind.is_delete() {
+                    c.kind.name().to_string()
+                } else {
+                    String::from_utf8_lossy(&c.value).into_owned()
+                };
                 out.push((format!("{}:{}", fam_name(c.fam), c.qual), c.ts, v));
             }
         }
@@ -217,15 +307,41 @@ impl Model {
                 let cell = self
                     .cells
                     .iter()
-                    .filter(|c| c.row == row && c.fam == fam && c.qual == qual && c.ts == ts && c.kind == CellType::Put)
+                    .filter(|c| {
+                        c.row == row
+                            && c.fam == fam
+                            && c.qual == qual
+                            && c.ts == ts
+                            && c.kind == CellType::Put
+                    })
                     .max_by_key(|c| c.seq)
                     .unwrap();
                 (ts, cell.value.clone())
             })
     }
 
-    fn add(&mut self, row: &str, fam: usize, qual: &str, ts: u64, kind: CellType, value: Vec<u8>, ttl: Option<u64>) {
-        self.cells.push(MCell { row: row.into(), fam, qual: qual.into(), ts, kind, seq: self.seq, value, ttl, in_mem: true });
+    #[expect(clippy::too_many_arguments, reason = "one argument per cell field")]
+    fn add(
+        &mut self,
+        row: &str,
+        fam: usize,
+        qual: &str,
+        ts: u64,
+        kind: CellType,
+        value: Vec<u8>,
+        ttl: Option<u64>,
+    ) {
+        self.cells.push(MCell {
+            row: row.into(),
+            fam,
+            qual: qual.into(),
+            ts,
+            kind,
+            seq: self.seq,
+            value,
+            ttl,
+            in_mem: true,
+        });
     }
 
     /// Flush and minor compaction: puts masked within the input go, unless the family keeps
@@ -233,12 +349,19 @@ impl Model {
     /// by any marker in the input" is the rule in both cases.
     fn drop_masked(&mut self, in_mem: bool) {
         let fams = families();
-        let input: Vec<MCell> = self.cells.iter().filter(|c| c.in_mem == in_mem).cloned().collect();
+        let input: Vec<MCell> = self
+            .cells
+            .iter()
+            .filter(|c| c.in_mem == in_mem)
+            .cloned()
+            .collect();
         self.cells.retain(|p| {
             p.in_mem != in_mem
                 || p.kind.is_delete()
                 || fams[p.fam].keep_deleted_cells
-                || !input.iter().any(|m| m.kind.is_delete() && m.seq > p.seq && masks_static(m, p))
+                || !input
+                    .iter()
+                    .any(|m| m.kind.is_delete() && m.seq > p.seq && masks_static(m, p))
         });
     }
 
@@ -252,7 +375,10 @@ impl Model {
     fn major(&mut self, now: u64) {
         self.flush();
         let fams = families();
-        let snapshot = Model { cells: self.cells.clone(), seq: self.seq };
+        let snapshot = Model {
+            cells: self.cells.clone(),
+            seq: self.seq,
+        };
         self.cells.retain(|c| {
             let desc = &fams[c.fam];
             if c.kind.is_delete() {
@@ -290,7 +416,14 @@ fn apply(te: &mut TestEngine, model: &mut Model, op: &Op) {
     let t = te.table("m");
     let at = |ts: Option<u64>| ts.unwrap_or(now);
     match *op {
-        Op::Put { row, fam, qual, ts, value, ttl } => {
+        Op::Put {
+            row,
+            fam,
+            qual,
+            ts,
+            value,
+            ttl,
+        } => {
             let v = vec![b'v', b'0' + value];
             let mut p = match ts {
                 Some(ts) => Put::new(ROWS[row]).add_at(fam_name(fam), QUALS[qual], ts, v.clone()),
@@ -311,7 +444,15 @@ fn apply(te: &mut TestEngine, model: &mut Model, op: &Op) {
             t.delete(d).unwrap();
             model.seq += 1;
             for f in 0..2 {
-                model.add(ROWS[row], f, "", at(ts), CellType::DeleteFamily, vec![], None);
+                model.add(
+                    ROWS[row],
+                    f,
+                    "",
+                    at(ts),
+                    CellType::DeleteFamily,
+                    vec![],
+                    None,
+                );
             }
         }
         Op::DeleteFamily { row, fam, ts } => {
@@ -321,12 +462,29 @@ fn apply(te: &mut TestEngine, model: &mut Model, op: &Op) {
             };
             t.delete(d).unwrap();
             model.seq += 1;
-            model.add(ROWS[row], fam, "", at(ts), CellType::DeleteFamily, vec![], None);
+            model.add(
+                ROWS[row],
+                fam,
+                "",
+                at(ts),
+                CellType::DeleteFamily,
+                vec![],
+                None,
+            );
         }
         Op::DeleteFamilyVersion { row, fam, ts } => {
-            t.delete(Delete::new(ROWS[row]).add_family_version(fam_name(fam), ts)).unwrap();
+            t.delete(Delete::new(ROWS[row]).add_family_version(fam_name(fam), ts))
+                .unwrap();
             model.seq += 1;
-            model.add(ROWS[row], fam, "", ts, CellType::DeleteFamilyVersion, vec![], None);
+            model.add(
+                ROWS[row],
+                fam,
+                "",
+                ts,
+                CellType::DeleteFamilyVersion,
+                vec![],
+                None,
+            );
         }
         Op::DeleteColumn { row, fam, qual, ts } => {
             let d = match ts {
@@ -335,7 +493,15 @@ fn apply(te: &mut TestEngine, model: &mut Model, op: &Op) {
             };
             t.delete(d).unwrap();
             model.seq += 1;
-            model.add(ROWS[row], fam, QUALS[qual], at(ts), CellType::DeleteColumn, vec![], None);
+            model.add(
+                ROWS[row],
+                fam,
+                QUALS[qual],
+                at(ts),
+                CellType::DeleteColumn,
+                vec![],
+                None,
+            );
         }
         Op::DeleteVersion { row, fam, qual, ts } => {
             let d = match ts {
@@ -344,27 +510,50 @@ fn apply(te: &mut TestEngine, model: &mut Model, op: &Op) {
             };
             let target = match ts {
                 Some(ts) => Some(ts),
-                None => model.latest(ROWS[row], fam, QUALS[qual], now).map(|(ts, _)| ts),
+                None => model
+                    .latest(ROWS[row], fam, QUALS[qual], now)
+                    .map(|(ts, _)| ts),
             };
             t.delete(d).unwrap();
             model.seq += 1;
             if let Some(ts) = target {
-                model.add(ROWS[row], fam, QUALS[qual], ts, CellType::Delete, vec![], None);
+                model.add(
+                    ROWS[row],
+                    fam,
+                    QUALS[qual],
+                    ts,
+                    CellType::Delete,
+                    vec![],
+                    None,
+                );
             }
         }
         Op::Increment { row, delta } => {
             let current = model.latest(ROWS[row], 0, "n", now);
-            let old = current.as_ref().map_or(0, |(_, v)| i64::from_be_bytes(v.as_slice().try_into().unwrap()));
-            let r = t.increment(Increment::new(ROWS[row]).add("a", "n", i64::from(delta))).unwrap();
+            let old = current.as_ref().map_or(0, |(_, v)| {
+                i64::from_be_bytes(v.as_slice().try_into().unwrap())
+            });
+            let r = t
+                .increment(Increment::new(ROWS[row]).add("a", "n", i64::from(delta)))
+                .unwrap();
             let new = old + i64::from(delta);
             assert_eq!(r.value(b"a", b"n").unwrap().as_ref(), new.to_be_bytes());
             model.seq += 1;
             let ts = current.map_or(now, |(ts, _)| ts.max(now));
-            model.add(ROWS[row], 0, "n", ts, CellType::Put, new.to_be_bytes().to_vec(), None);
+            model.add(
+                ROWS[row],
+                0,
+                "n",
+                ts,
+                CellType::Put,
+                new.to_be_bytes().to_vec(),
+                None,
+            );
         }
         Op::CheckAndPut { row, expect, value } => {
             let v = vec![b'c', b'0' + value];
-            let rm = RowMutations::new(ROWS[row]).add(Put::new(ROWS[row]).add("a", "x", v.clone()));
+            let rm =
+                RowMutations::new(ROWS[row]).with(Put::new(ROWS[row]).add("a", "x", v.clone()));
             let expected = expect.map(|e| vec![b'c', b'0' + e]);
             let cam = match &expected {
                 Some(e) => CheckAndMutate::if_value("a", "x", CompareOp::Equal, e.clone(), rm),
@@ -372,7 +561,11 @@ fn apply(te: &mut TestEngine, model: &mut Model, op: &Op) {
             };
             let current = model.latest(ROWS[row], 0, "x", now).map(|(_, v)| v);
             let should_pass = current == expected;
-            assert_eq!(t.check_and_mutate(cam).unwrap(), should_pass, "check-and-mutate outcome");
+            assert_eq!(
+                t.check_and_mutate(cam).unwrap(),
+                should_pass,
+                "check-and-mutate outcome"
+            );
             if should_pass {
                 model.seq += 1;
                 model.add(ROWS[row], 0, "x", now, CellType::Put, v, None);
@@ -398,41 +591,93 @@ fn apply(te: &mut TestEngine, model: &mut Model, op: &Op) {
 fn check(te: &TestEngine, model: &Model, step: usize) {
     let t = te.table("m");
     let now = te.clock.now_ms();
-    let ranges = [TimeRange::ALL, TimeRange::new(1000, 2001), TimeRange::new(0, 1500)];
+    let ranges = [
+        TimeRange::ALL,
+        TimeRange::new(1000, 2001),
+        TimeRange::new(0, 1500),
+    ];
     for row in ROWS {
         for tr in ranges {
-            let got = cells(&t.get(Get::new(row).all_versions().time_range(tr.min, tr.max)).unwrap());
-            assert_eq!(got, model.read(row, tr, u32::MAX, now), "step {step}: get {row} {tr:?}");
+            let got = cells(
+                &t.get(Get::new(row).all_versions().time_range(tr.min, tr.max))
+                    .unwrap(),
+            );
+            assert_eq!(
+                got,
+                model.read(row, tr, u32::MAX, now),
+                "step {step}: get {row} {tr:?}"
+            );
         }
         let got = cells(&t.get(Get::new(row).max_versions(2)).unwrap());
-        assert_eq!(got, model.read(row, TimeRange::ALL, 2, now), "step {step}: get {row} 2 versions");
+        assert_eq!(
+            got,
+            model.read(row, TimeRange::ALL, 2, now),
+            "step {step}: get {row} 2 versions"
+        );
     }
-    let expect_rows = |reversed: bool, f: &dyn Fn(&str) -> Vec<(String, u64, String)>| {
-        let mut out: Vec<(String, Vec<(String, u64, String)>)> =
-            ROWS.iter().map(|r| (r.to_string(), f(r))).filter(|(_, c)| !c.is_empty()).collect();
+    let expect_rows = |reversed: bool, f: &dyn Fn(&str) -> Cells| {
+        let mut out: Rows = ROWS
+            .iter()
+            .map(|r| (r.to_string(), f(r)))
+            .filter(|(_, c)| !c.is_empty())
+            .collect();
         if reversed {
             out.reverse();
         }
         out
     };
-    let scan = |s: Scan| -> Vec<(String, Vec<(String, u64, String)>)> {
-        t.scan(s).unwrap().map(|r| r.unwrap()).map(|r| (String::from_utf8_lossy(&r.row).into_owned(), cells(&r))).collect()
+    let scan = |s: Scan| -> Rows {
+        t.scan(s)
+            .unwrap()
+            .map(|r| r.unwrap())
+            .map(|r| (String::from_utf8_lossy(&r.row).into_owned(), cells(&r)))
+            .collect()
     };
-    assert_eq!(scan(Scan::new().all_versions()), expect_rows(false, &|r| model.read(r, TimeRange::ALL, u32::MAX, now)), "step {step}: scan");
-    assert_eq!(scan(Scan::new().reversed(true)), expect_rows(true, &|r| model.read(r, TimeRange::ALL, 1, now)), "step {step}: reversed scan");
-    assert_eq!(scan(Scan::new().raw(true).all_versions()), expect_rows(false, &|r| model.raw(r, u32::MAX)), "step {step}: raw scan");
-    assert_eq!(scan(Scan::new().raw(true).max_versions(1).reversed(true)), expect_rows(true, &|r| model.raw(r, 1)), "step {step}: raw reversed scan");
-    let window: Vec<_> = expect_rows(false, &|r| model.read(r, TimeRange::new(1000, 2001), u32::MAX, now))
-        .into_iter()
-        .filter(|(r, _)| r.as_str() >= "r1" && r.as_str() < "r3")
-        .collect();
-    assert_eq!(scan(Scan::new().start("r1").stop("r3").time_range(1000, 2001).all_versions()), window, "step {step}: range scan");
+    assert_eq!(
+        scan(Scan::new().all_versions()),
+        expect_rows(false, &|r| model.read(r, TimeRange::ALL, u32::MAX, now)),
+        "step {step}: scan"
+    );
+    assert_eq!(
+        scan(Scan::new().reversed(true)),
+        expect_rows(true, &|r| model.read(r, TimeRange::ALL, 1, now)),
+        "step {step}: reversed scan"
+    );
+    assert_eq!(
+        scan(Scan::new().raw(true).all_versions()),
+        expect_rows(false, &|r| model.raw(r, u32::MAX)),
+        "step {step}: raw scan"
+    );
+    assert_eq!(
+        scan(Scan::new().raw(true).max_versions(1).reversed(true)),
+        expect_rows(true, &|r| model.raw(r, 1)),
+        "step {step}: raw reversed scan"
+    );
+    let window: Vec<_> = expect_rows(false, &|r| {
+        model.read(r, TimeRange::new(1000, 2001), u32::MAX, now)
+    })
+    .into_iter()
+    .filter(|(r, _)| r.as_str() >= "r1" && r.as_str() < "r3")
+    .collect();
+    assert_eq!(
+        scan(
+            Scan::new()
+                .start("r1")
+                .stop("r3")
+                .time_range(1000, 2001)
+                .all_versions()
+        ),
+        window,
+        "step {step}: range scan"
+    );
 }
 
 fn run(ops: &[Op]) {
     let mut te = TestEngine::new(START);
     let [a, b] = families();
-    te.engine().create_table(TableDescriptor::new("m").family(a).family(b)).unwrap();
+    te.engine()
+        .create_table(TableDescriptor::new("m").family(a).family(b))
+        .unwrap();
     let mut model = Model::default();
     for (i, op) in ops.iter().enumerate() {
         apply(&mut te, &mut model, op);

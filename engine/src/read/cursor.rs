@@ -34,7 +34,10 @@ pub(crate) struct MergeCursor<'a> {
 
 impl<'a> MergeCursor<'a> {
     pub fn new(sources: Vec<Box<dyn CellCursor + 'a>>) -> Self {
-        let mut m = MergeCursor { sources, current: None };
+        let mut m = MergeCursor {
+            sources,
+            current: None,
+        };
         m.pick();
         m
     }
@@ -59,7 +62,9 @@ impl CellCursor for MergeCursor<'_> {
     }
 
     fn value(&self) -> Bytes {
-        self.current.map(|i| self.sources[i].value()).unwrap_or_default()
+        self.current
+            .map(|i| self.sources[i].value())
+            .unwrap_or_default()
     }
 
     fn ttl_ms(&self) -> Option<u64> {

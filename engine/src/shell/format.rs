@@ -20,7 +20,11 @@ fn cell_body(c: &Cell) -> String {
     if c.cell_type.is_delete() {
         format!("timestamp={}, type={}", c.timestamp, c.cell_type.name())
     } else {
-        format!("timestamp={}, value={}", c.timestamp, to_printable(&c.value))
+        format!(
+            "timestamp={}, value={}",
+            c.timestamp,
+            to_printable(&c.value)
+        )
     }
 }
 
@@ -30,7 +34,13 @@ fn column_name(c: &Cell) -> String {
 
 /// One scan line: ` row   column=f:q, timestamp=…, value=…`.
 pub fn scan_line(c: &Cell) -> String {
-    format!(" {:<w$} column={}, {}\n", to_printable(&c.row), column_name(c), cell_body(c), w = LEFT - 1)
+    format!(
+        " {:<w$} column={}, {}\n",
+        to_printable(&c.row),
+        column_name(c),
+        cell_body(c),
+        w = LEFT - 1
+    )
 }
 
 /// One get line: ` f:q   timestamp=…, value=…`.
@@ -82,14 +92,22 @@ pub fn family_line(f: &FamilyDescriptor) -> String {
 
 /// The body of `describe`.
 pub fn describe(t: &TableDescriptor, enabled: bool) -> String {
-    let mut out = format!("Table {} is {}\n{}\n", t.name, if enabled { "ENABLED" } else { "DISABLED" }, t.name);
+    let mut out = format!(
+        "Table {} is {}\n{}\n",
+        t.name,
+        if enabled { "ENABLED" } else { "DISABLED" },
+        t.name
+    );
     let durability = match t.durability {
         Durability::SkipWal => "SKIP_WAL",
         Durability::AsyncWal => "ASYNC_WAL",
         Durability::SyncWal => "SYNC_WAL",
         Durability::FsyncWal => "FSYNC_WAL",
     };
-    out.push_str(&format!("TABLE ATTRIBUTES => {{DURABILITY => '{durability}', MAX_FILESIZE => '{}'}}\n", t.max_region_size));
+    out.push_str(&format!(
+        "TABLE ATTRIBUTES => {{DURABILITY => '{durability}', MAX_FILESIZE => '{}'}}\n",
+        t.max_region_size
+    ));
     out.push_str("COLUMN FAMILIES DESCRIPTION\n");
     for f in &t.families {
         out.push_str(&family_line(f));

@@ -27,7 +27,11 @@ pub(crate) struct Output {
 
 impl Output {
     pub fn rows(text: String, rows: usize) -> Output {
-        Output { text, rows: Some(rows), ret: None }
+        Output {
+            text,
+            rows: Some(rows),
+            ret: None,
+        }
     }
 }
 
@@ -42,7 +46,12 @@ pub struct Shell {
 impl Shell {
     /// A session over `engine`.
     pub fn new(engine: Engine) -> Shell {
-        Shell { engine, errors: 0, line_no: 0, exit: false }
+        Shell {
+            engine,
+            errors: 0,
+            line_no: 0,
+            exit: false,
+        }
     }
 
     /// Number of commands that failed so far.
@@ -83,7 +92,9 @@ impl Shell {
             Ok(o) => {
                 out.write_all(o.text.as_bytes())?;
                 if let Some(rows) = o.rows {
-                    out.write_all(format::rows_line(rows, started.elapsed().as_secs_f64()).as_bytes())?;
+                    out.write_all(
+                        format::rows_line(rows, started.elapsed().as_secs_f64()).as_bytes(),
+                    )?;
                 }
                 if let Some(ret) = o.ret {
                     writeln!(out, "\n=> {ret}")?;
@@ -101,7 +112,12 @@ impl Shell {
     ///
     /// # Errors
     /// Errors reading `input` or writing `out`.
-    pub fn run(&mut self, input: impl BufRead, out: &mut dyn Write, interactive: bool) -> io::Result<()> {
+    pub fn run(
+        &mut self,
+        input: impl BufRead,
+        out: &mut dyn Write,
+        interactive: bool,
+    ) -> io::Result<()> {
         let mut lines = input.lines();
         loop {
             if interactive {

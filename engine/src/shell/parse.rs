@@ -87,7 +87,9 @@ impl Parser<'_> {
                 out.push(c);
                 continue;
             }
-            let Some(&e) = self.s.get(self.pos) else { break };
+            let Some(&e) = self.s.get(self.pos) else {
+                break;
+            };
             self.pos += 1;
             if quote == b'\'' {
                 // Ruby single quotes only escape the quote and the backslash.
@@ -102,7 +104,10 @@ impl Parser<'_> {
                 b't' => out.push(b'\t'),
                 b'0' => out.push(0),
                 b'x' => {
-                    let hex = self.s.get(self.pos..self.pos + 2).and_then(|h| std::str::from_utf8(h).ok());
+                    let hex = self
+                        .s
+                        .get(self.pos..self.pos + 2)
+                        .and_then(|h| std::str::from_utf8(h).ok());
                     match hex.and_then(|h| u8::from_str_radix(h, 16).ok()) {
                         Some(b) => {
                             out.push(b);
@@ -119,7 +124,10 @@ impl Parser<'_> {
 
     fn word(&mut self) -> String {
         let start = self.pos;
-        while self.pos < self.s.len() && (self.s[self.pos].is_ascii_alphanumeric() || matches!(self.s[self.pos], b'_' | b'.' | b':')) {
+        while self.pos < self.s.len()
+            && (self.s[self.pos].is_ascii_alphanumeric()
+                || matches!(self.s[self.pos], b'_' | b'.' | b':'))
+        {
             self.pos += 1;
         }
         String::from_utf8_lossy(&self.s[start..self.pos]).into_owned()
@@ -167,11 +175,16 @@ impl Parser<'_> {
             Some(c) if c == b'-' || c.is_ascii_digit() => {
                 let start = self.pos;
                 self.pos += 1;
-                while self.pos < self.s.len() && (self.s[self.pos].is_ascii_digit() || self.s[self.pos] == b'_') {
+                while self.pos < self.s.len()
+                    && (self.s[self.pos].is_ascii_digit() || self.s[self.pos] == b'_')
+                {
                     self.pos += 1;
                 }
-                let text: String = String::from_utf8_lossy(&self.s[start..self.pos]).replace('_', "");
-                text.parse().map(Value::Int).or_else(|_| self.err("bad integer"))
+                let text: String =
+                    String::from_utf8_lossy(&self.s[start..self.pos]).replace('_', "");
+                text.parse()
+                    .map(Value::Int)
+                    .or_else(|_| self.err("bad integer"))
             }
             Some(c) if c.is_ascii_alphabetic() => {
                 let w = self.word();
@@ -220,7 +233,10 @@ pub fn parse_line(line: &str) -> Result<Option<Command>, String> {
     if line.is_empty() || line.starts_with('#') {
         return Ok(None);
     }
-    let mut p = Parser { s: line.as_bytes(), pos: 0 };
+    let mut p = Parser {
+        s: line.as_bytes(),
+        pos: 0,
+    };
     p.skip_ws();
     let name = p.word();
     if name.is_empty() {
@@ -261,20 +277,34 @@ mod tests {
 
     #[test]
     fn parses_shell_commands() {
-        let c = parse_line("hbase(main):017:0> scan 'test', {RAW=>true, VERSIONS=>1000}").unwrap().unwrap();
+        let c = parse_line("hbase(main):017:0> scan 'test', {RAW=>true, VERSIONS=>1000}")
+            .unwrap()
+            .unwrap();
         assert_eq!(c.name, "scan");
         assert_eq!(
             c.args,
-            vec![s("test"), Value::Hash(vec![(Value::Ident("RAW".into()), Value::Bool(true)), (Value::Ident("VERSIONS".into()), Value::Int(1000))])]
+            vec![
+                s("test"),
+                Value::Hash(vec![
+                    (Value::Ident("RAW".into()), Value::Bool(true)),
+                    (Value::Ident("VERSIONS".into()), Value::Int(1000))
+                ])
+            ]
         );
-        let c = parse_line("alter 't1', NAME => 'f1', KEEP_DELETED_CELLS => true").unwrap().unwrap();
+        let c = parse_line("alter 't1', NAME => 'f1', KEEP_DELETED_CELLS => true")
+            .unwrap()
+            .unwrap();
         assert_eq!(c.args.len(), 2);
-        let c = parse_line(r#"put 't', "r\x00\x01", 'f:q', 'v', 10"#).unwrap().unwrap();
+        let c = parse_line(r#"put 't', "r\x00\x01", 'f:q', 'v', 10"#)
+            .unwrap()
+            .unwrap();
         assert_eq!(c.args[1], Value::Str(b"r\x00\x01".to_vec()));
         assert_eq!(c.args[4], Value::Int(10));
         assert_eq!(parse_line("  # comment").unwrap(), None);
         assert_eq!(parse_line("list").unwrap().unwrap().args, vec![]);
-        let c = parse_line("scan 't', {COLUMNS => ['a:b', 'c'], TIMERANGE => [1, 2]}").unwrap().unwrap();
+        let c = parse_line("scan 't', {COLUMNS => ['a:b', 'c'], TIMERANGE => [1, 2]}")
+            .unwrap()
+            .unwrap();
         assert!(matches!(&c.args[1], Value::Hash(h) if h.len() == 2));
     }
 

@@ -34,11 +34,14 @@ pub(crate) struct BlockBuilder {
 impl BlockBuilder {
     /// Appends an entry; `key` is an encoded key greater than the previous one.
     pub fn add(&mut self, key: &[u8], value: &[u8], ttl_ms: Option<u64>) {
-        let shared = if self.count % RESTART_INTERVAL == 0 {
+        let shared = if self.count.is_multiple_of(RESTART_INTERVAL) {
             self.restarts.push(self.buf.len() as u32);
             0
         } else {
-            key.iter().zip(&self.last_key).take_while(|(a, b)| a == b).count()
+            key.iter()
+                .zip(&self.last_key)
+                .take_while(|(a, b)| a == b)
+                .count()
         };
         put_varint(&mut self.buf, shared as u64);
         put_varint(&mut self.buf, (key.len() - shared) as u64);
@@ -138,7 +141,8 @@ pub(crate) fn unframe(framed: &[u8], path: &Path, offset: u64) -> Result<Vec<u8>
         }
         2 => {
             let (n, data) = sized(payload)?;
-            let out = zstd::bulk::decompress(&data, n).map_err(|e| corrupt(&format!("zstd: {e}")))?;
+            let out =
+                zstd::bulk::decompress(&data, n).map_err(|e| corrupt(&format!("zstd: {e}")))?;
             if out.len() != n {
                 return Err(corrupt("zstd block length mismatch"));
             }
@@ -163,7 +167,11 @@ impl Block {
         if raw.len() < 4 {
             return Err(corrupt("data block too short"));
         }
-        let n = u32::from_le_bytes(raw[raw.len() - 4..].try_into().map_err(|_| corrupt("trailer"))?) as usize;
+        let n = u32::from_le_bytes(
+            raw[raw.len() - 4..]
+                .try_into()
+                .map_err(|_| corrupt("trailer"))?,
+        ) as usize;
         let restarts_at = raw
             .len()
             .checked_sub(4 + n.checked_mul(4).ok_or_else(|| corrupt("restart count"))?)
@@ -171,7 +179,11 @@ impl Block {
         if n == 0 {
             return Err(corrupt("data block without restarts"));
         }
-        Ok(Block { data: Bytes::from(raw), restarts_at, num_restarts: n })
+        Ok(Block {
+            data: Bytes::from(raw),
+            restarts_at,
+            num_restarts: n,
+        })
     }
 
     /// Bytes the block occupies in memory (its cache charge).
@@ -181,7 +193,12 @@ impl Block {
 
     fn restart(&self, i: usize) -> usize {
         let at = self.restarts_at + 4 * i;
-        u32::from_le_bytes([self.data[at], self.data[at + 1], self.data[at + 2], self.data[at + 3]]) as usize
+        u32::from_le_bytes([
+            self.data[at],
+            self.data[at + 1],
+            self.data[at + 2],
+            self.data[at + 3],
+        ]) as usize
     }
 }
 
@@ -200,7 +217,11 @@ pub(crate) struct BlockIter {
 }
 
 impl BlockIter {
-    pub fn new(block: std::sync::Arc<Block>, path: std::sync::Arc<Path>, block_offset: u64) -> Self {
+    pub fn new(
+        block: std::sync::Arc<Block>,
+        path: std::sync::Arc<Path>,
+        block_offset: u64,
+    ) -> Self {
         BlockIter {
             block,
             next_at: 0,
@@ -223,7 +244,9 @@ impl BlockIter {
     }
 
     pub fn value(&self) -> Bytes {
-        self.block.data.slice(self.value_at..self.value_at + self.value_len)
+        self.block
+            .data
+            .slice(self.value_at..self.value_at + self.value_len)
     }
 
     pub fn ttl_ms(&self) -> Option<u64> {
@@ -231,7 +254,11 @@ impl BlockIter {
     }
 
     fn corrupt(&self, reason: &str) -> Error {
-        Error::corrupt(&*self.path, self.block_offset, format!("data block: {reason}"))
+        Error::corrupt(
+            &*self.path,
+            self.block_offset,
+            format!("data block: {reason}"),
+        )
     }
 
     /// Decodes the entry at `next_at`, or marks the iterator exhausted at the restart array.
@@ -242,12 +269,18 @@ impl BlockIter {
             return Ok(());
         }
         let mut pos = self.next_at;
-        let mut field = || get_varint(data, &mut pos).ok_or_else(|| self.corrupt("truncated entry header"));
+        let mut field =
+            || get_varint(data, &mut pos).ok_or_else(|| self.corrupt("truncated entry header"));
         let shared = field()? as usize;
         let unshared = field()? as usize;
         let value_len = field()? as usize;
         let ttl = field()?;
-        if shared > self.key.len() || pos.checked_add(unshared).and_then(|p| p.checked_add(value_len)).is_none_or(|end| end > data.len()) {
+        if shared > self.key.len()
+            || pos
+                .checked_add(unshared)
+                .and_then(|p| p.checked_add(value_len))
+                .is_none_or(|end| end > data.len())
+        {
             return Err(self.corrupt("entry exceeds block"));
         }
         self.key.truncate(shared);
@@ -311,14 +344,27 @@ mod tests {
 
     fn k(row: &str, ts: u64) -> Vec<u8> {
         let mut out = Vec::new();
-        encode_key(&mut out, &KeyView { row: row.as_bytes(), qualifier: b"q", ts, kind: CellType::Put, seq: 1 });
+        encode_key(
+            &mut out,
+            &KeyView {
+                row: row.as_bytes(),
+                qualifier: b"q",
+                ts,
+                kind: CellType::Put,
+                seq: 1,
+            },
+        );
         out
     }
 
     fn build(n: usize) -> Arc<Block> {
         let mut b = BlockBuilder::default();
         for i in 0..n {
-            b.add(&k(&format!("row{i:04}"), 5), format!("v{i}").as_bytes(), if i % 3 == 0 { Some(i as u64) } else { None });
+            b.add(
+                &k(&format!("row{i:04}"), 5),
+                format!("v{i}").as_bytes(),
+                if i % 3 == 0 { Some(i as u64) } else { None },
+            );
         }
         let raw = b.finish();
         let framed = frame(&raw, Compression::Lz4);

@@ -14,7 +14,9 @@ use crate::descriptor::BloomType;
 use crate::read::cursor::CellCursor;
 use crate::sst::block::{unframe, Block, BlockIter};
 use crate::sst::bloom::{row_col_hash, row_hash, Bloom};
-use crate::sst::format::{decode_index, decode_key, Footer, Handle, IndexEntry, SstMeta, FOOTER_LEN};
+use crate::sst::format::{
+    decode_index, decode_key, Footer, Handle, IndexEntry, SstMeta, FOOTER_LEN,
+};
 use crate::{Error, Result};
 
 /// An open SSTable.
@@ -32,7 +34,10 @@ pub(crate) struct SstReader {
 
 impl std::fmt::Debug for SstReader {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("SstReader").field("path", &self.path).field("id", &self.id).finish()
+        f.debug_struct("SstReader")
+            .field("path", &self.path)
+            .field("id", &self.id)
+            .finish()
     }
 }
 
@@ -48,15 +53,25 @@ pub(crate) fn encode_bloom_block(kind: BloomType, bloom: &Bloom) -> Vec<u8> {
 
 impl SstReader {
     /// Opens and validates the file's footer, index, bloom and meta blocks.
-    pub fn open(path: &Path, id: u64, cache: Arc<BlockCache>, in_memory: bool) -> Result<SstReader> {
+    pub fn open(
+        path: &Path,
+        id: u64,
+        cache: Arc<BlockCache>,
+        in_memory: bool,
+    ) -> Result<SstReader> {
         let file = File::open(path).map_err(|e| Error::io(path, e))?;
         let size = file.metadata().map_err(|e| Error::io(path, e))?.len();
         if size < FOOTER_LEN as u64 {
-            return Err(Error::corrupt(path, 0, "file shorter than an SSTable footer"));
+            return Err(Error::corrupt(
+                path,
+                0,
+                "file shorter than an SSTable footer",
+            ));
         }
         let mut fbuf = [0u8; FOOTER_LEN];
         let footer_at = size - FOOTER_LEN as u64;
-        file.read_exact_at(&mut fbuf, footer_at).map_err(|e| Error::io(path, e))?;
+        file.read_exact_at(&mut fbuf, footer_at)
+            .map_err(|e| Error::io(path, e))?;
         let footer = Footer::decode(&fbuf).map_err(|r| Error::corrupt(path, footer_at, r))?;
         let mut reader = SstReader {
             path: Arc::from(path),
@@ -70,16 +85,23 @@ impl SstReader {
             in_memory,
         };
         for h in [footer.index, footer.meta, footer.bloom] {
-            if h.offset.checked_add(u64::from(h.len)).is_none_or(|end| end > footer_at) {
-                return Err(Error::corrupt(path, footer_at, "block handle points outside the file"));
+            if h.offset
+                .checked_add(u64::from(h.len))
+                .is_none_or(|end| end > footer_at)
+            {
+                return Err(Error::corrupt(
+                    path,
+                    footer_at,
+                    "block handle points outside the file",
+                ));
             }
         }
         let index_raw = reader.read_block_bytes(footer.index)?;
         reader.index = decode_index(&index_raw)
             .ok_or_else(|| Error::corrupt(path, footer.index.offset, "malformed index block"))?;
         let meta_raw = reader.read_block_bytes(footer.meta)?;
-        reader.meta =
-            SstMeta::decode(&meta_raw).ok_or_else(|| Error::corrupt(path, footer.meta.offset, "malformed meta block"))?;
+        reader.meta = SstMeta::decode(&meta_raw)
+            .ok_or_else(|| Error::corrupt(path, footer.meta.offset, "malformed meta block"))?;
         if footer.bloom.len > 0 {
             let raw = reader.read_block_bytes(footer.bloom)?;
             let bad = || Error::corrupt(path, footer.bloom.offset, "malformed bloom block");
@@ -96,7 +118,9 @@ impl SstReader {
 
     fn read_block_bytes(&self, h: Handle) -> Result<Vec<u8>> {
         let mut buf = vec![0u8; h.len as usize];
-        self.file.read_exact_at(&mut buf, h.offset).map_err(|e| Error::io(&*self.path, e))?;
+        self.file
+            .read_exact_at(&mut buf, h.offset)
+            .map_err(|e| Error::io(&*self.path, e))?;
         unframe(&buf, &self.path, h.offset)
     }
 
@@ -108,7 +132,8 @@ impl SstReader {
         }
         let raw = self.read_block_bytes(h)?;
         let block = Arc::new(Block::parse(raw, &self.path, h.offset)?);
-        self.cache.insert(self.id, h.offset, block.clone(), self.in_memory);
+        self.cache
+            .insert(self.id, h.offset, block.clone(), self.in_memory);
         Ok(block)
     }
 
@@ -126,13 +151,18 @@ impl SstReader {
 
     /// False if the file certainly holds no cell of `row`.
     pub fn may_contain_row(&self, row: &[u8]) -> bool {
-        let (Some(first), Some(last)) = (decode_key(&self.meta.first_key), decode_key(&self.meta.last_key)) else {
+        let (Some(first), Some(last)) = (
+            decode_key(&self.meta.first_key),
+            decode_key(&self.meta.last_key),
+        ) else {
             return false;
         };
         if row < first.row || row > last.row {
             return false;
         }
-        self.bloom.as_ref().is_none_or(|(_, b)| b.may_contain(row_hash(row)))
+        self.bloom
+            .as_ref()
+            .is_none_or(|(_, b)| b.may_contain(row_hash(row)))
     }
 
     /// False if the file certainly holds no cell of `row` in any of `qualifiers` (nor a
@@ -144,7 +174,9 @@ impl SstReader {
         match &self.bloom {
             Some((BloomType::RowCol, b)) => {
                 b.may_contain(row_col_hash(row, b""))
-                    || qualifiers.iter().any(|q| b.may_contain(row_col_hash(row, q)))
+                    || qualifiers
+                        .iter()
+                        .any(|q| b.may_contain(row_col_hash(row, q)))
             }
             _ => true,
         }
@@ -152,12 +184,18 @@ impl SstReader {
 
     /// An unpositioned cursor: it reads nothing until the first `seek`.
     pub fn cursor(self: &Arc<Self>) -> SstCursor {
-        SstCursor { reader: self.clone(), block_idx: 0, iter: None }
+        SstCursor {
+            reader: self.clone(),
+            block_idx: 0,
+            iter: None,
+        }
     }
 
     /// Index of the first block whose last key is `>= target`.
     fn find_block(&self, target: &KeyView<'_>) -> usize {
-        self.index.partition_point(|e| decode_key(&e.last_key).is_some_and(|k| k.cmp_internal(target).is_lt()))
+        self.index.partition_point(|e| {
+            decode_key(&e.last_key).is_some_and(|k| k.cmp_internal(target).is_lt())
+        })
     }
 }
 
@@ -180,7 +218,11 @@ impl SstCursor {
         self.iter = None;
         if i < self.reader.index.len() {
             let block = self.reader.block(i)?;
-            let mut it = BlockIter::new(block, self.reader.path.clone(), self.reader.index[i].handle.offset);
+            let mut it = BlockIter::new(
+                block,
+                self.reader.path.clone(),
+                self.reader.index[i].handle.offset,
+            );
             it.seek_to_first()?;
             self.iter = Some(it);
         }
@@ -190,7 +232,10 @@ impl SstCursor {
 
 impl CellCursor for SstCursor {
     fn key(&self) -> Option<KeyView<'_>> {
-        self.iter.as_ref().filter(|it| it.valid()).and_then(|it| decode_key(it.key_bytes()))
+        self.iter
+            .as_ref()
+            .filter(|it| it.valid())
+            .and_then(|it| decode_key(it.key_bytes()))
     }
 
     fn value(&self) -> Bytes {
@@ -202,7 +247,9 @@ impl CellCursor for SstCursor {
     }
 
     fn next(&mut self) -> Result<()> {
-        let Some(it) = self.iter.as_mut() else { return Ok(()) };
+        let Some(it) = self.iter.as_mut() else {
+            return Ok(());
+        };
         it.advance()?;
         if !it.valid() {
             self.load(self.block_idx + 1)?;
@@ -250,6 +297,10 @@ impl CellCursor for SstCursor {
                 return Ok(best);
             }
         }
-        Ok(if i == 0 { None } else { row_of(&index[i - 1].last_key) })
+        Ok(if i == 0 {
+            None
+        } else {
+            row_of(&index[i - 1].last_key)
+        })
     }
 }

@@ -25,7 +25,10 @@ pub(crate) struct WalEdit {
 
 /// Encodes a batch of edits to `region`.
 pub(crate) fn encode_batch(region: u64, edits: &[WalEdit]) -> Vec<u8> {
-    let size: usize = edits.iter().map(|e| 32 + e.family.len() + e.row.len() + e.qualifier.len() + e.value.len()).sum();
+    let size: usize = edits
+        .iter()
+        .map(|e| 32 + e.family.len() + e.row.len() + e.qualifier.len() + e.value.len())
+        .sum();
     let mut out = Vec::with_capacity(16 + size);
     out.extend_from_slice(&region.to_le_bytes());
     put_varint(&mut out, edits.len() as u64);
@@ -99,8 +102,26 @@ mod tests {
     #[test]
     fn batch_round_trips_and_rejects_truncation() {
         let edits = vec![
-            WalEdit { seq_offset: 0, family: "f".into(), row: "r1".into(), qualifier: "q".into(), ts: 10, kind: CellType::Put, ttl_ms: Some(5), value: "v".into() },
-            WalEdit { seq_offset: 1, family: "g".into(), row: "r1".into(), qualifier: "".into(), ts: 11, kind: CellType::DeleteFamily, ttl_ms: None, value: "".into() },
+            WalEdit {
+                seq_offset: 0,
+                family: "f".into(),
+                row: "r1".into(),
+                qualifier: "q".into(),
+                ts: 10,
+                kind: CellType::Put,
+                ttl_ms: Some(5),
+                value: "v".into(),
+            },
+            WalEdit {
+                seq_offset: 1,
+                family: "g".into(),
+                row: "r1".into(),
+                qualifier: "".into(),
+                ts: 11,
+                kind: CellType::DeleteFamily,
+                ttl_ms: None,
+                value: "".into(),
+            },
         ];
         let enc = encode_batch(7, &edits);
         assert_eq!(decode_batch(Bytes::from(enc.clone())), Some((7, edits)));

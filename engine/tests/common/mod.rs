@@ -17,11 +17,19 @@ impl TestEngine {
         let dir = tempfile::tempdir().unwrap();
         let clock = Arc::new(ManualClock::new(now));
         let engine = Engine::open(dir.path(), Self::options(&clock)).unwrap();
-        TestEngine { dir, clock, engine: Some(engine) }
+        TestEngine {
+            dir,
+            clock,
+            engine: Some(engine),
+        }
     }
 
     pub fn options(clock: &Arc<ManualClock>) -> EngineOptions {
-        EngineOptions { clock: clock.clone(), block_cache_bytes: 4 << 20, ..EngineOptions::default() }
+        EngineOptions {
+            clock: clock.clone(),
+            block_cache_bytes: 4 << 20,
+            ..EngineOptions::default()
+        }
     }
 
     pub fn engine(&self) -> &Engine {
@@ -43,13 +51,28 @@ pub fn cells(r: &RowResult) -> Vec<(String, u64, String)> {
     r.cells
         .iter()
         .map(|c| {
-            let v = if c.cell_type.is_delete() { c.cell_type.name().to_string() } else { String::from_utf8_lossy(&c.value).into_owned() };
-            (format!("{}:{}", String::from_utf8_lossy(&c.family), String::from_utf8_lossy(&c.qualifier)), c.timestamp, v)
+            let v = if c.cell_type.is_delete() {
+                c.cell_type.name().to_string()
+            } else {
+                String::from_utf8_lossy(&c.value).into_owned()
+            };
+            (
+                format!(
+                    "{}:{}",
+                    String::from_utf8_lossy(&c.family),
+                    String::from_utf8_lossy(&c.qualifier)
+                ),
+                c.timestamp,
+                v,
+            )
         })
         .collect()
 }
 
 /// Every row key a scan returns.
 pub fn rows(t: &Table, scan: Scan) -> Vec<String> {
-    t.scan(scan).unwrap().map(|r| String::from_utf8_lossy(&r.unwrap().row).into_owned()).collect()
+    t.scan(scan)
+        .unwrap()
+        .map(|r| String::from_utf8_lossy(&r.unwrap().row).into_owned())
+        .collect()
 }
