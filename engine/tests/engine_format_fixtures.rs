@@ -1,0 +1,90 @@
+//! Pins the on-disk formats: a data directory written by format version 1 (manifest, SSTables
+//! with every compression codec and bloom kind, and a WAL holding unflushed writes) is checked
+//! in under `tests/fixtures/format-v1` and must keep opening with the same contents.
+//!
+//! Regenerate (only when deliberately changing a format, with a new version number):
+//! `CELLAR_WRITE_FIXTURES=1 cargo test -p cellar-engine --test engine_format_fixtures`.
+
+use std::path::{Path, PathBuf};
+
+use cellar_engine::*;
+
+fn fixture_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/format-v1")
+}
+
+fn expected() -> Vec<(String, String, u64, String)> {
+    let mut v = Vec::new();
+    for (fam, n) in [("lz4", 30), ("none", 30), ("zstd", 30)] {
+        for i in 0..n {
+            v.push((format!("row{i:03}"), fam.to_string(), 1000 + i as u64, format!("{fam}-value-{i}")));
+        }
+    }
+    v.sort();
+    v
+}
+
+fn write_fixture(dir: &Path) {
+    let _ = std::fs::remove_dir_all(dir);
+    let engine = Engine::open(dir, EngineOptions::default()).unwrap();
+    engine
+        .create_table(
+            TableDescriptor::new("fixture")
+                .family(FamilyDescriptor::new("none").bloom(BloomType::None).block_size(1024))
+                .family(FamilyDescriptor::new("lz4").compression(Compression::Lz4).bloom(BloomType::Row).block_size(1024))
+                .family(FamilyDescriptor::new("zstd").compression(Compression::Zstd).bloom(BloomType::RowCol).max_versions(2)),
+        )
+        .unwrap();
+    let t = engine.table("fixture").unwrap();
+    for (row, fam, ts, value) in expected() {
+        t.put(Put::new(row.clone()).add_at(fam, "q", ts, value)).unwrap();
+        if row == "row019" {
+            engine.flush("fixture").unwrap();
+        }
+    }
+    t.delete(Delete::new("row999").add_family_at("none", 5)).unwrap();
+    drop(t);
+    drop(engine);
+    std::fs::remove_file(dir.join("LOCK")).unwrap();
+}
+
+#[test]
+fn format_v1_fixture_still_opens() {
+    if std::env::var_os("CELLAR_WRITE_FIXTURES").is_some() {
+        write_fixture(&fixture_dir());
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    copy_dir(&fixture_dir(), tmp.path());
+    let engine = Engine::open(tmp.path(), EngineOptions::default()).unwrap();
+    let t = engine.table("fixture").unwrap();
+    let mut got = Vec::new();
+    for r in t.scan(Scan::new()).unwrap() {
+        for c in r.unwrap().cells {
+            got.push((
+                String::from_utf8(c.row.to_vec()).unwrap(),
+                String::from_utf8(c.family.to_vec()).unwrap(),
+                c.timestamp,
+                String::from_utf8(c.value.to_vec()).unwrap(),
+            ));
+        }
+    }
+    got.sort();
+    assert_eq!(got, expected());
+    let raw: usize = t.scan(Scan::new().raw(true).start("row999")).unwrap().map(|r| r.unwrap().cells.len()).sum();
+    assert_eq!(raw, 1, "the delete marker in the log replays");
+    assert!(t.get(Get::new("row005").column("zstd", "q")).unwrap().value(b"zstd", b"q").is_some());
+    assert_eq!(engine.describe("fixture").unwrap().get_family(b"zstd").unwrap().max_versions, 2);
+}
+
+fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for e in std::fs::read_dir(from).unwrap() {
+        let e = e.unwrap();
+        let target = to.join(e.file_name());
+        if e.file_type().unwrap().is_dir() {
+            copy_dir(&e.path(), &target);
+        } else {
+            std::fs::copy(e.path(), target).unwrap();
+        }
+    }
+}
