@@ -64,6 +64,9 @@ fn skip_wal_data_survives_once_flushed_and_sequences_never_go_backwards() {
     let dir = tempfile::tempdir().unwrap();
     let engine = Engine::open(dir.path(), EngineOptions::default()).unwrap();
     let t = create(&engine, Durability::SkipWal);
+    for filler in ["b", "c", "d"] {
+        t.put(Put::new(filler).add("f", "q", "v")).unwrap();
+    }
     t.put(Put::new("a").add_at("f", "q", 5, "old")).unwrap();
     engine.flush("t").unwrap();
     drop(t);
