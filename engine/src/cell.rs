@@ -12,6 +12,13 @@ use bytes::Bytes;
 /// Longest row key the engine accepts, as in HBase (`Short.MAX_VALUE`).
 pub const MAX_ROW_KEY_LEN: usize = 32767;
 
+/// Largest value the engine accepts in one cell (32 MiB); larger objects belong in a blob
+/// store with a reference in the row.
+pub const MAX_VALUE_LEN: usize = 32 * 1024 * 1024;
+
+/// Largest total size of the cells of one write (just under the log's 256 MiB record limit).
+pub const MAX_WRITE_LEN: usize = 256 * 1024 * 1024 - 1024;
+
 /// Timestamp meaning "latest", resolved to the engine clock when a mutation is applied.
 pub const LATEST_TIMESTAMP: u64 = u64::MAX;
 
@@ -167,6 +174,20 @@ pub(crate) fn check_row(row: &[u8]) -> crate::Result<()> {
             format!(
                 "row key is {} bytes; the limit is {MAX_ROW_KEY_LEN}",
                 row.len()
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// Checks a value against [`MAX_VALUE_LEN`].
+pub(crate) fn check_value(value: &[u8]) -> crate::Result<()> {
+    if value.len() > MAX_VALUE_LEN {
+        return Err(crate::Error::invalid(
+            "value",
+            format!(
+                "value is {} bytes; the limit is {MAX_VALUE_LEN}",
+                value.len()
             ),
         ));
     }

@@ -170,6 +170,7 @@ impl Engine {
         for d in [&dir, &sst_dir] {
             fs::create_dir_all(d).map_err(|e| Error::io(d, e))?;
         }
+        sync_dir(&dir)?;
         let lock_path = dir.join("LOCK");
         let lock = File::options()
             .create(true)

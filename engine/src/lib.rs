@@ -51,7 +51,9 @@ mod table;
 mod wal;
 
 pub use cache::CacheStats;
-pub use cell::{to_printable, Cell, CellType, LATEST_TIMESTAMP, MAX_ROW_KEY_LEN};
+pub use cell::{
+    to_printable, Cell, CellType, LATEST_TIMESTAMP, MAX_ROW_KEY_LEN, MAX_VALUE_LEN, MAX_WRITE_LEN,
+};
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use descriptor::{BloomType, Compression, Durability, FamilyDescriptor, TableDescriptor};
 pub use engine::{Engine, EngineOptions, RegionInfo};

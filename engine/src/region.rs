@@ -15,6 +15,7 @@ use parking_lot::{Mutex, RwLock};
 use crate::cache::BlockCache;
 use crate::cell::KeyView;
 use crate::descriptor::FamilyDescriptor;
+use crate::fsutil::sync_dir;
 use crate::memstore::{MemKey, MemValue, Memstore};
 use crate::read::cursor::{CellCursor, MergeCursor};
 use crate::read::rows::ReadSnapshot;
@@ -99,12 +100,12 @@ impl FileContext<'_> {
                 let _ = std::fs::remove_file(&path);
                 Ok(None)
             }
-            Ok(_) => Ok(Some(Arc::new(SstReader::open(
-                &path,
-                id,
-                self.cache.clone(),
-                desc.in_memory,
-            )?))),
+            Ok(_) => {
+                // The catalog will name this file: its directory entry must be durable first.
+                sync_dir(self.sst_dir)?;
+                let reader = SstReader::open(&path, id, self.cache.clone(), desc.in_memory)?;
+                Ok(Some(Arc::new(reader)))
+            }
             Err(e) => {
                 let _ = std::fs::remove_file(&path);
                 Err(e)

@@ -12,7 +12,9 @@ use std::sync::Arc;
 use bytes::Bytes;
 use parking_lot::RwLock;
 
-use crate::cell::{check_row, to_printable, Cell, CellType, LATEST_TIMESTAMP};
+use crate::cell::{
+    check_row, check_value, to_printable, Cell, CellType, LATEST_TIMESTAMP, MAX_WRITE_LEN,
+};
 use crate::descriptor::{Durability, TableDescriptor};
 use crate::engine::EngineInner;
 use crate::mutation::{Append, CheckAndMutate, Edit, Increment, Mutation, Put, RowMutations};
@@ -156,6 +158,7 @@ impl Table {
         };
         for e in edits {
             self.check_family(desc, &e.family)?;
+            check_value(&e.value)?;
         }
         Ok(())
     }
@@ -280,6 +283,10 @@ impl Table {
         } else {
             encode_batch(region.id, edits)
         };
+        if payload.len() > MAX_WRITE_LEN {
+            let reason = format!("one write may carry at most {MAX_WRITE_LEN} bytes");
+            return Err(Error::invalid("mutations", reason));
+        }
         let _gate = self.engine.apply_gate.read();
         let first = self.engine.wal.append(count, &payload, durability)?;
         region.apply(first, edits);
@@ -498,6 +505,7 @@ impl Table {
             for (f, q, arg) in columns {
                 let current = self.read_row_locked(&region, row, f, q, now)?;
                 let (value, ttl) = compute(current.as_ref(), f, q, arg)?;
+                check_value(&value)?;
                 // Never write below the current version, or the new value would be hidden.
                 let ts = current.as_ref().map_or(now, |c| c.timestamp.max(now));
                 edits.push(WalEdit {

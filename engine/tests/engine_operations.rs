@@ -523,3 +523,28 @@ fn concurrent_writers_and_scanners_lose_nothing() {
         ((threads * per_thread / 100) as i64).to_be_bytes()
     );
 }
+
+#[test]
+fn oversized_values_are_rejected_before_anything_is_logged() {
+    let te = TestEngine::new(5_000);
+    let t = simple(&te, FamilyDescriptor::new("f"));
+    let big = vec![0u8; MAX_VALUE_LEN + 1];
+    assert!(matches!(
+        t.put(Put::new("r").add("f", "q", big.clone())),
+        Err(Error::InvalidArgument { arg: "value", .. })
+    ));
+    t.put(Put::new("r").add("f", "q", vec![1u8; MAX_VALUE_LEN - 1]))
+        .unwrap();
+    assert!(matches!(
+        t.append(Append::new("r").add("f", "q", vec![2u8; 10])),
+        Err(Error::InvalidArgument { arg: "value", .. })
+    ));
+    assert_eq!(
+        t.get(Get::new("r"))
+            .unwrap()
+            .value(b"f", b"q")
+            .unwrap()
+            .len(),
+        MAX_VALUE_LEN - 1
+    );
+}

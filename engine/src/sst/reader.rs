@@ -99,6 +99,17 @@ impl SstReader {
         let index_raw = reader.read_block_bytes(footer.index)?;
         reader.index = decode_index(&index_raw)
             .ok_or_else(|| Error::corrupt(path, footer.index.offset, "malformed index block"))?;
+        let outside = |e: &IndexEntry| {
+            let end = e.handle.offset.checked_add(u64::from(e.handle.len));
+            end.is_none_or(|end| end > footer_at)
+        };
+        if reader.index.iter().any(outside) {
+            return Err(Error::corrupt(
+                path,
+                footer.index.offset,
+                "index points outside the file",
+            ));
+        }
         let meta_raw = reader.read_block_bytes(footer.meta)?;
         reader.meta = SstMeta::decode(&meta_raw)
             .ok_or_else(|| Error::corrupt(path, footer.meta.offset, "malformed meta block"))?;
