@@ -182,3 +182,113 @@ fn garbage_instead_of_an_sstable_is_an_error() {
         Err(Error::Corrupt { .. })
     ));
 }
+
+mod random_damage {
+    use super::*;
+    use proptest::prelude::*;
+    use std::sync::OnceLock;
+
+    fn expected_value(i: usize) -> String {
+        format!("value{i}")
+    }
+
+    /// A data directory with flushed files of every codec and unflushed log records.
+    fn template() -> &'static Path {
+        static DIR: OnceLock<tempfile::TempDir> = OnceLock::new();
+        DIR.get_or_init(|| {
+            let dir = tempfile::tempdir().unwrap();
+            let e = Engine::open(dir.path(), EngineOptions::default()).unwrap();
+            let fam = |n: &str, c| {
+                FamilyDescriptor::new(n)
+                    .compression(c)
+                    .block_size(1024)
+                    .bloom(BloomType::RowCol)
+            };
+            let desc = TableDescriptor::new("t")
+                .family(fam("a", Compression::None))
+                .family(fam("b", Compression::Lz4))
+                .family(fam("c", Compression::Zstd));
+            e.create_table(desc).unwrap();
+            let t = e.table("t").unwrap();
+            for i in 0..300 {
+                let v = expected_value(i);
+                t.put(
+                    Put::new(format!("row{i:04}"))
+                        .add("a", "q", v.clone())
+                        .add("b", "q", v.clone())
+                        .add("c", "q", v),
+                )
+                .unwrap();
+                if i == 199 {
+                    e.flush("t").unwrap();
+                }
+            }
+            drop(t);
+            drop(e);
+            std::fs::remove_file(dir.path().join("LOCK")).unwrap();
+            dir
+        })
+        .path()
+    }
+
+    fn all_files(dir: &Path) -> Vec<PathBuf> {
+        let mut out = Vec::new();
+        for sub in ["", "sst", "wal"] {
+            for e in fs::read_dir(dir.join(sub)).unwrap() {
+                let p = e.unwrap().path();
+                if p.is_file() {
+                    out.push(p);
+                }
+            }
+        }
+        out.sort();
+        out
+    }
+
+    fn copy(from: &Path, to: &Path) {
+        for sub in ["sst", "wal"] {
+            fs::create_dir_all(to.join(sub)).unwrap();
+        }
+        for f in all_files(from) {
+            fs::copy(&f, to.join(f.strip_prefix(from).unwrap())).unwrap();
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
+
+        #[test]
+        fn damage_never_panics_or_returns_wrong_data(file_pick in any::<prop::sample::Index>(), flips in prop::collection::vec((any::<prop::sample::Index>(), 1u8..=255), 1..4)) {
+            let dir = tempfile::tempdir().unwrap();
+            copy(template(), dir.path());
+            let files = all_files(dir.path());
+            let target = file_pick.get(&files);
+            let mut bytes = fs::read(target).unwrap();
+            for (at, mask) in &flips {
+                let i = at.index(bytes.len());
+                bytes[i] ^= mask;
+            }
+            fs::write(target, &bytes).unwrap();
+
+            let Ok(engine) = Engine::open(dir.path(), EngineOptions::default()) else { return Ok(()) };
+            let Ok(t) = engine.table("t") else { return Ok(()) };
+            for r in t.scan(Scan::new()).unwrap() {
+                let Ok(r) = r else { break };
+                let row = String::from_utf8(r.row.to_vec()).unwrap();
+                let i: usize = row[3..].parse().unwrap();
+                let want = expected_value(i);
+                for c in &r.cells {
+                    prop_assert_eq!(c.value.as_ref(), want.as_bytes(), "wrong value in {} after damaging {}", row, target.display());
+                }
+            }
+            for i in [0usize, 150, 250, 299] {
+                if let Ok(r) = t.get(Get::new(format!("row{i:04}"))) {
+                    let want = expected_value(i);
+                    for c in &r.cells {
+                        prop_assert_eq!(c.value.as_ref(), want.as_bytes());
+                    }
+                }
+            }
+        }
+    }
+}
