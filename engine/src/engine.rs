@@ -290,7 +290,7 @@ impl Engine {
     /// [`Error::TableNotFound`], [`Error::InvalidArgument`] for bad settings.
     pub fn modify_family(&self, table: &str, family: FamilyDescriptor) -> Result<()> {
         family.validate()?;
-        self.alter(table, |desc| {
+        self.alter_table(table, |desc| {
             desc.families.retain(|f| f.name != family.name);
             desc.families.push(family.clone());
             desc.families.sort_by(|a, b| a.name.cmp(&b.name));
@@ -304,7 +304,7 @@ impl Engine {
     /// [`Error::TableNotFound`], [`Error::FamilyNotFound`], or [`Error::InvalidArgument`] when
     /// it is the last family.
     pub fn delete_family(&self, table: &str, family: &str) -> Result<()> {
-        self.alter(table, |desc| {
+        self.alter_table(table, |desc| {
             if desc.get_family(family.as_bytes()).is_none() {
                 return Err(Error::FamilyNotFound {
                     table: desc.name.clone(),
@@ -322,7 +322,13 @@ impl Engine {
         })
     }
 
-    fn alter(
+    /// Changes a table's schema: `change` edits a copy of the descriptor (families, durability,
+    /// region size), which is validated and applied at once. The name cannot change.
+    ///
+    /// # Errors
+    /// [`Error::TableNotFound`], [`Error::InvalidArgument`] if the result is invalid or renames
+    /// the table; whatever `change` returns.
+    pub fn alter_table(
         &self,
         table: &str,
         change: impl FnOnce(&mut TableDescriptor) -> Result<()>,
@@ -331,6 +337,10 @@ impl Engine {
         let state = self.inner.table_state(table)?;
         let mut desc = state.descriptor();
         change(&mut desc)?;
+        if desc.name != table {
+            return Err(Error::invalid("table", "alter cannot rename a table"));
+        }
+        desc.families.sort_by(|a, b| a.name.cmp(&b.name));
         desc.validate()?;
         state.set_descriptor(desc.clone());
         for r in state.regions() {

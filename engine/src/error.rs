@@ -81,6 +81,10 @@ pub enum Error {
         /// Printable form of the qualifier.
         qualifier: String,
     },
+    /// The write of a batch's rows to one region failed as a whole (for example on a log I/O
+    /// error); none of those rows was applied.
+    #[error("batch write failed: {0}")]
+    BatchFailed(String),
     /// The engine was closed, or a background failure made it refuse further writes.
     #[error("engine is closed: {0}")]
     Closed(String),

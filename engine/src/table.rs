@@ -395,9 +395,9 @@ impl Table {
                 &groups,
                 strongest.unwrap_or(desc.durability),
             ) {
-                let msg = e.to_string();
+                let reason = e.to_string();
                 for &i in &idx {
-                    results[i] = Err(Error::Closed(format!("batch write failed: {msg}")));
+                    results[i] = Err(Error::BatchFailed(reason.clone()));
                 }
             }
         }

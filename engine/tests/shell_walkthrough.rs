@@ -113,3 +113,28 @@ fn data_persists_between_shell_runs() {
     );
     assert!(out.contains("COMPRESSION => 'LZ4'"), "{out}");
 }
+
+#[test]
+fn alter_changes_families_and_table_attributes() {
+    let dir = tempfile::tempdir().unwrap();
+    let script = dir.path().join("s.hbase");
+    std::fs::write(
+        &script,
+        "create 't', 'f', 'g'\n\
+         alter 't', NAME => 'f', VERSIONS => 5, TTL => 3600\n\
+         alter 't', {NAME => 'h', COMPRESSION => 'ZSTD'}\n\
+         alter 't', 'delete' => 'g'\n\
+         alter 't', DURABILITY => 'FSYNC_WAL'\n\
+         alter 't', NAME => 'f', NOPE => 1\n\
+         describe 't'\n",
+    )
+    .unwrap();
+    let (out, ok) = run_shell(&dir.path().join("data"), &script);
+    assert!(!ok, "the bad option must fail");
+    let out = normalize(&out);
+    assert!(out.contains("ERROR: unknown column family option NOPE"), "{out}");
+    assert!(out.contains("DURABILITY => 'FSYNC_WAL'"), "{out}");
+    assert!(out.contains("{NAME => 'f', BLOOMFILTER => 'ROW', VERSIONS => '5'"), "{out}");
+    assert!(out.contains("TTL => '3600 SECONDS'"), "{out}");
+    assert!(out.contains("{NAME => 'h'") && !out.contains("{NAME => 'g'"), "{out}");
+}

@@ -253,13 +253,19 @@ fn alter(engine: &Engine, a: &Args<'_>) -> CmdResult {
                 }
             }
             None => {
+                let mut changed = desc.clone();
                 for (k, v) in h {
                     let key = key_name(k).ok_or("option names must be strings")?;
-                    if !apply_table_option(&mut desc, &key, v)? {
+                    if !apply_table_option(&mut changed, &key, v)? {
                         return Err(format!("unknown table option {key}"));
                     }
                 }
-                return Err("alter: changing table attributes is not supported; alter families with NAME => ...".into());
+                engine
+                    .alter_table(&table, |d| {
+                        *d = changed;
+                        Ok(())
+                    })
+                    .map_err(|e| e.to_string())?;
             }
         }
         desc = engine.describe(&table).map_err(|e| e.to_string())?;
