@@ -548,3 +548,12 @@ fn oversized_values_are_rejected_before_anything_is_logged() {
         MAX_VALUE_LEN - 1
     );
 }
+
+#[test]
+fn handles_are_send_and_sync() {
+    fn send_sync<T: Send + Sync>() {}
+    fn send<T: Send>() {}
+    send_sync::<Engine>();
+    send_sync::<Table>();
+    send::<Scanner>();
+}
