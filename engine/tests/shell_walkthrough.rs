@@ -132,9 +132,18 @@ fn alter_changes_families_and_table_attributes() {
     let (out, ok) = run_shell(&dir.path().join("data"), &script);
     assert!(!ok, "the bad option must fail");
     let out = normalize(&out);
-    assert!(out.contains("ERROR: unknown column family option NOPE"), "{out}");
+    assert!(
+        out.contains("ERROR: unknown column family option NOPE"),
+        "{out}"
+    );
     assert!(out.contains("DURABILITY => 'FSYNC_WAL'"), "{out}");
-    assert!(out.contains("{NAME => 'f', BLOOMFILTER => 'ROW', VERSIONS => '5'"), "{out}");
+    assert!(
+        out.contains("{NAME => 'f', BLOOMFILTER => 'ROW', VERSIONS => '5'"),
+        "{out}"
+    );
     assert!(out.contains("TTL => '3600 SECONDS'"), "{out}");
-    assert!(out.contains("{NAME => 'h'") && !out.contains("{NAME => 'g'"), "{out}");
+    assert!(
+        out.contains("{NAME => 'h'") && !out.contains("{NAME => 'g'"),
+        "{out}"
+    );
 }
