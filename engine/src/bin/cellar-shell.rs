@@ -1,9 +1,10 @@
 //! `cellar-shell`: an HBase-shell-compatible command line over a Cellar data directory.
 //!
-//! Usage: `cellar-shell [--data DIR] [SCRIPT]`. Reads commands from SCRIPT, or from stdin
-//! (with a prompt when stdin is a terminal). Exits non-zero if any command failed.
+//! Usage: `cellar-shell [--data DIR] [SCRIPT]`. Reads commands from SCRIPT, or from stdin —
+//! with a prompt, line editing and history when stdin is a terminal. Exits non-zero if any
+//! command failed.
 
-use std::io::{self, BufReader, IsTerminal};
+use std::io::{self, BufReader, IsTerminal, Write};
 use std::process::ExitCode;
 
 use cellar_engine::shell::Shell;
@@ -19,20 +20,14 @@ fn main() -> ExitCode {
         match arg.as_str() {
             "--data" | "-d" => match args.next() {
                 Some(d) => data = d,
-                None => {
-                    eprintln!("{USAGE}");
-                    return ExitCode::from(2);
-                }
+                None => return usage_error(),
             },
             "--help" | "-h" => {
                 println!("{USAGE}");
                 return ExitCode::SUCCESS;
             }
             _ if script.is_none() && !arg.starts_with('-') => script = Some(arg),
-            _ => {
-                eprintln!("{USAGE}");
-                return ExitCode::from(2);
-            }
+            _ => return usage_error(),
         }
     }
     let engine = match Engine::open(&data, EngineOptions::default()) {
@@ -43,20 +38,16 @@ fn main() -> ExitCode {
         }
     };
     let mut shell = Shell::new(engine);
-    let mut out = io::stdout().lock();
     let result = match &script {
         Some(path) => match std::fs::File::open(path) {
-            Ok(f) => shell.run(BufReader::new(f), &mut out, false),
+            Ok(f) => shell.run(BufReader::new(f), &mut io::stdout().lock(), false),
             Err(e) => {
                 eprintln!("ERROR: cannot read {path}: {e}");
                 return ExitCode::from(1);
             }
         },
-        None => {
-            let stdin = io::stdin();
-            let interactive = stdin.is_terminal();
-            shell.run(stdin.lock(), &mut out, interactive)
-        }
+        None if io::stdin().is_terminal() => interactive(&mut shell),
+        None => shell.run(io::stdin().lock(), &mut io::stdout().lock(), false),
     };
     if let Err(e) = result {
         eprintln!("ERROR: {e}");
@@ -67,4 +58,42 @@ fn main() -> ExitCode {
     } else {
         ExitCode::SUCCESS
     }
+}
+
+fn usage_error() -> ExitCode {
+    eprintln!("{USAGE}");
+    ExitCode::from(2)
+}
+
+/// A terminal session with line editing and in-memory history.
+#[cfg(feature = "readline")]
+fn interactive(shell: &mut Shell) -> io::Result<()> {
+    use rustyline::error::ReadlineError;
+
+    let mut editor = rustyline::DefaultEditor::new().map_err(io::Error::other)?;
+    let mut out = io::stdout();
+    loop {
+        match editor.readline(&shell.prompt()) {
+            Ok(line) => {
+                if !line.trim().is_empty() {
+                    let _ = editor.add_history_entry(line.as_str());
+                }
+                shell.run_line(&line, &mut out)?;
+                out.flush()?;
+                if shell.exited() {
+                    return Ok(());
+                }
+            }
+            // Ctrl-C abandons the current line, as in the HBase shell.
+            Err(ReadlineError::Interrupted) => continue,
+            Err(ReadlineError::Eof) => return Ok(()),
+            Err(e) => return Err(io::Error::other(e)),
+        }
+    }
+}
+
+/// A terminal session without line editing (built without the `readline` feature).
+#[cfg(not(feature = "readline"))]
+fn interactive(shell: &mut Shell) -> io::Result<()> {
+    shell.run(io::stdin().lock(), &mut io::stdout(), true)
 }
