@@ -4,7 +4,7 @@
 //! with a prompt, line editing and history when stdin is a terminal. Exits non-zero if any
 //! command failed.
 
-use std::io::{self, BufReader, IsTerminal, Write};
+use std::io::{self, BufReader, IsTerminal};
 use std::process::ExitCode;
 
 use cellar_engine::shell::Shell;
@@ -69,6 +69,7 @@ fn usage_error() -> ExitCode {
 #[cfg(feature = "readline")]
 fn interactive(shell: &mut Shell) -> io::Result<()> {
     use rustyline::error::ReadlineError;
+    use std::io::Write;
 
     let mut editor = rustyline::DefaultEditor::new().map_err(io::Error::other)?;
     let mut out = io::stdout();
