@@ -20,6 +20,7 @@ use crate::clock::{Clock, SystemClock};
 use crate::descriptor::{FamilyDescriptor, TableDescriptor};
 use crate::fsutil::sync_dir;
 use crate::region::{FileContext, Region};
+use crate::split::check_split_keys;
 use crate::sst::reader::sst_path;
 use crate::sst::SstReader;
 use crate::table::{Table, TableState};
@@ -128,33 +129,38 @@ impl std::fmt::Debug for Engine {
     }
 }
 
+/// Builds a region from its catalog entry. Files shared by split siblings are opened once
+/// (`open_files` maps file id to reader).
 fn region_from_entry(
     entry: &RegionEntry,
     desc: &TableDescriptor,
     sst_dir: &Path,
     cache: &Arc<BlockCache>,
+    open_files: &mut HashMap<u64, Arc<SstReader>>,
 ) -> Result<Region> {
     let mut files = Vec::new();
     for fam in &desc.families {
         let mut readers = Vec::new();
         for f in entry.files.iter().filter(|f| f.family == fam.name) {
-            readers.push(Arc::new(SstReader::open(
-                &sst_path(sst_dir, f.id),
-                f.id,
-                cache.clone(),
-                fam.in_memory,
-            )?));
+            let reader = match open_files.get(&f.id) {
+                Some(r) => r.clone(),
+                None => {
+                    let path = sst_path(sst_dir, f.id);
+                    let r = Arc::new(SstReader::open(&path, f.id, cache.clone(), fam.in_memory)?);
+                    open_files.insert(f.id, r.clone());
+                    r
+                }
+            };
+            readers.push(reader);
         }
         files.push(readers);
     }
     let stores = Region::stores_with_files(&desc.families, files);
-    Ok(Region::new(
-        entry.id,
+    let (start, end) = (
         Bytes::from(entry.start.clone()),
         Bytes::from(entry.end.clone()),
-        stores,
-        entry.flushed_seq,
-    ))
+    );
+    Ok(Region::new(entry.id, start, end, stores, entry.flushed_seq))
 }
 
 impl Engine {
@@ -193,11 +199,18 @@ impl Engine {
         let mut tables = BTreeMap::new();
         let mut regions_by_id: HashMap<u64, Arc<Region>> = HashMap::new();
         let mut referenced = std::collections::HashSet::new();
+        let mut open_files = HashMap::new();
         for t in &catalog.tables {
             let mut regions = Vec::new();
             for r in &t.regions {
                 referenced.extend(r.files.iter().map(|f| f.id));
-                let region = Arc::new(region_from_entry(r, &t.descriptor, &sst_dir, &cache)?);
+                let region = Arc::new(region_from_entry(
+                    r,
+                    &t.descriptor,
+                    &sst_dir,
+                    &cache,
+                    &mut open_files,
+                )?);
                 regions_by_id.insert(region.id, region.clone());
                 regions.push(region);
             }
@@ -271,13 +284,35 @@ impl Engine {
     /// # Errors
     /// [`Error::InvalidArgument`] for a bad descriptor, [`Error::TableExists`].
     pub fn create_table(&self, desc: TableDescriptor) -> Result<()> {
+        self.create_table_with_splits(desc, Vec::new())
+    }
+
+    /// Creates a table pre-split into `split_keys.len() + 1` regions, so writes spread from the
+    /// start. Keys come from the application or from [`SplitAlgorithm::split_keys`].
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for a bad descriptor or split keys that are empty, too long or
+    /// not strictly increasing; [`Error::TableExists`].
+    pub fn create_table_with_splits(
+        &self,
+        desc: TableDescriptor,
+        split_keys: Vec<Bytes>,
+    ) -> Result<()> {
         desc.validate()?;
+        check_split_keys(&split_keys)?;
         let _ddl = self.inner.ddl.lock();
         if self.inner.tables.read().contains_key(&desc.name) {
             return Err(Error::TableExists(desc.name));
         }
-        let region = self.inner.new_region(&desc);
-        let state = Arc::new(TableState::new(desc.clone(), true, vec![region]));
+        let mut bounds = Vec::with_capacity(split_keys.len() + 2);
+        bounds.push(Bytes::new());
+        bounds.extend(split_keys);
+        bounds.push(Bytes::new());
+        let regions = bounds
+            .windows(2)
+            .map(|w| self.inner.new_region(&desc, w[0].clone(), w[1].clone()))
+            .collect();
+        let state = Arc::new(TableState::new(desc.clone(), true, regions));
         self.inner.tables.write().insert(desc.name.clone(), state);
         self.inner.persist_locked().inspect_err(|_| {
             self.inner.tables.write().remove(&desc.name);
@@ -437,7 +472,7 @@ impl Engine {
         let _ddl = self.inner.ddl.lock();
         let state = self.inner.table_state(table)?;
         let desc = state.descriptor();
-        let fresh = self.inner.new_region(&desc);
+        let fresh = self.inner.new_region(&desc, Bytes::new(), Bytes::new());
         let old = state.replace_regions(vec![fresh]);
         self.inner.persist_locked()?;
         for r in old {
@@ -505,6 +540,28 @@ impl Engine {
         self.inner.persist_locked()?;
         self.inner.delete_files(replaced.into_iter());
         self.inner.trim_wal()
+    }
+
+    /// Splits regions: with `at`, the region holding that row, at that row; without, every
+    /// region at its data's middle (regions too small to cut are left alone). Daughters share
+    /// the parent's files until compaction rewrites them, so a split writes no data.
+    ///
+    /// # Errors
+    /// [`Error::TableNotFound`]; [`Error::InvalidArgument`] if `at` is a region's start key.
+    pub fn split(&self, table: &str, at: Option<&[u8]>) -> Result<usize> {
+        let state = self.inner.table_state(table)?;
+        let _ddl = self.inner.ddl.lock();
+        let targets = match at {
+            Some(row) => state.region_for(row).into_iter().collect(),
+            None => state.regions(),
+        };
+        let mut splits = 0;
+        for region in targets {
+            let at = at.map(Bytes::copy_from_slice);
+            splits += usize::from(self.inner.split_region(&state, &region, at)?);
+        }
+        self.inner.trim_wal()?;
+        Ok(splits)
     }
 
     /// Per-region sizes and request counts, in key order.
@@ -596,15 +653,10 @@ impl EngineInner {
             .ok_or_else(|| Error::TableNotFound(name.to_string()))
     }
 
-    fn new_region(&self, desc: &TableDescriptor) -> Arc<Region> {
+    fn new_region(&self, desc: &TableDescriptor, start: Bytes, end: Bytes) -> Arc<Region> {
         let id = self.next_region_id.fetch_add(1, Ordering::Relaxed);
-        let region = Region::new(
-            id,
-            Bytes::new(),
-            Bytes::new(),
-            Region::empty_stores(&desc.families),
-            self.wal.last_seq(),
-        );
+        let stores = Region::empty_stores(&desc.families);
+        let region = Region::new(id, start, end, stores, self.wal.last_seq());
         region.publish(self.wal.last_seq());
         Arc::new(region)
     }
@@ -647,7 +699,7 @@ impl EngineInner {
     }
 
     /// Writes the catalog; the caller holds `ddl`.
-    fn persist_locked(&self) -> Result<()> {
+    pub fn persist_locked(&self) -> Result<()> {
         let tables = self.tables.read();
         let mut state = CatalogState {
             tables: Vec::with_capacity(tables.len()),
@@ -686,8 +738,57 @@ impl EngineInner {
         state.store(&self.dir.join("MANIFEST"))
     }
 
+    /// Splits one region (the caller holds `ddl`). Returns false if there was no point to
+    /// split at.
+    pub fn split_region(
+        &self,
+        state: &TableState,
+        region: &Arc<Region>,
+        at: Option<Bytes>,
+    ) -> Result<bool> {
+        let ctx = self.file_context();
+        let _m = region.maintenance.lock();
+        if region.is_retired() {
+            return Ok(false);
+        }
+        let inside = |at: &Bytes| at > &region.start && (region.end.is_empty() || at < &region.end);
+        if at.as_ref().is_some_and(|at| !inside(at)) {
+            return Err(Error::invalid(
+                "split key",
+                "must lie strictly inside the region",
+            ));
+        }
+        // Flush while writes continue, so the flush under the write lock below is short.
+        self.wal.flush_buffer()?;
+        region.flush_maintained(&ctx)?;
+        let at = match at {
+            Some(at) => at,
+            None => match region.split_point()? {
+                Some(at) => at,
+                None => return Ok(false),
+            },
+        };
+        let _w = region.write_lock.lock();
+        region.flush_write_locked(&ctx)?;
+        let ids = (
+            self.next_region_id.fetch_add(1, Ordering::Relaxed),
+            self.next_region_id.fetch_add(1, Ordering::Relaxed),
+        );
+        let (lower, upper) = region.daughters(&at, ids);
+        state.replace_region(region.id, vec![Arc::new(lower), Arc::new(upper)]);
+        region.set_retired(true);
+        // One atomic catalog write makes the split happen; if it fails, the parent stays.
+        if let Err(e) = self.persist_locked() {
+            state.replace_region(ids.0, vec![region.clone()]);
+            state.remove_region(ids.1);
+            region.set_retired(false);
+            return Err(e);
+        }
+        Ok(true)
+    }
+
     /// Deletes log segments whose edits are all in SSTables.
-    fn trim_wal(&self) -> Result<()> {
+    pub fn trim_wal(&self) -> Result<()> {
         let keep_from = {
             let _gate = self.apply_gate.write();
             let mut oldest_unflushed = self.wal.last_seq();
@@ -703,8 +804,23 @@ impl EngineInner {
         self.wal.remove_segments_below(keep_from)
     }
 
+    /// Deletes replaced files that no region lists any more (split siblings share files).
     fn delete_files(&self, files: impl Iterator<Item = Arc<SstReader>>) {
-        for f in files {
+        let live: std::collections::HashSet<u64> = self
+            .tables
+            .read()
+            .values()
+            .flat_map(|t| t.regions())
+            .flat_map(|r| {
+                r.stores()
+                    .families
+                    .iter()
+                    .flat_map(|s| s.files.iter().map(|f| f.id()))
+                    .collect::<Vec<_>>()
+            })
+            .collect();
+        let mut seen = std::collections::HashSet::new();
+        for f in files.filter(|f| !live.contains(&f.id()) && seen.insert(f.id())) {
             self.cache.evict_file(f.id());
             // A failed removal leaves an orphan that the next open deletes.
             let _ = fs::remove_file(f.path());

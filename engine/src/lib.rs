@@ -46,6 +46,7 @@ mod region;
 mod retention;
 mod scanner;
 pub mod shell;
+mod split;
 mod sst;
 mod table;
 mod wal;
@@ -64,4 +65,5 @@ pub use mutation::{
 };
 pub use query::{prefix_successor, Get, RowResult, Scan, TimeRange};
 pub use scanner::Scanner;
+pub use split::SplitAlgorithm;
 pub use table::Table;

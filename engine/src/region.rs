@@ -6,7 +6,7 @@
 //! snapshot and swap it in.
 
 use std::path::Path;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -17,7 +17,7 @@ use crate::cell::KeyView;
 use crate::descriptor::FamilyDescriptor;
 use crate::fsutil::sync_dir;
 use crate::memstore::{MemKey, MemValue, Memstore};
-use crate::read::cursor::{CellCursor, MergeCursor};
+use crate::read::cursor::{BoundedCursor, CellCursor, MergeCursor};
 use crate::read::rows::ReadSnapshot;
 use crate::retention::{write_retained, Retention};
 use crate::sst::reader::sst_path;
@@ -122,10 +122,12 @@ pub(crate) struct Region {
     pub end: Bytes,
     /// Serializes writes (and read-modify-writes) to this region.
     pub write_lock: Mutex<()>,
-    /// Serializes flushes, compactions and schema changes.
+    /// Serializes flushes, compactions, splits and schema changes.
     pub maintenance: Mutex<()>,
     visible_seq: AtomicU64,
     flushed_seq: AtomicU64,
+    /// Set once the region has been split: writers that routed here re-route.
+    retired: AtomicBool,
     stores: RwLock<Arc<RegionStores>>,
     pub counters: RegionCounters,
 }
@@ -146,6 +148,7 @@ impl Region {
             maintenance: Mutex::new(()),
             visible_seq: AtomicU64::new(flushed_seq),
             flushed_seq: AtomicU64::new(flushed_seq),
+            retired: AtomicBool::new(false),
             stores: RwLock::new(Arc::new(stores)),
             counters: RegionCounters::default(),
         }
@@ -158,7 +161,7 @@ impl Region {
         }
     }
 
-    /// Stores with existing files (at open).
+    /// Stores with existing files (at open, and for the daughters of a split).
     pub fn stores_with_files(
         families: &[FamilyDescriptor],
         files: Vec<Vec<Arc<SstReader>>>,
@@ -186,6 +189,18 @@ impl Region {
 
     pub fn flushed_seq(&self) -> u64 {
         self.flushed_seq.load(Ordering::Acquire)
+    }
+
+    pub fn visible_seq(&self) -> u64 {
+        self.visible_seq.load(Ordering::Acquire)
+    }
+
+    pub fn is_retired(&self) -> bool {
+        self.retired.load(Ordering::Acquire)
+    }
+
+    pub fn set_retired(&self, retired: bool) {
+        self.retired.store(retired, Ordering::Release);
     }
 
     /// True if `row` falls in this region.
@@ -223,7 +238,8 @@ impl Region {
 
     /// Bytes held in memstores.
     pub fn memstore_size(&self) -> usize {
-        self.stores()
+        let stores = self.stores();
+        stores
             .families
             .iter()
             .map(|s| s.active.size() + s.frozen.as_ref().map_or(0, |f| f.size()))
@@ -238,13 +254,24 @@ impl Region {
             .any(|s| !s.active.is_empty() || s.frozen.is_some())
     }
 
-    /// Bytes in SSTables.
+    /// Estimated bytes of this region's data in SSTables: whole files it owns, and the blocks
+    /// overlapping its range of files it shares with a sibling after a split.
     pub fn file_size(&self) -> u64 {
-        self.stores()
+        let stores = self.stores();
+        stores
             .families
             .iter()
             .flat_map(|s| &s.files)
-            .map(|f| f.size())
+            .map(|f| {
+                if f.within(&self.start, &self.end) {
+                    f.size()
+                } else {
+                    f.blocks_overlapping(&self.start, &self.end)
+                        .iter()
+                        .map(|(_, n)| n)
+                        .sum()
+                }
+            })
             .sum()
     }
 
@@ -253,29 +280,71 @@ impl Region {
         self.stores().families.iter().map(|s| s.files.len()).sum()
     }
 
-    /// Writes every memstore to a new SSTable and swaps it in. Returns true if anything was
-    /// flushed; the caller persists the catalog and then trims the log.
-    pub fn flush(&self, ctx: &FileContext<'_>) -> Result<bool> {
-        let _m = self.maintenance.lock();
-        // Freeze under the write lock so the frozen memstores hold exactly the writes up to
-        // `frozen_seq` (writes are serialized per region).
-        let frozen_seq = {
-            let _w = self.write_lock.lock();
-            let mut guard = self.stores.write();
-            let mut next = (**guard).clone();
-            let mut any = false;
-            for s in &mut next.families {
-                if s.frozen.is_none() && !s.active.is_empty() {
-                    s.frozen = Some(std::mem::replace(&mut s.active, Arc::new(Memstore::new())));
+    /// A row near the middle of the region's data, strictly inside its range: where a split
+    /// should cut. Large regions are cut at the block boundary that halves their bytes; regions
+    /// of a few blocks are cut at their middle row. `None` if there is nothing to cut.
+    pub fn split_point(&self) -> Result<Option<Bytes>> {
+        let inside = |cut: &Bytes| cut > &self.start && (self.end.is_empty() || cut < &self.end);
+        let stores = self.stores();
+        let files: Vec<&Arc<SstReader>> = stores.families.iter().flat_map(|s| &s.files).collect();
+        let mut blocks: Vec<(Bytes, u64)> = files
+            .iter()
+            .flat_map(|f| f.blocks_overlapping(&self.start, &self.end))
+            .collect();
+        blocks.sort();
+        let total: u64 = blocks.iter().map(|(_, n)| n).sum();
+        let mut acc = 0;
+        for (row, n) in &blocks {
+            acc += n;
+            if acc * 2 >= total {
+                // The block's last row ends the lower half; the cut is just after it.
+                let cut = Bytes::from([row.as_ref(), &[0u8]].concat());
+                if inside(&cut) && blocks.len() >= 4 {
+                    return Ok(Some(cut));
                 }
-                any |= s.frozen.is_some();
+                break;
             }
-            if !any {
-                return Ok(false);
+        }
+        // Few blocks: find the middle row itself (the data is small, so this read is cheap).
+        let cursors: Vec<Box<dyn CellCursor>> = files
+            .iter()
+            .map(|f| Box::new(f.cursor()) as Box<dyn CellCursor>)
+            .collect();
+        let mut merged = BoundedCursor::new(MergeCursor::new(cursors), self.end.clone());
+        merged.seek(&KeyView::first_of_row(&self.start))?;
+        let mut rows: Vec<Bytes> = Vec::new();
+        while let Some(k) = merged.key() {
+            if rows.last().is_none_or(|r| r.as_ref() != k.row) {
+                rows.push(Bytes::copy_from_slice(k.row));
             }
-            *guard = Arc::new(next);
-            self.visible_seq.load(Ordering::Acquire)
-        };
+            merged.next()?;
+        }
+        Ok(rows.get(rows.len() / 2).cloned().filter(inside))
+    }
+
+    /// Moves non-empty active memstores to `frozen`; the caller holds the write lock, so the
+    /// frozen memstores hold exactly the writes up to the returned sequence number. `None` if
+    /// there is nothing to flush.
+    fn freeze_locked(&self) -> Option<u64> {
+        let mut guard = self.stores.write();
+        let mut next = (**guard).clone();
+        let mut any = false;
+        for s in &mut next.families {
+            if s.frozen.is_none() && !s.active.is_empty() {
+                s.frozen = Some(std::mem::replace(&mut s.active, Arc::new(Memstore::new())));
+            }
+            any |= s.frozen.is_some();
+        }
+        if !any {
+            return None;
+        }
+        *guard = Arc::new(next);
+        Some(self.visible_seq.load(Ordering::Acquire))
+    }
+
+    /// Writes the frozen memstores to SSTables and swaps them in; the caller holds
+    /// `maintenance`.
+    fn write_frozen(&self, ctx: &FileContext<'_>, frozen_seq: u64) -> Result<()> {
         let frozen = self.stores();
         let mut new_files: Vec<(Bytes, Option<Arc<SstReader>>)> = Vec::new();
         for s in &frozen.families {
@@ -285,26 +354,53 @@ impl Region {
                 new_files.push((s.name.clone(), file));
             }
         }
-        {
-            let mut guard = self.stores.write();
-            let mut next = (**guard).clone();
-            for s in &mut next.families {
-                if let Some((_, file)) = new_files.iter().find(|(n, _)| *n == s.name) {
-                    s.frozen = None;
-                    if let Some(f) = file {
-                        s.files.insert(0, f.clone());
-                    }
+        let mut guard = self.stores.write();
+        let mut next = (**guard).clone();
+        for s in &mut next.families {
+            if let Some((_, file)) = new_files.iter().find(|(n, _)| *n == s.name) {
+                s.frozen = None;
+                if let Some(f) = file {
+                    s.files.insert(0, f.clone());
                 }
             }
-            *guard = Arc::new(next);
         }
+        *guard = Arc::new(next);
         self.flushed_seq.fetch_max(frozen_seq, Ordering::AcqRel);
-        Ok(true)
+        Ok(())
     }
 
-    /// Merges each family's files into one. Major compaction applies the full retention rules
-    /// at time `now`; minor keeps delete markers. Returns the replaced files, which the caller
-    /// deletes once the catalog no longer lists them.
+    /// Writes every memstore to a new SSTable and swaps it in. Returns true if anything was
+    /// flushed; the caller persists the catalog and then trims the log.
+    pub fn flush(&self, ctx: &FileContext<'_>) -> Result<bool> {
+        let _m = self.maintenance.lock();
+        self.flush_maintained(ctx)
+    }
+
+    /// [`Region::flush`] for a caller already holding `maintenance`.
+    pub fn flush_maintained(&self, ctx: &FileContext<'_>) -> Result<bool> {
+        let frozen_seq = {
+            let _w = self.write_lock.lock();
+            self.freeze_locked()
+        };
+        match frozen_seq {
+            Some(seq) => self.write_frozen(ctx, seq).map(|()| true),
+            None => Ok(false),
+        }
+    }
+
+    /// Flushes while the caller holds both `maintenance` and the write lock: the last,
+    /// short flush before a split, which must not let writes in.
+    pub fn flush_write_locked(&self, ctx: &FileContext<'_>) -> Result<()> {
+        match self.freeze_locked() {
+            Some(seq) => self.write_frozen(ctx, seq),
+            None => Ok(()),
+        }
+    }
+
+    /// Merges each family's files into one, keeping only rows inside the region (files shared
+    /// after a split are rewritten even when alone). Major compaction applies the full
+    /// retention rules at time `now`; minor keeps delete markers. Returns the replaced files,
+    /// which the caller deletes once no region lists them.
     pub fn compact(
         &self,
         ctx: &FileContext<'_>,
@@ -314,17 +410,19 @@ impl Region {
         let _m = self.maintenance.lock();
         let current = self.stores();
         let mut replaced = Vec::new();
-        let mut outputs: Vec<(Bytes, Option<Arc<SstReader>>)> = Vec::new();
+        let mut outputs: Vec<(Bytes, Vec<u64>, Option<Arc<SstReader>>)> = Vec::new();
         for s in &current.families {
-            if s.files.is_empty() || (!major && s.files.len() < 2) {
+            let shared = s.files.iter().any(|f| !f.within(&self.start, &self.end));
+            if s.files.is_empty() || (!major && !shared && s.files.len() < 2) {
                 continue;
             }
-            let mut cursors: Vec<Box<dyn CellCursor>> = Vec::new();
-            for f in &s.files {
-                cursors.push(Box::new(f.cursor()));
-            }
-            let mut merged = MergeCursor::new(cursors);
-            merged.seek(&KeyView::first_of_row(&[]))?;
+            let cursors: Vec<Box<dyn CellCursor>> = s
+                .files
+                .iter()
+                .map(|f| Box::new(f.cursor()) as Box<dyn CellCursor>)
+                .collect();
+            let mut merged = BoundedCursor::new(MergeCursor::new(cursors), self.end.clone());
+            merged.seek(&KeyView::first_of_row(&self.start))?;
             let mode = if major {
                 Retention::Major { now }
             } else {
@@ -332,7 +430,11 @@ impl Region {
             };
             let out = ctx.write_file(&mut merged, &s.desc, mode)?;
             replaced.extend(s.files.iter().cloned());
-            outputs.push((s.name.clone(), out));
+            outputs.push((
+                s.name.clone(),
+                s.files.iter().map(|f| f.id()).collect(),
+                out,
+            ));
         }
         if outputs.is_empty() {
             return Ok(replaced);
@@ -340,13 +442,9 @@ impl Region {
         let mut guard = self.stores.write();
         let mut next = (**guard).clone();
         for s in &mut next.families {
-            if let Some((_, out)) = outputs.iter().find(|(n, _)| *n == s.name) {
+            if let Some((_, inputs, out)) = outputs.iter().find(|(n, _, _)| *n == s.name) {
                 // Only this method removes files, under `maintenance`; flushes only prepend.
-                let input_ids: Vec<u64> = current
-                    .family(&s.name)
-                    .map(|c| c.files.iter().map(|f| f.id()).collect())
-                    .unwrap_or_default();
-                s.files.retain(|f| !input_ids.contains(&f.id()));
+                s.files.retain(|f| !inputs.contains(&f.id()));
                 if let Some(o) = out {
                     s.files.push(o.clone());
                 }
@@ -374,5 +472,31 @@ impl Region {
             next.families.push(store);
         }
         *guard = Arc::new(next);
+    }
+
+    /// The two daughters of a split at `at`: they share this region's files (each reads only
+    /// its own range) and start with empty memstores. The caller has flushed this region while
+    /// holding its write lock.
+    pub fn daughters(&self, at: &Bytes, ids: (u64, u64)) -> (Region, Region) {
+        let stores = self.stores();
+        let descs: Vec<FamilyDescriptor> = stores.families.iter().map(|s| s.desc.clone()).collect();
+        let files: Vec<Vec<Arc<SstReader>>> =
+            stores.families.iter().map(|s| s.files.clone()).collect();
+        let seq = self.visible_seq();
+        let lower = Region::new(
+            ids.0,
+            self.start.clone(),
+            at.clone(),
+            Self::stores_with_files(&descs, files.clone()),
+            seq,
+        );
+        let upper = Region::new(
+            ids.1,
+            at.clone(),
+            self.end.clone(),
+            Self::stores_with_files(&descs, files),
+            seq,
+        );
+        (lower, upper)
     }
 }

@@ -67,16 +67,31 @@ impl TableState {
         self.regions.read().clone()
     }
 
+    /// Puts `with` in place of the region `id` (a split's daughters, or a parent restored).
+    pub fn replace_region(&self, id: u64, with: Vec<Arc<Region>>) {
+        let mut regions = self.regions.write();
+        if let Some(i) = regions.iter().position(|r| r.id == id) {
+            regions.splice(i..=i, with);
+        }
+    }
+
+    /// Removes the region `id`.
+    pub fn remove_region(&self, id: u64) {
+        self.regions.write().retain(|r| r.id != id);
+    }
+
     pub fn replace_regions(&self, regions: Vec<Arc<Region>>) -> Vec<Arc<Region>> {
         std::mem::replace(&mut *self.regions.write(), regions)
     }
 
     /// The region holding `row`.
     pub fn region_for(&self, row: &[u8]) -> Option<Arc<Region>> {
-        self.regions
-            .read()
-            .iter()
-            .find(|r| r.contains(row))
+        let regions = self.regions.read();
+        // Regions are sorted by start key and tile the key space.
+        let i = regions.partition_point(|r| r.start.as_ref() <= row);
+        regions
+            .get(i.checked_sub(1)?)
+            .filter(|r| r.contains(row))
             .cloned()
     }
 }
@@ -238,32 +253,63 @@ impl Table {
         Ok(r.cells.into_iter().next())
     }
 
-    /// Logs, applies and publishes groups of mutations to one region. Each group is atomic.
-    fn write_region(
+    /// Runs `f` on the region holding `row` with its write lock held, re-routing when a split
+    /// retired the region while we waited for the lock.
+    fn locked<T>(
+        &self,
+        row: &[u8],
+        mut f: impl FnMut(&Region) -> Result<T>,
+    ) -> Result<(Arc<Region>, T)> {
+        loop {
+            let region = self.region(row)?;
+            let out = {
+                let _w = region.write_lock.lock();
+                if region.is_retired() {
+                    continue;
+                }
+                f(&region)?
+            };
+            return Ok((region, out));
+        }
+    }
+
+    /// Resolves, logs and applies groups of mutations (each atomic) while holding `region`'s
+    /// write lock. Returns the last sequence number used.
+    fn write_locked(
         &self,
         region: &Region,
         desc: &TableDescriptor,
         groups: &[&[Mutation]],
         durability: Durability,
-    ) -> Result<()> {
-        let last_seq = {
-            let _w = region.write_lock.lock();
-            let now = self.engine.opts.clock.now_ms();
-            let mut edits = Vec::new();
-            let mut offset = 0u32;
-            for group in groups {
-                for m in *group {
-                    edits.extend(self.resolve(region, desc, m, offset, now)?);
-                    offset += 1;
-                }
+    ) -> Result<u64> {
+        let now = self.engine.opts.clock.now_ms();
+        let mut edits = Vec::new();
+        let mut offset = 0u32;
+        for group in groups {
+            for m in *group {
+                edits.extend(self.resolve(region, desc, m, offset, now)?);
+                offset += 1;
             }
-            self.commit(region, &edits, offset, durability)?
-        };
+        }
+        self.commit(region, &edits, offset, durability)
+    }
+
+    /// Writes groups of mutations that all target `row`'s region.
+    fn write_row(
+        &self,
+        row: &[u8],
+        desc: &TableDescriptor,
+        groups: &[&[Mutation]],
+        durability: Durability,
+    ) -> Result<()> {
+        let (region, last_seq) = self.locked(row, |region| {
+            self.write_locked(region, desc, groups, durability)
+        })?;
         region.counters.writes.fetch_add(
             groups.iter().map(|g| g.len() as u64).sum(),
             Ordering::Relaxed,
         );
-        self.after_write(region, last_seq, durability)
+        self.after_write(&region, last_seq, durability)
     }
 
     /// Logs and applies resolved edits; caller holds the region's write lock. Returns the last
@@ -326,9 +372,8 @@ impl Table {
     fn mutate(&self, m: Mutation) -> Result<()> {
         let desc = self.check_usable()?;
         self.validate(&desc, &m)?;
-        let region = self.region(m.row())?;
         let d = self.durability(&desc, m.durability());
-        self.write_region(&region, &desc, &[std::slice::from_ref(&m)], d)
+        self.write_row(m.row(), &desc, &[std::slice::from_ref(&m)], d)
     }
 
     /// Applies several mutations of one row atomically, in order.
@@ -338,9 +383,8 @@ impl Table {
     pub fn mutate_row(&self, rm: RowMutations) -> Result<()> {
         let desc = self.check_usable()?;
         self.validate_row_mutations(&desc, &rm)?;
-        let region = self.region(&rm.row)?;
         let d = self.durability(&desc, rm.mutations.iter().find_map(Mutation::durability));
-        self.write_region(&region, &desc, &[&rm.mutations], d)
+        self.write_row(&rm.row, &desc, &[&rm.mutations], d)
     }
 
     fn validate_row_mutations(&self, desc: &TableDescriptor, rm: &RowMutations) -> Result<()> {
@@ -365,39 +409,54 @@ impl Table {
     /// per-mutation errors in the returned vector.
     pub fn batch(&self, mutations: Vec<Mutation>) -> Result<Vec<Result<()>>> {
         let desc = self.check_usable()?;
-        let mut results: Vec<Result<()>> = Vec::with_capacity(mutations.len());
-        let mut by_region: Vec<(Arc<Region>, Vec<usize>)> = Vec::new();
-        for (i, m) in mutations.iter().enumerate() {
-            let checked = self.validate(&desc, m).and_then(|()| self.region(m.row()));
-            match checked {
-                Ok(region) => {
-                    results.push(Ok(()));
-                    match by_region.iter_mut().find(|(r, _)| r.id == region.id) {
+        let mut results: Vec<Result<()>> =
+            mutations.iter().map(|m| self.validate(&desc, m)).collect();
+        let mut pending: Vec<usize> = (0..mutations.len())
+            .filter(|&i| results[i].is_ok())
+            .collect();
+        // Group by region, write each group under its region's lock; rows whose region was
+        // split meanwhile are routed again.
+        while !pending.is_empty() {
+            let mut by_region: Vec<(Arc<Region>, Vec<usize>)> = Vec::new();
+            for i in pending.drain(..) {
+                match self.region(mutations[i].row()) {
+                    Ok(region) => match by_region.iter_mut().find(|(r, _)| r.id == region.id) {
                         Some((_, idx)) => idx.push(i),
                         None => by_region.push((region, vec![i])),
-                    }
+                    },
+                    Err(e) => results[i] = Err(e),
                 }
-                Err(e) => results.push(Err(e)),
             }
-        }
-        for (region, idx) in by_region {
-            let strongest = idx
-                .iter()
-                .map(|&i| self.durability(&desc, mutations[i].durability()))
-                .max_by_key(|d| *d as u8);
-            let groups: Vec<&[Mutation]> = idx
-                .iter()
-                .map(|&i| std::slice::from_ref(&mutations[i]))
-                .collect();
-            if let Err(e) = self.write_region(
-                &region,
-                &desc,
-                &groups,
-                strongest.unwrap_or(desc.durability),
-            ) {
-                let reason = e.to_string();
-                for &i in &idx {
-                    results[i] = Err(Error::BatchFailed(reason.clone()));
+            for (region, idx) in by_region {
+                let durability = idx
+                    .iter()
+                    .map(|&i| self.durability(&desc, mutations[i].durability()))
+                    .max_by_key(|d| *d as u8)
+                    .unwrap_or(desc.durability);
+                let groups: Vec<&[Mutation]> = idx
+                    .iter()
+                    .map(|&i| std::slice::from_ref(&mutations[i]))
+                    .collect();
+                let written = {
+                    let _w = region.write_lock.lock();
+                    if region.is_retired() {
+                        pending.extend(&idx);
+                        continue;
+                    }
+                    self.write_locked(&region, &desc, &groups, durability)
+                };
+                let outcome = written.and_then(|last_seq| {
+                    region
+                        .counters
+                        .writes
+                        .fetch_add(idx.len() as u64, Ordering::Relaxed);
+                    self.after_write(&region, last_seq, durability)
+                });
+                if let Err(e) = outcome {
+                    let reason = e.to_string();
+                    for &i in &idx {
+                        results[i] = Err(Error::BatchFailed(reason.clone()));
+                    }
                 }
             }
         }
@@ -496,14 +555,12 @@ impl Table {
         columns: &[(Bytes, Bytes, X)],
         compute: impl Fn(Option<&Cell>, &Bytes, &Bytes, &X) -> Result<(Bytes, Option<u64>)>,
     ) -> Result<RowResult> {
-        let region = self.region(row)?;
-        let (cells, last_seq) = {
-            let _w = region.write_lock.lock();
+        let (region, (cells, last_seq)) = self.locked(row, |region| {
             let now = self.engine.opts.clock.now_ms();
             let mut edits = Vec::new();
             let mut cells = Vec::new();
             for (f, q, arg) in columns {
-                let current = self.read_row_locked(&region, row, f, q, now)?;
+                let current = self.read_row_locked(region, row, f, q, now)?;
                 let (value, ttl) = compute(current.as_ref(), f, q, arg)?;
                 check_value(&value)?;
                 // Never write below the current version, or the new value would be hidden.
@@ -527,9 +584,9 @@ impl Table {
                     value,
                 });
             }
-            let last = self.commit(&region, &edits, 1, durability)?;
-            (cells, last)
-        };
+            let last = self.commit(region, &edits, 1, durability)?;
+            Ok((cells, last))
+        })?;
         region.counters.writes.fetch_add(1, Ordering::Relaxed);
         self.after_write(&region, last_seq, durability)?;
         Ok(RowResult {
@@ -547,7 +604,6 @@ impl Table {
         self.validate_row_mutations(&desc, &cam.mutations)?;
         self.check_family(&desc, &cam.family)?;
         let row = cam.mutations.row.clone();
-        let region = self.region(&row)?;
         let durability = self.durability(
             &desc,
             cam.mutations
@@ -555,28 +611,23 @@ impl Table {
                 .iter()
                 .find_map(Mutation::durability),
         );
-        let last_seq = {
-            let _w = region.write_lock.lock();
+        let (region, last_seq) = self.locked(&row, |region| {
             let now = self.engine.opts.clock.now_ms();
-            let current = self.read_row_locked(&region, &row, &cam.family, &cam.qualifier, now)?;
+            let current = self.read_row_locked(region, &row, &cam.family, &cam.qualifier, now)?;
             let passed = match (&cam.expected, &current) {
                 (None, None) => true,
                 (None, Some(_)) | (Some(_), None) => false,
                 (Some(expected), Some(cell)) => cam.op.matches(&cell.value, expected),
             };
             if !passed {
-                return Ok(false);
+                return Ok(None);
             }
-            let mut edits = Vec::new();
-            for (i, m) in cam.mutations.mutations.iter().enumerate() {
-                edits.extend(self.resolve(&region, &desc, m, i as u32, now)?);
-            }
-            self.commit(
-                &region,
-                &edits,
-                cam.mutations.mutations.len() as u32,
-                durability,
-            )?
+            let groups = [cam.mutations.mutations.as_slice()];
+            self.write_locked(region, &desc, &groups, durability)
+                .map(Some)
+        })?;
+        let Some(last_seq) = last_seq else {
+            return Ok(false);
         };
         region.counters.writes.fetch_add(1, Ordering::Relaxed);
         self.after_write(&region, last_seq, durability)?;

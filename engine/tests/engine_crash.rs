@@ -1,5 +1,5 @@
-//! Crash test: a child process writes with SyncWal (flushing and compacting along the way) and
-//! is killed with SIGKILL at random moments. After every restart, each acknowledged write is
+//! Crash test: a child process writes with SyncWal (flushing, splitting regions and compacting
+//! along the way) and is killed with SIGKILL at random moments. After every restart, each acknowledged write is
 //! readable with its value, and no row appears that was never written.
 //!
 //! `CELLAR_CRASH_ROUNDS` sets the number of kills (default 12).
@@ -58,6 +58,10 @@ fn crash_child() {
         println!("ack {i}");
         if i % 150 == 149 {
             engine.flush("t").unwrap();
+        }
+        if i % 400 == 399 {
+            // Split the region taking the writes, at the latest row.
+            engine.split("t", Some(key(round, i).as_bytes())).unwrap();
         }
         if i % 600 == 599 {
             engine.major_compact("t").unwrap();

@@ -69,6 +69,7 @@ enum Op {
     },
     Advance(u64),
     Flush,
+    Split(usize),
     Compact,
     MajorCompact,
     Reopen,
@@ -91,6 +92,7 @@ fn op() -> impl Strategy<Value = Op> {
         1 => (row.clone(), prop::option::of(0..4u8), 0..4u8).prop_map(|(row, expect, value)| Op::CheckAndPut { row, expect, value }),
         1 => prop::sample::select(vec![0u64, 400, 1100]).prop_map(Op::Advance),
         1 => Just(Op::Flush),
+        1 => (1..ROWS.len()).prop_map(Op::Split),
         1 => Just(Op::Compact),
         1 => Just(Op::MajorCompact),
         1 => Just(Op::Reopen),
@@ -125,6 +127,8 @@ struct MCell {
 struct Model {
     cells: Vec<MCell>,
     seq: u64,
+    /// Region boundaries created by splits: a split flushes only the region it cuts.
+    splits: Vec<String>,
 }
 
 fn fam_name(f: usize) -> &'static str {
@@ -348,15 +352,22 @@ impl Model {
     /// deleted cells. A marker in a file cannot mask a memstore put (it is older), so "masked
     /// by any marker in the input" is the rule in both cases.
     fn drop_masked(&mut self, in_mem: bool) {
+        self.drop_masked_in(in_mem, &|_| true);
+    }
+
+    /// Drops puts masked within the input: the cells (of the rows `in_range` accepts) in the
+    /// memstore, or in files.
+    fn drop_masked_in(&mut self, in_mem: bool, in_range: &dyn Fn(&str) -> bool) {
         let fams = families();
         let input: Vec<MCell> = self
             .cells
             .iter()
-            .filter(|c| c.in_mem == in_mem)
+            .filter(|c| c.in_mem == in_mem && in_range(&c.row))
             .cloned()
             .collect();
         self.cells.retain(|p| {
             p.in_mem != in_mem
+                || !in_range(&p.row)
                 || p.kind.is_delete()
                 || fams[p.fam].keep_deleted_cells
                 || !input
@@ -366,10 +377,38 @@ impl Model {
     }
 
     fn flush(&mut self) {
-        self.drop_masked(true);
-        for c in &mut self.cells {
+        self.flush_in(&|_| true);
+    }
+
+    fn flush_in(&mut self, in_range: &dyn Fn(&str) -> bool) {
+        self.drop_masked_in(true, in_range);
+        for c in self.cells.iter_mut().filter(|c| in_range(&c.row)) {
             c.in_mem = false;
         }
+    }
+
+    /// Splits the region holding `at` at `at`, flushing that region only. False if `at` is
+    /// already a boundary.
+    fn split(&mut self, at: &str) -> bool {
+        if self.splits.iter().any(|s| s == at) {
+            return false;
+        }
+        let lo = self
+            .splits
+            .iter()
+            .filter(|s| s.as_str() < at)
+            .max()
+            .cloned()
+            .unwrap_or_default();
+        let hi = self
+            .splits
+            .iter()
+            .filter(|s| s.as_str() > at)
+            .min()
+            .cloned();
+        self.flush_in(&|row| row >= lo.as_str() && hi.as_deref().is_none_or(|h| row < h));
+        self.splits.push(at.to_string());
+        true
     }
 
     fn major(&mut self, now: u64) {
@@ -378,6 +417,7 @@ impl Model {
         let snapshot = Model {
             cells: self.cells.clone(),
             seq: self.seq,
+            splits: Vec::new(),
         };
         self.cells.retain(|c| {
             let desc = &fams[c.fam];
@@ -575,6 +615,18 @@ fn apply(te: &mut TestEngine, model: &mut Model, op: &Op) {
         Op::Flush => {
             te.engine().flush("m").unwrap();
             model.flush();
+        }
+        Op::Split(at) => {
+            // Splitting flushes the region it cuts; otherwise it changes nothing a read sees.
+            let result = te.engine().split("m", Some(ROWS[at].as_bytes()));
+            if model.split(ROWS[at]) {
+                assert_eq!(result.unwrap(), 1);
+            } else {
+                assert!(
+                    matches!(result, Err(Error::InvalidArgument { .. })),
+                    "{result:?}"
+                );
+            }
         }
         Op::Compact => {
             te.engine().compact("m").unwrap();

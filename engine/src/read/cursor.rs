@@ -99,3 +99,49 @@ impl CellCursor for MergeCursor<'_> {
         Ok(best)
     }
 }
+
+/// Limits a cursor to rows below `end` (exclusive; empty = unbounded), so a region compacting
+/// files it shares with its sibling after a split copies only its own rows.
+pub(crate) struct BoundedCursor<C> {
+    inner: C,
+    end: Bytes,
+}
+
+impl<C: CellCursor> BoundedCursor<C> {
+    pub fn new(inner: C, end: Bytes) -> Self {
+        BoundedCursor { inner, end }
+    }
+}
+
+impl<C: CellCursor> CellCursor for BoundedCursor<C> {
+    fn key(&self) -> Option<KeyView<'_>> {
+        self.inner
+            .key()
+            .filter(|k| self.end.is_empty() || k.row < self.end.as_ref())
+    }
+
+    fn value(&self) -> Bytes {
+        self.inner.value()
+    }
+
+    fn ttl_ms(&self) -> Option<u64> {
+        self.inner.ttl_ms()
+    }
+
+    fn next(&mut self) -> Result<()> {
+        self.inner.next()
+    }
+
+    fn seek(&mut self, target: &KeyView<'_>) -> Result<()> {
+        self.inner.seek(target)
+    }
+
+    fn prev_row(&mut self, bound: Option<&[u8]>) -> Result<Option<Bytes>> {
+        let bound = match bound {
+            Some(b) if self.end.is_empty() || b < self.end.as_ref() => Some(b),
+            _ if self.end.is_empty() => None,
+            _ => Some(self.end.as_ref()),
+        };
+        self.inner.prev_row(bound)
+    }
+}

@@ -7,7 +7,7 @@ use super::parse::{Command, Value};
 use super::Output;
 use crate::cell::to_printable;
 use crate::descriptor::{BloomType, Compression, Durability, FamilyDescriptor, TableDescriptor};
-use crate::{Delete, Engine, Get, Increment, Put, Scan};
+use crate::{Delete, Engine, Get, Increment, Put, Scan, SplitAlgorithm};
 
 type CmdResult = Result<Output, String>;
 
@@ -175,21 +175,48 @@ fn apply_table_option(t: &mut TableDescriptor, key: &str, v: &Value) -> Result<b
                 Some("ASYNC_WAL") => Durability::AsyncWal,
                 Some("SYNC_WAL" | "USE_DEFAULT") => Durability::SyncWal,
                 Some("FSYNC_WAL") => Durability::FsyncWal,
-                _ => return Err("DURABILITY must be SKIP_WAL, ASYNC_WAL, SYNC_WAL or FSYNC_WAL".into()),
+                _ => {
+                    return Err(
+                        "DURABILITY must be SKIP_WAL, ASYNC_WAL, SYNC_WAL or FSYNC_WAL".into(),
+                    )
+                }
             }
         }
         "MAX_FILESIZE" => t.max_region_size = as_u64(v, "MAX_FILESIZE")?,
-        "SPLITS" | "NUMREGIONS" | "SPLITALGO" => {
-            return Err(format!("{key}: pre-split tables need multiple regions, which this engine version does not have yet"))
-        }
         _ => return Ok(false),
     }
     Ok(true)
 }
 
+/// Split keys from `SPLITS => [...]`, or `NUMREGIONS => n, SPLITALGO => 'HexStringSplit'`.
+fn create_splits(h: &[(Value, Value)]) -> Result<Vec<Bytes>, String> {
+    if let Some(v) = lookup(h, "SPLITS") {
+        let Value::Array(items) = v else {
+            return Err("SPLITS must be an array of strings".into());
+        };
+        return items
+            .iter()
+            .map(|i| bytes_of(i, "SPLITS").map(Bytes::from))
+            .collect();
+    }
+    match (lookup(h, "NUMREGIONS"), lookup(h, "SPLITALGO")) {
+        (None, None) => Ok(Vec::new()),
+        (Some(n), Some(algo)) => {
+            let name = algo.as_text().ok_or("SPLITALGO must be a string")?;
+            let algo = SplitAlgorithm::from_name(&name).ok_or_else(|| {
+                format!("unknown SPLITALGO {name}; use HexStringSplit or UniformSplit")
+            })?;
+            algo.split_keys(as_u64(n, "NUMREGIONS")? as usize)
+                .map_err(|e| e.to_string())
+        }
+        _ => Err("NUMREGIONS and SPLITALGO go together".into()),
+    }
+}
+
 fn create(engine: &Engine, a: &Args<'_>) -> CmdResult {
     let name = a.text(0, "table name")?;
     let mut desc = TableDescriptor::new(name.clone());
+    let mut splits = Vec::new();
     for v in &a.cmd.args[1..] {
         match v {
             Value::Str(f) => desc = desc.family(FamilyDescriptor::new(String::from_utf8_lossy(f))),
@@ -199,9 +226,12 @@ fn create(engine: &Engine, a: &Args<'_>) -> CmdResult {
                     desc = desc.family(apply_family_options(FamilyDescriptor::new(fname), h)?);
                 }
                 None => {
+                    splits = create_splits(h)?;
                     for (k, v) in h {
                         let key = key_name(k).ok_or("option names must be strings")?;
-                        if !apply_table_option(&mut desc, &key, v)? {
+                        let split_option =
+                            matches!(key.as_str(), "SPLITS" | "NUMREGIONS" | "SPLITALGO");
+                        if !split_option && !apply_table_option(&mut desc, &key, v)? {
                             return Err(format!("unknown table option {key}"));
                         }
                     }
@@ -210,7 +240,9 @@ fn create(engine: &Engine, a: &Args<'_>) -> CmdResult {
             other => return Err(format!("create: unexpected argument {other:?}")),
         }
     }
-    engine.create_table(desc).map_err(|e| e.to_string())?;
+    engine
+        .create_table_with_splits(desc, splits)
+        .map_err(|e| e.to_string())?;
     Ok(Output {
         text: String::new(),
         rows: Some(0),
@@ -596,7 +628,7 @@ fn status(engine: &Engine) -> CmdResult {
 
 const HELP: &str = "Commands: create, alter, describe, list, exists, is_enabled, is_disabled, disable, enable, drop, \
 truncate, put, get, scan, count, delete, deleteall, incr, get_counter, flush, compact, major_compact, \
-list_regions, status, exit\n";
+list_regions, split, status, exit\n";
 
 /// Runs one parsed command.
 pub(crate) fn execute(engine: &Engine, cmd: &Command) -> CmdResult {
@@ -683,6 +715,17 @@ pub(crate) fn execute(engine: &Engine, cmd: &Command) -> CmdResult {
         "compact" => done(engine.compact(&table()?)),
         "major_compact" => done(engine.major_compact(&table()?)),
         "list_regions" => list_regions(engine, &a),
+        "split" => {
+            let name = table()?;
+            let at = match a.get(1) {
+                None => None,
+                Some(_) => Some(a.bytes(1, "split key")?),
+            };
+            engine
+                .split(&name, at.as_deref())
+                .map_err(|e| e.to_string())?;
+            Ok(Output::rows(String::new(), 0))
+        }
         "status" => status(engine),
         "help" => Ok(Output {
             text: HELP.into(),

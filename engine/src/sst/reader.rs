@@ -160,6 +160,40 @@ impl SstReader {
         self.size
     }
 
+    /// The first and last rows in the file.
+    fn row_span(&self) -> Option<(&[u8], &[u8])> {
+        let first = decode_key(&self.meta.first_key)?;
+        let last = decode_key(&self.meta.last_key)?;
+        Some((first.row, last.row))
+    }
+
+    /// True if every row of the file lies in `[start, end)` (empty end = unbounded): the file
+    /// belongs to that region alone rather than being shared after a split.
+    pub fn within(&self, start: &[u8], end: &[u8]) -> bool {
+        self.row_span()
+            .is_none_or(|(first, last)| first >= start && (end.is_empty() || last < end))
+    }
+
+    /// The data blocks that may hold rows of `[start, end)` (empty end = unbounded), as (last
+    /// row of the block, block bytes): where the file's data lies, for size estimates and split
+    /// points. A block counts when its row span overlaps the range.
+    pub fn blocks_overlapping(&self, start: &[u8], end: &[u8]) -> Vec<(Bytes, u64)> {
+        let Some((mut prev_last, _)) = self.row_span().map(|(f, l)| (f.to_vec(), l)) else {
+            return Vec::new();
+        };
+        let mut out = Vec::new();
+        for e in &self.index {
+            let Some(k) = decode_key(&e.last_key) else {
+                continue;
+            };
+            if k.row >= start && (end.is_empty() || prev_last.as_slice() < end) {
+                out.push((Bytes::copy_from_slice(k.row), u64::from(e.handle.len)));
+            }
+            prev_last = k.row.to_vec();
+        }
+        out
+    }
+
     /// False if the file certainly holds no cell of `row`.
     pub fn may_contain_row(&self, row: &[u8]) -> bool {
         let (Some(first), Some(last)) = (

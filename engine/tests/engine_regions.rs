@@ -1,0 +1,297 @@
+//! Regions: pre-split tables route rows to the right region, scans cross region boundaries in
+//! both directions, and splits — manual, concurrent with writers and scanners, across
+//! restarts — never lose or duplicate a cell.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use bytes::Bytes;
+use cellar_engine::*;
+use common::*;
+
+fn table_with_splits(te: &TestEngine, splits: &[&str]) -> Table {
+    let desc = TableDescriptor::new("t").family(FamilyDescriptor::new("f"));
+    te.engine()
+        .create_table_with_splits(
+            desc,
+            splits
+                .iter()
+                .map(|s| Bytes::copy_from_slice(s.as_bytes()))
+                .collect(),
+        )
+        .unwrap();
+    te.table("t")
+}
+
+struct Rng(u64);
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+}
+
+#[test]
+fn hex_presplit_spreads_random_hex_keys_evenly() {
+    let te = TestEngine::new(1000);
+    let desc = TableDescriptor::new("t").family(FamilyDescriptor::new("f"));
+    te.engine()
+        .create_table_with_splits(desc, SplitAlgorithm::HexString.split_keys(8).unwrap())
+        .unwrap();
+    let t = te.table("t");
+    let mut rng = Rng(99);
+    for _ in 0..8000 {
+        t.put(Put::new(format!("{:016x}", rng.next())).add("f", "q", "v"))
+            .unwrap();
+    }
+    let regions = te.engine().regions("t").unwrap();
+    assert_eq!(regions.len(), 8);
+    for r in &regions {
+        assert!(
+            (800..1200).contains(&r.writes),
+            "region {:?} got {} of 8000 writes",
+            r.start_key,
+            r.writes
+        );
+    }
+}
+
+#[test]
+fn bad_split_keys_are_rejected() {
+    let te = TestEngine::new(1000);
+    let desc = || TableDescriptor::new("t").family(FamilyDescriptor::new("f"));
+    let keys = |k: &[&'static str]| k.iter().map(|s| Bytes::from_static(s.as_bytes())).collect();
+    assert!(te
+        .engine()
+        .create_table_with_splits(desc(), keys(&["b", "a"]))
+        .is_err());
+    assert!(te
+        .engine()
+        .create_table_with_splits(desc(), keys(&["a", ""]))
+        .is_err());
+    assert!(!te.engine().table_exists("t"));
+    let t = table_with_splits(&te, &["m"]);
+    t.put(Put::new("a").add("f", "q", "v")).unwrap();
+    assert!(
+        matches!(
+            te.engine().split("t", Some(b"m")),
+            Err(Error::InvalidArgument { .. })
+        ),
+        "a region's own start"
+    );
+    assert_eq!(te.engine().split("t", Some(b"c")).unwrap(), 1);
+    assert_eq!(te.engine().regions("t").unwrap().len(), 3);
+}
+
+fn check_scans(t: &Table, model: &BTreeMap<String, String>) {
+    let all: Vec<String> = model.keys().cloned().collect();
+    assert_eq!(rows(t, Scan::new()), all);
+    let mut rev = all.clone();
+    rev.reverse();
+    assert_eq!(rows(t, Scan::new().reversed(true)), rev);
+    for (start, stop) in [("b", "x"), ("k1", "k5"), ("m", "n"), ("", "zz")] {
+        let want: Vec<String> = model
+            .range(start.to_string()..stop.to_string())
+            .map(|(k, _)| k.clone())
+            .collect();
+        let scan = if start.is_empty() {
+            Scan::new().stop(stop)
+        } else {
+            Scan::new().start(start).stop(stop)
+        };
+        assert_eq!(rows(t, scan), want, "[{start}, {stop})");
+        if !start.is_empty() {
+            let got = rows(t, Scan::new().reversed(true).start(start).stop(stop));
+            let want: Vec<String> = model
+                .range(..=start.to_string())
+                .rev()
+                .filter(|(k, _)| k.as_str() > stop)
+                .map(|(k, _)| k.clone())
+                .collect();
+            assert_eq!(got, want, "reversed from {start} down to {stop}");
+        }
+    }
+    assert_eq!(
+        rows(t, Scan::new().prefix("k").limit(7)),
+        model
+            .keys()
+            .filter(|k| k.starts_with('k'))
+            .take(7)
+            .cloned()
+            .collect::<Vec<_>>()
+    );
+    for (k, v) in model {
+        assert_eq!(
+            t.get(Get::new(k.clone()))
+                .unwrap()
+                .value(b"f", b"q")
+                .unwrap()
+                .as_ref(),
+            v.as_bytes()
+        );
+    }
+}
+
+#[test]
+fn scans_cross_region_boundaries_forward_and_reverse() {
+    let te = TestEngine::new(1000);
+    let t = table_with_splits(&te, &["c", "k3", "m", "t"]);
+    let mut model = BTreeMap::new();
+    let mut rng = Rng(5);
+    for _ in 0..400 {
+        let k = format!(
+            "{}{}",
+            (b'a' + (rng.next() % 26) as u8) as char,
+            rng.next() % 10
+        );
+        let v = format!("v{}", rng.next() % 1000);
+        t.put(Put::new(k.clone()).add("f", "q", v.clone())).unwrap();
+        model.insert(k, v);
+    }
+    check_scans(&t, &model);
+    te.engine().flush("t").unwrap();
+    check_scans(&t, &model);
+    let batch: Vec<Mutation> = model
+        .keys()
+        .take(50)
+        .map(|k| Delete::new(k.clone()).into())
+        .collect();
+    let removed: Vec<String> = model.keys().take(50).cloned().collect();
+    assert!(
+        t.batch(batch).unwrap().iter().all(|r| r.is_ok()),
+        "a batch spanning regions"
+    );
+    for k in removed {
+        model.remove(&k);
+    }
+    check_scans(&t, &model);
+}
+
+#[test]
+fn splits_share_files_until_compaction_and_survive_restart() {
+    let mut te = TestEngine::new(1000);
+    let t = table_with_splits(&te, &[]);
+    let mut model = BTreeMap::new();
+    for i in 0..2000 {
+        let k = format!("k{i:05}");
+        t.put(Put::new(k.clone()).add("f", "q", format!("v{i}")))
+            .unwrap();
+        model.insert(k, format!("v{i}"));
+    }
+    te.engine().flush("t").unwrap();
+    let files_before = std::fs::read_dir(te.dir.path().join("sst"))
+        .unwrap()
+        .count();
+    assert_eq!(te.engine().split("t", None).unwrap(), 1);
+    assert_eq!(te.engine().split("t", None).unwrap(), 2);
+    let regions = te.engine().regions("t").unwrap();
+    assert_eq!(regions.len(), 4);
+    let sizes: Vec<u64> = regions.iter().map(|r| r.file_bytes).collect();
+    assert!(
+        sizes.iter().all(|&s| s > 0),
+        "each quarter holds data: {sizes:?}"
+    );
+    assert_eq!(
+        std::fs::read_dir(te.dir.path().join("sst"))
+            .unwrap()
+            .count(),
+        files_before,
+        "a split writes no data"
+    );
+    check_scans(&t, &model);
+    drop(t);
+    te.reopen();
+    let t = te.table("t");
+    assert_eq!(te.engine().regions("t").unwrap().len(), 4);
+    check_scans(&t, &model);
+    te.engine().major_compact("t").unwrap();
+    let files: Vec<_> = std::fs::read_dir(te.dir.path().join("sst"))
+        .unwrap()
+        .collect();
+    assert_eq!(
+        files.len(),
+        4,
+        "each region rewrote its own file and the shared one is gone"
+    );
+    check_scans(&t, &model);
+}
+
+#[test]
+fn splits_concurrent_with_writers_and_scanners_lose_nothing() {
+    let te = TestEngine::new(1000);
+    let t = table_with_splits(&te, &[]);
+    let done = AtomicBool::new(false);
+    let writers = 3;
+    let per_writer = 1500;
+    std::thread::scope(|s| {
+        for w in 0..writers {
+            let t = t.clone();
+            s.spawn(move || {
+                for i in 0..per_writer {
+                    // Interleave writers across the key space so splits cut between them.
+                    let k = format!("{:04}-{w}", i);
+                    t.put(Put::new(k).add("f", "q", format!("{w}:{i}")))
+                        .unwrap();
+                }
+            });
+        }
+        let engine = te.engine().clone();
+        let done_ref = &done;
+        s.spawn(move || {
+            while !done_ref.load(Ordering::Relaxed) {
+                engine.split("t", None).unwrap();
+                engine.compact("t").unwrap();
+                std::thread::sleep(std::time::Duration::from_millis(5));
+            }
+        });
+        let t2 = t.clone();
+        s.spawn(move || {
+            while !done_ref.load(Ordering::Relaxed) {
+                // Each writer's rows are written in key order: a snapshot holds a gap-free
+                // prefix of them, forward and backward, without duplicates.
+                for reversed in [false, true] {
+                    let mut seen = vec![Vec::new(); writers];
+                    for r in t2.scan(Scan::new().reversed(reversed)).unwrap() {
+                        let k = String::from_utf8(r.unwrap().row.to_vec()).unwrap();
+                        let (i, w) = k.split_once('-').unwrap();
+                        seen[w.parse::<usize>().unwrap()].push(i.parse::<usize>().unwrap());
+                    }
+                    for mut s in seen {
+                        if reversed {
+                            s.reverse();
+                        }
+                        assert!(
+                            s.iter().enumerate().all(|(n, &i)| n == i),
+                            "gap or duplicate: {s:?}"
+                        );
+                    }
+                }
+            }
+        });
+        // Stop the background loops once the writers are finished.
+        let t3 = t.clone();
+        s.spawn(move || loop {
+            let n = t3.scan(Scan::new()).unwrap().count();
+            if n == writers * per_writer {
+                done_ref.store(true, Ordering::Relaxed);
+                return;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        });
+    });
+    assert!(
+        te.engine().regions("t").unwrap().len() > 1,
+        "splits happened"
+    );
+    let mut expected = BTreeMap::new();
+    for w in 0..writers {
+        for i in 0..per_writer {
+            expected.insert(format!("{:04}-{w}", i), format!("{w}:{i}"));
+        }
+    }
+    check_scans(&t, &expected);
+}
