@@ -19,22 +19,14 @@ impl Rng {
 }
 
 fn key(i: u64) -> Vec<u8> {
-    format!(
-        "user{:012}",
-        i.wrapping_mul(0x9E37_79B9_7F4A_7C15) % 1_000_000_000_000
-    )
-    .into_bytes()
+    format!("user{:012}", i.wrapping_mul(0x9E37_79B9_7F4A_7C15) % 1_000_000_000_000).into_bytes()
 }
 
 fn open(durability: Durability) -> (tempfile::TempDir, Engine, Table) {
     let dir = tempfile::tempdir().unwrap();
     let engine = Engine::open(dir.path(), EngineOptions::default()).unwrap();
     engine
-        .create_table(
-            TableDescriptor::new("bench")
-                .family(FamilyDescriptor::new("f"))
-                .durability(durability),
-        )
+        .create_table(TableDescriptor::new("bench").family(FamilyDescriptor::new("f")).durability(durability))
         .unwrap();
     let table = engine.table("bench").unwrap();
     (dir, engine, table)
@@ -44,9 +36,7 @@ fn loaded() -> (tempfile::TempDir, Engine, Table) {
     let (dir, engine, table) = open(Durability::SkipWal);
     let value = vec![b'v'; 100];
     for i in 0..ROWS {
-        table
-            .put(Put::new(key(i)).add("f", "q", value.clone()))
-            .unwrap();
+        table.put(Put::new(key(i)).add("f", "q", value.clone())).unwrap();
     }
     engine.major_compact("bench").unwrap();
     (dir, engine, table)
@@ -60,11 +50,7 @@ fn puts(c: &mut Criterion) {
         let mut rng = Rng(7);
         let value = vec![b'v'; 100];
         g.bench_function(format!("{durability:?}"), |b| {
-            b.iter(|| {
-                table
-                    .put(Put::new(key(rng.next())).add("f", "q", value.clone()))
-                    .unwrap()
-            })
+            b.iter(|| table.put(Put::new(key(rng.next())).add("f", "q", value.clone())).unwrap())
         });
     }
     g.finish();
@@ -85,13 +71,7 @@ fn gets(c: &mut Criterion) {
             r
         })
     });
-    g.bench_function("miss", |b| {
-        b.iter(|| {
-            table
-                .get(Get::new(format!("absent{}", rng.next())))
-                .unwrap()
-        })
-    });
+    g.bench_function("miss", |b| b.iter(|| table.get(Get::new(format!("absent{}", rng.next()))).unwrap()));
     g.finish();
 }
 
@@ -104,11 +84,7 @@ fn scans(c: &mut Criterion) {
         b.iter_batched(
             || key(rng.next() % ROWS),
             |start| {
-                table
-                    .scan(Scan::new().start(start).limit(10))
-                    .unwrap()
-                    .map(|r| r.unwrap().cells.len())
-                    .sum::<usize>()
+                table.scan(Scan::new().start(start).limit(10)).unwrap().map(|r| r.unwrap().cells.len()).sum::<usize>()
             },
             BatchSize::SmallInput,
         )

@@ -8,13 +8,8 @@
 use cellar::prelude::*;
 
 fn main() -> cellar::Result<()> {
-    let temp = tempfile::tempdir().map_err(|e| cellar::Error::Io {
-        path: "tempdir".into(),
-        source: e,
-    })?;
-    let dir = std::env::args()
-        .nth(1)
-        .map_or_else(|| temp.path().to_path_buf(), Into::into);
+    let temp = tempfile::tempdir().map_err(|e| cellar::Error::Io { path: "tempdir".into(), source: e })?;
+    let dir = std::env::args().nth(1).map_or_else(|| temp.path().to_path_buf(), Into::into);
     println!("data directory: {}", dir.display());
 
     let engine = Engine::open(&dir, EngineOptions::default())?;
@@ -26,16 +21,11 @@ fn main() -> cellar::Result<()> {
     // sample of a host sorts first, as the HBase schema guide recommends.
     engine.create_table(
         TableDescriptor::new("metrics")
-            .family(
-                FamilyDescriptor::new("m")
-                    .max_versions(3)
-                    .compression(Compression::Lz4),
-            )
+            .family(FamilyDescriptor::new("m").max_versions(3).compression(Compression::Lz4))
             .family(FamilyDescriptor::new("c")),
     )?;
     let metrics = engine.table("metrics")?;
-    let key =
-        |host: &str, ts: u64| [host.as_bytes(), b"#", &(u64::MAX - ts).to_be_bytes()].concat();
+    let key = |host: &str, ts: u64| [host.as_bytes(), b"#", &(u64::MAX - ts).to_be_bytes()].concat();
 
     for host in ["web1", "web2", "db1"] {
         for (i, ts) in (1_700_000_000_000u64..).step_by(60_000).take(5).enumerate() {
@@ -47,30 +37,19 @@ fn main() -> cellar::Result<()> {
     engine.flush("metrics")?;
 
     // Newest sample of web1: the first row of its prefix.
-    let newest = metrics
-        .scan(Scan::new().prefix("web1#").limit(1))?
-        .next()
-        .expect("web1 has samples")?;
+    let newest = metrics.scan(Scan::new().prefix("web1#").limit(1))?.next().expect("web1 has samples")?;
     let load = newest.value(b"m", b"load").expect("load column");
     println!("newest web1 load: {}", String::from_utf8_lossy(load));
     assert_eq!(load.as_ref(), b"0.90");
 
-    let web_rows = metrics
-        .scan(Scan::new().prefix("web"))?
-        .filter(|r| r.as_ref().is_ok_and(|r| r.row.contains(&b'#')))
-        .count();
+    let web_rows =
+        metrics.scan(Scan::new().prefix("web"))?.filter(|r| r.as_ref().is_ok_and(|r| r.row.contains(&b'#'))).count();
     println!("web samples: {web_rows}");
     assert_eq!(web_rows, 10);
 
     let counter = metrics.get(Get::new("db1").column("c", "samples"))?;
-    let samples = i64::from_be_bytes(
-        counter
-            .value(b"c", b"samples")
-            .expect("counter")
-            .as_ref()
-            .try_into()
-            .expect("8 bytes"),
-    );
+    let samples =
+        i64::from_be_bytes(counter.value(b"c", b"samples").expect("counter").as_ref().try_into().expect("8 bytes"));
     println!("db1 samples counted: {samples}");
     assert_eq!(samples, 5);
 
@@ -85,16 +64,11 @@ fn main() -> cellar::Result<()> {
     // Reopen: everything acknowledged is still there.
     let engine = Engine::open(&dir, EngineOptions::default())?;
     let metrics = engine.table("metrics")?;
-    let remaining = metrics
-        .scan(Scan::new().filter(Filter::FirstKeyOnly))?
-        .count();
+    let remaining = metrics.scan(Scan::new().filter(Filter::FirstKeyOnly))?.count();
     println!("rows after delete, compaction and reopen: {remaining}");
     assert_eq!(remaining, 10 + 3);
     for region in engine.regions("metrics")? {
-        println!(
-            "region {}: {} file(s), {} bytes on disk",
-            region.id, region.files, region.file_bytes
-        );
+        println!("region {}: {} file(s), {} bytes on disk", region.id, region.files, region.file_bytes);
     }
     println!("quickstart OK");
     Ok(())

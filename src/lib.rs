@@ -22,8 +22,8 @@ pub use cellar_engine::{Error, Result};
 /// Everything an application needs in scope.
 pub mod prelude {
     pub use cellar_engine::{
-        Append, BloomType, Cell, CellType, CheckAndMutate, CompareOp, Compression, Delete,
-        Durability, Engine, EngineOptions, FamilyDescriptor, Filter, Get, Increment, Mutation, Put,
-        RowMutations, RowResult, Scan, Table, TableDescriptor, TimeRange,
+        Append, BloomType, Cell, CellType, CheckAndMutate, CompareOp, Compression, Delete, Durability, Engine,
+        EngineOptions, FamilyDescriptor, Filter, Get, Increment, Mutation, Put, RowMutations, RowResult, Scan, Table,
+        TableDescriptor, TimeRange,
     };
 }

@@ -77,9 +77,7 @@ pub struct BlockCache {
 
 impl std::fmt::Debug for BlockCache {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("BlockCache")
-            .field("stats", &self.stats())
-            .finish()
+        f.debug_struct("BlockCache").field("stats", &self.stats()).finish()
     }
 }
 
@@ -95,8 +93,7 @@ impl BlockCache {
     }
 
     fn shard(&self, key: &Key) -> &Mutex<Shard> {
-        let h =
-            key.0.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ key.1.wrapping_mul(0xC2B2_AE3D_27D4_EB4F);
+        let h = key.0.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ key.1.wrapping_mul(0xC2B2_AE3D_27D4_EB4F);
         &self.shards[(h >> 59) as usize % SHARDS]
     }
 
@@ -132,12 +129,7 @@ impl BlockCache {
         shard.evict_until(self.shard_capacity - charge);
         shard.used += charge;
         let idx = shard.slots.len();
-        shard.slots.push(Slot {
-            key,
-            block,
-            charge,
-            refs: if in_memory { 2 } else { 0 },
-        });
+        shard.slots.push(Slot { key, block, charge, refs: if in_memory { 2 } else { 0 } });
         shard.map.insert(key, idx);
     }
 

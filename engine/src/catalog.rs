@@ -59,45 +59,32 @@ impl CatalogState {
     pub fn load(path: &Path) -> Result<CatalogState> {
         let data = match std::fs::read(path) {
             Ok(d) => d,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                return Ok(CatalogState::default())
-            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(CatalogState::default()),
             Err(e) => return Err(Error::io(path, e)),
         };
         let corrupt = |offset: u64, reason: &str| Error::corrupt(path, offset, reason);
         if data.len() < HEADER {
             return Err(corrupt(0, "manifest shorter than its header"));
         }
-        let u32_at =
-            |i: usize| u32::from_le_bytes([data[i], data[i + 1], data[i + 2], data[i + 3]]);
+        let u32_at = |i: usize| u32::from_le_bytes([data[i], data[i + 1], data[i + 2], data[i + 3]]);
         if u64::from_le_bytes(data[..8].try_into().map_err(|_| corrupt(0, "header"))?) != MAGIC {
             return Err(corrupt(0, "bad manifest magic"));
         }
         if u32_at(8) != VERSION {
-            return Err(corrupt(
-                8,
-                &format!("unsupported manifest version {}", u32_at(8)),
-            ));
+            return Err(corrupt(8, &format!("unsupported manifest version {}", u32_at(8))));
         }
         let len = u32_at(12) as usize;
-        let payload = data
-            .get(HEADER..HEADER + len)
-            .ok_or_else(|| corrupt(12, "manifest truncated"))?;
+        let payload = data.get(HEADER..HEADER + len).ok_or_else(|| corrupt(12, "manifest truncated"))?;
         if crc32c::crc32c(payload) != u32_at(16) {
             return Err(corrupt(HEADER as u64, "manifest checksum mismatch"));
         }
-        rmp_serde::from_slice(payload)
-            .map_err(|e| corrupt(HEADER as u64, &format!("manifest payload: {e}")))
+        rmp_serde::from_slice(payload).map_err(|e| corrupt(HEADER as u64, &format!("manifest payload: {e}")))
     }
 
     /// Writes the manifest atomically.
     pub fn store(&self, path: &Path) -> Result<()> {
-        let payload = rmp_serde::to_vec_named(self).map_err(|e| {
-            Error::io(
-                path,
-                std::io::Error::other(format!("encoding manifest: {e}")),
-            )
-        })?;
+        let payload = rmp_serde::to_vec_named(self)
+            .map_err(|e| Error::io(path, std::io::Error::other(format!("encoding manifest: {e}"))))?;
         let mut out = Vec::with_capacity(HEADER + payload.len());
         out.extend_from_slice(&MAGIC.to_le_bytes());
         out.extend_from_slice(&VERSION.to_le_bytes());
@@ -127,10 +114,7 @@ mod tests {
                     start: vec![],
                     end: vec![],
                     flushed_seq: 9,
-                    files: vec![FileEntry {
-                        family: "f".into(),
-                        id: 3,
-                    }],
+                    files: vec![FileEntry { family: "f".into(), id: 3 }],
                 }],
             }],
             next_region_id: 2,
@@ -142,9 +126,6 @@ mod tests {
         let n = bytes.len();
         bytes[n - 3] ^= 0xff;
         std::fs::write(&path, &bytes).unwrap();
-        assert!(matches!(
-            CatalogState::load(&path),
-            Err(Error::Corrupt { .. })
-        ));
+        assert!(matches!(CatalogState::load(&path), Err(Error::Corrupt { .. })));
     }
 }

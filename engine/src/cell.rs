@@ -128,24 +128,12 @@ impl KeyView<'_> {
 
     /// The first possible key of `row`: every cell of the row sorts at or after it.
     pub fn first_of_row(row: &[u8]) -> KeyView<'_> {
-        KeyView {
-            row,
-            qualifier: &[],
-            ts: u64::MAX,
-            kind: CellType::DeleteFamily,
-            seq: u64::MAX,
-        }
+        KeyView { row, qualifier: &[], ts: u64::MAX, kind: CellType::DeleteFamily, seq: u64::MAX }
     }
 
     /// The first possible key of column `qualifier` in `row`.
     pub fn first_of_column<'a>(row: &'a [u8], qualifier: &'a [u8]) -> KeyView<'a> {
-        KeyView {
-            row,
-            qualifier,
-            ts: u64::MAX,
-            kind: CellType::DeleteFamily,
-            seq: u64::MAX,
-        }
+        KeyView { row, qualifier, ts: u64::MAX, kind: CellType::DeleteFamily, seq: u64::MAX }
     }
 }
 
@@ -171,10 +159,7 @@ pub(crate) fn check_row(row: &[u8]) -> crate::Result<()> {
     if row.len() > MAX_ROW_KEY_LEN {
         return Err(crate::Error::invalid(
             "row",
-            format!(
-                "row key is {} bytes; the limit is {MAX_ROW_KEY_LEN}",
-                row.len()
-            ),
+            format!("row key is {} bytes; the limit is {MAX_ROW_KEY_LEN}", row.len()),
         ));
     }
     Ok(())
@@ -185,10 +170,7 @@ pub(crate) fn check_value(value: &[u8]) -> crate::Result<()> {
     if value.len() > MAX_VALUE_LEN {
         return Err(crate::Error::invalid(
             "value",
-            format!(
-                "value is {} bytes; the limit is {MAX_VALUE_LEN}",
-                value.len()
-            ),
+            format!("value is {} bytes; the limit is {MAX_VALUE_LEN}", value.len()),
         ));
     }
     Ok(())
@@ -198,20 +180,8 @@ pub(crate) fn check_value(value: &[u8]) -> crate::Result<()> {
 mod tests {
     use super::*;
 
-    fn key(
-        row: &'static [u8],
-        q: &'static [u8],
-        ts: u64,
-        kind: CellType,
-        seq: u64,
-    ) -> KeyView<'static> {
-        KeyView {
-            row,
-            qualifier: q,
-            ts,
-            kind,
-            seq,
-        }
+    fn key(row: &'static [u8], q: &'static [u8], ts: u64, kind: CellType, seq: u64) -> KeyView<'static> {
+        KeyView { row, qualifier: q, ts, kind, seq }
     }
 
     #[test]
@@ -226,10 +196,7 @@ mod tests {
             key(b"r1", b"", 9, CellType::DeleteFamily, 3),
         ];
         keys.sort_by(|a, b| a.cmp_internal(b));
-        let got: Vec<_> = keys
-            .iter()
-            .map(|k| (k.row, k.qualifier, k.ts, k.kind, k.seq))
-            .collect();
+        let got: Vec<_> = keys.iter().map(|k| (k.row, k.qualifier, k.ts, k.kind, k.seq)).collect();
         assert_eq!(
             got,
             vec![
@@ -270,10 +237,7 @@ mod tests {
     #[test]
     fn printable_escapes_binary() {
         assert_eq!(to_printable(b"ab\x00\x01z"), "ab\\x00\\x01z");
-        assert_eq!(
-            to_printable(&1u64.to_be_bytes()),
-            "\\x00\\x00\\x00\\x00\\x00\\x00\\x00\\x01"
-        );
+        assert_eq!(to_printable(&1u64.to_be_bytes()), "\\x00\\x00\\x00\\x00\\x00\\x00\\x00\\x01");
     }
 
     #[test]

@@ -139,44 +139,25 @@ impl FamilyDescriptor {
     /// [`Error::InvalidArgument`] naming the offending setting.
     pub fn validate(&self) -> Result<()> {
         if self.name.is_empty() || self.name.len() > 255 {
-            return Err(Error::invalid(
-                "family",
-                "family name must be 1 to 255 bytes",
-            ));
+            return Err(Error::invalid("family", "family name must be 1 to 255 bytes"));
         }
-        if self
-            .name
-            .bytes()
-            .any(|b| b == b':' || !(0x21..0x7f).contains(&b))
-        {
+        if self.name.bytes().any(|b| b == b':' || !(0x21..0x7f).contains(&b)) {
             return Err(Error::invalid(
                 "family",
-                format!(
-                    "family name `{}` must be printable ASCII without `:` or spaces",
-                    self.name
-                ),
+                format!("family name `{}` must be printable ASCII without `:` or spaces", self.name),
             ));
         }
         if self.max_versions == 0 {
-            return Err(Error::invalid(
-                "VERSIONS",
-                "max versions must be at least 1",
-            ));
+            return Err(Error::invalid("VERSIONS", "max versions must be at least 1"));
         }
         if self.min_versions > self.max_versions {
-            return Err(Error::invalid(
-                "MIN_VERSIONS",
-                "min versions must not exceed max versions",
-            ));
+            return Err(Error::invalid("MIN_VERSIONS", "min versions must not exceed max versions"));
         }
         if self.ttl_secs == Some(0) {
             return Err(Error::invalid("TTL", "TTL must be positive"));
         }
         if !(1024..=16 * 1024 * 1024).contains(&self.block_size) {
-            return Err(Error::invalid(
-                "BLOCKSIZE",
-                "block size must be between 1 KiB and 16 MiB",
-            ));
+            return Err(Error::invalid("BLOCKSIZE", "block size must be between 1 KiB and 16 MiB"));
         }
         Ok(())
     }
@@ -237,25 +218,16 @@ impl TableDescriptor {
     pub fn validate(&self) -> Result<()> {
         validate_table_name(&self.name)?;
         if self.families.is_empty() {
-            return Err(Error::invalid(
-                "families",
-                "a table needs at least one column family",
-            ));
+            return Err(Error::invalid("families", "a table needs at least one column family"));
         }
         for (i, f) in self.families.iter().enumerate() {
             f.validate()?;
             if self.families[..i].iter().any(|g| g.name == f.name) {
-                return Err(Error::invalid(
-                    "families",
-                    format!("family `{}` is listed twice", f.name),
-                ));
+                return Err(Error::invalid("families", format!("family `{}` is listed twice", f.name)));
             }
         }
         if self.max_region_size < 1024 * 1024 {
-            return Err(Error::invalid(
-                "MAX_FILESIZE",
-                "max region size must be at least 1 MiB",
-            ));
+            return Err(Error::invalid("MAX_FILESIZE", "max region size must be at least 1 MiB"));
         }
         Ok(())
     }
@@ -268,10 +240,7 @@ impl TableDescriptor {
 pub fn validate_table_name(name: &str) -> Result<()> {
     let ok_char = |c: char| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.');
     if name.is_empty() || name.len() > 255 {
-        return Err(Error::invalid(
-            "table",
-            "table name must be 1 to 255 characters",
-        ));
+        return Err(Error::invalid("table", "table name must be 1 to 255 characters"));
     }
     if name.starts_with(['.', '-']) || !name.chars().all(ok_char) {
         return Err(Error::invalid(
@@ -301,26 +270,14 @@ mod tests {
         assert!(FamilyDescriptor::new("f").validate().is_ok());
         assert!(FamilyDescriptor::new("").validate().is_err());
         assert!(FamilyDescriptor::new("a:b").validate().is_err());
-        assert!(FamilyDescriptor::new("f")
-            .max_versions(0)
-            .validate()
-            .is_err());
-        assert!(FamilyDescriptor::new("f")
-            .max_versions(2)
-            .min_versions(3)
-            .validate()
-            .is_err());
-        assert!(FamilyDescriptor::new("f")
-            .block_size(10)
-            .validate()
-            .is_err());
+        assert!(FamilyDescriptor::new("f").max_versions(0).validate().is_err());
+        assert!(FamilyDescriptor::new("f").max_versions(2).min_versions(3).validate().is_err());
+        assert!(FamilyDescriptor::new("f").block_size(10).validate().is_err());
     }
 
     #[test]
     fn duplicate_families_rejected() {
-        let t = TableDescriptor::new("t")
-            .family(FamilyDescriptor::new("f"))
-            .family(FamilyDescriptor::new("f"));
+        let t = TableDescriptor::new("t").family(FamilyDescriptor::new("f")).family(FamilyDescriptor::new("f"));
         assert!(t.validate().is_err());
         assert!(TableDescriptor::new("t").validate().is_err());
     }

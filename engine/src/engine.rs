@@ -7,18 +7,20 @@
 use std::collections::{BTreeMap, HashMap};
 use std::fs::{self, File};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Weak};
-use std::time::Duration;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use parking_lot::{Mutex, RwLock};
 
+use crate::background::{Background, Lifeline, Task, TaskKind};
 use crate::cache::{BlockCache, CacheStats};
 use crate::catalog::{CatalogState, FileEntry, RegionEntry, TableEntry};
 use crate::clock::{Clock, SystemClock};
 use crate::descriptor::{FamilyDescriptor, TableDescriptor};
 use crate::fsutil::sync_dir;
+use crate::memstore::MemAccount;
 use crate::region::{FileContext, Region};
 use crate::split::check_split_keys;
 use crate::sst::reader::sst_path;
@@ -38,6 +40,27 @@ pub struct EngineOptions {
     pub wal_segment_bytes: u64,
     /// When more WAL segments than this exist, every region is flushed so old ones can go.
     pub max_wal_segments: usize,
+    /// Writes wait while all memstores together hold more than this (default 512 MiB).
+    pub global_memstore_bytes: usize,
+    /// Writes to a region wait while its memstores exceed this multiple of
+    /// `memstore_flush_bytes` (default 4).
+    pub memstore_block_multiplier: usize,
+    /// A region is compacted in the background when a family has this many files (default 4).
+    pub compaction_threshold: usize,
+    /// Writes to a region wait while a family has more files than this (default 16).
+    pub blocking_files: usize,
+    /// Longest a write waits for background work before failing with
+    /// [`Error::RegionTooBusy`] (default 60 s).
+    pub write_stall_timeout: Duration,
+    /// Background worker threads for flushes, compactions and splits (default 2).
+    pub background_threads: usize,
+    /// Compact and split regions automatically (default true). Turn off for bulk loads, or
+    /// to run compactions only on demand; flushes still happen in the background.
+    pub auto_compact: bool,
+    /// Flush every memstore when the last handle is dropped (default true), as HBase does when
+    /// it closes a region: SkipWal and AsyncWal data survive a clean close, and the next open
+    /// has no log to replay.
+    pub flush_on_close: bool,
     /// Time source for default timestamps and TTL.
     pub clock: Arc<dyn Clock>,
 }
@@ -49,6 +72,14 @@ impl Default for EngineOptions {
             memstore_flush_bytes: 64 * 1024 * 1024,
             wal_segment_bytes: 64 * 1024 * 1024,
             max_wal_segments: 8,
+            global_memstore_bytes: 512 * 1024 * 1024,
+            memstore_block_multiplier: 4,
+            compaction_threshold: 4,
+            blocking_files: 16,
+            write_stall_timeout: Duration::from_secs(60),
+            background_threads: 2,
+            auto_compact: true,
+            flush_on_close: true,
             clock: Arc::new(SystemClock),
         }
     }
@@ -89,13 +120,14 @@ pub(crate) struct EngineInner {
     pub apply_gate: RwLock<()>,
     pub next_file_id: AtomicU64,
     next_region_id: AtomicU64,
-    stop: Arc<AtomicBool>,
+    /// Bytes in all memstores (the global memstore budget's meter).
+    pub memstore_bytes: MemAccount,
+    pub background: Arc<Background>,
     _lock: File,
 }
 
 impl Drop for EngineInner {
     fn drop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
         // Best effort: buffered AsyncWal records reach the OS on a clean close.
         let _ = self.wal.flush_buffer();
     }
@@ -118,14 +150,14 @@ impl Drop for EngineInner {
 /// ```
 #[derive(Clone)]
 pub struct Engine {
+    // Declared first so it drops first: the workers stop before the engine can close.
+    pub(crate) life: Arc<Lifeline>,
     pub(crate) inner: Arc<EngineInner>,
 }
 
 impl std::fmt::Debug for Engine {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Engine")
-            .field("dir", &self.inner.dir)
-            .finish()
+        f.debug_struct("Engine").field("dir", &self.inner.dir).finish()
     }
 }
 
@@ -137,6 +169,7 @@ fn region_from_entry(
     sst_dir: &Path,
     cache: &Arc<BlockCache>,
     open_files: &mut HashMap<u64, Arc<SstReader>>,
+    account: &MemAccount,
 ) -> Result<Region> {
     let mut files = Vec::new();
     for fam in &desc.families {
@@ -155,12 +188,8 @@ fn region_from_entry(
         }
         files.push(readers);
     }
-    let stores = Region::stores_with_files(&desc.families, files);
-    let (start, end) = (
-        Bytes::from(entry.start.clone()),
-        Bytes::from(entry.end.clone()),
-    );
-    Ok(Region::new(entry.id, start, end, stores, entry.flushed_seq))
+    let range = (Bytes::from(entry.start.clone()), Bytes::from(entry.end.clone()));
+    Ok(Region::new(entry.id, range, &desc.families, files, entry.flushed_seq, account))
 }
 
 impl Engine {
@@ -187,14 +216,12 @@ impl Engine {
         lock.try_lock().map_err(|e| {
             Error::io(
                 &lock_path,
-                std::io::Error::new(
-                    std::io::ErrorKind::WouldBlock,
-                    format!("data directory is in use: {e}"),
-                ),
+                std::io::Error::new(std::io::ErrorKind::WouldBlock, format!("data directory is in use: {e}")),
             )
         })?;
         let catalog = CatalogState::load(&dir.join("MANIFEST"))?;
         let cache = Arc::new(BlockCache::new(opts.block_cache_bytes));
+        let account = MemAccount::default();
 
         let mut tables = BTreeMap::new();
         let mut regions_by_id: HashMap<u64, Arc<Region>> = HashMap::new();
@@ -204,57 +231,39 @@ impl Engine {
             let mut regions = Vec::new();
             for r in &t.regions {
                 referenced.extend(r.files.iter().map(|f| f.id));
-                let region = Arc::new(region_from_entry(
-                    r,
-                    &t.descriptor,
-                    &sst_dir,
-                    &cache,
-                    &mut open_files,
-                )?);
+                let region =
+                    Arc::new(region_from_entry(r, &t.descriptor, &sst_dir, &cache, &mut open_files, &account)?);
                 regions_by_id.insert(region.id, region.clone());
                 regions.push(region);
             }
-            tables.insert(
-                t.descriptor.name.clone(),
-                Arc::new(TableState::new(t.descriptor.clone(), t.enabled, regions)),
-            );
+            tables
+                .insert(t.descriptor.name.clone(), Arc::new(TableState::new(t.descriptor.clone(), t.enabled, regions)));
         }
         let max_file_id = remove_orphan_files(&sst_dir, &referenced)?;
 
         let wal_dir = dir.join("wal");
-        let wal = Wal::open(
-            &wal_dir,
-            opts.wal_segment_bytes,
-            catalog.last_seq,
-            |record| {
-                let (region_id, edits) = decode_batch(record.payload).ok_or_else(|| {
-                    Error::corrupt(
-                        &wal_dir,
-                        0,
-                        format!(
-                            "WAL record at sequence {} has a malformed payload",
-                            record.first_seq
-                        ),
-                    )
-                })?;
-                if let Some(region) = regions_by_id.get(&region_id) {
-                    let flushed = region.flushed_seq();
-                    let fresh: Vec<_> = edits
-                        .into_iter()
-                        .filter(|e| record.first_seq + u64::from(e.seq_offset) > flushed)
-                        .collect();
-                    region.apply(record.first_seq, &fresh);
-                }
-                Ok(())
-            },
-        )?;
+        let wal = Wal::open(&wal_dir, opts.wal_segment_bytes, catalog.last_seq, |record| {
+            let (region_id, edits) = decode_batch(record.payload).ok_or_else(|| {
+                Error::corrupt(
+                    &wal_dir,
+                    0,
+                    format!("WAL record at sequence {} has a malformed payload", record.first_seq),
+                )
+            })?;
+            if let Some(region) = regions_by_id.get(&region_id) {
+                let flushed = region.flushed_seq();
+                let fresh: Vec<_> =
+                    edits.into_iter().filter(|e| record.first_seq + u64::from(e.seq_offset) > flushed).collect();
+                region.apply(record.first_seq, &fresh);
+            }
+            Ok(())
+        })?;
         let last_seq = wal.last_seq();
         for region in regions_by_id.values() {
             region.publish(last_seq);
         }
         let wal = Arc::new(wal);
-        let stop = Arc::new(AtomicBool::new(false));
-        spawn_wal_flusher(Arc::downgrade(&wal), stop.clone());
+        let threads = opts.background_threads;
         let inner = EngineInner {
             dir,
             sst_dir,
@@ -266,12 +275,20 @@ impl Engine {
             apply_gate: RwLock::new(()),
             next_file_id: AtomicU64::new(max_file_id + 1),
             next_region_id: AtomicU64::new(catalog.next_region_id.max(1)),
-            stop,
+            memstore_bytes: account,
+            background: Arc::new(Background::default()),
             _lock: lock,
         };
-        Ok(Engine {
-            inner: Arc::new(inner),
-        })
+        let inner = Arc::new(inner);
+        let life = Arc::new(Lifeline::start(&inner, threads));
+        // Regions left with files shared after a split, or grown past their size, get their
+        // compaction or split now.
+        for (name, state) in inner.tables.read().iter() {
+            for r in state.regions() {
+                inner.request_follow_ups(name, state, &r);
+            }
+        }
+        Ok(Engine { life, inner })
     }
 
     /// The data directory.
@@ -293,11 +310,7 @@ impl Engine {
     /// # Errors
     /// [`Error::InvalidArgument`] for a bad descriptor or split keys that are empty, too long or
     /// not strictly increasing; [`Error::TableExists`].
-    pub fn create_table_with_splits(
-        &self,
-        desc: TableDescriptor,
-        split_keys: Vec<Bytes>,
-    ) -> Result<()> {
+    pub fn create_table_with_splits(&self, desc: TableDescriptor, split_keys: Vec<Bytes>) -> Result<()> {
         desc.validate()?;
         check_split_keys(&split_keys)?;
         let _ddl = self.inner.ddl.lock();
@@ -308,10 +321,7 @@ impl Engine {
         bounds.push(Bytes::new());
         bounds.extend(split_keys);
         bounds.push(Bytes::new());
-        let regions = bounds
-            .windows(2)
-            .map(|w| self.inner.new_region(&desc, w[0].clone(), w[1].clone()))
-            .collect();
+        let regions = bounds.windows(2).map(|w| self.inner.new_region(&desc, w[0].clone(), w[1].clone())).collect();
         let state = Arc::new(TableState::new(desc.clone(), true, regions));
         self.inner.tables.write().insert(desc.name.clone(), state);
         self.inner.persist_locked().inspect_err(|_| {
@@ -341,17 +351,11 @@ impl Engine {
     pub fn delete_family(&self, table: &str, family: &str) -> Result<()> {
         self.alter_table(table, |desc| {
             if desc.get_family(family.as_bytes()).is_none() {
-                return Err(Error::FamilyNotFound {
-                    table: desc.name.clone(),
-                    family: family.to_string(),
-                });
+                return Err(Error::FamilyNotFound { table: desc.name.clone(), family: family.to_string() });
             }
             desc.families.retain(|f| f.name != family);
             if desc.families.is_empty() {
-                return Err(Error::invalid(
-                    "family",
-                    "cannot delete a table's last family",
-                ));
+                return Err(Error::invalid("family", "cannot delete a table's last family"));
             }
             Ok(())
         })
@@ -363,11 +367,7 @@ impl Engine {
     /// # Errors
     /// [`Error::TableNotFound`], [`Error::InvalidArgument`] if the result is invalid or renames
     /// the table; whatever `change` returns.
-    pub fn alter_table(
-        &self,
-        table: &str,
-        change: impl FnOnce(&mut TableDescriptor) -> Result<()>,
-    ) -> Result<()> {
+    pub fn alter_table(&self, table: &str, change: impl FnOnce(&mut TableDescriptor) -> Result<()>) -> Result<()> {
         let _ddl = self.inner.ddl.lock();
         let state = self.inner.table_state(table)?;
         let mut desc = state.descriptor();
@@ -454,12 +454,7 @@ impl Engine {
         state.mark_dropped();
         self.inner.persist_locked()?;
         for r in state.regions() {
-            self.inner.delete_files(
-                r.stores()
-                    .families
-                    .iter()
-                    .flat_map(|s| s.files.iter().cloned()),
-            );
+            self.inner.delete_files(r.stores().families.iter().flat_map(|s| s.files.iter().cloned()));
         }
         Ok(())
     }
@@ -476,12 +471,7 @@ impl Engine {
         let old = state.replace_regions(vec![fresh]);
         self.inner.persist_locked()?;
         for r in old {
-            self.inner.delete_files(
-                r.stores()
-                    .families
-                    .iter()
-                    .flat_map(|s| s.files.iter().cloned()),
-            );
+            self.inner.delete_files(r.stores().families.iter().flat_map(|s| s.files.iter().cloned()));
         }
         self.inner.trim_wal()
     }
@@ -492,7 +482,7 @@ impl Engine {
     /// [`Error::TableNotFound`].
     pub fn table(&self, table: &str) -> Result<Table> {
         let state = self.inner.table_state(table)?;
-        Ok(Table::new(self.inner.clone(), state))
+        Ok(Table::new(self.life.clone(), self.inner.clone(), state))
     }
 
     /// Writes every memstore of the table to SSTables.
@@ -586,6 +576,19 @@ impl Engine {
             .collect())
     }
 
+    /// Waits until no background flush, compaction or split is queued or running; false if
+    /// `timeout` passed first.
+    pub fn wait_idle(&self, timeout: Duration) -> bool {
+        let started = Instant::now();
+        while !self.inner.background.idle() {
+            if started.elapsed() > timeout {
+                return false;
+            }
+            self.inner.background.wait_for_progress(Duration::from_millis(20));
+        }
+        true
+    }
+
     /// Block cache counters.
     pub fn cache_stats(&self) -> CacheStats {
         self.inner.cache.stats()
@@ -605,11 +608,7 @@ fn remove_orphan_files(sst_dir: &Path, referenced: &std::collections::HashSet<u6
     for entry in fs::read_dir(sst_dir).map_err(|e| Error::io(sst_dir, e))? {
         let entry = entry.map_err(|e| Error::io(sst_dir, e))?;
         let name = entry.file_name();
-        let Some(id) = name
-            .to_str()
-            .and_then(|n| n.strip_suffix(".sst"))
-            .and_then(|n| n.parse::<u64>().ok())
-        else {
+        let Some(id) = name.to_str().and_then(|n| n.strip_suffix(".sst")).and_then(|n| n.parse::<u64>().ok()) else {
             continue;
         };
         max_id = max_id.max(id);
@@ -624,49 +623,21 @@ fn remove_orphan_files(sst_dir: &Path, referenced: &std::collections::HashSet<u6
     Ok(max_id)
 }
 
-/// Writes buffered AsyncWal records to the OS every 100 ms until the engine closes.
-fn spawn_wal_flusher(wal: Weak<Wal>, stop: Arc<AtomicBool>) {
-    let spawned = std::thread::Builder::new()
-        .name("cellar-wal-flush".into())
-        .spawn(move || {
-            while !stop.load(Ordering::Relaxed) {
-                std::thread::sleep(Duration::from_millis(100));
-                match wal.upgrade() {
-                    Some(w) => {
-                        let _ = w.flush_buffer();
-                    }
-                    None => return,
-                }
-            }
-        });
-    // Without the thread, AsyncWal records still reach the OS when the buffer fills, on any
-    // synchronous write, on flush and on close.
-    drop(spawned);
-}
-
 impl EngineInner {
     pub fn table_state(&self, name: &str) -> Result<Arc<TableState>> {
-        self.tables
-            .read()
-            .get(name)
-            .cloned()
-            .ok_or_else(|| Error::TableNotFound(name.to_string()))
+        self.tables.read().get(name).cloned().ok_or_else(|| Error::TableNotFound(name.to_string()))
     }
 
     fn new_region(&self, desc: &TableDescriptor, start: Bytes, end: Bytes) -> Arc<Region> {
         let id = self.next_region_id.fetch_add(1, Ordering::Relaxed);
-        let stores = Region::empty_stores(&desc.families);
-        let region = Region::new(id, start, end, stores, self.wal.last_seq());
+        let region =
+            Region::new(id, (start, end), &desc.families, Vec::new(), self.wal.last_seq(), &self.memstore_bytes);
         region.publish(self.wal.last_seq());
         Arc::new(region)
     }
 
     pub fn file_context(&self) -> FileContext<'_> {
-        FileContext {
-            sst_dir: &self.sst_dir,
-            cache: &self.cache,
-            next_file_id: &self.next_file_id,
-        }
+        FileContext { sst_dir: &self.sst_dir, cache: &self.cache, next_file_id: &self.next_file_id }
     }
 
     /// Flushes one region (catalog not persisted).
@@ -675,27 +646,149 @@ impl EngineInner {
         region.flush(&self.file_context())
     }
 
-    /// Flushes a region that outgrew its memstore budget, or every region when the log has
-    /// too many segments; persists the catalog and trims the log.
-    pub fn maybe_flush(&self, region: &Region) -> Result<()> {
-        let too_big = region.memstore_size() > self.opts.memstore_flush_bytes;
-        let too_many_segments = self.wal.segment_count() > self.opts.max_wal_segments;
-        if !too_big && !too_many_segments {
-            return Ok(());
-        }
+    /// Flushes every region and persists the catalog (the clean-close path).
+    pub fn flush_all(&self) -> Result<()> {
         let _ddl = self.ddl.lock();
-        if too_many_segments {
-            let tables: Vec<_> = self.tables.read().values().cloned().collect();
-            for t in tables {
-                for r in t.regions() {
-                    self.flush_region(&r)?;
-                }
+        let tables: Vec<Arc<TableState>> = self.tables.read().values().cloned().collect();
+        for t in tables {
+            for r in t.regions() {
+                self.flush_region(&r)?;
             }
-        } else {
-            self.flush_region(region)?;
         }
         self.persist_locked()?;
         self.trim_wal()
+    }
+
+    /// Requests the background work a write makes due: a flush of a region past its memstore
+    /// threshold, and flushes of every region holding data when the log has too many segments.
+    pub fn after_write(&self, table: &str, region: &Region) {
+        if region.memstore_size() > self.opts.memstore_flush_bytes {
+            self.request(table, region, TaskKind::Flush);
+        }
+        if self.wal.segment_count() > self.opts.max_wal_segments {
+            for (name, t) in self.tables.read().iter() {
+                for r in t.regions().iter().filter(|r| r.has_unflushed()) {
+                    self.request(name, r, TaskKind::Flush);
+                }
+            }
+        }
+    }
+
+    /// Back-pressure before a write: waits while the region's memstores or file counts, or
+    /// all memstores together, exceed their limits, asking the workers for the relief.
+    ///
+    /// # Errors
+    /// [`Error::RegionTooBusy`] after `write_stall_timeout`; nothing was written.
+    pub fn throttle(&self, table: &str, region: &Region) -> Result<()> {
+        let o = &self.opts;
+        let region_limit = o.memstore_flush_bytes.saturating_mul(o.memstore_block_multiplier);
+        let started = Instant::now();
+        loop {
+            let region_full = region.memstore_size() > region_limit;
+            let too_many_files = region.max_files_per_family() > o.blocking_files;
+            let global_full = self.memstore_bytes.load(Ordering::Relaxed) > o.global_memstore_bytes;
+            if !(region_full || too_many_files || global_full) || region.is_retired() {
+                return Ok(());
+            }
+            if region_full {
+                self.request(table, region, TaskKind::Flush);
+            }
+            if too_many_files {
+                self.request(table, region, TaskKind::Compact);
+            }
+            if global_full {
+                self.flush_largest_regions();
+            }
+            if started.elapsed() > o.write_stall_timeout {
+                let waited_ms = started.elapsed().as_millis() as u64;
+                return Err(Error::RegionTooBusy { region: region.id, waited_ms });
+            }
+            self.background.wait_for_progress(Duration::from_millis(50));
+        }
+    }
+
+    /// Asks for flushes of the regions holding the most memstore data.
+    fn flush_largest_regions(&self) {
+        let mut sizes: Vec<(usize, String, Arc<Region>)> = Vec::new();
+        for (name, t) in self.tables.read().iter() {
+            for r in t.regions() {
+                sizes.push((r.memstore_size(), name.clone(), r));
+            }
+        }
+        sizes.sort_by_key(|s| std::cmp::Reverse(s.0));
+        for (size, name, r) in sizes.into_iter().take(4) {
+            if size > 0 {
+                self.request(&name, &r, TaskKind::Flush);
+            }
+        }
+    }
+
+    fn request(&self, table: &str, region: &Region, kind: TaskKind) {
+        self.background.request(Task { table: table.to_string(), region: region.id, kind });
+    }
+
+    /// The size at which a table's regions split: early while the table has one region (so
+    /// load spreads soon), then the table's `max_region_size` — HBase's stepping policy.
+    fn split_threshold(&self, state: &TableState) -> u64 {
+        let max = state.descriptor().max_region_size;
+        if state.regions().len() == 1 {
+            max.min(2 * self.opts.memstore_flush_bytes as u64)
+        } else {
+            max
+        }
+    }
+
+    /// Requests what a region needs after a flush, compaction or open: compaction when a
+    /// family has many files or files shared after a split, a split when it is too big.
+    pub fn request_follow_ups(&self, table: &str, state: &TableState, region: &Region) {
+        if !self.opts.auto_compact {
+            return;
+        }
+        let shared = region.has_shared_files();
+        if shared || region.max_files_per_family() >= self.opts.compaction_threshold {
+            self.request(table, region, TaskKind::Compact);
+        }
+        if !shared && region.file_size() > self.split_threshold(state) {
+            self.request(table, region, TaskKind::Split);
+        }
+    }
+
+    /// Runs one background task. Regions split or dropped meanwhile are skipped.
+    pub fn run_task(&self, task: &Task) -> Result<()> {
+        let Ok(state) = self.table_state(&task.table) else { return Ok(()) };
+        let Some(region) = state.regions().into_iter().find(|r| r.id == task.region) else { return Ok(()) };
+        match task.kind {
+            TaskKind::Flush => {
+                if self.flush_region(&region)? {
+                    let _ddl = self.ddl.lock();
+                    self.persist_locked()?;
+                    self.trim_wal()?;
+                }
+            }
+            TaskKind::Compact => {
+                let now = self.opts.clock.now_ms();
+                let replaced = region.compact(&self.file_context(), false, now)?;
+                if !replaced.is_empty() {
+                    let _ddl = self.ddl.lock();
+                    self.persist_locked()?;
+                    self.delete_files(replaced.into_iter());
+                }
+            }
+            TaskKind::Split => {
+                let _ddl = self.ddl.lock();
+                if region.has_shared_files() || !self.split_region(&state, &region, None)? {
+                    return Ok(());
+                }
+                self.trim_wal()?;
+                // The daughters share the parent's files: have them rewrite their halves.
+                for r in state.regions().iter().filter(|r| self.opts.auto_compact && r.has_shared_files()) {
+                    self.request(&task.table, r, TaskKind::Compact);
+                }
+                return Ok(());
+            }
+        }
+        self.request_follow_ups(&task.table, &state, &region);
+        Ok(())
     }
 
     /// Writes the catalog; the caller holds `ddl`.
@@ -719,20 +812,11 @@ impl EngineInner {
                         .stores()
                         .families
                         .iter()
-                        .flat_map(|s| {
-                            s.files.iter().map(|f| FileEntry {
-                                family: s.desc.name.clone(),
-                                id: f.id(),
-                            })
-                        })
+                        .flat_map(|s| s.files.iter().map(|f| FileEntry { family: s.desc.name.clone(), id: f.id() }))
                         .collect(),
                 })
                 .collect();
-            state.tables.push(TableEntry {
-                descriptor: t.descriptor(),
-                enabled: t.is_enabled(),
-                regions,
-            });
+            state.tables.push(TableEntry { descriptor: t.descriptor(), enabled: t.is_enabled(), regions });
         }
         drop(tables);
         state.store(&self.dir.join("MANIFEST"))
@@ -740,12 +824,7 @@ impl EngineInner {
 
     /// Splits one region (the caller holds `ddl`). Returns false if there was no point to
     /// split at.
-    pub fn split_region(
-        &self,
-        state: &TableState,
-        region: &Arc<Region>,
-        at: Option<Bytes>,
-    ) -> Result<bool> {
+    pub fn split_region(&self, state: &TableState, region: &Arc<Region>, at: Option<Bytes>) -> Result<bool> {
         let ctx = self.file_context();
         let _m = region.maintenance.lock();
         if region.is_retired() {
@@ -753,10 +832,7 @@ impl EngineInner {
         }
         let inside = |at: &Bytes| at > &region.start && (region.end.is_empty() || at < &region.end);
         if at.as_ref().is_some_and(|at| !inside(at)) {
-            return Err(Error::invalid(
-                "split key",
-                "must lie strictly inside the region",
-            ));
+            return Err(Error::invalid("split key", "must lie strictly inside the region"));
         }
         // Flush while writes continue, so the flush under the write lock below is short.
         self.wal.flush_buffer()?;
@@ -770,10 +846,8 @@ impl EngineInner {
         };
         let _w = region.write_lock.lock();
         region.flush_write_locked(&ctx)?;
-        let ids = (
-            self.next_region_id.fetch_add(1, Ordering::Relaxed),
-            self.next_region_id.fetch_add(1, Ordering::Relaxed),
-        );
+        let ids =
+            (self.next_region_id.fetch_add(1, Ordering::Relaxed), self.next_region_id.fetch_add(1, Ordering::Relaxed));
         let (lower, upper) = region.daughters(&at, ids);
         state.replace_region(region.id, vec![Arc::new(lower), Arc::new(upper)]);
         region.set_retired(true);
@@ -811,13 +885,7 @@ impl EngineInner {
             .read()
             .values()
             .flat_map(|t| t.regions())
-            .flat_map(|r| {
-                r.stores()
-                    .families
-                    .iter()
-                    .flat_map(|s| s.files.iter().map(|f| f.id()))
-                    .collect::<Vec<_>>()
-            })
+            .flat_map(|r| r.stores().families.iter().flat_map(|s| s.files.iter().map(|f| f.id())).collect::<Vec<_>>())
             .collect();
         let mut seen = std::collections::HashSet::new();
         for f in files.filter(|f| !live.contains(&f.id()) && seen.insert(f.id())) {

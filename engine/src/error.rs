@@ -85,6 +85,15 @@ pub enum Error {
     /// error); none of those rows was applied.
     #[error("batch write failed: {0}")]
     BatchFailed(String),
+    /// A write waited too long for background flushes or compactions to relieve its region;
+    /// it was not applied. Retry later, or raise the limits in `EngineOptions`.
+    #[error("region {region} is too busy: waited {waited_ms} ms for background work")]
+    RegionTooBusy {
+        /// The region's id.
+        region: u64,
+        /// How long the write waited.
+        waited_ms: u64,
+    },
     /// The engine was closed, or a background failure made it refuse further writes.
     #[error("engine is closed: {0}")]
     Closed(String),
@@ -93,30 +102,16 @@ pub enum Error {
 impl Error {
     /// Wraps an I/O error with the path it concerns.
     pub(crate) fn io(path: impl Into<PathBuf>, source: std::io::Error) -> Self {
-        Error::Io {
-            path: path.into(),
-            source,
-        }
+        Error::Io { path: path.into(), source }
     }
 
     /// A corruption error for `path` at `offset`.
-    pub(crate) fn corrupt(
-        path: impl Into<PathBuf>,
-        offset: u64,
-        reason: impl Into<String>,
-    ) -> Self {
-        Error::Corrupt {
-            path: path.into(),
-            offset,
-            reason: reason.into(),
-        }
+    pub(crate) fn corrupt(path: impl Into<PathBuf>, offset: u64, reason: impl Into<String>) -> Self {
+        Error::Corrupt { path: path.into(), offset, reason: reason.into() }
     }
 
     /// An invalid-argument error.
     pub(crate) fn invalid(arg: &'static str, reason: impl Into<String>) -> Self {
-        Error::InvalidArgument {
-            arg,
-            reason: reason.into(),
-        }
+        Error::InvalidArgument { arg, reason: reason.into() }
     }
 }

@@ -68,22 +68,15 @@ impl Filter {
         let all = |keep: bool| vec![keep; cells.len()];
         match self {
             Filter::Prefix(p) => all(row.starts_with(p)),
-            Filter::MultiRowRange(ranges) => all(ranges.iter().any(|(start, stop)| {
-                row >= start.as_ref() && (stop.is_empty() || row < stop.as_ref())
-            })),
+            Filter::MultiRowRange(ranges) => all(ranges
+                .iter()
+                .any(|(start, stop)| row >= start.as_ref() && (stop.is_empty() || row < stop.as_ref()))),
             Filter::ColumnPrefix(p) => cells.iter().map(|c| c.qualifier.starts_with(p)).collect(),
             Filter::Qualifier(op, v) => cells.iter().map(|c| op.matches(&c.qualifier, v)).collect(),
             Filter::Value(op, v) => cells.iter().map(|c| op.matches(&c.value, v)).collect(),
-            Filter::SingleColumnValue {
-                family,
-                qualifier,
-                op,
-                value,
-                filter_if_missing,
-            } => {
-                let latest = cells.iter().find(|c| {
-                    c.family == *family && c.qualifier == *qualifier && !c.cell_type.is_delete()
-                });
+            Filter::SingleColumnValue { family, qualifier, op, value, filter_if_missing } => {
+                let latest =
+                    cells.iter().find(|c| c.family == *family && c.qualifier == *qualifier && !c.cell_type.is_delete());
                 all(match latest {
                     Some(c) => op.matches(&c.value, value),
                     None => !filter_if_missing,
@@ -151,30 +144,15 @@ mod tests {
         f.apply(row, &mut cells);
         cells
             .iter()
-            .map(|c| {
-                format!(
-                    "{}={}",
-                    String::from_utf8_lossy(&c.qualifier),
-                    String::from_utf8_lossy(&c.value)
-                )
-            })
+            .map(|c| format!("{}={}", String::from_utf8_lossy(&c.qualifier), String::from_utf8_lossy(&c.value)))
             .collect()
     }
 
     #[test]
     fn cell_filters() {
-        assert_eq!(
-            run(&Filter::ColumnPrefix("a".into()), b"r"),
-            ["a1=x", "a2=y"]
-        );
-        assert_eq!(
-            run(&Filter::Value(CompareOp::Greater, "x".into()), b"r"),
-            ["a2=y", "b=z"]
-        );
-        assert_eq!(
-            run(&Filter::Qualifier(CompareOp::Equal, "b".into()), b"r"),
-            ["b=z"]
-        );
+        assert_eq!(run(&Filter::ColumnPrefix("a".into()), b"r"), ["a1=x", "a2=y"]);
+        assert_eq!(run(&Filter::Value(CompareOp::Greater, "x".into()), b"r"), ["a2=y", "b=z"]);
+        assert_eq!(run(&Filter::Qualifier(CompareOp::Equal, "b".into()), b"r"), ["b=z"]);
         assert_eq!(run(&Filter::FirstKeyOnly, b"r"), ["a1=x"]);
         assert_eq!(run(&Filter::KeyOnly, b"r"), ["a1=", "a2=", "b="]);
     }
@@ -201,10 +179,7 @@ mod tests {
 
     #[test]
     fn lists() {
-        let and = Filter::And(vec![
-            Filter::ColumnPrefix("a".into()),
-            Filter::Value(CompareOp::Equal, "y".into()),
-        ]);
+        let and = Filter::And(vec![Filter::ColumnPrefix("a".into()), Filter::Value(CompareOp::Equal, "y".into())]);
         assert_eq!(run(&and, b"r"), ["a2=y"]);
         let or = Filter::Or(vec![
             Filter::Qualifier(CompareOp::Equal, "b".into()),

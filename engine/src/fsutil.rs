@@ -8,9 +8,7 @@ use crate::{Error, Result};
 
 /// Fsyncs a directory so creates, renames and removals inside it are durable.
 pub(crate) fn sync_dir(dir: &Path) -> Result<()> {
-    File::open(dir)
-        .and_then(|d| d.sync_all())
-        .map_err(|e| Error::io(dir, e))
+    File::open(dir).and_then(|d| d.sync_all()).map_err(|e| Error::io(dir, e))
 }
 
 /// Replaces `path` with `bytes` atomically: write a temporary file, fsync, rename, fsync the

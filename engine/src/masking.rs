@@ -71,12 +71,7 @@ impl DeleteTracker {
 
 /// True if a cell written at `ts` with an optional cell TTL is expired at `now` under a family
 /// TTL. A cell TTL cannot extend a family TTL.
-pub(crate) fn is_expired(
-    ts: u64,
-    cell_ttl_ms: Option<u64>,
-    family_ttl_ms: Option<u64>,
-    now: u64,
-) -> bool {
+pub(crate) fn is_expired(ts: u64, cell_ttl_ms: Option<u64>, family_ttl_ms: Option<u64>, now: u64) -> bool {
     let ttl = match (cell_ttl_ms, family_ttl_ms) {
         (None, None) => return false,
         (Some(c), None) => c,
@@ -131,14 +126,8 @@ mod tests {
         assert!(!is_expired(100, None, None, u64::MAX));
         assert!(is_expired(100, None, Some(50), 150));
         assert!(!is_expired(100, None, Some(50), 149));
-        assert!(
-            is_expired(100, Some(10), Some(50), 110),
-            "cell TTL shortens"
-        );
-        assert!(
-            is_expired(100, Some(500), Some(50), 150),
-            "cell TTL cannot extend"
-        );
+        assert!(is_expired(100, Some(10), Some(50), 110), "cell TTL shortens");
+        assert!(is_expired(100, Some(500), Some(50), 150), "cell TTL cannot extend");
         assert!(!is_expired(u64::MAX - 1, Some(10), None, u64::MAX - 1));
     }
 }

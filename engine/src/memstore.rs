@@ -5,6 +5,7 @@
 use std::cmp::Ordering;
 use std::ops::Bound;
 use std::sync::atomic::{AtomicUsize, Ordering as AtomicOrdering};
+use std::sync::Arc;
 
 use bytes::Bytes;
 use crossbeam_skiplist::map::Entry;
@@ -26,13 +27,7 @@ pub(crate) struct MemKey {
 
 impl MemKey {
     pub fn view(&self) -> KeyView<'_> {
-        KeyView {
-            row: &self.row,
-            qualifier: &self.qualifier,
-            ts: self.ts,
-            kind: self.kind,
-            seq: self.seq,
-        }
+        KeyView { row: &self.row, qualifier: &self.qualifier, ts: self.ts, kind: self.kind, seq: self.seq }
     }
 
     fn from_view(k: &KeyView<'_>) -> MemKey {
@@ -73,22 +68,34 @@ pub(crate) struct MemValue {
 /// Fixed per-cell overhead counted toward the memstore size (skiplist node, key fields).
 const CELL_OVERHEAD: usize = 64;
 
+/// Bytes held by every memstore of an engine: the global memstore budget's meter.
+pub(crate) type MemAccount = Arc<AtomicUsize>;
+
 /// One family's in-memory writes.
 #[derive(Debug, Default)]
 pub(crate) struct Memstore {
     map: SkipMap<MemKey, MemValue>,
     bytes: AtomicUsize,
+    account: MemAccount,
+}
+
+impl Drop for Memstore {
+    fn drop(&mut self) {
+        // Memory is released when the last reader of a flushed memstore lets go of it.
+        self.account.fetch_sub(*self.bytes.get_mut(), AtomicOrdering::Relaxed);
+    }
 }
 
 impl Memstore {
-    pub fn new() -> Self {
-        Self::default()
+    pub fn new(account: &MemAccount) -> Self {
+        Memstore { map: SkipMap::new(), bytes: AtomicUsize::new(0), account: account.clone() }
     }
 
     /// Inserts a cell. Callers hold the region's write lock, so sizes stay exact.
     pub fn insert(&self, key: MemKey, value: MemValue) {
         let size = key.row.len() + key.qualifier.len() + value.value.len() + CELL_OVERHEAD;
         self.bytes.fetch_add(size, AtomicOrdering::Relaxed);
+        self.account.fetch_add(size, AtomicOrdering::Relaxed);
         self.map.insert(key, value);
     }
 
@@ -103,11 +110,7 @@ impl Memstore {
 
     /// A cursor that shows only cells with `seq <= read_point`.
     pub fn cursor(&self, read_point: u64) -> MemCursor<'_> {
-        let mut c = MemCursor {
-            map: &self.map,
-            cur: self.map.front(),
-            read_point,
-        };
+        let mut c = MemCursor { map: &self.map, cur: self.map.front(), read_point };
         c.skip_invisible();
         c
     }
@@ -137,10 +140,7 @@ impl CellCursor for MemCursor<'_> {
     }
 
     fn value(&self) -> Bytes {
-        self.cur
-            .as_ref()
-            .map(|e| e.value().value.clone())
-            .unwrap_or_default()
+        self.cur.as_ref().map(|e| e.value().value.clone()).unwrap_or_default()
     }
 
     fn ttl_ms(&self) -> Option<u64> {
@@ -187,23 +187,15 @@ mod tests {
 
     fn put(m: &Memstore, row: &'static str, q: &'static str, ts: u64, seq: u64) {
         m.insert(
-            MemKey {
-                row: row.into(),
-                qualifier: q.into(),
-                ts,
-                kind: CellType::Put,
-                seq,
-            },
-            MemValue {
-                value: Bytes::from(format!("{row}{q}{ts}")),
-                ttl_ms: None,
-            },
+            MemKey { row: row.into(), qualifier: q.into(), ts, kind: CellType::Put, seq },
+            MemValue { value: Bytes::from(format!("{row}{q}{ts}")), ttl_ms: None },
         );
     }
 
     #[test]
     fn cursor_respects_read_point_and_order() {
-        let m = Memstore::new();
+        let account = MemAccount::default();
+        let m = Memstore::new(&account);
         put(&m, "b", "q", 1, 1);
         put(&m, "a", "q", 1, 2);
         put(&m, "a", "q", 2, 3);
@@ -214,15 +206,16 @@ mod tests {
             seen.push((String::from_utf8(k.row.to_vec()).unwrap(), k.ts));
             c.next().unwrap();
         }
-        assert_eq!(
-            seen,
-            vec![("a".into(), 2), ("a".into(), 1), ("b".into(), 1)]
-        );
+        assert_eq!(seen, vec![("a".into(), 2), ("a".into(), 1), ("b".into(), 1)]);
         assert_eq!(c.prev_row(None).unwrap().as_deref(), Some(&b"b"[..]));
         assert_eq!(c.prev_row(Some(b"b")).unwrap().as_deref(), Some(&b"a"[..]));
         assert_eq!(c.prev_row(Some(b"a")).unwrap(), None);
         c.seek(&KeyView::first_of_row(b"b")).unwrap();
         assert_eq!(c.key().unwrap().row, b"b");
         assert!(m.size() > 0);
+        assert_eq!(account.load(AtomicOrdering::Relaxed), m.size());
+        drop(c);
+        drop(m);
+        assert_eq!(account.load(AtomicOrdering::Relaxed), 0, "dropping releases the budget");
     }
 }

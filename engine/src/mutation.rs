@@ -34,21 +34,11 @@ pub struct Put {
 impl Put {
     /// A put on `row`; add columns with [`Put::add`].
     pub fn new(row: impl Into<Bytes>) -> Self {
-        Put {
-            row: row.into(),
-            edits: Vec::new(),
-            ttl_ms: None,
-            durability: None,
-        }
+        Put { row: row.into(), edits: Vec::new(), ttl_ms: None, durability: None }
     }
 
     /// Writes `value` to `family:qualifier` at the current time.
-    pub fn add(
-        self,
-        family: impl Into<Bytes>,
-        qualifier: impl Into<Bytes>,
-        value: impl Into<Bytes>,
-    ) -> Self {
+    pub fn add(self, family: impl Into<Bytes>, qualifier: impl Into<Bytes>, value: impl Into<Bytes>) -> Self {
         self.add_at(family, qualifier, LATEST_TIMESTAMP, value)
     }
 
@@ -105,12 +95,7 @@ pub struct Delete {
 impl Delete {
     /// Deletes `row` (whole row unless columns or families are added).
     pub fn new(row: impl Into<Bytes>) -> Self {
-        Delete {
-            row: row.into(),
-            ts: LATEST_TIMESTAMP,
-            edits: Vec::new(),
-            durability: None,
-        }
+        Delete { row: row.into(), ts: LATEST_TIMESTAMP, edits: Vec::new(), durability: None }
     }
 
     /// Sets the timestamp of whole-row and family deletes added without one.
@@ -120,54 +105,27 @@ impl Delete {
     }
 
     fn marker(mut self, family: Bytes, qualifier: Bytes, ts: u64, kind: CellType) -> Self {
-        self.edits.push(Edit {
-            family,
-            qualifier,
-            ts,
-            kind,
-            value: Bytes::new(),
-            ttl_ms: None,
-        });
+        self.edits.push(Edit { family, qualifier, ts, kind, value: Bytes::new(), ttl_ms: None });
         self
     }
 
     /// Deletes the latest version of a column (`Delete` marker at that version's timestamp).
     pub fn add_column(self, family: impl Into<Bytes>, qualifier: impl Into<Bytes>) -> Self {
-        self.marker(
-            family.into(),
-            qualifier.into(),
-            LATEST_TIMESTAMP,
-            CellType::Delete,
-        )
+        self.marker(family.into(), qualifier.into(), LATEST_TIMESTAMP, CellType::Delete)
     }
 
     /// Deletes the version of a column at exactly `ts`.
-    pub fn add_column_at(
-        self,
-        family: impl Into<Bytes>,
-        qualifier: impl Into<Bytes>,
-        ts: u64,
-    ) -> Self {
+    pub fn add_column_at(self, family: impl Into<Bytes>, qualifier: impl Into<Bytes>, ts: u64) -> Self {
         self.marker(family.into(), qualifier.into(), ts, CellType::Delete)
     }
 
     /// Deletes every version of a column up to now.
     pub fn add_columns(self, family: impl Into<Bytes>, qualifier: impl Into<Bytes>) -> Self {
-        self.marker(
-            family.into(),
-            qualifier.into(),
-            LATEST_TIMESTAMP,
-            CellType::DeleteColumn,
-        )
+        self.marker(family.into(), qualifier.into(), LATEST_TIMESTAMP, CellType::DeleteColumn)
     }
 
     /// Deletes every version of a column at or before `ts`.
-    pub fn add_columns_at(
-        self,
-        family: impl Into<Bytes>,
-        qualifier: impl Into<Bytes>,
-        ts: u64,
-    ) -> Self {
+    pub fn add_columns_at(self, family: impl Into<Bytes>, qualifier: impl Into<Bytes>, ts: u64) -> Self {
         self.marker(family.into(), qualifier.into(), ts, CellType::DeleteColumn)
     }
 
@@ -184,12 +142,7 @@ impl Delete {
 
     /// Deletes every column of a family at exactly `ts`.
     pub fn add_family_version(self, family: impl Into<Bytes>, ts: u64) -> Self {
-        self.marker(
-            family.into(),
-            Bytes::new(),
-            ts,
-            CellType::DeleteFamilyVersion,
-        )
+        self.marker(family.into(), Bytes::new(), ts, CellType::DeleteFamilyVersion)
     }
 
     /// Overrides the table's durability for this write.
@@ -253,10 +206,7 @@ pub struct RowMutations {
 impl RowMutations {
     /// An empty group for `row`.
     pub fn new(row: impl Into<Bytes>) -> Self {
-        RowMutations {
-            row: row.into(),
-            mutations: Vec::new(),
-        }
+        RowMutations { row: row.into(), mutations: Vec::new() }
     }
 
     /// Appends a mutation; its row must be this group's row (checked when applied).
@@ -283,21 +233,11 @@ pub struct Increment {
 impl Increment {
     /// An increment of `row`.
     pub fn new(row: impl Into<Bytes>) -> Self {
-        Increment {
-            row: row.into(),
-            columns: Vec::new(),
-            ttl_ms: None,
-            durability: None,
-        }
+        Increment { row: row.into(), columns: Vec::new(), ttl_ms: None, durability: None }
     }
 
     /// Adds `amount` to `family:qualifier` (a missing cell counts as 0).
-    pub fn add(
-        mut self,
-        family: impl Into<Bytes>,
-        qualifier: impl Into<Bytes>,
-        amount: i64,
-    ) -> Self {
+    pub fn add(mut self, family: impl Into<Bytes>, qualifier: impl Into<Bytes>, amount: i64) -> Self {
         self.columns.push((family.into(), qualifier.into(), amount));
         self
     }
@@ -326,22 +266,12 @@ pub struct Append {
 impl Append {
     /// An append to `row`.
     pub fn new(row: impl Into<Bytes>) -> Self {
-        Append {
-            row: row.into(),
-            columns: Vec::new(),
-            durability: None,
-        }
+        Append { row: row.into(), columns: Vec::new(), durability: None }
     }
 
     /// Appends `suffix` to `family:qualifier` (a missing cell counts as empty).
-    pub fn add(
-        mut self,
-        family: impl Into<Bytes>,
-        qualifier: impl Into<Bytes>,
-        suffix: impl Into<Bytes>,
-    ) -> Self {
-        self.columns
-            .push((family.into(), qualifier.into(), suffix.into()));
+    pub fn add(mut self, family: impl Into<Bytes>, qualifier: impl Into<Bytes>, suffix: impl Into<Bytes>) -> Self {
+        self.columns.push((family.into(), qualifier.into(), suffix.into()));
         self
     }
 
@@ -415,11 +345,7 @@ impl CheckAndMutate {
     }
 
     /// Applies `mutations` only if `family:qualifier` has no visible value.
-    pub fn if_absent(
-        family: impl Into<Bytes>,
-        qualifier: impl Into<Bytes>,
-        mutations: RowMutations,
-    ) -> Self {
+    pub fn if_absent(family: impl Into<Bytes>, qualifier: impl Into<Bytes>, mutations: RowMutations) -> Self {
         CheckAndMutate {
             family: family.into(),
             qualifier: qualifier.into(),

@@ -19,10 +19,7 @@ pub struct TimeRange {
 
 impl TimeRange {
     /// Every timestamp.
-    pub const ALL: TimeRange = TimeRange {
-        min: 0,
-        max: u64::MAX,
-    };
+    pub const ALL: TimeRange = TimeRange { min: 0, max: u64::MAX };
 
     /// `[min, max)`.
     pub fn new(min: u64, max: u64) -> Self {
@@ -82,9 +79,7 @@ pub struct ReadSpec {
 impl Default for ReadSpec {
     fn default() -> Self {
         ReadSpec {
-            columns: ColumnSelection {
-                entries: Vec::new(),
-            },
+            columns: ColumnSelection { entries: Vec::new() },
             time_range: TimeRange::ALL,
             max_versions: 1,
             raw: false,
@@ -104,10 +99,7 @@ macro_rules! read_spec_builders {
 
             /// Restricts the read to one column (repeatable).
             pub fn column(mut self, family: impl Into<Bytes>, qualifier: impl Into<Bytes>) -> Self {
-                self.spec
-                    .columns
-                    .entries
-                    .push((family.into(), Some(qualifier.into())));
+                self.spec.columns.entries.push((family.into(), Some(qualifier.into())));
                 self
             }
 
@@ -154,10 +146,7 @@ pub struct Get {
 impl Get {
     /// A get of `row`: the latest version of every column.
     pub fn new(row: impl Into<Bytes>) -> Self {
-        Get {
-            row: row.into(),
-            spec: ReadSpec::default(),
-        }
+        Get { row: row.into(), spec: ReadSpec::default() }
     }
 
     /// The row key.
@@ -297,10 +286,7 @@ pub(crate) struct RowRange {
 impl RowRange {
     /// The range holding exactly `row`.
     pub fn single(row: Bytes) -> Self {
-        RowRange {
-            lo: Bound::Included(row.clone()),
-            hi: Bound::Included(row),
-        }
+        RowRange { lo: Bound::Included(row.clone()), hi: Bound::Included(row) }
     }
 
     /// True if `row` is above the lower bound.
@@ -360,23 +346,13 @@ impl RowResult {
     pub fn value(&self, family: &[u8], qualifier: &[u8]) -> Option<&Bytes> {
         self.cells
             .iter()
-            .find(|c| {
-                c.family.as_ref() == family
-                    && c.qualifier.as_ref() == qualifier
-                    && !c.cell_type.is_delete()
-            })
+            .find(|c| c.family.as_ref() == family && c.qualifier.as_ref() == qualifier && !c.cell_type.is_delete())
             .map(|c| &c.value)
     }
 
     /// Every returned version of `family:qualifier`, newest first.
-    pub fn versions<'a>(
-        &'a self,
-        family: &'a [u8],
-        qualifier: &'a [u8],
-    ) -> impl Iterator<Item = &'a Cell> + 'a {
-        self.cells
-            .iter()
-            .filter(move |c| c.family.as_ref() == family && c.qualifier.as_ref() == qualifier)
+    pub fn versions<'a>(&'a self, family: &'a [u8], qualifier: &'a [u8]) -> impl Iterator<Item = &'a Cell> + 'a {
+        self.cells.iter().filter(move |c| c.family.as_ref() == family && c.qualifier.as_ref() == qualifier)
     }
 }
 
@@ -412,10 +388,7 @@ mod tests {
                 (Bytes::from_static(b"g"), None),
             ],
         };
-        assert_eq!(
-            s.qualifiers(b"f").unwrap(),
-            vec![&Bytes::from_static(b"a"), &Bytes::from_static(b"b")]
-        );
+        assert_eq!(s.qualifiers(b"f").unwrap(), vec![&Bytes::from_static(b"a"), &Bytes::from_static(b"b")]);
         assert!(s.qualifiers(b"g").is_none());
         assert!(s.qualifiers(b"h").unwrap().is_empty());
     }

@@ -16,7 +16,7 @@ use crate::cache::BlockCache;
 use crate::cell::KeyView;
 use crate::descriptor::FamilyDescriptor;
 use crate::fsutil::sync_dir;
-use crate::memstore::{MemKey, MemValue, Memstore};
+use crate::memstore::{MemAccount, MemKey, MemValue, Memstore};
 use crate::read::cursor::{BoundedCursor, CellCursor, MergeCursor};
 use crate::read::rows::ReadSnapshot;
 use crate::retention::{write_retained, Retention};
@@ -38,11 +38,11 @@ pub(crate) struct Store {
 }
 
 impl Store {
-    fn new(desc: FamilyDescriptor) -> Store {
+    fn new(desc: FamilyDescriptor, account: &MemAccount) -> Store {
         Store {
             name: Bytes::from(desc.name.clone()),
             desc,
-            active: Arc::new(Memstore::new()),
+            active: Arc::new(Memstore::new(account)),
             frozen: None,
             files: Vec::new(),
         }
@@ -129,17 +129,23 @@ pub(crate) struct Region {
     /// Set once the region has been split: writers that routed here re-route.
     retired: AtomicBool,
     stores: RwLock<Arc<RegionStores>>,
+    account: MemAccount,
     pub counters: RegionCounters,
 }
 
 impl Region {
     pub fn new(
         id: u64,
-        start: Bytes,
-        end: Bytes,
-        stores: RegionStores,
+        (start, end): (Bytes, Bytes),
+        families: &[FamilyDescriptor],
+        files: Vec<Vec<Arc<SstReader>>>,
         flushed_seq: u64,
+        account: &MemAccount,
     ) -> Region {
+        let mut stores = RegionStores { families: families.iter().map(|d| Store::new(d.clone(), account)).collect() };
+        for (s, f) in stores.families.iter_mut().zip(files) {
+            s.files = f;
+        }
         Region {
             id,
             start,
@@ -150,27 +156,9 @@ impl Region {
             flushed_seq: AtomicU64::new(flushed_seq),
             retired: AtomicBool::new(false),
             stores: RwLock::new(Arc::new(stores)),
+            account: account.clone(),
             counters: RegionCounters::default(),
         }
-    }
-
-    /// Empty stores for `families`.
-    pub fn empty_stores(families: &[FamilyDescriptor]) -> RegionStores {
-        RegionStores {
-            families: families.iter().cloned().map(Store::new).collect(),
-        }
-    }
-
-    /// Stores with existing files (at open, and for the daughters of a split).
-    pub fn stores_with_files(
-        families: &[FamilyDescriptor],
-        files: Vec<Vec<Arc<SstReader>>>,
-    ) -> RegionStores {
-        let mut stores = Self::empty_stores(families);
-        for (s, f) in stores.families.iter_mut().zip(files) {
-            s.files = f;
-        }
-        stores
     }
 
     pub fn stores(&self) -> Arc<RegionStores> {
@@ -181,10 +169,7 @@ impl Region {
     /// at or below the read point is in a memstore or file of the snapshot.
     pub fn snapshot(&self) -> ReadSnapshot {
         let read_point = self.visible_seq.load(Ordering::Acquire);
-        ReadSnapshot {
-            stores: self.stores(),
-            read_point,
-        }
+        ReadSnapshot { stores: self.stores(), read_point }
     }
 
     pub fn flushed_seq(&self) -> u64 {
@@ -222,10 +207,7 @@ impl Region {
                         kind: e.kind,
                         seq: first_seq + u64::from(e.seq_offset),
                     },
-                    MemValue {
-                        value: e.value.clone(),
-                        ttl_ms: e.ttl_ms,
-                    },
+                    MemValue { value: e.value.clone(), ttl_ms: e.ttl_ms },
                 );
             }
         }
@@ -239,19 +221,12 @@ impl Region {
     /// Bytes held in memstores.
     pub fn memstore_size(&self) -> usize {
         let stores = self.stores();
-        stores
-            .families
-            .iter()
-            .map(|s| s.active.size() + s.frozen.as_ref().map_or(0, |f| f.size()))
-            .sum()
+        stores.families.iter().map(|s| s.active.size() + s.frozen.as_ref().map_or(0, |f| f.size())).sum()
     }
 
     /// True if any memstore holds data.
     pub fn has_unflushed(&self) -> bool {
-        self.stores()
-            .families
-            .iter()
-            .any(|s| !s.active.is_empty() || s.frozen.is_some())
+        self.stores().families.iter().any(|s| !s.active.is_empty() || s.frozen.is_some())
     }
 
     /// Estimated bytes of this region's data in SSTables: whole files it owns, and the blocks
@@ -266,10 +241,7 @@ impl Region {
                 if f.within(&self.start, &self.end) {
                     f.size()
                 } else {
-                    f.blocks_overlapping(&self.start, &self.end)
-                        .iter()
-                        .map(|(_, n)| n)
-                        .sum()
+                    f.blocks_overlapping(&self.start, &self.end).iter().map(|(_, n)| n).sum()
                 }
             })
             .sum()
@@ -287,10 +259,8 @@ impl Region {
         let inside = |cut: &Bytes| cut > &self.start && (self.end.is_empty() || cut < &self.end);
         let stores = self.stores();
         let files: Vec<&Arc<SstReader>> = stores.families.iter().flat_map(|s| &s.files).collect();
-        let mut blocks: Vec<(Bytes, u64)> = files
-            .iter()
-            .flat_map(|f| f.blocks_overlapping(&self.start, &self.end))
-            .collect();
+        let mut blocks: Vec<(Bytes, u64)> =
+            files.iter().flat_map(|f| f.blocks_overlapping(&self.start, &self.end)).collect();
         blocks.sort();
         let total: u64 = blocks.iter().map(|(_, n)| n).sum();
         let mut acc = 0;
@@ -306,10 +276,8 @@ impl Region {
             }
         }
         // Few blocks: find the middle row itself (the data is small, so this read is cheap).
-        let cursors: Vec<Box<dyn CellCursor>> = files
-            .iter()
-            .map(|f| Box::new(f.cursor()) as Box<dyn CellCursor>)
-            .collect();
+        let cursors: Vec<Box<dyn CellCursor>> =
+            files.iter().map(|f| Box::new(f.cursor()) as Box<dyn CellCursor>).collect();
         let mut merged = BoundedCursor::new(MergeCursor::new(cursors), self.end.clone());
         merged.seek(&KeyView::first_of_row(&self.start))?;
         let mut rows: Vec<Bytes> = Vec::new();
@@ -331,7 +299,7 @@ impl Region {
         let mut any = false;
         for s in &mut next.families {
             if s.frozen.is_none() && !s.active.is_empty() {
-                s.frozen = Some(std::mem::replace(&mut s.active, Arc::new(Memstore::new())));
+                s.frozen = Some(std::mem::replace(&mut s.active, Arc::new(Memstore::new(&self.account))));
             }
             any |= s.frozen.is_some();
         }
@@ -401,12 +369,7 @@ impl Region {
     /// after a split are rewritten even when alone). Major compaction applies the full
     /// retention rules at time `now`; minor keeps delete markers. Returns the replaced files,
     /// which the caller deletes once no region lists them.
-    pub fn compact(
-        &self,
-        ctx: &FileContext<'_>,
-        major: bool,
-        now: u64,
-    ) -> Result<Vec<Arc<SstReader>>> {
+    pub fn compact(&self, ctx: &FileContext<'_>, major: bool, now: u64) -> Result<Vec<Arc<SstReader>>> {
         let _m = self.maintenance.lock();
         let current = self.stores();
         let mut replaced = Vec::new();
@@ -416,25 +379,14 @@ impl Region {
             if s.files.is_empty() || (!major && !shared && s.files.len() < 2) {
                 continue;
             }
-            let cursors: Vec<Box<dyn CellCursor>> = s
-                .files
-                .iter()
-                .map(|f| Box::new(f.cursor()) as Box<dyn CellCursor>)
-                .collect();
+            let cursors: Vec<Box<dyn CellCursor>> =
+                s.files.iter().map(|f| Box::new(f.cursor()) as Box<dyn CellCursor>).collect();
             let mut merged = BoundedCursor::new(MergeCursor::new(cursors), self.end.clone());
             merged.seek(&KeyView::first_of_row(&self.start))?;
-            let mode = if major {
-                Retention::Major { now }
-            } else {
-                Retention::KeepMarkers
-            };
+            let mode = if major { Retention::Major { now } } else { Retention::KeepMarkers };
             let out = ctx.write_file(&mut merged, &s.desc, mode)?;
             replaced.extend(s.files.iter().cloned());
-            outputs.push((
-                s.name.clone(),
-                s.files.iter().map(|f| f.id()).collect(),
-                out,
-            ));
+            outputs.push((s.name.clone(), s.files.iter().map(|f| f.id()).collect(), out));
         }
         if outputs.is_empty() {
             return Ok(replaced);
@@ -463,11 +415,8 @@ impl Region {
         let mut next = RegionStores::default();
         for desc in families {
             let store = match guard.family(desc.name.as_bytes()) {
-                Some(existing) => Store {
-                    desc: desc.clone(),
-                    ..existing.clone()
-                },
-                None => Store::new(desc.clone()),
+                Some(existing) => Store { desc: desc.clone(), ..existing.clone() },
+                None => Store::new(desc.clone(), &self.account),
             };
             next.families.push(store);
         }
@@ -480,23 +429,21 @@ impl Region {
     pub fn daughters(&self, at: &Bytes, ids: (u64, u64)) -> (Region, Region) {
         let stores = self.stores();
         let descs: Vec<FamilyDescriptor> = stores.families.iter().map(|s| s.desc.clone()).collect();
-        let files: Vec<Vec<Arc<SstReader>>> =
-            stores.families.iter().map(|s| s.files.clone()).collect();
+        let files: Vec<Vec<Arc<SstReader>>> = stores.families.iter().map(|s| s.files.clone()).collect();
         let seq = self.visible_seq();
-        let lower = Region::new(
-            ids.0,
-            self.start.clone(),
-            at.clone(),
-            Self::stores_with_files(&descs, files.clone()),
-            seq,
-        );
-        let upper = Region::new(
-            ids.1,
-            at.clone(),
-            self.end.clone(),
-            Self::stores_with_files(&descs, files),
-            seq,
-        );
+        let lower = Region::new(ids.0, (self.start.clone(), at.clone()), &descs, files.clone(), seq, &self.account);
+        let upper = Region::new(ids.1, (at.clone(), self.end.clone()), &descs, files, seq, &self.account);
         (lower, upper)
+    }
+
+    /// The most SSTables any one family holds (reads merge them all; compaction trims them).
+    pub fn max_files_per_family(&self) -> usize {
+        self.stores().families.iter().map(|s| s.files.len()).max().unwrap_or(0)
+    }
+
+    /// True if some file extends past this region's range (shared with a split sibling).
+    pub fn has_shared_files(&self) -> bool {
+        let stores = self.stores();
+        stores.families.iter().flat_map(|s| &s.files).any(|f| !f.within(&self.start, &self.end))
     }
 }

@@ -65,11 +65,7 @@ pub(crate) fn copy_retained(
             col.surviving = 0;
         }
         let keep = if k.kind.is_delete() {
-            tracker.add(Marker {
-                ts: k.ts,
-                kind: k.kind,
-                seq: k.seq,
-            });
+            tracker.add(Marker { ts: k.ts, kind: k.kind, seq: k.seq });
             kdc || mode == Retention::KeepMarkers
         } else {
             let masked = tracker.masks(k.ts, k.seq, u64::MAX);
@@ -83,8 +79,7 @@ pub(crate) fn copy_retained(
                         col.surviving += 1;
                     }
                     let within_limits = index < desc.max_versions
-                        && (index < desc.min_versions
-                            || !is_expired(k.ts, cursor.ttl_ms(), ttl, now));
+                        && (index < desc.min_versions || !is_expired(k.ts, cursor.ttl_ms(), ttl, now));
                     !shadowed && (!masked || kdc) && within_limits
                 }
             }

@@ -35,10 +35,7 @@ pub struct Scanner {
 
 impl std::fmt::Debug for Scanner {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Scanner")
-            .field("rows_left", &self.rows_left)
-            .field("done", &self.done)
-            .finish()
+        f.debug_struct("Scanner").field("rows_left", &self.rows_left).field("done", &self.done).finish()
     }
 }
 
@@ -63,13 +60,7 @@ impl Scanner {
             let snap = r.snapshot();
             (r, snap)
         });
-        let limit = [
-            scan.limit,
-            scan.spec.filter.as_ref().and_then(|f| f.page_limit()),
-        ]
-        .into_iter()
-        .flatten()
-        .min();
+        let limit = [scan.limit, scan.spec.filter.as_ref().and_then(|f| f.page_limit())].into_iter().flatten().min();
         Scanner {
             regions: regions.collect(),
             next_region: 0,
@@ -115,20 +106,14 @@ impl Scanner {
                 match batch {
                     Some(n) if row.cells.len() > n => {
                         for chunk in row.cells.chunks(n) {
-                            buffer.push_back(RowResult {
-                                row: row.row.clone(),
-                                cells: chunk.to_vec(),
-                            });
+                            buffer.push_back(RowResult { row: row.row.clone(), cells: chunk.to_vec() });
                         }
                     }
                     _ => buffer.push_back(row),
                 }
                 got < want
             })?;
-            region
-                .counters
-                .reads
-                .fetch_add(got as u64, Ordering::Relaxed);
+            region.counters.reads.fetch_add(got as u64, Ordering::Relaxed);
             self.rows_left -= got;
             match last {
                 Some(last) if got == want => {

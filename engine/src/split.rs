@@ -63,13 +63,9 @@ impl SplitAlgorithm {
 /// [`Error::InvalidArgument`] naming the problem.
 pub(crate) fn check_split_keys(keys: &[Bytes]) -> Result<()> {
     for (i, k) in keys.iter().enumerate() {
-        check_row(k)
-            .map_err(|_| Error::invalid("SPLITS", format!("split key {i} is empty or too long")))?;
+        check_row(k).map_err(|_| Error::invalid("SPLITS", format!("split key {i} is empty or too long")))?;
         if i > 0 && keys[i - 1] >= *k {
-            return Err(Error::invalid(
-                "SPLITS",
-                "split keys must be strictly increasing",
-            ));
+            return Err(Error::invalid("SPLITS", "split keys must be strictly increasing"));
         }
     }
     Ok(())
@@ -102,20 +98,10 @@ mod tests {
     #[test]
     fn uniform_split_is_increasing_and_even() {
         let keys = SplitAlgorithm::UniformBytes.split_keys(4).unwrap();
-        assert_eq!(
-            keys,
-            vec![
-                Bytes::from_static(&[0x40]),
-                Bytes::from_static(&[0x80]),
-                Bytes::from_static(&[0xc0])
-            ]
-        );
+        assert_eq!(keys, vec![Bytes::from_static(&[0x40]), Bytes::from_static(&[0x80]), Bytes::from_static(&[0xc0])]);
         check_split_keys(&SplitAlgorithm::UniformBytes.split_keys(1000).unwrap()).unwrap();
         assert!(SplitAlgorithm::UniformBytes.split_keys(0).is_err());
-        assert!(SplitAlgorithm::UniformBytes
-            .split_keys(1)
-            .unwrap()
-            .is_empty());
+        assert!(SplitAlgorithm::UniformBytes.split_keys(1).unwrap().is_empty());
     }
 
     #[test]

@@ -12,9 +12,8 @@ use std::sync::Arc;
 use bytes::Bytes;
 use parking_lot::RwLock;
 
-use crate::cell::{
-    check_row, check_value, to_printable, Cell, CellType, LATEST_TIMESTAMP, MAX_WRITE_LEN,
-};
+use crate::background::Lifeline;
+use crate::cell::{check_row, check_value, to_printable, Cell, CellType, LATEST_TIMESTAMP, MAX_WRITE_LEN};
 use crate::descriptor::{Durability, TableDescriptor};
 use crate::engine::EngineInner;
 use crate::mutation::{Append, CheckAndMutate, Edit, Increment, Mutation, Put, RowMutations};
@@ -89,16 +88,15 @@ impl TableState {
         let regions = self.regions.read();
         // Regions are sorted by start key and tile the key space.
         let i = regions.partition_point(|r| r.start.as_ref() <= row);
-        regions
-            .get(i.checked_sub(1)?)
-            .filter(|r| r.contains(row))
-            .cloned()
+        regions.get(i.checked_sub(1)?).filter(|r| r.contains(row)).cloned()
     }
 }
 
 /// A handle to one table. Cheap to clone; `Send + Sync`.
 #[derive(Clone)]
 pub struct Table {
+    // Declared first so it drops first: the workers stop before the engine can close.
+    _life: Arc<Lifeline>,
     engine: Arc<EngineInner>,
     state: Arc<TableState>,
     name: String,
@@ -114,13 +112,9 @@ impl std::fmt::Debug for Table {
 type Resolved = Vec<WalEdit>;
 
 impl Table {
-    pub(crate) fn new(engine: Arc<EngineInner>, state: Arc<TableState>) -> Table {
+    pub(crate) fn new(life: Arc<Lifeline>, engine: Arc<EngineInner>, state: Arc<TableState>) -> Table {
         let name = state.descriptor().name;
-        Table {
-            engine,
-            state,
-            name,
-        }
+        Table { _life: life, engine, state, name }
     }
 
     /// The table's name.
@@ -145,18 +139,13 @@ impl Table {
 
     fn check_family(&self, desc: &TableDescriptor, family: &[u8]) -> Result<()> {
         if desc.get_family(family).is_none() {
-            return Err(Error::FamilyNotFound {
-                table: self.name.clone(),
-                family: to_printable(family),
-            });
+            return Err(Error::FamilyNotFound { table: self.name.clone(), family: to_printable(family) });
         }
         Ok(())
     }
 
     fn region(&self, row: &[u8]) -> Result<Arc<Region>> {
-        self.state
-            .region_for(row)
-            .ok_or_else(|| Error::TableNotFound(self.name.clone()))
+        self.state.region_for(row).ok_or_else(|| Error::TableNotFound(self.name.clone()))
     }
 
     /// Checks a mutation against the schema before anything is written.
@@ -225,8 +214,7 @@ impl Table {
                     if e.kind == CellType::Delete && e.ts == LATEST_TIMESTAMP {
                         // HBase semantics: deleting "the latest version" marks the newest
                         // visible version's timestamp; with no visible version it is a no-op.
-                        let latest =
-                            self.read_row_locked(region, &d.row, &e.family, &e.qualifier, now)?;
+                        let latest = self.read_row_locked(region, &d.row, &e.family, &e.qualifier, now)?;
                         if let Some(c) = latest {
                             out.push(edit(&d.row, e, c.timestamp, None));
                         }
@@ -255,13 +243,10 @@ impl Table {
 
     /// Runs `f` on the region holding `row` with its write lock held, re-routing when a split
     /// retired the region while we waited for the lock.
-    fn locked<T>(
-        &self,
-        row: &[u8],
-        mut f: impl FnMut(&Region) -> Result<T>,
-    ) -> Result<(Arc<Region>, T)> {
+    fn locked<T>(&self, row: &[u8], mut f: impl FnMut(&Region) -> Result<T>) -> Result<(Arc<Region>, T)> {
         loop {
             let region = self.region(row)?;
+            self.engine.throttle(&self.name, &region)?;
             let out = {
                 let _w = region.write_lock.lock();
                 if region.is_retired() {
@@ -302,33 +287,18 @@ impl Table {
         groups: &[&[Mutation]],
         durability: Durability,
     ) -> Result<()> {
-        let (region, last_seq) = self.locked(row, |region| {
-            self.write_locked(region, desc, groups, durability)
-        })?;
-        region.counters.writes.fetch_add(
-            groups.iter().map(|g| g.len() as u64).sum(),
-            Ordering::Relaxed,
-        );
+        let (region, last_seq) = self.locked(row, |region| self.write_locked(region, desc, groups, durability))?;
+        region.counters.writes.fetch_add(groups.iter().map(|g| g.len() as u64).sum(), Ordering::Relaxed);
         self.after_write(&region, last_seq, durability)
     }
 
     /// Logs and applies resolved edits; caller holds the region's write lock. Returns the last
     /// sequence number used.
-    fn commit(
-        &self,
-        region: &Region,
-        edits: &[WalEdit],
-        count: u32,
-        durability: Durability,
-    ) -> Result<u64> {
+    fn commit(&self, region: &Region, edits: &[WalEdit], count: u32, durability: Durability) -> Result<u64> {
         if edits.is_empty() {
             return Ok(0);
         }
-        let payload = if durability == Durability::SkipWal {
-            Vec::new()
-        } else {
-            encode_batch(region.id, edits)
-        };
+        let payload = if durability == Durability::SkipWal { Vec::new() } else { encode_batch(region.id, edits) };
         if payload.len() > MAX_WRITE_LEN {
             let reason = format!("one write may carry at most {MAX_WRITE_LEN} bytes");
             return Err(Error::invalid("mutations", reason));
@@ -345,7 +315,8 @@ impl Table {
         if durability == Durability::FsyncWal && last_seq > 0 {
             self.engine.wal.sync_to(last_seq)?;
         }
-        self.engine.maybe_flush(region)
+        self.engine.after_write(&self.name, region);
+        Ok(())
     }
 
     fn durability(&self, desc: &TableDescriptor, requested: Option<Durability>) -> Durability {
@@ -391,10 +362,7 @@ impl Table {
         check_row(&rm.row)?;
         for m in &rm.mutations {
             if m.row() != rm.row.as_ref() {
-                return Err(Error::invalid(
-                    "mutations",
-                    "every mutation of a RowMutations must target its row",
-                ));
+                return Err(Error::invalid("mutations", "every mutation of a RowMutations must target its row"));
             }
             self.validate(desc, m)?;
         }
@@ -409,11 +377,8 @@ impl Table {
     /// per-mutation errors in the returned vector.
     pub fn batch(&self, mutations: Vec<Mutation>) -> Result<Vec<Result<()>>> {
         let desc = self.check_usable()?;
-        let mut results: Vec<Result<()>> =
-            mutations.iter().map(|m| self.validate(&desc, m)).collect();
-        let mut pending: Vec<usize> = (0..mutations.len())
-            .filter(|&i| results[i].is_ok())
-            .collect();
+        let mut results: Vec<Result<()>> = mutations.iter().map(|m| self.validate(&desc, m)).collect();
+        let mut pending: Vec<usize> = (0..mutations.len()).filter(|&i| results[i].is_ok()).collect();
         // Group by region, write each group under its region's lock; rows whose region was
         // split meanwhile are routed again.
         while !pending.is_empty() {
@@ -433,10 +398,14 @@ impl Table {
                     .map(|&i| self.durability(&desc, mutations[i].durability()))
                     .max_by_key(|d| *d as u8)
                     .unwrap_or(desc.durability);
-                let groups: Vec<&[Mutation]> = idx
-                    .iter()
-                    .map(|&i| std::slice::from_ref(&mutations[i]))
-                    .collect();
+                let groups: Vec<&[Mutation]> = idx.iter().map(|&i| std::slice::from_ref(&mutations[i])).collect();
+                if let Err(e) = self.engine.throttle(&self.name, &region) {
+                    let reason = e.to_string();
+                    for &i in &idx {
+                        results[i] = Err(Error::BatchFailed(reason.clone()));
+                    }
+                    continue;
+                }
                 let written = {
                     let _w = region.write_lock.lock();
                     if region.is_retired() {
@@ -446,10 +415,7 @@ impl Table {
                     self.write_locked(&region, &desc, &groups, durability)
                 };
                 let outcome = written.and_then(|last_seq| {
-                    region
-                        .counters
-                        .writes
-                        .fetch_add(idx.len() as u64, Ordering::Relaxed);
+                    region.counters.writes.fetch_add(idx.len() as u64, Ordering::Relaxed);
                     self.after_write(&region, last_seq, durability)
                 });
                 if let Err(e) = outcome {
@@ -472,10 +438,7 @@ impl Table {
         let desc = self.check_usable()?;
         check_row(&inc.row)?;
         if inc.columns.is_empty() {
-            return Err(Error::invalid(
-                "increment",
-                "an increment needs at least one column",
-            ));
+            return Err(Error::invalid("increment", "an increment needs at least one column"));
         }
         for (f, _, _) in &inc.columns {
             self.check_family(&desc, f)?;
@@ -483,37 +446,26 @@ impl Table {
         let ttl = inc.ttl_ms;
         let row = inc.row.clone();
         let durability = self.durability(&desc, inc.durability);
-        self.read_modify_write(
-            &row,
-            durability,
-            &inc.columns,
-            |current, f, q, delta: &i64| {
-                let old = match current {
-                    None => 0,
-                    Some(c) => {
-                        let bytes: [u8; 8] =
-                            c.value
-                                .as_ref()
-                                .try_into()
-                                .map_err(|_| Error::NotACounter {
-                                    row: to_printable(&row),
-                                    family: to_printable(f),
-                                    qualifier: to_printable(q),
-                                    len: c.value.len(),
-                                })?;
-                        i64::from_be_bytes(bytes)
-                    }
-                };
-                let new = old
-                    .checked_add(*delta)
-                    .ok_or_else(|| Error::CounterOverflow {
+        self.read_modify_write(&row, durability, &inc.columns, |current, f, q, delta: &i64| {
+            let old = match current {
+                None => 0,
+                Some(c) => {
+                    let bytes: [u8; 8] = c.value.as_ref().try_into().map_err(|_| Error::NotACounter {
                         row: to_printable(&row),
                         family: to_printable(f),
                         qualifier: to_printable(q),
+                        len: c.value.len(),
                     })?;
-                Ok((Bytes::copy_from_slice(&new.to_be_bytes()), ttl))
-            },
-        )
+                    i64::from_be_bytes(bytes)
+                }
+            };
+            let new = old.checked_add(*delta).ok_or_else(|| Error::CounterOverflow {
+                row: to_printable(&row),
+                family: to_printable(f),
+                qualifier: to_printable(q),
+            })?;
+            Ok((Bytes::copy_from_slice(&new.to_be_bytes()), ttl))
+        })
     }
 
     /// Appends bytes to cells atomically and returns the new values.
@@ -524,26 +476,18 @@ impl Table {
         let desc = self.check_usable()?;
         check_row(&app.row)?;
         if app.columns.is_empty() {
-            return Err(Error::invalid(
-                "append",
-                "an append needs at least one column",
-            ));
+            return Err(Error::invalid("append", "an append needs at least one column"));
         }
         for (f, _, _) in &app.columns {
             self.check_family(&desc, f)?;
         }
         let row = app.row.clone();
         let durability = self.durability(&desc, app.durability);
-        self.read_modify_write(
-            &row,
-            durability,
-            &app.columns,
-            |current, _, _, suffix: &Bytes| {
-                let mut v = current.map(|c| c.value.to_vec()).unwrap_or_default();
-                v.extend_from_slice(suffix);
-                Ok((Bytes::from(v), None))
-            },
-        )
+        self.read_modify_write(&row, durability, &app.columns, |current, _, _, suffix: &Bytes| {
+            let mut v = current.map(|c| c.value.to_vec()).unwrap_or_default();
+            v.extend_from_slice(suffix);
+            Ok((Bytes::from(v), None))
+        })
     }
 
     /// Shared body of increment and append: read each column's latest value under the write
@@ -589,10 +533,7 @@ impl Table {
         })?;
         region.counters.writes.fetch_add(1, Ordering::Relaxed);
         self.after_write(&region, last_seq, durability)?;
-        Ok(RowResult {
-            row: row.clone(),
-            cells,
-        })
+        Ok(RowResult { row: row.clone(), cells })
     }
 
     /// Applies the mutations if the check passes; returns whether it passed.
@@ -604,13 +545,7 @@ impl Table {
         self.validate_row_mutations(&desc, &cam.mutations)?;
         self.check_family(&desc, &cam.family)?;
         let row = cam.mutations.row.clone();
-        let durability = self.durability(
-            &desc,
-            cam.mutations
-                .mutations
-                .iter()
-                .find_map(Mutation::durability),
-        );
+        let durability = self.durability(&desc, cam.mutations.mutations.iter().find_map(Mutation::durability));
         let (region, last_seq) = self.locked(&row, |region| {
             let now = self.engine.opts.clock.now_ms();
             let current = self.read_row_locked(region, &row, &cam.family, &cam.qualifier, now)?;
@@ -623,8 +558,7 @@ impl Table {
                 return Ok(None);
             }
             let groups = [cam.mutations.mutations.as_slice()];
-            self.write_locked(region, &desc, &groups, durability)
-                .map(Some)
+            self.write_locked(region, &desc, &groups, durability).map(Some)
         })?;
         let Some(last_seq) = last_seq else {
             return Ok(false);
@@ -644,17 +578,8 @@ impl Table {
     fn get_in_region(&self, region: &Region, get: &Get, now: u64) -> Result<RowResult> {
         let snap = region.snapshot();
         let range = RowRange::single(get.row.clone());
-        let read = RowRead {
-            range: &range,
-            reversed: false,
-            spec: &get.spec,
-            now,
-            point_row: Some(&get.row),
-        };
-        let mut out = RowResult {
-            row: get.row.clone(),
-            cells: Vec::new(),
-        };
+        let read = RowRead { range: &range, reversed: false, spec: &get.spec, now, point_row: Some(&get.row) };
+        let mut out = RowResult { row: get.row.clone(), cells: Vec::new() };
         read_rows(&snap, &read, |r| {
             out = r;
             false
@@ -700,10 +625,6 @@ impl Table {
     pub fn scan(&self, scan: Scan) -> Result<Scanner> {
         let desc = self.check_usable()?;
         self.check_spec(&desc, &scan.spec)?;
-        Ok(Scanner::new(
-            self.state.regions(),
-            scan,
-            self.engine.opts.clock.now_ms(),
-        ))
+        Ok(Scanner::new(self.state.regions(), scan, self.engine.opts.clock.now_ms()))
     }
 }

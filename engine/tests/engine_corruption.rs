@@ -27,13 +27,10 @@ fn flip(path: &Path, offset: usize) {
 }
 
 fn setup(te: &TestEngine, rows: usize) -> Table {
-    te.engine()
-        .create_table(TableDescriptor::new("t").family(FamilyDescriptor::new("f").block_size(1024)))
-        .unwrap();
+    te.engine().create_table(TableDescriptor::new("t").family(FamilyDescriptor::new("f").block_size(1024))).unwrap();
     let t = te.table("t");
     for i in 0..rows {
-        t.put(Put::new(format!("row{i:05}")).add("f", "q", format!("value{i}")))
-            .unwrap();
+        t.put(Put::new(format!("row{i:05}")).add("f", "q", format!("value{i}"))).unwrap();
     }
     t
 }
@@ -44,19 +41,13 @@ fn flipped_sstable_block_byte_is_a_corruption_error_naming_the_file() {
     drop(setup(&te, 500));
     te.engine().flush("t").unwrap();
     te.engine = None;
-    let sst = files_with_ext(&te.dir.path().join("sst"), "sst")
-        .pop()
-        .unwrap();
+    let sst = files_with_ext(&te.dir.path().join("sst"), "sst").pop().unwrap();
     flip(&sst, 100);
     te.reopen();
     let t = te.table("t");
     let err = t.get(Get::new("row00001")).unwrap_err();
     match &err {
-        Error::Corrupt {
-            path,
-            offset,
-            reason,
-        } => {
+        Error::Corrupt { path, offset, reason } => {
             assert_eq!(path, &sst);
             assert_eq!(*offset, 0, "first data block starts at 0");
             assert!(reason.contains("checksum"), "{reason}");
@@ -64,14 +55,7 @@ fn flipped_sstable_block_byte_is_a_corruption_error_naming_the_file() {
         other => panic!("expected corruption, got {other}"),
     }
     // Rows in undamaged blocks still read; a scan over the damage reports it and stops.
-    assert_eq!(
-        t.get(Get::new("row00400"))
-            .unwrap()
-            .value(b"f", b"q")
-            .unwrap()
-            .as_ref(),
-        b"value400"
-    );
+    assert_eq!(t.get(Get::new("row00400")).unwrap().value(b"f", b"q").unwrap().as_ref(), b"value400");
     let results: Vec<_> = t.scan(Scan::new()).unwrap().collect();
     assert!(matches!(results.last(), Some(Err(Error::Corrupt { .. }))));
 }
@@ -82,21 +66,16 @@ fn damaged_sstable_footer_fails_open_with_its_name() {
     drop(setup(&te, 50));
     te.engine().flush("t").unwrap();
     te.engine = None;
-    let sst = files_with_ext(&te.dir.path().join("sst"), "sst")
-        .pop()
-        .unwrap();
+    let sst = files_with_ext(&te.dir.path().join("sst"), "sst").pop().unwrap();
     let len = fs::metadata(&sst).unwrap().len() as usize;
     flip(&sst, len - 20);
     let err = Engine::open(te.dir.path(), TestEngine::options(&te.clock)).unwrap_err();
-    assert!(
-        matches!(&err, Error::Corrupt { path, .. } if *path == sst),
-        "{err}"
-    );
+    assert!(matches!(&err, Error::Corrupt { path, .. } if *path == sst), "{err}");
 }
 
 #[test]
 fn flipped_byte_mid_wal_is_reported_not_skipped() {
-    let mut te = TestEngine::new(1000);
+    let mut te = TestEngine::replaying(1000);
     drop(setup(&te, 200));
     te.engine = None;
     let seg = files_with_ext(&te.dir.path().join("wal"), "log")
@@ -104,19 +83,13 @@ fn flipped_byte_mid_wal_is_reported_not_skipped() {
         .find(|p| fs::metadata(p).unwrap().len() > 1000)
         .unwrap();
     flip(&seg, 500);
-    let err = Engine::open(te.dir.path(), TestEngine::options(&te.clock)).unwrap_err();
+    let opts = te.options_override.clone().unwrap();
+    let err = Engine::open(te.dir.path(), opts).unwrap_err();
     match &err {
-        Error::Corrupt {
-            path,
-            offset,
-            reason,
-        } => {
+        Error::Corrupt { path, offset, reason } => {
             assert_eq!(path, &seg);
             assert!(*offset <= 500 && *offset > 12, "offset {offset}");
-            assert!(
-                reason.contains("middle of the log") || reason.contains("length"),
-                "{reason}"
-            );
+            assert!(reason.contains("middle of the log") || reason.contains("length"), "{reason}");
         }
         other => panic!("expected corruption, got {other}"),
     }
@@ -124,7 +97,7 @@ fn flipped_byte_mid_wal_is_reported_not_skipped() {
 
 #[test]
 fn torn_wal_tail_is_truncated_and_earlier_writes_survive() {
-    let mut te = TestEngine::new(1000);
+    let mut te = TestEngine::replaying(1000);
     drop(setup(&te, 100));
     te.engine = None;
     let seg = files_with_ext(&te.dir.path().join("wal"), "log")
@@ -139,11 +112,7 @@ fn torn_wal_tail_is_truncated_and_earlier_writes_survive() {
     drop(f);
     te.reopen();
     let t = te.table("t");
-    assert_eq!(
-        t.scan(Scan::new()).unwrap().count(),
-        99,
-        "all but the torn last write"
-    );
+    assert_eq!(t.scan(Scan::new()).unwrap().count(), 99, "all but the torn last write");
     assert!(t.get(Get::new("row00099")).unwrap().is_empty());
     // The log keeps working after the repair, across another restart.
     t.put(Put::new("after").add("f", "q", "x")).unwrap();
@@ -161,10 +130,7 @@ fn damaged_manifest_fails_open() {
     let len = fs::metadata(&manifest).unwrap().len() as usize;
     flip(&manifest, len - 2);
     let err = Engine::open(te.dir.path(), TestEngine::options(&te.clock)).unwrap_err();
-    assert!(
-        matches!(&err, Error::Corrupt { path, .. } if *path == manifest),
-        "{err}"
-    );
+    assert!(matches!(&err, Error::Corrupt { path, .. } if *path == manifest), "{err}");
 }
 
 #[test]
@@ -173,14 +139,9 @@ fn garbage_instead_of_an_sstable_is_an_error() {
     drop(setup(&te, 5));
     te.engine().flush("t").unwrap();
     te.engine = None;
-    let sst = files_with_ext(&te.dir.path().join("sst"), "sst")
-        .pop()
-        .unwrap();
+    let sst = files_with_ext(&te.dir.path().join("sst"), "sst").pop().unwrap();
     fs::write(&sst, b"short").unwrap();
-    assert!(matches!(
-        Engine::open(te.dir.path(), TestEngine::options(&te.clock)),
-        Err(Error::Corrupt { .. })
-    ));
+    assert!(matches!(Engine::open(te.dir.path(), TestEngine::options(&te.clock)), Err(Error::Corrupt { .. })));
 }
 
 mod random_damage {
@@ -197,13 +158,10 @@ mod random_damage {
         static DIR: OnceLock<tempfile::TempDir> = OnceLock::new();
         DIR.get_or_init(|| {
             let dir = tempfile::tempdir().unwrap();
-            let e = Engine::open(dir.path(), EngineOptions::default()).unwrap();
-            let fam = |n: &str, c| {
-                FamilyDescriptor::new(n)
-                    .compression(c)
-                    .block_size(1024)
-                    .bloom(BloomType::RowCol)
-            };
+            // Keep the last hundred rows in the log only, so damage there is exercised too.
+            let opts = EngineOptions { flush_on_close: false, ..EngineOptions::default() };
+            let e = Engine::open(dir.path(), opts).unwrap();
+            let fam = |n: &str, c| FamilyDescriptor::new(n).compression(c).block_size(1024).bloom(BloomType::RowCol);
             let desc = TableDescriptor::new("t")
                 .family(fam("a", Compression::None))
                 .family(fam("b", Compression::Lz4))
@@ -213,10 +171,7 @@ mod random_damage {
             for i in 0..300 {
                 let v = expected_value(i);
                 t.put(
-                    Put::new(format!("row{i:04}"))
-                        .add("a", "q", v.clone())
-                        .add("b", "q", v.clone())
-                        .add("c", "q", v),
+                    Put::new(format!("row{i:04}")).add("a", "q", v.clone()).add("b", "q", v.clone()).add("c", "q", v),
                 )
                 .unwrap();
                 if i == 199 {

@@ -13,11 +13,7 @@ use cellar_engine::*;
 const CHILD_ENV: &str = "CELLAR_CRASH_CHILD_DIR";
 
 fn options() -> EngineOptions {
-    EngineOptions {
-        memstore_flush_bytes: 32 * 1024,
-        wal_segment_bytes: 64 * 1024,
-        ..EngineOptions::default()
-    }
+    EngineOptions { memstore_flush_bytes: 32 * 1024, wal_segment_bytes: 64 * 1024, ..EngineOptions::default() }
 }
 
 fn key(round: u32, i: u32) -> String {
@@ -34,27 +30,16 @@ fn crash_child() {
     let Ok(dir) = std::env::var(CHILD_ENV) else {
         return;
     };
-    let round: u32 = std::env::var("CELLAR_CRASH_ROUND")
-        .unwrap()
-        .parse()
-        .unwrap();
+    let round: u32 = std::env::var("CELLAR_CRASH_ROUND").unwrap().parse().unwrap();
     let engine = Engine::open(&dir, options()).unwrap();
     if !engine.table_exists("t") {
         engine
-            .create_table(
-                TableDescriptor::new("t")
-                    .family(FamilyDescriptor::new("f").compression(Compression::Lz4)),
-            )
+            .create_table(TableDescriptor::new("t").family(FamilyDescriptor::new("f").compression(Compression::Lz4)))
             .unwrap();
     }
     let t = engine.table("t").unwrap();
     for i in 0.. {
-        t.put(Put::new(key(round, i)).add("f", "v", value(round, i)).add(
-            "f",
-            "n",
-            i.to_be_bytes().to_vec(),
-        ))
-        .unwrap();
+        t.put(Put::new(key(round, i)).add("f", "v", value(round, i)).add("f", "n", i.to_be_bytes().to_vec())).unwrap();
         println!("ack {i}");
         if i % 150 == 149 {
             engine.flush("t").unwrap();
@@ -81,16 +66,9 @@ impl Rng {
 
 #[test]
 fn killed_writer_loses_no_acknowledged_write() {
-    let rounds: u32 = std::env::var("CELLAR_CRASH_ROUNDS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(12);
+    let rounds: u32 = std::env::var("CELLAR_CRASH_ROUNDS").ok().and_then(|v| v.parse().ok()).unwrap_or(12);
     let dir = tempfile::tempdir().unwrap();
-    let seed = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap()
-        .as_nanos() as u64
-        | 1;
+    let seed = SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_nanos() as u64 | 1;
     eprintln!("crash test seed {seed}");
     let mut rng = Rng(seed);
     let mut acked: Vec<u32> = Vec::new();
@@ -107,8 +85,7 @@ fn killed_writer_loses_no_acknowledged_write() {
         let kill_after = 1 + rng.below(1500) as u32;
         let mut last_ack: Option<u32> = None;
         let parse = |line: std::io::Result<String>| {
-            line.ok()
-                .and_then(|l| l.strip_prefix("ack ").and_then(|n| n.parse::<u32>().ok()))
+            line.ok().and_then(|l| l.strip_prefix("ack ").and_then(|n| n.parse::<u32>().ok()))
         };
         for line in lines.by_ref() {
             if let Some(n) = parse(line) {
@@ -142,10 +119,7 @@ fn killed_writer_loses_no_acknowledged_write() {
                     Some(value(r, i).into_bytes()),
                     "round {r} row {i} lost (acked {n})"
                 );
-                assert_eq!(
-                    row.value(b"f", b"n").map(|v| v.to_vec()),
-                    Some(i.to_be_bytes().to_vec())
-                );
+                assert_eq!(row.value(b"f", b"n").map(|v| v.to_vec()), Some(i.to_be_bytes().to_vec()));
             }
         }
         // Nothing beyond the in-flight write of each round may appear.
@@ -155,11 +129,7 @@ fn killed_writer_loses_no_acknowledged_write() {
             let k = String::from_utf8(row.row.to_vec()).unwrap();
             let (r, i) = k[1..].split_once('-').unwrap();
             let (r, i): (usize, u32) = (r.parse().unwrap(), i.parse().unwrap());
-            assert!(
-                i <= acked[r],
-                "row {k} appeared but only {} writes were acknowledged",
-                acked[r]
-            );
+            assert!(i <= acked[r], "row {k} appeared but only {} writes were acknowledged", acked[r]);
             assert_eq!(
                 row.value(b"f", b"v").unwrap().as_ref(),
                 value(r as u32, i).as_bytes(),
@@ -168,11 +138,7 @@ fn killed_writer_loses_no_acknowledged_write() {
             per_round[r] += 1;
         }
         for (r, &n) in per_round.iter().enumerate() {
-            assert!(
-                n == acked[r] || n == acked[r] + 1,
-                "round {r}: {n} rows for {} acks",
-                acked[r]
-            );
+            assert!(n == acked[r] || n == acked[r] + 1, "round {r}: {n} rows for {} acks", acked[r]);
         }
     }
 }

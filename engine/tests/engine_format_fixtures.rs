@@ -17,12 +17,7 @@ fn expected() -> Vec<(String, String, u64, String)> {
     let mut v = Vec::new();
     for (fam, n) in [("lz4", 30), ("none", 30), ("zstd", 30)] {
         for i in 0..n {
-            v.push((
-                format!("row{i:03}"),
-                fam.to_string(),
-                1000 + i as u64,
-                format!("{fam}-value-{i}"),
-            ));
+            v.push((format!("row{i:03}"), fam.to_string(), 1000 + i as u64, format!("{fam}-value-{i}")));
         }
     }
     v.sort();
@@ -31,20 +26,13 @@ fn expected() -> Vec<(String, String, u64, String)> {
 
 fn write_fixture(dir: &Path) {
     let _ = std::fs::remove_dir_all(dir);
-    let engine = Engine::open(dir, EngineOptions::default()).unwrap();
+    let engine = Engine::open(dir, EngineOptions { flush_on_close: false, ..EngineOptions::default() }).unwrap();
     engine
         .create_table(
             TableDescriptor::new("fixture")
+                .family(FamilyDescriptor::new("none").bloom(BloomType::None).block_size(1024))
                 .family(
-                    FamilyDescriptor::new("none")
-                        .bloom(BloomType::None)
-                        .block_size(1024),
-                )
-                .family(
-                    FamilyDescriptor::new("lz4")
-                        .compression(Compression::Lz4)
-                        .bloom(BloomType::Row)
-                        .block_size(1024),
+                    FamilyDescriptor::new("lz4").compression(Compression::Lz4).bloom(BloomType::Row).block_size(1024),
                 )
                 .family(
                     FamilyDescriptor::new("zstd")
@@ -56,14 +44,12 @@ fn write_fixture(dir: &Path) {
         .unwrap();
     let t = engine.table("fixture").unwrap();
     for (row, fam, ts, value) in expected() {
-        t.put(Put::new(row.clone()).add_at(fam, "q", ts, value))
-            .unwrap();
+        t.put(Put::new(row.clone()).add_at(fam, "q", ts, value)).unwrap();
         if row == "row019" {
             engine.flush("fixture").unwrap();
         }
     }
-    t.delete(Delete::new("row999").add_family_at("none", 5))
-        .unwrap();
+    t.delete(Delete::new("row999").add_family_at("none", 5)).unwrap();
     drop(t);
     drop(engine);
     std::fs::remove_file(dir.join("LOCK")).unwrap();
@@ -91,26 +77,10 @@ fn format_v1_fixture_still_opens() {
     }
     got.sort();
     assert_eq!(got, expected());
-    let raw: usize = t
-        .scan(Scan::new().raw(true).start("row999"))
-        .unwrap()
-        .map(|r| r.unwrap().cells.len())
-        .sum();
+    let raw: usize = t.scan(Scan::new().raw(true).start("row999")).unwrap().map(|r| r.unwrap().cells.len()).sum();
     assert_eq!(raw, 1, "the delete marker in the log replays");
-    assert!(t
-        .get(Get::new("row005").column("zstd", "q"))
-        .unwrap()
-        .value(b"zstd", b"q")
-        .is_some());
-    assert_eq!(
-        engine
-            .describe("fixture")
-            .unwrap()
-            .get_family(b"zstd")
-            .unwrap()
-            .max_versions,
-        2
-    );
+    assert!(t.get(Get::new("row005").column("zstd", "q")).unwrap().value(b"zstd", b"q").is_some());
+    assert_eq!(engine.describe("fixture").unwrap().get_family(b"zstd").unwrap().max_versions, 2);
 }
 
 fn copy_dir(from: &Path, to: &Path) {

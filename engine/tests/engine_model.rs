@@ -24,49 +24,14 @@ type Rows = Vec<(String, Cells)>;
 
 #[derive(Debug, Clone)]
 enum Op {
-    Put {
-        row: usize,
-        fam: usize,
-        qual: usize,
-        ts: Option<u64>,
-        value: u8,
-        ttl: Option<u64>,
-    },
-    DeleteRow {
-        row: usize,
-        ts: Option<u64>,
-    },
-    DeleteFamily {
-        row: usize,
-        fam: usize,
-        ts: Option<u64>,
-    },
-    DeleteFamilyVersion {
-        row: usize,
-        fam: usize,
-        ts: u64,
-    },
-    DeleteColumn {
-        row: usize,
-        fam: usize,
-        qual: usize,
-        ts: Option<u64>,
-    },
-    DeleteVersion {
-        row: usize,
-        fam: usize,
-        qual: usize,
-        ts: Option<u64>,
-    },
-    Increment {
-        row: usize,
-        delta: i8,
-    },
-    CheckAndPut {
-        row: usize,
-        expect: Option<u8>,
-        value: u8,
-    },
+    Put { row: usize, fam: usize, qual: usize, ts: Option<u64>, value: u8, ttl: Option<u64> },
+    DeleteRow { row: usize, ts: Option<u64> },
+    DeleteFamily { row: usize, fam: usize, ts: Option<u64> },
+    DeleteFamilyVersion { row: usize, fam: usize, ts: u64 },
+    DeleteColumn { row: usize, fam: usize, qual: usize, ts: Option<u64> },
+    DeleteVersion { row: usize, fam: usize, qual: usize, ts: Option<u64> },
+    Increment { row: usize, delta: i8 },
+    CheckAndPut { row: usize, expect: Option<u8>, value: u8 },
     Advance(u64),
     Flush,
     Split(usize),
@@ -102,11 +67,7 @@ fn op() -> impl Strategy<Value = Op> {
 fn families() -> [FamilyDescriptor; 2] {
     [
         FamilyDescriptor::new("a").max_versions(3),
-        FamilyDescriptor::new("b")
-            .max_versions(2)
-            .min_versions(1)
-            .ttl_secs(2)
-            .keep_deleted_cells(true),
+        FamilyDescriptor::new("b").max_versions(2).min_versions(1).ttl_secs(2).keep_deleted_cells(true),
     ]
 }
 
@@ -194,43 +155,22 @@ impl Model {
     }
 
     /// The cells a non-raw read returns for one row, in engine order.
-    fn read(
-        &self,
-        row: &str,
-        tr: TimeRange,
-        versions: u32,
-        now: u64,
-    ) -> Vec<(String, u64, String)> {
+    fn read(&self, row: &str, tr: TimeRange, versions: u32, now: u64) -> Vec<(String, u64, String)> {
         let fams = families();
         let mut out: Vec<&MCell> = Vec::new();
-        for p in self
-            .cells
-            .iter()
-            .filter(|p| p.row == row && p.kind == CellType::Put)
-        {
+        for p in self.cells.iter().filter(|p| p.row == row && p.kind == CellType::Put) {
             let desc = &fams[p.fam];
-            let ceiling = if desc.keep_deleted_cells {
-                tr.max
-            } else {
-                u64::MAX
-            };
+            let ceiling = if desc.keep_deleted_cells { tr.max } else { u64::MAX };
             if !self.newest_at_ts(p) || self.masked(p, ceiling) {
                 continue;
             }
             let index = self.newer_survivors(p, ceiling);
-            let exists =
-                index < desc.max_versions && (index < desc.min_versions || !self.expired(p, now));
+            let exists = index < desc.max_versions && (index < desc.min_versions || !self.expired(p, now));
             if exists && tr.contains(p.ts) {
                 out.push(p);
             }
         }
-        out.sort_by(|a, b| {
-            (a.fam, &a.qual, std::cmp::Reverse(a.ts)).cmp(&(
-                b.fam,
-                &b.qual,
-                std::cmp::Reverse(b.ts),
-            ))
-        });
+        out.sort_by(|a, b| (a.fam, &a.qual, std::cmp::Reverse(a.ts)).cmp(&(b.fam, &b.qual, std::cmp::Reverse(b.ts))));
         let mut result = Vec::new();
         let mut taken: Vec<((usize, String), u32)> = Vec::new();
         for p in out {
@@ -258,20 +198,9 @@ impl Model {
     fn raw(&self, row: &str, versions: u32) -> Vec<(String, u64, String)> {
         let mut cells: Vec<&MCell> = self.cells.iter().filter(|c| c.row == row).collect();
         cells.sort_by(|a, b| {
-            (
-                a.fam,
-                &a.qual,
-                std::cmp::Reverse(a.ts),
-                std::cmp::Reverse(a.kind.code()),
-                std::cmp::Reverse(a.seq),
+            (a.fam, &a.qual, std::cmp::Reverse(a.ts), std::cmp::Reverse(a.kind.code()), std::cmp::Reverse(a.seq)).cmp(
+                &(b.fam, &b.qual, std::cmp::Reverse(b.ts), std::cmp::Reverse(b.kind.code()), std::cmp::Reverse(b.seq)),
             )
-                .cmp(&(
-                    b.fam,
-                    &b.qual,
-                    std::cmp::Reverse(b.ts),
-                    std::cmp::Reverse(b.kind.code()),
-                    std::cmp::Reverse(b.seq),
-                ))
         });
         let mut out = Vec::new();
         let mut puts: Vec<((usize, String), u32)> = Vec::new();
@@ -311,13 +240,7 @@ impl Model {
                 let cell = self
                     .cells
                     .iter()
-                    .filter(|c| {
-                        c.row == row
-                            && c.fam == fam
-                            && c.qual == qual
-                            && c.ts == ts
-                            && c.kind == CellType::Put
-                    })
+                    .filter(|c| c.row == row && c.fam == fam && c.qual == qual && c.ts == ts && c.kind == CellType::Put)
                     .max_by_key(|c| c.seq)
                     .unwrap();
                 (ts, cell.value.clone())
@@ -325,16 +248,7 @@ impl Model {
     }
 
     #[expect(clippy::too_many_arguments, reason = "one argument per cell field")]
-    fn add(
-        &mut self,
-        row: &str,
-        fam: usize,
-        qual: &str,
-        ts: u64,
-        kind: CellType,
-        value: Vec<u8>,
-        ttl: Option<u64>,
-    ) {
+    fn add(&mut self, row: &str, fam: usize, qual: &str, ts: u64, kind: CellType, value: Vec<u8>, ttl: Option<u64>) {
         self.cells.push(MCell {
             row: row.into(),
             fam,
@@ -359,20 +273,13 @@ impl Model {
     /// memstore, or in files.
     fn drop_masked_in(&mut self, in_mem: bool, in_range: &dyn Fn(&str) -> bool) {
         let fams = families();
-        let input: Vec<MCell> = self
-            .cells
-            .iter()
-            .filter(|c| c.in_mem == in_mem && in_range(&c.row))
-            .cloned()
-            .collect();
+        let input: Vec<MCell> = self.cells.iter().filter(|c| c.in_mem == in_mem && in_range(&c.row)).cloned().collect();
         self.cells.retain(|p| {
             p.in_mem != in_mem
                 || !in_range(&p.row)
                 || p.kind.is_delete()
                 || fams[p.fam].keep_deleted_cells
-                || !input
-                    .iter()
-                    .any(|m| m.kind.is_delete() && m.seq > p.seq && masks_static(m, p))
+                || !input.iter().any(|m| m.kind.is_delete() && m.seq > p.seq && masks_static(m, p))
         });
     }
 
@@ -393,19 +300,8 @@ impl Model {
         if self.splits.iter().any(|s| s == at) {
             return false;
         }
-        let lo = self
-            .splits
-            .iter()
-            .filter(|s| s.as_str() < at)
-            .max()
-            .cloned()
-            .unwrap_or_default();
-        let hi = self
-            .splits
-            .iter()
-            .filter(|s| s.as_str() > at)
-            .min()
-            .cloned();
+        let lo = self.splits.iter().filter(|s| s.as_str() < at).max().cloned().unwrap_or_default();
+        let hi = self.splits.iter().filter(|s| s.as_str() > at).min().cloned();
         self.flush_in(&|row| row >= lo.as_str() && hi.as_deref().is_none_or(|h| row < h));
         self.splits.push(at.to_string());
         true
@@ -414,11 +310,7 @@ impl Model {
     fn major(&mut self, now: u64) {
         self.flush();
         let fams = families();
-        let snapshot = Model {
-            cells: self.cells.clone(),
-            seq: self.seq,
-            splits: Vec::new(),
-        };
+        let snapshot = Model { cells: self.cells.clone(), seq: self.seq, splits: Vec::new() };
         self.cells.retain(|c| {
             let desc = &fams[c.fam];
             if c.kind.is_delete() {
@@ -456,14 +348,7 @@ fn apply(te: &mut TestEngine, model: &mut Model, op: &Op) {
     let t = te.table("m");
     let at = |ts: Option<u64>| ts.unwrap_or(now);
     match *op {
-        Op::Put {
-            row,
-            fam,
-            qual,
-            ts,
-            value,
-            ttl,
-        } => {
+        Op::Put { row, fam, qual, ts, value, ttl } => {
             let v = vec![b'v', b'0' + value];
             let mut p = match ts {
                 Some(ts) => Put::new(ROWS[row]).add_at(fam_name(fam), QUALS[qual], ts, v.clone()),
@@ -484,15 +369,7 @@ fn apply(te: &mut TestEngine, model: &mut Model, op: &Op) {
             t.delete(d).unwrap();
             model.seq += 1;
             for f in 0..2 {
-                model.add(
-                    ROWS[row],
-                    f,
-                    "",
-                    at(ts),
-                    CellType::DeleteFamily,
-                    vec![],
-                    None,
-                );
+                model.add(ROWS[row], f, "", at(ts), CellType::DeleteFamily, vec![], None);
             }
         }
         Op::DeleteFamily { row, fam, ts } => {
@@ -502,29 +379,12 @@ fn apply(te: &mut TestEngine, model: &mut Model, op: &Op) {
             };
             t.delete(d).unwrap();
             model.seq += 1;
-            model.add(
-                ROWS[row],
-                fam,
-                "",
-                at(ts),
-                CellType::DeleteFamily,
-                vec![],
-                None,
-            );
+            model.add(ROWS[row], fam, "", at(ts), CellType::DeleteFamily, vec![], None);
         }
         Op::DeleteFamilyVersion { row, fam, ts } => {
-            t.delete(Delete::new(ROWS[row]).add_family_version(fam_name(fam), ts))
-                .unwrap();
+            t.delete(Delete::new(ROWS[row]).add_family_version(fam_name(fam), ts)).unwrap();
             model.seq += 1;
-            model.add(
-                ROWS[row],
-                fam,
-                "",
-                ts,
-                CellType::DeleteFamilyVersion,
-                vec![],
-                None,
-            );
+            model.add(ROWS[row], fam, "", ts, CellType::DeleteFamilyVersion, vec![], None);
         }
         Op::DeleteColumn { row, fam, qual, ts } => {
             let d = match ts {
@@ -533,15 +393,7 @@ fn apply(te: &mut TestEngine, model: &mut Model, op: &Op) {
             };
             t.delete(d).unwrap();
             model.seq += 1;
-            model.add(
-                ROWS[row],
-                fam,
-                QUALS[qual],
-                at(ts),
-                CellType::DeleteColumn,
-                vec![],
-                None,
-            );
+            model.add(ROWS[row], fam, QUALS[qual], at(ts), CellType::DeleteColumn, vec![], None);
         }
         Op::DeleteVersion { row, fam, qual, ts } => {
             let d = match ts {
@@ -550,50 +402,27 @@ fn apply(te: &mut TestEngine, model: &mut Model, op: &Op) {
             };
             let target = match ts {
                 Some(ts) => Some(ts),
-                None => model
-                    .latest(ROWS[row], fam, QUALS[qual], now)
-                    .map(|(ts, _)| ts),
+                None => model.latest(ROWS[row], fam, QUALS[qual], now).map(|(ts, _)| ts),
             };
             t.delete(d).unwrap();
             model.seq += 1;
             if let Some(ts) = target {
-                model.add(
-                    ROWS[row],
-                    fam,
-                    QUALS[qual],
-                    ts,
-                    CellType::Delete,
-                    vec![],
-                    None,
-                );
+                model.add(ROWS[row], fam, QUALS[qual], ts, CellType::Delete, vec![], None);
             }
         }
         Op::Increment { row, delta } => {
             let current = model.latest(ROWS[row], 0, "n", now);
-            let old = current.as_ref().map_or(0, |(_, v)| {
-                i64::from_be_bytes(v.as_slice().try_into().unwrap())
-            });
-            let r = t
-                .increment(Increment::new(ROWS[row]).add("a", "n", i64::from(delta)))
-                .unwrap();
+            let old = current.as_ref().map_or(0, |(_, v)| i64::from_be_bytes(v.as_slice().try_into().unwrap()));
+            let r = t.increment(Increment::new(ROWS[row]).add("a", "n", i64::from(delta))).unwrap();
             let new = old + i64::from(delta);
             assert_eq!(r.value(b"a", b"n").unwrap().as_ref(), new.to_be_bytes());
             model.seq += 1;
             let ts = current.map_or(now, |(ts, _)| ts.max(now));
-            model.add(
-                ROWS[row],
-                0,
-                "n",
-                ts,
-                CellType::Put,
-                new.to_be_bytes().to_vec(),
-                None,
-            );
+            model.add(ROWS[row], 0, "n", ts, CellType::Put, new.to_be_bytes().to_vec(), None);
         }
         Op::CheckAndPut { row, expect, value } => {
             let v = vec![b'c', b'0' + value];
-            let rm =
-                RowMutations::new(ROWS[row]).with(Put::new(ROWS[row]).add("a", "x", v.clone()));
+            let rm = RowMutations::new(ROWS[row]).with(Put::new(ROWS[row]).add("a", "x", v.clone()));
             let expected = expect.map(|e| vec![b'c', b'0' + e]);
             let cam = match &expected {
                 Some(e) => CheckAndMutate::if_value("a", "x", CompareOp::Equal, e.clone(), rm),
@@ -601,11 +430,7 @@ fn apply(te: &mut TestEngine, model: &mut Model, op: &Op) {
             };
             let current = model.latest(ROWS[row], 0, "x", now).map(|(_, v)| v);
             let should_pass = current == expected;
-            assert_eq!(
-                t.check_and_mutate(cam).unwrap(),
-                should_pass,
-                "check-and-mutate outcome"
-            );
+            assert_eq!(t.check_and_mutate(cam).unwrap(), should_pass, "check-and-mutate outcome");
             if should_pass {
                 model.seq += 1;
                 model.add(ROWS[row], 0, "x", now, CellType::Put, v, None);
@@ -622,10 +447,7 @@ fn apply(te: &mut TestEngine, model: &mut Model, op: &Op) {
             if model.split(ROWS[at]) {
                 assert_eq!(result.unwrap(), 1);
             } else {
-                assert!(
-                    matches!(result, Err(Error::InvalidArgument { .. })),
-                    "{result:?}"
-                );
+                assert!(matches!(result, Err(Error::InvalidArgument { .. })), "{result:?}");
             }
         }
         Op::Compact => {
@@ -643,36 +465,17 @@ fn apply(te: &mut TestEngine, model: &mut Model, op: &Op) {
 fn check(te: &TestEngine, model: &Model, step: usize) {
     let t = te.table("m");
     let now = te.clock.now_ms();
-    let ranges = [
-        TimeRange::ALL,
-        TimeRange::new(1000, 2001),
-        TimeRange::new(0, 1500),
-    ];
+    let ranges = [TimeRange::ALL, TimeRange::new(1000, 2001), TimeRange::new(0, 1500)];
     for row in ROWS {
         for tr in ranges {
-            let got = cells(
-                &t.get(Get::new(row).all_versions().time_range(tr.min, tr.max))
-                    .unwrap(),
-            );
-            assert_eq!(
-                got,
-                model.read(row, tr, u32::MAX, now),
-                "step {step}: get {row} {tr:?}"
-            );
+            let got = cells(&t.get(Get::new(row).all_versions().time_range(tr.min, tr.max)).unwrap());
+            assert_eq!(got, model.read(row, tr, u32::MAX, now), "step {step}: get {row} {tr:?}");
         }
         let got = cells(&t.get(Get::new(row).max_versions(2)).unwrap());
-        assert_eq!(
-            got,
-            model.read(row, TimeRange::ALL, 2, now),
-            "step {step}: get {row} 2 versions"
-        );
+        assert_eq!(got, model.read(row, TimeRange::ALL, 2, now), "step {step}: get {row} 2 versions");
     }
     let expect_rows = |reversed: bool, f: &dyn Fn(&str) -> Cells| {
-        let mut out: Rows = ROWS
-            .iter()
-            .map(|r| (r.to_string(), f(r)))
-            .filter(|(_, c)| !c.is_empty())
-            .collect();
+        let mut out: Rows = ROWS.iter().map(|r| (r.to_string(), f(r))).filter(|(_, c)| !c.is_empty()).collect();
         if reversed {
             out.reverse();
         }
@@ -705,20 +508,12 @@ fn check(te: &TestEngine, model: &Model, step: usize) {
         expect_rows(true, &|r| model.raw(r, 1)),
         "step {step}: raw reversed scan"
     );
-    let window: Vec<_> = expect_rows(false, &|r| {
-        model.read(r, TimeRange::new(1000, 2001), u32::MAX, now)
-    })
-    .into_iter()
-    .filter(|(r, _)| r.as_str() >= "r1" && r.as_str() < "r3")
-    .collect();
+    let window: Vec<_> = expect_rows(false, &|r| model.read(r, TimeRange::new(1000, 2001), u32::MAX, now))
+        .into_iter()
+        .filter(|(r, _)| r.as_str() >= "r1" && r.as_str() < "r3")
+        .collect();
     assert_eq!(
-        scan(
-            Scan::new()
-                .start("r1")
-                .stop("r3")
-                .time_range(1000, 2001)
-                .all_versions()
-        ),
+        scan(Scan::new().start("r1").stop("r3").time_range(1000, 2001).all_versions()),
         window,
         "step {step}: range scan"
     );
@@ -726,10 +521,13 @@ fn check(te: &TestEngine, model: &Model, step: usize) {
 
 fn run(ops: &[Op]) {
     let mut te = TestEngine::new(START);
+    // Raw scans show what compactions removed, so only the test's own compactions may run.
+    // Reopening replays the log rather than flushing on close, like a crash would.
+    let opts = EngineOptions { auto_compact: false, flush_on_close: false, ..TestEngine::options(&te.clock) };
+    te.options_override = Some(opts);
+    te.reopen();
     let [a, b] = families();
-    te.engine()
-        .create_table(TableDescriptor::new("m").family(a).family(b))
-        .unwrap();
+    te.engine().create_table(TableDescriptor::new("m").family(a).family(b)).unwrap();
     let mut model = Model::default();
     for (i, op) in ops.iter().enumerate() {
         apply(&mut te, &mut model, op);

@@ -7,9 +7,7 @@ use cellar_engine::*;
 use common::*;
 
 fn simple(te: &TestEngine, fam: FamilyDescriptor) -> Table {
-    te.engine()
-        .create_table(TableDescriptor::new("t").family(fam))
-        .unwrap();
+    te.engine().create_table(TableDescriptor::new("t").family(fam)).unwrap();
     te.table("t")
 }
 
@@ -17,19 +15,8 @@ fn simple(te: &TestEngine, fam: FamilyDescriptor) -> Table {
 fn filters_select_rows_and_cells() {
     let te = TestEngine::new(1000);
     let t = simple(&te, FamilyDescriptor::new("f"));
-    for (row, city, age) in [
-        ("u1", "paris", "30"),
-        ("u2", "rome", "41"),
-        ("u3", "paris", "25"),
-        ("v1", "oslo", "50"),
-    ] {
-        t.put(
-            Put::new(row)
-                .add("f", "city", city)
-                .add("f", "age", age)
-                .add("f", "x_note", "n"),
-        )
-        .unwrap();
+    for (row, city, age) in [("u1", "paris", "30"), ("u2", "rome", "41"), ("u3", "paris", "25"), ("v1", "oslo", "50")] {
+        t.put(Put::new(row).add("f", "city", city).add("f", "age", age).add("f", "x_note", "n")).unwrap();
     }
     let scv = Filter::SingleColumnValue {
         family: "f".into(),
@@ -39,27 +26,13 @@ fn filters_select_rows_and_cells() {
         filter_if_missing: true,
     };
     assert_eq!(rows(&t, Scan::new().filter(scv)), ["u1", "u3"]);
-    assert_eq!(
-        rows(&t, Scan::new().filter(Filter::Prefix("u".into()))),
-        ["u1", "u2", "u3"]
-    );
+    assert_eq!(rows(&t, Scan::new().filter(Filter::Prefix("u".into()))), ["u1", "u2", "u3"]);
     assert_eq!(rows(&t, Scan::new().filter(Filter::Page(2))), ["u1", "u2"]);
     let ranges = Filter::MultiRowRange(vec![("u2".into(), "u3".into()), ("v".into(), "".into())]);
     assert_eq!(rows(&t, Scan::new().filter(ranges)), ["u2", "v1"]);
-    let older = t
-        .scan(
-            Scan::new()
-                .filter(Filter::Value(CompareOp::Greater, "40".into()))
-                .column("f", "age"),
-        )
-        .unwrap();
-    assert_eq!(
-        older.map(|r| r.unwrap().row).collect::<Vec<_>>(),
-        ["u2", "v1"]
-    );
-    let r = t
-        .get(Get::new("u1").filter(Filter::ColumnPrefix("x_".into())))
-        .unwrap();
+    let older = t.scan(Scan::new().filter(Filter::Value(CompareOp::Greater, "40".into())).column("f", "age")).unwrap();
+    assert_eq!(older.map(|r| r.unwrap().row).collect::<Vec<_>>(), ["u2", "v1"]);
+    let r = t.get(Get::new("u1").filter(Filter::ColumnPrefix("x_".into()))).unwrap();
     assert_eq!(cells(&r), [("f:x_note".to_string(), 1000, "n".to_string())]);
     let r = t.get(Get::new("u1").filter(Filter::KeyOnly)).unwrap();
     assert!(r.cells.iter().all(|c| c.value.is_empty()) && r.cells.len() == 3);
@@ -86,31 +59,18 @@ fn scans_bound_reverse_limit_and_batch() {
             te.engine().flush("t").unwrap();
         }
     }
-    assert_eq!(
-        rows(&t, Scan::new().start("k05").stop("k08")),
-        ["k05", "k06", "k07"]
-    );
-    assert_eq!(
-        rows(&t, Scan::new().reversed(true).start("k07").stop("k04")),
-        ["k07", "k06", "k05"]
-    );
-    assert_eq!(
-        rows(&t, Scan::new().prefix("k1").reversed(true).limit(3)),
-        ["k19", "k18", "k17"]
-    );
+    assert_eq!(rows(&t, Scan::new().start("k05").stop("k08")), ["k05", "k06", "k07"]);
+    assert_eq!(rows(&t, Scan::new().reversed(true).start("k07").stop("k04")), ["k07", "k06", "k05"]);
+    assert_eq!(rows(&t, Scan::new().prefix("k1").reversed(true).limit(3)), ["k19", "k18", "k17"]);
     assert_eq!(rows(&t, Scan::new().prefix("k0").limit(2)), ["k00", "k01"]);
     assert_eq!(t.scan(Scan::new()).unwrap().count(), 20);
     assert_eq!(t.scan(Scan::new().reversed(true)).unwrap().count(), 20);
-    let batched: Vec<usize> = t
-        .scan(Scan::new().prefix("k03").batch(2))
-        .unwrap()
-        .map(|r| r.unwrap().cells.len())
-        .collect();
+    let batched: Vec<usize> =
+        t.scan(Scan::new().prefix("k03").batch(2)).unwrap().map(|r| r.unwrap().cells.len()).collect();
     assert_eq!(batched, [2, 2, 1]);
     // More rows than one internal fill, forward and backward.
     for i in 0..300 {
-        t.put(Put::new(format!("m{i:04}")).add("f", "q", "v"))
-            .unwrap();
+        t.put(Put::new(format!("m{i:04}")).add("f", "q", "v")).unwrap();
     }
     assert_eq!(t.scan(Scan::new().prefix("m")).unwrap().count(), 300);
     let back: Vec<_> = rows(&t, Scan::new().prefix("m").reversed(true));
@@ -126,59 +86,29 @@ fn scanner_reads_a_snapshot() {
     let scanner = t.scan(Scan::new()).unwrap();
     t.put(Put::new("b").add("f", "q", "2")).unwrap();
     te.engine().flush("t").unwrap();
-    assert_eq!(
-        scanner.count(),
-        1,
-        "a write after the scanner opened stays invisible"
-    );
+    assert_eq!(scanner.count(), 1, "a write after the scanner opened stays invisible");
 }
 
 #[test]
 fn ttl_hides_expired_cells_but_keeps_min_versions() {
     let te = TestEngine::new(10_000);
-    let fam = FamilyDescriptor::new("f")
-        .ttl_secs(10)
-        .max_versions(5)
-        .min_versions(1);
-    te.engine()
-        .create_table(
-            TableDescriptor::new("t")
-                .family(fam)
-                .family(FamilyDescriptor::new("g")),
-        )
-        .unwrap();
+    let fam = FamilyDescriptor::new("f").ttl_secs(10).max_versions(5).min_versions(1);
+    te.engine().create_table(TableDescriptor::new("t").family(fam).family(FamilyDescriptor::new("g"))).unwrap();
     let t = te.table("t");
     for ts in [1_000, 2_000, 9_000] {
-        t.put(Put::new("r").add_at("f", "q", ts, format!("v{ts}")))
-            .unwrap();
+        t.put(Put::new("r").add_at("f", "q", ts, format!("v{ts}"))).unwrap();
     }
-    t.put(Put::new("r").add("g", "short", "s").ttl_ms(500))
-        .unwrap();
+    t.put(Put::new("r").add("g", "short", "s").ttl_ms(500)).unwrap();
     let versions = |t: &Table| cells(&t.get(Get::new("r").all_versions()).unwrap());
     assert_eq!(versions(&t).len(), 4);
     te.clock.set(12_500);
     // Family TTL 10 s: 1000 and 2000 expired; cell TTL 500 ms: `short` expired.
-    assert_eq!(
-        versions(&t),
-        [("f:q".to_string(), 9_000, "v9000".to_string())]
-    );
+    assert_eq!(versions(&t), [("f:q".to_string(), 9_000, "v9000".to_string())]);
     te.clock.set(100_000);
-    assert_eq!(
-        versions(&t),
-        [("f:q".to_string(), 9_000, "v9000".to_string())],
-        "min_versions keeps the newest"
-    );
+    assert_eq!(versions(&t), [("f:q".to_string(), 9_000, "v9000".to_string())], "min_versions keeps the newest");
     te.engine().major_compact("t").unwrap();
-    let raw: Vec<_> = t
-        .scan(Scan::new().raw(true).all_versions())
-        .unwrap()
-        .flat_map(|r| cells(&r.unwrap()))
-        .collect();
-    assert_eq!(
-        raw,
-        [("f:q".to_string(), 9_000, "v9000".to_string())],
-        "major compaction removed expired cells"
-    );
+    let raw: Vec<_> = t.scan(Scan::new().raw(true).all_versions()).unwrap().flat_map(|r| cells(&r.unwrap())).collect();
+    assert_eq!(raw, [("f:q".to_string(), 9_000, "v9000".to_string())], "major compaction removed expired cells");
 }
 
 #[test]
@@ -188,23 +118,9 @@ fn delete_then_put_in_the_same_millisecond_keeps_the_put() {
     t.put(Put::new("r").add("f", "q", "old")).unwrap();
     t.delete(Delete::new("r")).unwrap();
     t.put(Put::new("r").add("f", "q", "new")).unwrap();
-    assert_eq!(
-        t.get(Get::new("r"))
-            .unwrap()
-            .value(b"f", b"q")
-            .unwrap()
-            .as_ref(),
-        b"new"
-    );
+    assert_eq!(t.get(Get::new("r")).unwrap().value(b"f", b"q").unwrap().as_ref(), b"new");
     te.engine().major_compact("t").unwrap();
-    assert_eq!(
-        t.get(Get::new("r"))
-            .unwrap()
-            .value(b"f", b"q")
-            .unwrap()
-            .as_ref(),
-        b"new"
-    );
+    assert_eq!(t.get(Get::new("r")).unwrap().value(b"f", b"q").unwrap().as_ref(), b"new");
 }
 
 #[test]
@@ -214,79 +130,31 @@ fn counters_append_and_check_and_mutate() {
     for _ in 0..3 {
         t.increment(Increment::new("c").add("f", "n", 5)).unwrap();
     }
-    let r = t
-        .increment(Increment::new("c").add("f", "n", -1).add("f", "m", 7))
-        .unwrap();
+    let r = t.increment(Increment::new("c").add("f", "n", -1).add("f", "m", 7)).unwrap();
     assert_eq!(r.value(b"f", b"n").unwrap().as_ref(), 14i64.to_be_bytes());
     assert_eq!(r.value(b"f", b"m").unwrap().as_ref(), 7i64.to_be_bytes());
     t.put(Put::new("c").add("f", "text", "abc")).unwrap();
-    let err = t
-        .increment(Increment::new("c").add("f", "n", 1).add("f", "text", 1))
-        .unwrap_err();
+    let err = t.increment(Increment::new("c").add("f", "n", 1).add("f", "text", 1)).unwrap_err();
     assert!(matches!(err, Error::NotACounter { len: 3, .. }), "{err}");
     assert_eq!(
-        t.get(Get::new("c"))
-            .unwrap()
-            .value(b"f", b"n")
-            .unwrap()
-            .as_ref(),
+        t.get(Get::new("c")).unwrap().value(b"f", b"n").unwrap().as_ref(),
         14i64.to_be_bytes(),
         "failed increment wrote nothing"
     );
-    t.put(Put::new("c").add("f", "big", i64::MAX.to_be_bytes().to_vec()))
-        .unwrap();
-    assert!(matches!(
-        t.increment(Increment::new("c").add("f", "big", 1)),
-        Err(Error::CounterOverflow { .. })
-    ));
+    t.put(Put::new("c").add("f", "big", i64::MAX.to_be_bytes().to_vec())).unwrap();
+    assert!(matches!(t.increment(Increment::new("c").add("f", "big", 1)), Err(Error::CounterOverflow { .. })));
 
     t.append(Append::new("c").add("f", "text", "def")).unwrap();
-    assert_eq!(
-        t.get(Get::new("c"))
-            .unwrap()
-            .value(b"f", b"text")
-            .unwrap()
-            .as_ref(),
-        b"abcdef"
-    );
+    assert_eq!(t.get(Get::new("c")).unwrap().value(b"f", b"text").unwrap().as_ref(), b"abcdef");
 
     let put = |v: &'static str| RowMutations::new("k").with(Put::new("k").add("f", "q", v));
-    assert!(t
-        .check_and_mutate(CheckAndMutate::if_absent("f", "q", put("1")))
-        .unwrap());
-    assert!(!t
-        .check_and_mutate(CheckAndMutate::if_absent("f", "q", put("2")))
-        .unwrap());
-    assert!(!t
-        .check_and_mutate(CheckAndMutate::if_value(
-            "f",
-            "q",
-            CompareOp::Equal,
-            "9",
-            put("3")
-        ))
-        .unwrap());
-    assert!(t
-        .check_and_mutate(CheckAndMutate::if_value(
-            "f",
-            "q",
-            CompareOp::Equal,
-            "1",
-            put("4")
-        ))
-        .unwrap());
-    let swap = RowMutations::new("k")
-        .with(Delete::new("k").add_columns("f", "q"))
-        .with(Put::new("k").add("f", "other", "x"));
-    assert!(t
-        .check_and_mutate(CheckAndMutate::if_value(
-            "f",
-            "q",
-            CompareOp::Greater,
-            "3",
-            swap
-        ))
-        .unwrap());
+    assert!(t.check_and_mutate(CheckAndMutate::if_absent("f", "q", put("1"))).unwrap());
+    assert!(!t.check_and_mutate(CheckAndMutate::if_absent("f", "q", put("2"))).unwrap());
+    assert!(!t.check_and_mutate(CheckAndMutate::if_value("f", "q", CompareOp::Equal, "9", put("3"))).unwrap());
+    assert!(t.check_and_mutate(CheckAndMutate::if_value("f", "q", CompareOp::Equal, "1", put("4"))).unwrap());
+    let swap =
+        RowMutations::new("k").with(Delete::new("k").add_columns("f", "q")).with(Put::new("k").add("f", "other", "x"));
+    assert!(t.check_and_mutate(CheckAndMutate::if_value("f", "q", CompareOp::Greater, "3", swap)).unwrap());
     let r = t.get(Get::new("k")).unwrap();
     assert_eq!(cells(&r), [("f:other".to_string(), 5_000, "x".to_string())]);
 }
@@ -305,71 +173,32 @@ fn batches_report_per_row_results() {
         ])
         .unwrap();
     assert!(results[0].is_ok() && results[3].is_ok() && results[4].is_ok());
-    assert!(matches!(
-        results[1],
-        Err(Error::InvalidArgument { arg: "row", .. })
-    ));
+    assert!(matches!(results[1], Err(Error::InvalidArgument { arg: "row", .. })));
     assert!(matches!(results[2], Err(Error::FamilyNotFound { .. })));
-    assert_eq!(
-        rows(&t, Scan::new()),
-        ["c"],
-        "the delete after the put of `a` masks it"
-    );
+    assert_eq!(rows(&t, Scan::new()), ["c"], "the delete after the put of `a` masks it");
 }
 
 #[test]
 fn bad_input_is_rejected_and_changes_nothing() {
     let te = TestEngine::new(5_000);
     let t = simple(&te, FamilyDescriptor::new("f"));
-    assert!(matches!(
-        t.put(Put::new("").add("f", "q", "v")),
-        Err(Error::InvalidArgument { arg: "row", .. })
-    ));
+    assert!(matches!(t.put(Put::new("").add("f", "q", "v")), Err(Error::InvalidArgument { arg: "row", .. })));
     let long = vec![b'x'; MAX_ROW_KEY_LEN + 1];
-    assert!(matches!(
-        t.put(Put::new(long.clone()).add("f", "q", "v")),
-        Err(Error::InvalidArgument { arg: "row", .. })
-    ));
-    assert!(matches!(
-        t.get(Get::new(long)),
-        Err(Error::InvalidArgument { .. })
-    ));
-    assert!(matches!(
-        t.put(Put::new("r")),
-        Err(Error::InvalidArgument { arg: "put", .. })
-    ));
-    assert!(matches!(
-        t.put(Put::new("r").add("g", "q", "v")),
-        Err(Error::FamilyNotFound { .. })
-    ));
-    assert!(matches!(
-        t.get(Get::new("r").family("g")),
-        Err(Error::FamilyNotFound { .. })
-    ));
+    assert!(matches!(t.put(Put::new(long.clone()).add("f", "q", "v")), Err(Error::InvalidArgument { arg: "row", .. })));
+    assert!(matches!(t.get(Get::new(long)), Err(Error::InvalidArgument { .. })));
+    assert!(matches!(t.put(Put::new("r")), Err(Error::InvalidArgument { arg: "put", .. })));
+    assert!(matches!(t.put(Put::new("r").add("g", "q", "v")), Err(Error::FamilyNotFound { .. })));
+    assert!(matches!(t.get(Get::new("r").family("g")), Err(Error::FamilyNotFound { .. })));
     let mixed = RowMutations::new("r").with(Put::new("other").add("f", "q", "v"));
-    assert!(matches!(
-        t.mutate_row(mixed),
-        Err(Error::InvalidArgument { .. })
-    ));
-    assert!(matches!(
-        te.engine().table("missing"),
-        Err(Error::TableNotFound(_))
-    ));
+    assert!(matches!(t.mutate_row(mixed), Err(Error::InvalidArgument { .. })));
+    assert!(matches!(te.engine().table("missing"), Err(Error::TableNotFound(_))));
     let bad = TableDescriptor::new("bad name").family(FamilyDescriptor::new("f"));
+    assert!(matches!(te.engine().create_table(bad), Err(Error::InvalidArgument { arg: "table", .. })));
     assert!(matches!(
-        te.engine().create_table(bad),
-        Err(Error::InvalidArgument { arg: "table", .. })
-    ));
-    assert!(matches!(
-        te.engine()
-            .create_table(TableDescriptor::new("t").family(FamilyDescriptor::new("f"))),
+        te.engine().create_table(TableDescriptor::new("t").family(FamilyDescriptor::new("f"))),
         Err(Error::TableExists(_))
     ));
-    assert_eq!(
-        t.scan(Scan::new().raw(true)).unwrap().count(),
-        0,
-        "nothing was written"
-    );
+    assert_eq!(t.scan(Scan::new().raw(true)).unwrap().count(), 0, "nothing was written");
 }
 
 #[test]
@@ -378,52 +207,26 @@ fn schema_changes_persist_and_tables_move_through_their_lifecycle() {
     let t = simple(&te, FamilyDescriptor::new("f"));
     t.put(Put::new("r").add("f", "q", "v")).unwrap();
     te.engine()
-        .modify_family(
-            "t",
-            FamilyDescriptor::new("g")
-                .compression(Compression::Zstd)
-                .bloom(BloomType::RowCol),
-        )
+        .modify_family("t", FamilyDescriptor::new("g").compression(Compression::Zstd).bloom(BloomType::RowCol))
         .unwrap();
-    te.engine()
-        .modify_family("t", FamilyDescriptor::new("f").max_versions(4))
-        .unwrap();
+    te.engine().modify_family("t", FamilyDescriptor::new("f").max_versions(4)).unwrap();
     t.put(Put::new("r").add("g", "q", "w")).unwrap();
     te.engine().flush("t").unwrap();
     drop(t);
     te.reopen();
     let e = te.engine();
     let desc = e.describe("t").unwrap();
-    assert_eq!(
-        desc.families
-            .iter()
-            .map(|f| f.name.as_str())
-            .collect::<Vec<_>>(),
-        ["f", "g"]
-    );
+    assert_eq!(desc.families.iter().map(|f| f.name.as_str()).collect::<Vec<_>>(), ["f", "g"]);
     assert_eq!(desc.get_family(b"f").unwrap().max_versions, 4);
-    assert_eq!(
-        desc.get_family(b"g").unwrap().compression,
-        Compression::Zstd
-    );
+    assert_eq!(desc.get_family(b"g").unwrap().compression, Compression::Zstd);
     let t = te.table("t");
-    assert_eq!(
-        t.get(Get::new("r").column("g", "q"))
-            .unwrap()
-            .value(b"g", b"q")
-            .unwrap()
-            .as_ref(),
-        b"w"
-    );
+    assert_eq!(t.get(Get::new("r").column("g", "q")).unwrap().value(b"g", b"q").unwrap().as_ref(), b"w");
     assert!(matches!(e.drop_table("t"), Err(Error::TableEnabled(_))));
     e.disable_table("t").unwrap();
     assert!(matches!(t.get(Get::new("r")), Err(Error::TableDisabled(_))));
     e.enable_table("t").unwrap();
     e.truncate_table("t").unwrap();
-    assert!(
-        t.get(Get::new("r")).unwrap().is_empty(),
-        "handles stay valid across truncate"
-    );
+    assert!(t.get(Get::new("r")).unwrap().is_empty(), "handles stay valid across truncate");
     assert_eq!(e.describe("t").unwrap().families.len(), 2);
     e.delete_family("t", "g").unwrap();
     e.disable_table("t").unwrap();
@@ -433,52 +236,36 @@ fn schema_changes_persist_and_tables_move_through_their_lifecycle() {
     drop(t);
     te.reopen();
     assert!(te.engine().list_tables().is_empty());
-    assert_eq!(
-        std::fs::read_dir(te.dir.path().join("sst"))
-            .unwrap()
-            .count(),
-        0,
-        "dropped files are gone"
-    );
+    assert_eq!(std::fs::read_dir(te.dir.path().join("sst")).unwrap().count(), 0, "dropped files are gone");
 }
 
 #[test]
 fn flushed_wal_segments_are_removed() {
     let dir = tempfile::tempdir().unwrap();
-    let opts = EngineOptions {
-        wal_segment_bytes: 16 * 1024,
-        max_wal_segments: 4,
-        ..EngineOptions::default()
-    };
+    let opts = EngineOptions { wal_segment_bytes: 16 * 1024, max_wal_segments: 4, ..EngineOptions::default() };
     let e = Engine::open(dir.path(), opts.clone()).unwrap();
-    e.create_table(TableDescriptor::new("t").family(FamilyDescriptor::new("f")))
-        .unwrap();
+    e.create_table(TableDescriptor::new("t").family(FamilyDescriptor::new("f"))).unwrap();
     let t = e.table("t").unwrap();
     for i in 0..3000 {
-        t.put(Put::new(format!("r{i:05}")).add("f", "q", vec![7u8; 64]))
-            .unwrap();
+        t.put(Put::new(format!("r{i:05}")).add("f", "q", vec![7u8; 64])).unwrap();
     }
-    assert!(e.wal_segments() <= 6, "{} segments", e.wal_segments());
+    // Flushes triggered by log growth run in the background; once they finish, old segments
+    // are gone.
+    assert!(e.wait_idle(std::time::Duration::from_secs(30)));
+    assert!(e.wal_segments() <= 5, "{} segments", e.wal_segments());
     drop(t);
     drop(e);
     let e = Engine::open(dir.path(), opts).unwrap();
-    assert_eq!(
-        e.table("t").unwrap().scan(Scan::new()).unwrap().count(),
-        3000
-    );
+    assert_eq!(e.table("t").unwrap().scan(Scan::new()).unwrap().count(), 3000);
 }
 
 #[test]
 fn concurrent_writers_and_scanners_lose_nothing() {
     let te = TestEngine::new(5_000);
-    let opts = EngineOptions {
-        memstore_flush_bytes: 64 * 1024,
-        ..TestEngine::options(&te.clock)
-    };
+    let opts = EngineOptions { memstore_flush_bytes: 64 * 1024, ..TestEngine::options(&te.clock) };
     drop(te.engine);
     let e = Engine::open(te.dir.path(), opts).unwrap();
-    e.create_table(TableDescriptor::new("t").family(FamilyDescriptor::new("f")))
-        .unwrap();
+    e.create_table(TableDescriptor::new("t").family(FamilyDescriptor::new("f"))).unwrap();
     let t = e.table("t").unwrap();
     let threads = 4;
     let per_thread = 1500;
@@ -487,11 +274,9 @@ fn concurrent_writers_and_scanners_lose_nothing() {
             let t = t.clone();
             s.spawn(move || {
                 for i in 0..per_thread {
-                    t.put(Put::new(format!("w{w}-{i:05}")).add("f", "q", format!("{w}:{i}")))
-                        .unwrap();
+                    t.put(Put::new(format!("w{w}-{i:05}")).add("f", "q", format!("{w}:{i}"))).unwrap();
                     if i % 100 == 0 {
-                        t.increment(Increment::new("counter").add("f", "n", 1))
-                            .unwrap();
+                        t.increment(Increment::new("counter").add("f", "n", 1)).unwrap();
                     }
                 }
             });
@@ -513,15 +298,9 @@ fn concurrent_writers_and_scanners_lose_nothing() {
             }
         });
     });
-    assert_eq!(
-        t.scan(Scan::new().prefix("w")).unwrap().count(),
-        threads * per_thread
-    );
+    assert_eq!(t.scan(Scan::new().prefix("w")).unwrap().count(), threads * per_thread);
     let n = t.get(Get::new("counter")).unwrap();
-    assert_eq!(
-        n.value(b"f", b"n").unwrap().as_ref(),
-        ((threads * per_thread / 100) as i64).to_be_bytes()
-    );
+    assert_eq!(n.value(b"f", b"n").unwrap().as_ref(), ((threads * per_thread / 100) as i64).to_be_bytes());
 }
 
 #[test]
@@ -533,20 +312,12 @@ fn oversized_values_are_rejected_before_anything_is_logged() {
         t.put(Put::new("r").add("f", "q", big.clone())),
         Err(Error::InvalidArgument { arg: "value", .. })
     ));
-    t.put(Put::new("r").add("f", "q", vec![1u8; MAX_VALUE_LEN - 1]))
-        .unwrap();
+    t.put(Put::new("r").add("f", "q", vec![1u8; MAX_VALUE_LEN - 1])).unwrap();
     assert!(matches!(
         t.append(Append::new("r").add("f", "q", vec![2u8; 10])),
         Err(Error::InvalidArgument { arg: "value", .. })
     ));
-    assert_eq!(
-        t.get(Get::new("r"))
-            .unwrap()
-            .value(b"f", b"q")
-            .unwrap()
-            .len(),
-        MAX_VALUE_LEN - 1
-    );
+    assert_eq!(t.get(Get::new("r")).unwrap().value(b"f", b"q").unwrap().len(), MAX_VALUE_LEN - 1);
 }
 
 #[test]

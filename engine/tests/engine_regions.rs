@@ -6,6 +6,7 @@ mod common;
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
 
 use bytes::Bytes;
 use cellar_engine::*;
@@ -14,13 +15,7 @@ use common::*;
 fn table_with_splits(te: &TestEngine, splits: &[&str]) -> Table {
     let desc = TableDescriptor::new("t").family(FamilyDescriptor::new("f"));
     te.engine()
-        .create_table_with_splits(
-            desc,
-            splits
-                .iter()
-                .map(|s| Bytes::copy_from_slice(s.as_bytes()))
-                .collect(),
-        )
+        .create_table_with_splits(desc, splits.iter().map(|s| Bytes::copy_from_slice(s.as_bytes())).collect())
         .unwrap();
     te.table("t")
 }
@@ -39,24 +34,16 @@ impl Rng {
 fn hex_presplit_spreads_random_hex_keys_evenly() {
     let te = TestEngine::new(1000);
     let desc = TableDescriptor::new("t").family(FamilyDescriptor::new("f"));
-    te.engine()
-        .create_table_with_splits(desc, SplitAlgorithm::HexString.split_keys(8).unwrap())
-        .unwrap();
+    te.engine().create_table_with_splits(desc, SplitAlgorithm::HexString.split_keys(8).unwrap()).unwrap();
     let t = te.table("t");
     let mut rng = Rng(99);
     for _ in 0..8000 {
-        t.put(Put::new(format!("{:016x}", rng.next())).add("f", "q", "v"))
-            .unwrap();
+        t.put(Put::new(format!("{:016x}", rng.next())).add("f", "q", "v")).unwrap();
     }
     let regions = te.engine().regions("t").unwrap();
     assert_eq!(regions.len(), 8);
     for r in &regions {
-        assert!(
-            (800..1200).contains(&r.writes),
-            "region {:?} got {} of 8000 writes",
-            r.start_key,
-            r.writes
-        );
+        assert!((800..1200).contains(&r.writes), "region {:?} got {} of 8000 writes", r.start_key, r.writes);
     }
 }
 
@@ -65,24 +52,12 @@ fn bad_split_keys_are_rejected() {
     let te = TestEngine::new(1000);
     let desc = || TableDescriptor::new("t").family(FamilyDescriptor::new("f"));
     let keys = |k: &[&'static str]| k.iter().map(|s| Bytes::from_static(s.as_bytes())).collect();
-    assert!(te
-        .engine()
-        .create_table_with_splits(desc(), keys(&["b", "a"]))
-        .is_err());
-    assert!(te
-        .engine()
-        .create_table_with_splits(desc(), keys(&["a", ""]))
-        .is_err());
+    assert!(te.engine().create_table_with_splits(desc(), keys(&["b", "a"])).is_err());
+    assert!(te.engine().create_table_with_splits(desc(), keys(&["a", ""])).is_err());
     assert!(!te.engine().table_exists("t"));
     let t = table_with_splits(&te, &["m"]);
     t.put(Put::new("a").add("f", "q", "v")).unwrap();
-    assert!(
-        matches!(
-            te.engine().split("t", Some(b"m")),
-            Err(Error::InvalidArgument { .. })
-        ),
-        "a region's own start"
-    );
+    assert!(matches!(te.engine().split("t", Some(b"m")), Err(Error::InvalidArgument { .. })), "a region's own start");
     assert_eq!(te.engine().split("t", Some(b"c")).unwrap(), 1);
     assert_eq!(te.engine().regions("t").unwrap().len(), 3);
 }
@@ -94,15 +69,8 @@ fn check_scans(t: &Table, model: &BTreeMap<String, String>) {
     rev.reverse();
     assert_eq!(rows(t, Scan::new().reversed(true)), rev);
     for (start, stop) in [("b", "x"), ("k1", "k5"), ("m", "n"), ("", "zz")] {
-        let want: Vec<String> = model
-            .range(start.to_string()..stop.to_string())
-            .map(|(k, _)| k.clone())
-            .collect();
-        let scan = if start.is_empty() {
-            Scan::new().stop(stop)
-        } else {
-            Scan::new().start(start).stop(stop)
-        };
+        let want: Vec<String> = model.range(start.to_string()..stop.to_string()).map(|(k, _)| k.clone()).collect();
+        let scan = if start.is_empty() { Scan::new().stop(stop) } else { Scan::new().start(start).stop(stop) };
         assert_eq!(rows(t, scan), want, "[{start}, {stop})");
         if !start.is_empty() {
             let got = rows(t, Scan::new().reversed(true).start(start).stop(stop));
@@ -117,22 +85,10 @@ fn check_scans(t: &Table, model: &BTreeMap<String, String>) {
     }
     assert_eq!(
         rows(t, Scan::new().prefix("k").limit(7)),
-        model
-            .keys()
-            .filter(|k| k.starts_with('k'))
-            .take(7)
-            .cloned()
-            .collect::<Vec<_>>()
+        model.keys().filter(|k| k.starts_with('k')).take(7).cloned().collect::<Vec<_>>()
     );
     for (k, v) in model {
-        assert_eq!(
-            t.get(Get::new(k.clone()))
-                .unwrap()
-                .value(b"f", b"q")
-                .unwrap()
-                .as_ref(),
-            v.as_bytes()
-        );
+        assert_eq!(t.get(Get::new(k.clone())).unwrap().value(b"f", b"q").unwrap().as_ref(), v.as_bytes());
     }
 }
 
@@ -143,11 +99,7 @@ fn scans_cross_region_boundaries_forward_and_reverse() {
     let mut model = BTreeMap::new();
     let mut rng = Rng(5);
     for _ in 0..400 {
-        let k = format!(
-            "{}{}",
-            (b'a' + (rng.next() % 26) as u8) as char,
-            rng.next() % 10
-        );
+        let k = format!("{}{}", (b'a' + (rng.next() % 26) as u8) as char, rng.next() % 10);
         let v = format!("v{}", rng.next() % 1000);
         t.put(Put::new(k.clone()).add("f", "q", v.clone())).unwrap();
         model.insert(k, v);
@@ -155,16 +107,9 @@ fn scans_cross_region_boundaries_forward_and_reverse() {
     check_scans(&t, &model);
     te.engine().flush("t").unwrap();
     check_scans(&t, &model);
-    let batch: Vec<Mutation> = model
-        .keys()
-        .take(50)
-        .map(|k| Delete::new(k.clone()).into())
-        .collect();
+    let batch: Vec<Mutation> = model.keys().take(50).map(|k| Delete::new(k.clone()).into()).collect();
     let removed: Vec<String> = model.keys().take(50).cloned().collect();
-    assert!(
-        t.batch(batch).unwrap().iter().all(|r| r.is_ok()),
-        "a batch spanning regions"
-    );
+    assert!(t.batch(batch).unwrap().iter().all(|r| r.is_ok()), "a batch spanning regions");
     for k in removed {
         model.remove(&k);
     }
@@ -174,34 +119,24 @@ fn scans_cross_region_boundaries_forward_and_reverse() {
 #[test]
 fn splits_share_files_until_compaction_and_survive_restart() {
     let mut te = TestEngine::new(1000);
+    te.options_override = Some(EngineOptions { auto_compact: false, ..TestEngine::options(&te.clock) });
+    te.reopen();
     let t = table_with_splits(&te, &[]);
     let mut model = BTreeMap::new();
     for i in 0..2000 {
         let k = format!("k{i:05}");
-        t.put(Put::new(k.clone()).add("f", "q", format!("v{i}")))
-            .unwrap();
+        t.put(Put::new(k.clone()).add("f", "q", format!("v{i}"))).unwrap();
         model.insert(k, format!("v{i}"));
     }
     te.engine().flush("t").unwrap();
-    let files_before = std::fs::read_dir(te.dir.path().join("sst"))
-        .unwrap()
-        .count();
+    let files_before = std::fs::read_dir(te.dir.path().join("sst")).unwrap().count();
     assert_eq!(te.engine().split("t", None).unwrap(), 1);
     assert_eq!(te.engine().split("t", None).unwrap(), 2);
     let regions = te.engine().regions("t").unwrap();
     assert_eq!(regions.len(), 4);
     let sizes: Vec<u64> = regions.iter().map(|r| r.file_bytes).collect();
-    assert!(
-        sizes.iter().all(|&s| s > 0),
-        "each quarter holds data: {sizes:?}"
-    );
-    assert_eq!(
-        std::fs::read_dir(te.dir.path().join("sst"))
-            .unwrap()
-            .count(),
-        files_before,
-        "a split writes no data"
-    );
+    assert!(sizes.iter().all(|&s| s > 0), "each quarter holds data: {sizes:?}");
+    assert_eq!(std::fs::read_dir(te.dir.path().join("sst")).unwrap().count(), files_before, "a split writes no data");
     check_scans(&t, &model);
     drop(t);
     te.reopen();
@@ -209,14 +144,8 @@ fn splits_share_files_until_compaction_and_survive_restart() {
     assert_eq!(te.engine().regions("t").unwrap().len(), 4);
     check_scans(&t, &model);
     te.engine().major_compact("t").unwrap();
-    let files: Vec<_> = std::fs::read_dir(te.dir.path().join("sst"))
-        .unwrap()
-        .collect();
-    assert_eq!(
-        files.len(),
-        4,
-        "each region rewrote its own file and the shared one is gone"
-    );
+    let files: Vec<_> = std::fs::read_dir(te.dir.path().join("sst")).unwrap().collect();
+    assert_eq!(files.len(), 4, "each region rewrote its own file and the shared one is gone");
     check_scans(&t, &model);
 }
 
@@ -234,8 +163,7 @@ fn splits_concurrent_with_writers_and_scanners_lose_nothing() {
                 for i in 0..per_writer {
                     // Interleave writers across the key space so splits cut between them.
                     let k = format!("{:04}-{w}", i);
-                    t.put(Put::new(k).add("f", "q", format!("{w}:{i}")))
-                        .unwrap();
+                    t.put(Put::new(k).add("f", "q", format!("{w}:{i}"))).unwrap();
                 }
             });
         }
@@ -264,10 +192,7 @@ fn splits_concurrent_with_writers_and_scanners_lose_nothing() {
                         if reversed {
                             s.reverse();
                         }
-                        assert!(
-                            s.iter().enumerate().all(|(n, &i)| n == i),
-                            "gap or duplicate: {s:?}"
-                        );
+                        assert!(s.iter().enumerate().all(|(n, &i)| n == i), "gap or duplicate: {s:?}");
                     }
                 }
             }
@@ -283,10 +208,7 @@ fn splits_concurrent_with_writers_and_scanners_lose_nothing() {
             std::thread::sleep(std::time::Duration::from_millis(20));
         });
     });
-    assert!(
-        te.engine().regions("t").unwrap().len() > 1,
-        "splits happened"
-    );
+    assert!(te.engine().regions("t").unwrap().len() > 1, "splits happened");
     let mut expected = BTreeMap::new();
     for w in 0..writers {
         for i in 0..per_writer {
@@ -294,4 +216,44 @@ fn splits_concurrent_with_writers_and_scanners_lose_nothing() {
         }
     }
     check_scans(&t, &expected);
+}
+
+#[test]
+fn background_work_flushes_compacts_and_splits_a_growing_table() {
+    let dir = tempfile::tempdir().unwrap();
+    let opts = EngineOptions {
+        memstore_flush_bytes: 64 * 1024,
+        compaction_threshold: 3,
+        global_memstore_bytes: 1024 * 1024,
+        ..EngineOptions::default()
+    };
+    let engine = Engine::open(dir.path(), opts.clone()).unwrap();
+    let desc =
+        TableDescriptor::new("t").family(FamilyDescriptor::new("f").block_size(4096)).max_region_size(1024 * 1024);
+    engine.create_table(desc).unwrap();
+    let t = engine.table("t").unwrap();
+    let mut rng = Rng(3);
+    let mut peak_memstore = 0u64;
+    let n = 30_000;
+    for i in 0..n {
+        let k = format!("{:016x}", rng.next());
+        t.put(Put::new(k).add("f", "q", vec![b'v'; 100]).durability(Durability::SkipWal)).unwrap();
+        if i % 1000 == 0 {
+            let m: u64 = engine.regions("t").unwrap().iter().map(|r| r.memstore_bytes).sum();
+            peak_memstore = peak_memstore.max(m);
+        }
+    }
+    assert!(engine.wait_idle(Duration::from_secs(60)), "background work finishes");
+    let regions = engine.regions("t").unwrap();
+    assert!(regions.len() >= 3, "the table split on its own: {} regions", regions.len());
+    assert!(regions.iter().all(|r| r.files <= 3), "compactions keep file counts down: {regions:?}");
+    assert!(
+        peak_memstore <= 4 * 64 * 1024 * regions.len() as u64 + 1024 * 1024,
+        "memstores stay bounded: {peak_memstore}"
+    );
+    assert_eq!(t.scan(Scan::new()).unwrap().count(), n);
+    drop(t);
+    drop(engine);
+    let engine = Engine::open(dir.path(), opts).unwrap();
+    assert_eq!(engine.table("t").unwrap().scan(Scan::new().reversed(true)).unwrap().count(), n);
 }

@@ -8,11 +8,7 @@ use std::process::Command;
 fn normalize(text: &str) -> String {
     text.lines()
         .map(|line| {
-            let mut l = line
-                .split(' ')
-                .filter(|w| !w.is_empty())
-                .collect::<Vec<_>>()
-                .join(" ");
+            let mut l = line.split(' ').filter(|w| !w.is_empty()).collect::<Vec<_>>().join(" ");
             if line.starts_with(' ') {
                 l.insert(0, ' ');
             }
@@ -28,12 +24,7 @@ fn normalize(text: &str) -> String {
 }
 
 fn run_shell(data: &Path, script: &Path) -> (String, bool) {
-    let out = Command::new(env!("CARGO_BIN_EXE_cellar-shell"))
-        .arg("--data")
-        .arg(data)
-        .arg(script)
-        .output()
-        .unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_cellar-shell")).arg("--data").arg(data).arg(script).output().unwrap();
     (String::from_utf8(out.stdout).unwrap(), out.status.success())
 }
 
@@ -41,10 +32,7 @@ fn run_shell(data: &Path, script: &Path) -> (String, bool) {
 fn keep_deleted_cells_walkthrough() {
     let dir = tempfile::tempdir().unwrap();
     let here = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/shell");
-    let (out, ok) = run_shell(
-        &dir.path().join("data"),
-        &here.join("keep_deleted_cells.hbase"),
-    );
+    let (out, ok) = run_shell(&dir.path().join("data"), &here.join("keep_deleted_cells.hbase"));
     assert!(ok, "shell reported errors:\n{out}");
     let expected = std::fs::read_to_string(here.join("keep_deleted_cells.out")).unwrap();
     assert_eq!(normalize(&out), normalize(&expected));
@@ -58,14 +46,8 @@ fn counters_print_as_hex_like_hbase() {
     let (out, ok) = run_shell(&dir.path().join("data"), &script);
     assert!(ok, "{out}");
     let out = normalize(&out);
-    assert!(
-        out.contains("COUNTER VALUE = 1\n0 row(s) in T seconds\nCOLUMN CELL\n f:q timestamp="),
-        "{out}"
-    );
-    assert!(
-        out.contains(", value=\\x00\\x00\\x00\\x00\\x00\\x00\\x00\\x01\n1 row(s) in T seconds"),
-        "{out}"
-    );
+    assert!(out.contains("COUNTER VALUE = 1\n0 row(s) in T seconds\nCOLUMN CELL\n f:q timestamp="), "{out}");
+    assert!(out.contains(", value=\\x00\\x00\\x00\\x00\\x00\\x00\\x00\\x01\n1 row(s) in T seconds"), "{out}");
 }
 
 #[test]
@@ -79,10 +61,7 @@ fn errors_are_reported_and_the_script_continues() {
     assert_eq!(errors.len(), 3, "{out}");
     assert!(errors[0].contains("row key must not be empty"), "{out}");
     assert!(errors[1].contains("no column family `nofam`"), "{out}");
-    assert!(
-        normalize(&out).ends_with("1 row(s) in T seconds\n\n=> 1"),
-        "{out}"
-    );
+    assert!(normalize(&out).ends_with("1 row(s) in T seconds\n\n=> 1"), "{out}");
 }
 
 #[test]
@@ -93,24 +72,15 @@ fn data_persists_between_shell_runs() {
     std::fs::write(&first, "create 't', {NAME => 'f', VERSIONS => 3, COMPRESSION => 'LZ4', BLOOMFILTER => 'ROWCOL'}\nput 't', 'r1', 'f:a', 'x', 5\nput 't', 'r2', 'f:a', 'y', 6\nflush 't'\nput 't', 'r3', 'f:a', 'z', 7\n").unwrap();
     assert!(run_shell(&data, &first).1);
     let second = dir.path().join("b.hbase");
-    std::fs::write(
-        &second,
-        "scan 't', {REVERSED => true, LIMIT => 2}\ndescribe 't'\n",
-    )
-    .unwrap();
+    std::fs::write(&second, "scan 't', {REVERSED => true, LIMIT => 2}\ndescribe 't'\n").unwrap();
     let (out, ok) = run_shell(&data, &second);
     assert!(ok, "{out}");
     let out = normalize(&out);
     assert!(
-        out.contains(
-            " r3 column=f:a, timestamp=7, value=z\n r2 column=f:a, timestamp=6, value=y\n2 row(s)"
-        ),
+        out.contains(" r3 column=f:a, timestamp=7, value=z\n r2 column=f:a, timestamp=6, value=y\n2 row(s)"),
         "{out}"
     );
-    assert!(
-        out.contains("{NAME => 'f', BLOOMFILTER => 'ROWCOL', VERSIONS => '3'"),
-        "{out}"
-    );
+    assert!(out.contains("{NAME => 'f', BLOOMFILTER => 'ROWCOL', VERSIONS => '3'"), "{out}");
     assert!(out.contains("COMPRESSION => 'LZ4'"), "{out}");
 }
 
@@ -132,18 +102,9 @@ fn alter_changes_families_and_table_attributes() {
     let (out, ok) = run_shell(&dir.path().join("data"), &script);
     assert!(!ok, "the bad option must fail");
     let out = normalize(&out);
-    assert!(
-        out.contains("ERROR: unknown column family option NOPE"),
-        "{out}"
-    );
+    assert!(out.contains("ERROR: unknown column family option NOPE"), "{out}");
     assert!(out.contains("DURABILITY => 'FSYNC_WAL'"), "{out}");
-    assert!(
-        out.contains("{NAME => 'f', BLOOMFILTER => 'ROW', VERSIONS => '5'"),
-        "{out}"
-    );
+    assert!(out.contains("{NAME => 'f', BLOOMFILTER => 'ROW', VERSIONS => '5'"), "{out}");
     assert!(out.contains("TTL => '3600 SECONDS'"), "{out}");
-    assert!(
-        out.contains("{NAME => 'h'") && !out.contains("{NAME => 'g'"),
-        "{out}"
-    );
+    assert!(out.contains("{NAME => 'h'") && !out.contains("{NAME => 'g'"), "{out}");
 }

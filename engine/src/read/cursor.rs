@@ -34,10 +34,7 @@ pub(crate) struct MergeCursor<'a> {
 
 impl<'a> MergeCursor<'a> {
     pub fn new(sources: Vec<Box<dyn CellCursor + 'a>>) -> Self {
-        let mut m = MergeCursor {
-            sources,
-            current: None,
-        };
+        let mut m = MergeCursor { sources, current: None };
         m.pick();
         m
     }
@@ -62,9 +59,7 @@ impl CellCursor for MergeCursor<'_> {
     }
 
     fn value(&self) -> Bytes {
-        self.current
-            .map(|i| self.sources[i].value())
-            .unwrap_or_default()
+        self.current.map(|i| self.sources[i].value()).unwrap_or_default()
     }
 
     fn ttl_ms(&self) -> Option<u64> {
@@ -115,9 +110,7 @@ impl<C: CellCursor> BoundedCursor<C> {
 
 impl<C: CellCursor> CellCursor for BoundedCursor<C> {
     fn key(&self) -> Option<KeyView<'_>> {
-        self.inner
-            .key()
-            .filter(|k| self.end.is_empty() || k.row < self.end.as_ref())
+        self.inner.key().filter(|k| self.end.is_empty() || k.row < self.end.as_ref())
     }
 
     fn value(&self) -> Bytes {

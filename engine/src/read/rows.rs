@@ -36,16 +36,8 @@ struct FamilyRead<'a> {
     cursor: MergeCursor<'a>,
 }
 
-fn open_family<'a>(
-    store: &'a Store,
-    snap: &ReadSnapshot,
-    read: &RowRead<'_>,
-) -> Result<FamilyRead<'a>> {
-    let qualifiers = read
-        .spec
-        .columns
-        .qualifiers(&store.name)
-        .map(|qs| qs.into_iter().cloned().collect::<Vec<_>>());
+fn open_family<'a>(store: &'a Store, snap: &ReadSnapshot, read: &RowRead<'_>) -> Result<FamilyRead<'a>> {
+    let qualifiers = read.spec.columns.qualifiers(&store.name).map(|qs| qs.into_iter().cloned().collect::<Vec<_>>());
     let mut sources: Vec<Box<dyn CellCursor + 'a>> = Vec::new();
     sources.push(Box::new(store.active.cursor(snap.read_point)));
     if let Some(frozen) = &store.frozen {
@@ -64,11 +56,7 @@ fn open_family<'a>(
         sources.push(Box::new(file.cursor()));
     }
     Ok(FamilyRead {
-        view: FamilyView {
-            name: store.name.clone(),
-            desc: &store.desc,
-            qualifiers,
-        },
+        view: FamilyView { name: store.name.clone(), desc: &store.desc, qualifiers },
         cursor: MergeCursor::new(sources),
     })
 }
@@ -82,12 +70,8 @@ pub(crate) fn read_rows(
 ) -> Result<Option<Bytes>> {
     let mut families = Vec::new();
     for store in &snap.stores.families {
-        let selected = read.spec.columns.is_all()
-            || read
-                .spec
-                .columns
-                .qualifiers(&store.name)
-                .is_none_or(|q| !q.is_empty());
+        let selected =
+            read.spec.columns.is_all() || read.spec.columns.qualifiers(&store.name).is_none_or(|q| !q.is_empty());
         if selected {
             families.push(open_family(store, snap, read)?);
         }
@@ -100,10 +84,7 @@ pub(crate) fn read_rows(
     };
     let mut tracker = DeleteTracker::default();
     let mut last: Option<Bytes> = None;
-    let mut emit = |row: Bytes,
-                    families: &mut Vec<FamilyRead<'_>>,
-                    tracker: &mut DeleteTracker|
-     -> Result<bool> {
+    let mut emit = |row: Bytes, families: &mut Vec<FamilyRead<'_>>, tracker: &mut DeleteTracker| -> Result<bool> {
         let mut cells = Vec::new();
         for f in families.iter_mut() {
             if f.cursor.key().is_some_and(|k| k.row == row.as_ref()) {
@@ -126,10 +107,7 @@ pub(crate) fn read_rows(
             f.cursor.seek(&KeyView::first_of_row(&start))?;
         }
         loop {
-            let next = families
-                .iter()
-                .filter_map(|f| f.cursor.key().map(|k| k.row))
-                .min();
+            let next = families.iter().filter_map(|f| f.cursor.key().map(|k| k.row)).min();
             let Some(row) = next else { break };
             if !read.range.below_hi(row) {
                 break;

@@ -26,9 +26,7 @@ pub(crate) struct FamilyView<'a> {
 
 impl FamilyView<'_> {
     fn selects(&self, qualifier: &[u8]) -> bool {
-        self.qualifiers
-            .as_ref()
-            .is_none_or(|qs| qs.binary_search_by(|q| q.as_ref().cmp(qualifier)).is_ok())
+        self.qualifiers.as_ref().is_none_or(|qs| qs.binary_search_by(|q| q.as_ref().cmp(qualifier)).is_ok())
     }
 }
 
@@ -61,31 +59,18 @@ pub(crate) fn read_row_family(
     out: &mut Vec<Cell>,
 ) -> Result<()> {
     tracker.start_row();
-    let ceiling = if fam.desc.keep_deleted_cells {
-        p.time_range.max
-    } else {
-        u64::MAX
-    };
+    let ceiling = if fam.desc.keep_deleted_cells { p.time_range.max } else { u64::MAX };
     let ttl = fam.desc.ttl_ms();
     let mut col: Option<ColumnState> = None;
     while let Some(k) = cur.key() {
         if k.row != row.as_ref() {
             break;
         }
-        if col
-            .as_ref()
-            .is_none_or(|c| c.qualifier.as_ref() != k.qualifier)
-        {
+        if col.as_ref().is_none_or(|c| c.qualifier.as_ref() != k.qualifier) {
             tracker.start_column();
             let qualifier = Bytes::copy_from_slice(k.qualifier);
             let selected = fam.selects(&qualifier);
-            col = Some(ColumnState {
-                qualifier,
-                selected,
-                last_put_ts: None,
-                surviving: 0,
-                returned: 0,
-            });
+            col = Some(ColumnState { qualifier, selected, last_put_ts: None, surviving: 0, returned: 0 });
         }
         let Some(c) = col.as_mut() else { break };
         let mut emitted: Option<(CellType, Bytes)> = None;
@@ -100,24 +85,15 @@ pub(crate) fn read_row_family(
                 }
             }
         } else if k.kind.is_delete() {
-            tracker.add(Marker {
-                ts: k.ts,
-                kind: k.kind,
-                seq: k.seq,
-            });
+            tracker.add(Marker { ts: k.ts, kind: k.kind, seq: k.seq });
         } else if c.last_put_ts != Some(k.ts) {
             c.last_put_ts = Some(k.ts);
             if !tracker.masks(k.ts, k.seq, ceiling) {
                 let index = c.surviving;
                 c.surviving += 1;
                 let exists = index < fam.desc.max_versions
-                    && (index < fam.desc.min_versions
-                        || !is_expired(k.ts, cur.ttl_ms(), ttl, p.now));
-                if exists
-                    && c.selected
-                    && p.time_range.contains(k.ts)
-                    && c.returned < p.max_versions
-                {
+                    && (index < fam.desc.min_versions || !is_expired(k.ts, cur.ttl_ms(), ttl, p.now));
+                if exists && c.selected && p.time_range.contains(k.ts) && c.returned < p.max_versions {
                     c.returned += 1;
                     emitted = Some((CellType::Put, cur.value()));
                 }

@@ -25,27 +25,20 @@ impl<'a> Args<'a> {
         match self.get(i) {
             Some(Value::Str(s)) => Ok(s.clone()),
             Some(Value::Int(n)) => Ok(n.to_string().into_bytes()),
-            Some(other) => Err(format!(
-                "{}: {what} must be a string, got {other:?}",
-                self.cmd.name
-            )),
+            Some(other) => Err(format!("{}: {what} must be a string, got {other:?}", self.cmd.name)),
             None => Err(format!("{}: missing {what}", self.cmd.name)),
         }
     }
 
     fn text(&self, i: usize, what: &str) -> Result<String, String> {
-        self.bytes(i, what)
-            .map(|b| String::from_utf8_lossy(&b).into_owned())
+        self.bytes(i, what).map(|b| String::from_utf8_lossy(&b).into_owned())
     }
 
     fn int(&self, i: usize, what: &str) -> Result<Option<i64>, String> {
         match self.get(i) {
             None | Some(Value::Hash(_)) => Ok(None),
             Some(Value::Int(n)) => Ok(Some(*n)),
-            Some(other) => Err(format!(
-                "{}: {what} must be an integer, got {other:?}",
-                self.cmd.name
-            )),
+            Some(other) => Err(format!("{}: {what} must be an integer, got {other:?}", self.cmd.name)),
         }
     }
 
@@ -62,18 +55,15 @@ fn key_name(k: &Value) -> Option<String> {
 }
 
 fn lookup<'a>(h: &'a [(Value, Value)], key: &str) -> Option<&'a Value> {
-    h.iter()
-        .find(|(k, _)| key_name(k).as_deref() == Some(key))
-        .map(|(_, v)| v)
+    h.iter().find(|(k, _)| key_name(k).as_deref() == Some(key)).map(|(_, v)| v)
 }
 
 fn as_u64(v: &Value, key: &str) -> Result<u64, String> {
     match v {
         Value::Int(n) if *n >= 0 => Ok(*n as u64),
-        Value::Str(s) => String::from_utf8_lossy(s)
-            .trim()
-            .parse()
-            .map_err(|_| format!("{key} must be a non-negative integer")),
+        Value::Str(s) => {
+            String::from_utf8_lossy(s).trim().parse().map_err(|_| format!("{key} must be a non-negative integer"))
+        }
         _ => Err(format!("{key} must be a non-negative integer")),
     }
 }
@@ -117,18 +107,13 @@ fn column_list(v: &Value) -> Result<Vec<Vec<u8>>, String> {
 
 fn time_range(v: &Value) -> Result<(u64, u64), String> {
     match v {
-        Value::Array(a) if a.len() == 2 => {
-            Ok((as_u64(&a[0], "TIMERANGE")?, as_u64(&a[1], "TIMERANGE")?))
-        }
+        Value::Array(a) if a.len() == 2 => Ok((as_u64(&a[0], "TIMERANGE")?, as_u64(&a[1], "TIMERANGE")?)),
         _ => Err("TIMERANGE must be [min, max]".into()),
     }
 }
 
 /// Applies family options from a hash onto `f`.
-fn apply_family_options(
-    mut f: FamilyDescriptor,
-    h: &[(Value, Value)],
-) -> Result<FamilyDescriptor, String> {
+fn apply_family_options(mut f: FamilyDescriptor, h: &[(Value, Value)]) -> Result<FamilyDescriptor, String> {
     for (k, v) in h {
         let key = key_name(k).ok_or("option names must be strings or constants")?;
         match key.as_str() {
@@ -175,11 +160,7 @@ fn apply_table_option(t: &mut TableDescriptor, key: &str, v: &Value) -> Result<b
                 Some("ASYNC_WAL") => Durability::AsyncWal,
                 Some("SYNC_WAL" | "USE_DEFAULT") => Durability::SyncWal,
                 Some("FSYNC_WAL") => Durability::FsyncWal,
-                _ => {
-                    return Err(
-                        "DURABILITY must be SKIP_WAL, ASYNC_WAL, SYNC_WAL or FSYNC_WAL".into(),
-                    )
-                }
+                _ => return Err("DURABILITY must be SKIP_WAL, ASYNC_WAL, SYNC_WAL or FSYNC_WAL".into()),
             }
         }
         "MAX_FILESIZE" => t.max_region_size = as_u64(v, "MAX_FILESIZE")?,
@@ -194,20 +175,15 @@ fn create_splits(h: &[(Value, Value)]) -> Result<Vec<Bytes>, String> {
         let Value::Array(items) = v else {
             return Err("SPLITS must be an array of strings".into());
         };
-        return items
-            .iter()
-            .map(|i| bytes_of(i, "SPLITS").map(Bytes::from))
-            .collect();
+        return items.iter().map(|i| bytes_of(i, "SPLITS").map(Bytes::from)).collect();
     }
     match (lookup(h, "NUMREGIONS"), lookup(h, "SPLITALGO")) {
         (None, None) => Ok(Vec::new()),
         (Some(n), Some(algo)) => {
             let name = algo.as_text().ok_or("SPLITALGO must be a string")?;
-            let algo = SplitAlgorithm::from_name(&name).ok_or_else(|| {
-                format!("unknown SPLITALGO {name}; use HexStringSplit or UniformSplit")
-            })?;
-            algo.split_keys(as_u64(n, "NUMREGIONS")? as usize)
-                .map_err(|e| e.to_string())
+            let algo = SplitAlgorithm::from_name(&name)
+                .ok_or_else(|| format!("unknown SPLITALGO {name}; use HexStringSplit or UniformSplit"))?;
+            algo.split_keys(as_u64(n, "NUMREGIONS")? as usize).map_err(|e| e.to_string())
         }
         _ => Err("NUMREGIONS and SPLITALGO go together".into()),
     }
@@ -229,8 +205,7 @@ fn create(engine: &Engine, a: &Args<'_>) -> CmdResult {
                     splits = create_splits(h)?;
                     for (k, v) in h {
                         let key = key_name(k).ok_or("option names must be strings")?;
-                        let split_option =
-                            matches!(key.as_str(), "SPLITS" | "NUMREGIONS" | "SPLITALGO");
+                        let split_option = matches!(key.as_str(), "SPLITS" | "NUMREGIONS" | "SPLITALGO");
                         if !split_option && !apply_table_option(&mut desc, &key, v)? {
                             return Err(format!("unknown table option {key}"));
                         }
@@ -240,14 +215,8 @@ fn create(engine: &Engine, a: &Args<'_>) -> CmdResult {
             other => return Err(format!("create: unexpected argument {other:?}")),
         }
     }
-    engine
-        .create_table_with_splits(desc, splits)
-        .map_err(|e| e.to_string())?;
-    Ok(Output {
-        text: String::new(),
-        rows: Some(0),
-        ret: Some(format!("Hbase::Table - {name}")),
-    })
+    engine.create_table_with_splits(desc, splits).map_err(|e| e.to_string())?;
+    Ok(Output { text: String::new(), rows: Some(0), ret: Some(format!("Hbase::Table - {name}")) })
 }
 
 fn alter(engine: &Engine, a: &Args<'_>) -> CmdResult {
@@ -259,29 +228,22 @@ fn alter(engine: &Engine, a: &Args<'_>) -> CmdResult {
         };
         if let Some(f) = lookup(h, "DELETE") {
             let name = f.as_text().ok_or("'delete' => needs a family name")?;
-            engine
-                .delete_family(&table, &name)
-                .map_err(|e| e.to_string())?;
+            engine.delete_family(&table, &name).map_err(|e| e.to_string())?;
             continue;
         }
         match lookup(h, "NAME") {
             Some(n) => {
                 let fname = n.as_text().ok_or("NAME must be a string")?;
-                let is_delete = lookup(h, "METHOD")
-                    .and_then(Value::as_text)
-                    .is_some_and(|m| m.eq_ignore_ascii_case("delete"));
+                let is_delete =
+                    lookup(h, "METHOD").and_then(Value::as_text).is_some_and(|m| m.eq_ignore_ascii_case("delete"));
                 if is_delete {
-                    engine
-                        .delete_family(&table, &fname)
-                        .map_err(|e| e.to_string())?;
+                    engine.delete_family(&table, &fname).map_err(|e| e.to_string())?;
                 } else {
                     let base = desc
                         .get_family(fname.as_bytes())
                         .cloned()
                         .unwrap_or_else(|| FamilyDescriptor::new(fname.clone()));
-                    engine
-                        .modify_family(&table, apply_family_options(base, h)?)
-                        .map_err(|e| e.to_string())?;
+                    engine.modify_family(&table, apply_family_options(base, h)?).map_err(|e| e.to_string())?;
                 }
             }
             None => {
@@ -302,16 +264,11 @@ fn alter(engine: &Engine, a: &Args<'_>) -> CmdResult {
         }
         desc = engine.describe(&table).map_err(|e| e.to_string())?;
     }
-    Ok(Output::rows(
-        "Updating all regions with the new schema...\nDone.\n".into(),
-        0,
-    ))
+    Ok(Output::rows("Updating all regions with the new schema...\nDone.\n".into(), 0))
 }
 
 fn put(engine: &Engine, a: &Args<'_>) -> CmdResult {
-    let t = engine
-        .table(&a.text(0, "table name")?)
-        .map_err(|e| e.to_string())?;
+    let t = engine.table(&a.text(0, "table name")?).map_err(|e| e.to_string())?;
     let row = a.bytes(1, "row")?;
     let (fam, qual) = split_column(&a.bytes(2, "column")?);
     let value = a.bytes(3, "value")?;
@@ -370,9 +327,7 @@ fn bytes_of(v: &Value, key: &str) -> Result<Vec<u8>, String> {
 }
 
 fn get(engine: &Engine, a: &Args<'_>) -> CmdResult {
-    let t = engine
-        .table(&a.text(0, "table name")?)
-        .map_err(|e| e.to_string())?;
+    let t = engine.table(&a.text(0, "table name")?).map_err(|e| e.to_string())?;
     let row = a.bytes(1, "row")?;
     let mut g = Get::new(row);
     for v in &a.cmd.args[2..] {
@@ -419,9 +374,7 @@ fn get(engine: &Engine, a: &Args<'_>) -> CmdResult {
 }
 
 fn scan(engine: &Engine, a: &Args<'_>) -> CmdResult {
-    let t = engine
-        .table(&a.text(0, "table name")?)
-        .map_err(|e| e.to_string())?;
+    let t = engine.table(&a.text(0, "table name")?).map_err(|e| e.to_string())?;
     let s = scan_options(a.hash().unwrap_or(&[]), Scan::new())?;
     let mut text = format::scan_header();
     let mut rows = 0;
@@ -440,16 +393,11 @@ fn scan(engine: &Engine, a: &Args<'_>) -> CmdResult {
 }
 
 fn count(engine: &Engine, a: &Args<'_>) -> CmdResult {
-    let t = engine
-        .table(&a.text(0, "table name")?)
-        .map_err(|e| e.to_string())?;
+    let t = engine.table(&a.text(0, "table name")?).map_err(|e| e.to_string())?;
     let mut s = Scan::new().filter(crate::Filter::FirstKeyOnly);
     if let Some(h) = a.hash() {
-        let h: Vec<_> = h
-            .iter()
-            .filter(|(k, _)| !matches!(key_name(k).as_deref(), Some("INTERVAL")))
-            .cloned()
-            .collect();
+        let h: Vec<_> =
+            h.iter().filter(|(k, _)| !matches!(key_name(k).as_deref(), Some("INTERVAL"))).cloned().collect();
         s = scan_options(&h, s)?;
     }
     let mut n = 0;
@@ -457,17 +405,11 @@ fn count(engine: &Engine, a: &Args<'_>) -> CmdResult {
         r.map_err(|e| e.to_string())?;
         n += 1;
     }
-    Ok(Output {
-        text: String::new(),
-        rows: Some(n),
-        ret: Some(n.to_string()),
-    })
+    Ok(Output { text: String::new(), rows: Some(n), ret: Some(n.to_string()) })
 }
 
 fn delete(engine: &Engine, a: &Args<'_>, all: bool) -> CmdResult {
-    let t = engine
-        .table(&a.text(0, "table name")?)
-        .map_err(|e| e.to_string())?;
+    let t = engine.table(&a.text(0, "table name")?).map_err(|e| e.to_string())?;
     let row = a.bytes(1, "row")?;
     // `delete t, r, col[, ts]`; `deleteall t, r[, col][, ts]`.
     let (column, ts) = match (a.get(2), a.get(3)) {
@@ -475,12 +417,7 @@ fn delete(engine: &Engine, a: &Args<'_>, all: bool) -> CmdResult {
         (Some(Value::Str(c)), Some(Value::Int(ts))) => (Some(c.clone()), Some(*ts)),
         (Some(Value::Str(c)), _) => (Some(c.clone()), None),
         (None, _) if all => (None, None),
-        _ => {
-            return Err(format!(
-                "{}: expected table, row, column[, timestamp]",
-                a.cmd.name
-            ))
-        }
+        _ => return Err(format!("{}: expected table, row, column[, timestamp]", a.cmd.name)),
     };
     let ts = match ts {
         Some(ts) if ts < 0 => return Err("timestamp must not be negative".into()),
@@ -507,60 +444,35 @@ fn counter_column(a: &Args<'_>) -> Result<(Vec<u8>, Vec<u8>), String> {
 }
 
 fn incr(engine: &Engine, a: &Args<'_>) -> CmdResult {
-    let t = engine
-        .table(&a.text(0, "table name")?)
-        .map_err(|e| e.to_string())?;
+    let t = engine.table(&a.text(0, "table name")?).map_err(|e| e.to_string())?;
     let row = a.bytes(1, "row")?;
     let (f, q) = counter_column(a)?;
     let by = a.int(3, "increment")?.unwrap_or(1);
-    let r = t
-        .increment(Increment::new(row).add(f.clone(), q.clone(), by))
-        .map_err(|e| e.to_string())?;
-    let v = r
-        .value(&f, &q)
-        .and_then(|v| <[u8; 8]>::try_from(v.as_ref()).ok())
-        .map_or(0, i64::from_be_bytes);
+    let r = t.increment(Increment::new(row).add(f.clone(), q.clone(), by)).map_err(|e| e.to_string())?;
+    let v = r.value(&f, &q).and_then(|v| <[u8; 8]>::try_from(v.as_ref()).ok()).map_or(0, i64::from_be_bytes);
     Ok(Output::rows(format!("COUNTER VALUE = {v}\n"), 0))
 }
 
 fn get_counter(engine: &Engine, a: &Args<'_>) -> CmdResult {
-    let t = engine
-        .table(&a.text(0, "table name")?)
-        .map_err(|e| e.to_string())?;
+    let t = engine.table(&a.text(0, "table name")?).map_err(|e| e.to_string())?;
     let row = a.bytes(1, "row")?;
     let (f, q) = counter_column(a)?;
-    let r = t
-        .get(Get::new(row).column(f.clone(), q.clone()))
-        .map_err(|e| e.to_string())?;
+    let r = t.get(Get::new(row).column(f.clone(), q.clone())).map_err(|e| e.to_string())?;
     let text = match r.value(&f, &q) {
         None => "No counter found at specified coordinates\n".to_string(),
         Some(v) => match <[u8; 8]>::try_from(v.as_ref()) {
             Ok(b) => format!("COUNTER VALUE = {}\n", i64::from_be_bytes(b)),
-            Err(_) => {
-                return Err(format!(
-                    "cell holds {} bytes, not an 8-byte counter",
-                    v.len()
-                ))
-            }
+            Err(_) => return Err(format!("cell holds {} bytes, not an 8-byte counter", v.len())),
         },
     };
-    Ok(Output {
-        text,
-        rows: None,
-        ret: None,
-    })
+    Ok(Output { text, rows: None, ret: None })
 }
 
 fn list_regions(engine: &Engine, a: &Args<'_>) -> CmdResult {
     let table = a.text(0, "table name")?;
     let regions = engine.regions(&table).map_err(|e| e.to_string())?;
-    let mut rows: Vec<[String; 5]> = vec![[
-        "REGION_NAME".into(),
-        "START_KEY".into(),
-        "END_KEY".into(),
-        "SIZE".into(),
-        "REQ".into(),
-    ]];
+    let mut rows: Vec<[String; 5]> =
+        vec![["REGION_NAME".into(), "START_KEY".into(), "END_KEY".into(), "SIZE".into(), "REQ".into()]];
     for r in &regions {
         rows.push([
             format!("{table},{},{}", to_printable(&r.start_key), r.id),
@@ -570,33 +482,20 @@ fn list_regions(engine: &Engine, a: &Args<'_>) -> CmdResult {
             (r.reads + r.writes).to_string(),
         ]);
     }
-    let widths: Vec<usize> = (0..5)
-        .map(|i| rows.iter().map(|r| r[i].len()).max().unwrap_or(0))
-        .collect();
+    let widths: Vec<usize> = (0..5).map(|i| rows.iter().map(|r| r[i].len()).max().unwrap_or(0)).collect();
     let mut text = String::new();
     for (n, r) in rows.iter().enumerate() {
-        let cells: Vec<String> = r
-            .iter()
-            .zip(&widths)
-            .map(|(c, w)| format!(" {c:>w$} |"))
-            .collect();
+        let cells: Vec<String> = r.iter().zip(&widths).map(|(c, w)| format!(" {c:>w$} |")).collect();
         text.push_str(&cells.concat());
         text.push('\n');
         if n == 0 {
-            let rule: Vec<String> = widths
-                .iter()
-                .map(|w| format!(" {} |", "-".repeat(*w)))
-                .collect();
+            let rule: Vec<String> = widths.iter().map(|w| format!(" {} |", "-".repeat(*w))).collect();
             text.push_str(&rule.concat());
             text.push('\n');
         }
     }
     text.push_str(&format!(" {} rows\n", regions.len()));
-    Ok(Output {
-        text,
-        rows: None,
-        ret: None,
-    })
+    Ok(Output { text, rows: None, ret: None })
 }
 
 fn status(engine: &Engine) -> CmdResult {
@@ -634,10 +533,7 @@ list_regions, split, status, exit\n";
 pub(crate) fn execute(engine: &Engine, cmd: &Command) -> CmdResult {
     let a = Args { cmd };
     let table = || a.text(0, "table name");
-    let done = |r: crate::Result<()>| {
-        r.map(|()| Output::rows(String::new(), 0))
-            .map_err(|e| e.to_string())
-    };
+    let done = |r: crate::Result<()>| r.map(|()| Output::rows(String::new(), 0)).map_err(|e| e.to_string());
     match cmd.name.as_str() {
         "create" => create(engine, &a),
         "alter" => alter(engine, &a),
@@ -654,41 +550,18 @@ pub(crate) fn execute(engine: &Engine, cmd: &Command) -> CmdResult {
                 text.push_str(n);
                 text.push('\n');
             }
-            let ret = format!(
-                "[{}]",
-                names
-                    .iter()
-                    .map(|n| format!("\"{n}\""))
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            );
-            Ok(Output {
-                text,
-                rows: Some(names.len()),
-                ret: Some(ret),
-            })
+            let ret = format!("[{}]", names.iter().map(|n| format!("\"{n}\"")).collect::<Vec<_>>().join(", "));
+            Ok(Output { text, rows: Some(names.len()), ret: Some(ret) })
         }
         "exists" => {
             let name = table()?;
-            let word = if engine.table_exists(&name) {
-                "does exist"
-            } else {
-                "does not exist"
-            };
+            let word = if engine.table_exists(&name) { "does exist" } else { "does not exist" };
             Ok(Output::rows(format!("Table {name} {word}\n"), 0))
         }
         "is_enabled" | "is_disabled" => {
             let enabled = engine.is_enabled(&table()?).map_err(|e| e.to_string())?;
-            let answer = if cmd.name == "is_enabled" {
-                enabled
-            } else {
-                !enabled
-            };
-            Ok(Output {
-                text: format!("{answer}\n"),
-                rows: Some(0),
-                ret: Some(answer.to_string()),
-            })
+            let answer = if cmd.name == "is_enabled" { enabled } else { !enabled };
+            Ok(Output { text: format!("{answer}\n"), rows: Some(0), ret: Some(answer.to_string()) })
         }
         "disable" => done(engine.disable_table(&table()?)),
         "enable" => done(engine.enable_table(&table()?)),
@@ -696,12 +569,7 @@ pub(crate) fn execute(engine: &Engine, cmd: &Command) -> CmdResult {
         "truncate" => {
             let name = table()?;
             engine.truncate_table(&name).map_err(|e| e.to_string())?;
-            Ok(Output::rows(
-                format!(
-                    "Truncating '{name}' table (it may take a while):\n - Truncating table...\n"
-                ),
-                0,
-            ))
+            Ok(Output::rows(format!("Truncating '{name}' table (it may take a while):\n - Truncating table...\n"), 0))
         }
         "put" => put(engine, &a),
         "get" => get(engine, &a),
@@ -721,17 +589,11 @@ pub(crate) fn execute(engine: &Engine, cmd: &Command) -> CmdResult {
                 None => None,
                 Some(_) => Some(a.bytes(1, "split key")?),
             };
-            engine
-                .split(&name, at.as_deref())
-                .map_err(|e| e.to_string())?;
+            engine.split(&name, at.as_deref()).map_err(|e| e.to_string())?;
             Ok(Output::rows(String::new(), 0))
         }
         "status" => status(engine),
-        "help" => Ok(Output {
-            text: HELP.into(),
-            rows: None,
-            ret: None,
-        }),
+        "help" => Ok(Output { text: HELP.into(), rows: None, ret: None }),
         other => Err(format!("Unknown command '{other}'. Try 'help'.")),
     }
 }

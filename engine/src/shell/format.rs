@@ -20,11 +20,7 @@ fn cell_body(c: &Cell) -> String {
     if c.cell_type.is_delete() {
         format!("timestamp={}, type={}", c.timestamp, c.cell_type.name())
     } else {
-        format!(
-            "timestamp={}, value={}",
-            c.timestamp,
-            to_printable(&c.value)
-        )
+        format!("timestamp={}, value={}", c.timestamp, to_printable(&c.value))
     }
 }
 
@@ -34,13 +30,7 @@ fn column_name(c: &Cell) -> String {
 
 /// One scan line: ` row   column=f:q, timestamp=…, value=…`.
 pub fn scan_line(c: &Cell) -> String {
-    format!(
-        " {:<w$} column={}, {}\n",
-        to_printable(&c.row),
-        column_name(c),
-        cell_body(c),
-        w = LEFT - 1
-    )
+    format!(" {:<w$} column={}, {}\n", to_printable(&c.row), column_name(c), cell_body(c), w = LEFT - 1)
 }
 
 /// One get line: ` f:q   timestamp=…, value=…`.
@@ -92,12 +82,7 @@ pub fn family_line(f: &FamilyDescriptor) -> String {
 
 /// The body of `describe`.
 pub fn describe(t: &TableDescriptor, enabled: bool) -> String {
-    let mut out = format!(
-        "Table {} is {}\n{}\n",
-        t.name,
-        if enabled { "ENABLED" } else { "DISABLED" },
-        t.name
-    );
+    let mut out = format!("Table {} is {}\n{}\n", t.name, if enabled { "ENABLED" } else { "DISABLED" }, t.name);
     let durability = match t.durability {
         Durability::SkipWal => "SKIP_WAL",
         Durability::AsyncWal => "ASYNC_WAL",

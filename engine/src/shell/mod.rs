@@ -27,11 +27,7 @@ pub(crate) struct Output {
 
 impl Output {
     pub fn rows(text: String, rows: usize) -> Output {
-        Output {
-            text,
-            rows: Some(rows),
-            ret: None,
-        }
+        Output { text, rows: Some(rows), ret: None }
     }
 }
 
@@ -46,12 +42,7 @@ pub struct Shell {
 impl Shell {
     /// A session over `engine`.
     pub fn new(engine: Engine) -> Shell {
-        Shell {
-            engine,
-            errors: 0,
-            line_no: 0,
-            exit: false,
-        }
+        Shell { engine, errors: 0, line_no: 0, exit: false }
     }
 
     /// Number of commands that failed so far.
@@ -92,9 +83,7 @@ impl Shell {
             Ok(o) => {
                 out.write_all(o.text.as_bytes())?;
                 if let Some(rows) = o.rows {
-                    out.write_all(
-                        format::rows_line(rows, started.elapsed().as_secs_f64()).as_bytes(),
-                    )?;
+                    out.write_all(format::rows_line(rows, started.elapsed().as_secs_f64()).as_bytes())?;
                 }
                 if let Some(ret) = o.ret {
                     writeln!(out, "\n=> {ret}")?;
@@ -112,12 +101,7 @@ impl Shell {
     ///
     /// # Errors
     /// Errors reading `input` or writing `out`.
-    pub fn run(
-        &mut self,
-        input: impl BufRead,
-        out: &mut dyn Write,
-        interactive: bool,
-    ) -> io::Result<()> {
+    pub fn run(&mut self, input: impl BufRead, out: &mut dyn Write, interactive: bool) -> io::Result<()> {
         let mut lines = input.lines();
         loop {
             if interactive {

@@ -104,10 +104,7 @@ impl Parser<'_> {
                 b't' => out.push(b'\t'),
                 b'0' => out.push(0),
                 b'x' => {
-                    let hex = self
-                        .s
-                        .get(self.pos..self.pos + 2)
-                        .and_then(|h| std::str::from_utf8(h).ok());
+                    let hex = self.s.get(self.pos..self.pos + 2).and_then(|h| std::str::from_utf8(h).ok());
                     match hex.and_then(|h| u8::from_str_radix(h, 16).ok()) {
                         Some(b) => {
                             out.push(b);
@@ -125,8 +122,7 @@ impl Parser<'_> {
     fn word(&mut self) -> String {
         let start = self.pos;
         while self.pos < self.s.len()
-            && (self.s[self.pos].is_ascii_alphanumeric()
-                || matches!(self.s[self.pos], b'_' | b'.' | b':'))
+            && (self.s[self.pos].is_ascii_alphanumeric() || matches!(self.s[self.pos], b'_' | b'.' | b':'))
         {
             self.pos += 1;
         }
@@ -175,16 +171,11 @@ impl Parser<'_> {
             Some(c) if c == b'-' || c.is_ascii_digit() => {
                 let start = self.pos;
                 self.pos += 1;
-                while self.pos < self.s.len()
-                    && (self.s[self.pos].is_ascii_digit() || self.s[self.pos] == b'_')
-                {
+                while self.pos < self.s.len() && (self.s[self.pos].is_ascii_digit() || self.s[self.pos] == b'_') {
                     self.pos += 1;
                 }
-                let text: String =
-                    String::from_utf8_lossy(&self.s[start..self.pos]).replace('_', "");
-                text.parse()
-                    .map(Value::Int)
-                    .or_else(|_| self.err("bad integer"))
+                let text: String = String::from_utf8_lossy(&self.s[start..self.pos]).replace('_', "");
+                text.parse().map(Value::Int).or_else(|_| self.err("bad integer"))
             }
             Some(c) if c.is_ascii_alphabetic() => {
                 let w = self.word();
@@ -233,10 +224,7 @@ pub fn parse_line(line: &str) -> Result<Option<Command>, String> {
     if line.is_empty() || line.starts_with('#') {
         return Ok(None);
     }
-    let mut p = Parser {
-        s: line.as_bytes(),
-        pos: 0,
-    };
+    let mut p = Parser { s: line.as_bytes(), pos: 0 };
     p.skip_ws();
     let name = p.word();
     if name.is_empty() {
@@ -277,9 +265,7 @@ mod tests {
 
     #[test]
     fn parses_shell_commands() {
-        let c = parse_line("hbase(main):017:0> scan 'test', {RAW=>true, VERSIONS=>1000}")
-            .unwrap()
-            .unwrap();
+        let c = parse_line("hbase(main):017:0> scan 'test', {RAW=>true, VERSIONS=>1000}").unwrap().unwrap();
         assert_eq!(c.name, "scan");
         assert_eq!(
             c.args,
@@ -291,20 +277,14 @@ mod tests {
                 ])
             ]
         );
-        let c = parse_line("alter 't1', NAME => 'f1', KEEP_DELETED_CELLS => true")
-            .unwrap()
-            .unwrap();
+        let c = parse_line("alter 't1', NAME => 'f1', KEEP_DELETED_CELLS => true").unwrap().unwrap();
         assert_eq!(c.args.len(), 2);
-        let c = parse_line(r#"put 't', "r\x00\x01", 'f:q', 'v', 10"#)
-            .unwrap()
-            .unwrap();
+        let c = parse_line(r#"put 't', "r\x00\x01", 'f:q', 'v', 10"#).unwrap().unwrap();
         assert_eq!(c.args[1], Value::Str(b"r\x00\x01".to_vec()));
         assert_eq!(c.args[4], Value::Int(10));
         assert_eq!(parse_line("  # comment").unwrap(), None);
         assert_eq!(parse_line("list").unwrap().unwrap().args, vec![]);
-        let c = parse_line("scan 't', {COLUMNS => ['a:b', 'c'], TIMERANGE => [1, 2]}")
-            .unwrap()
-            .unwrap();
+        let c = parse_line("scan 't', {COLUMNS => ['a:b', 'c'], TIMERANGE => [1, 2]}").unwrap().unwrap();
         assert!(matches!(&c.args[1], Value::Hash(h) if h.len() == 2));
     }
 

@@ -38,10 +38,7 @@ impl BlockBuilder {
             self.restarts.push(self.buf.len() as u32);
             0
         } else {
-            key.iter()
-                .zip(&self.last_key)
-                .take_while(|(a, b)| a == b)
-                .count()
+            key.iter().zip(&self.last_key).take_while(|(a, b)| a == b).count()
         };
         put_varint(&mut self.buf, shared as u64);
         put_varint(&mut self.buf, (key.len() - shared) as u64);
@@ -141,8 +138,7 @@ pub(crate) fn unframe(framed: &[u8], path: &Path, offset: u64) -> Result<Vec<u8>
         }
         2 => {
             let (n, data) = sized(payload)?;
-            let out =
-                zstd::bulk::decompress(&data, n).map_err(|e| corrupt(&format!("zstd: {e}")))?;
+            let out = zstd::bulk::decompress(&data, n).map_err(|e| corrupt(&format!("zstd: {e}")))?;
             if out.len() != n {
                 return Err(corrupt("zstd block length mismatch"));
             }
@@ -167,11 +163,7 @@ impl Block {
         if raw.len() < 4 {
             return Err(corrupt("data block too short"));
         }
-        let n = u32::from_le_bytes(
-            raw[raw.len() - 4..]
-                .try_into()
-                .map_err(|_| corrupt("trailer"))?,
-        ) as usize;
+        let n = u32::from_le_bytes(raw[raw.len() - 4..].try_into().map_err(|_| corrupt("trailer"))?) as usize;
         let restarts_at = raw
             .len()
             .checked_sub(4 + n.checked_mul(4).ok_or_else(|| corrupt("restart count"))?)
@@ -179,11 +171,7 @@ impl Block {
         if n == 0 {
             return Err(corrupt("data block without restarts"));
         }
-        Ok(Block {
-            data: Bytes::from(raw),
-            restarts_at,
-            num_restarts: n,
-        })
+        Ok(Block { data: Bytes::from(raw), restarts_at, num_restarts: n })
     }
 
     /// Bytes the block occupies in memory (its cache charge).
@@ -193,12 +181,7 @@ impl Block {
 
     fn restart(&self, i: usize) -> usize {
         let at = self.restarts_at + 4 * i;
-        u32::from_le_bytes([
-            self.data[at],
-            self.data[at + 1],
-            self.data[at + 2],
-            self.data[at + 3],
-        ]) as usize
+        u32::from_le_bytes([self.data[at], self.data[at + 1], self.data[at + 2], self.data[at + 3]]) as usize
     }
 }
 
@@ -217,11 +200,7 @@ pub(crate) struct BlockIter {
 }
 
 impl BlockIter {
-    pub fn new(
-        block: std::sync::Arc<Block>,
-        path: std::sync::Arc<Path>,
-        block_offset: u64,
-    ) -> Self {
+    pub fn new(block: std::sync::Arc<Block>, path: std::sync::Arc<Path>, block_offset: u64) -> Self {
         BlockIter {
             block,
             next_at: 0,
@@ -244,9 +223,7 @@ impl BlockIter {
     }
 
     pub fn value(&self) -> Bytes {
-        self.block
-            .data
-            .slice(self.value_at..self.value_at + self.value_len)
+        self.block.data.slice(self.value_at..self.value_at + self.value_len)
     }
 
     pub fn ttl_ms(&self) -> Option<u64> {
@@ -254,11 +231,7 @@ impl BlockIter {
     }
 
     fn corrupt(&self, reason: &str) -> Error {
-        Error::corrupt(
-            &*self.path,
-            self.block_offset,
-            format!("data block: {reason}"),
-        )
+        Error::corrupt(&*self.path, self.block_offset, format!("data block: {reason}"))
     }
 
     /// Decodes the entry at `next_at`, or marks the iterator exhausted at the restart array.
@@ -269,17 +242,13 @@ impl BlockIter {
             return Ok(());
         }
         let mut pos = self.next_at;
-        let mut field =
-            || get_varint(data, &mut pos).ok_or_else(|| self.corrupt("truncated entry header"));
+        let mut field = || get_varint(data, &mut pos).ok_or_else(|| self.corrupt("truncated entry header"));
         let shared = field()? as usize;
         let unshared = field()? as usize;
         let value_len = field()? as usize;
         let ttl = field()?;
         if shared > self.key.len()
-            || pos
-                .checked_add(unshared)
-                .and_then(|p| p.checked_add(value_len))
-                .is_none_or(|end| end > data.len())
+            || pos.checked_add(unshared).and_then(|p| p.checked_add(value_len)).is_none_or(|end| end > data.len())
         {
             return Err(self.corrupt("entry exceeds block"));
         }
@@ -344,16 +313,7 @@ mod tests {
 
     fn k(row: &str, ts: u64) -> Vec<u8> {
         let mut out = Vec::new();
-        encode_key(
-            &mut out,
-            &KeyView {
-                row: row.as_bytes(),
-                qualifier: b"q",
-                ts,
-                kind: CellType::Put,
-                seq: 1,
-            },
-        );
+        encode_key(&mut out, &KeyView { row: row.as_bytes(), qualifier: b"q", ts, kind: CellType::Put, seq: 1 });
         out
     }
 

@@ -40,10 +40,7 @@ impl Bloom {
                 bits[bit / 8] |= 1 << (bit % 8);
             }
         }
-        Bloom {
-            bits,
-            probes: PROBES,
-        }
+        Bloom { bits, probes: PROBES }
     }
 
     /// False means "certainly absent"; true means "possibly present".
@@ -65,10 +62,7 @@ impl Bloom {
         if probes == 0 || probes > 30 || bits.is_empty() {
             return None;
         }
-        Some(Bloom {
-            bits: bits.to_vec(),
-            probes,
-        })
+        Some(Bloom { bits: bits.to_vec(), probes })
     }
 }
 
@@ -84,14 +78,10 @@ mod tests {
 
     #[test]
     fn no_false_negatives_and_few_false_positives() {
-        let keys: Vec<u64> = (0..10_000u32)
-            .map(|i| row_hash(format!("row{i}").as_bytes()))
-            .collect();
+        let keys: Vec<u64> = (0..10_000u32).map(|i| row_hash(format!("row{i}").as_bytes())).collect();
         let bloom = Bloom::decode(&Bloom::build(&keys).encode()).unwrap();
         assert!(keys.iter().all(|&h| bloom.may_contain(h)));
-        let fp = (0..10_000u32)
-            .filter(|i| bloom.may_contain(row_hash(format!("other{i}").as_bytes())))
-            .count();
+        let fp = (0..10_000u32).filter(|i| bloom.may_contain(row_hash(format!("other{i}").as_bytes()))).count();
         assert!(fp < 300, "false positive rate too high: {fp} / 10000");
     }
 

@@ -63,13 +63,7 @@ pub(crate) fn decode_key(buf: &[u8]) -> Option<KeyView<'_>> {
     let ts = u64::from_be_bytes(buf[tail..tail + 8].try_into().ok()?);
     let kind = CellType::from_code(buf[tail + 8])?;
     let seq = u64::from_be_bytes(buf[tail + 9..tail + 17].try_into().ok()?);
-    Some(KeyView {
-        row: &buf[2..row_end],
-        qualifier: &buf[row_end..tail],
-        ts,
-        kind,
-        seq,
-    })
+    Some(KeyView { row: &buf[2..row_end], qualifier: &buf[row_end..tail], ts, kind, seq })
 }
 
 /// Location of a block in the file.
@@ -118,16 +112,8 @@ impl Footer {
         if version != FORMAT_VERSION {
             return Err(format!("unsupported SSTable format version {version}"));
         }
-        let handle = |i: usize| Handle {
-            offset: u64_at(i),
-            len: u32_at(i + 8),
-        };
-        Ok(Footer {
-            index: handle(0),
-            bloom: handle(12),
-            meta: handle(24),
-            version,
-        })
+        let handle = |i: usize| Handle { offset: u64_at(i), len: u32_at(i + 8) };
+        Ok(Footer { index: handle(0), bloom: handle(12), meta: handle(24), version })
     }
 }
 
@@ -152,13 +138,7 @@ impl SstMeta {
             put_varint(&mut out, b.len() as u64);
             out.extend_from_slice(b);
         }
-        for v in [
-            self.min_ts,
-            self.max_ts,
-            self.max_seq,
-            self.cell_count,
-            self.delete_count,
-        ] {
+        for v in [self.min_ts, self.max_ts, self.max_seq, self.cell_count, self.delete_count] {
             put_varint(&mut out, v);
         }
         out
@@ -217,10 +197,7 @@ pub(crate) fn decode_index(buf: &[u8]) -> Option<Vec<IndexEntry>> {
         decode_key(key)?;
         let offset = get_varint(buf, &mut pos)?;
         let len = u32::try_from(get_varint(buf, &mut pos)?).ok()?;
-        out.push(IndexEntry {
-            last_key: Bytes::copy_from_slice(key),
-            handle: Handle { offset, len },
-        });
+        out.push(IndexEntry { last_key: Bytes::copy_from_slice(key), handle: Handle { offset, len } });
     }
     (pos == buf.len()).then_some(out)
 }
@@ -254,10 +231,7 @@ mod tests {
     #[test]
     fn footer_checks() {
         let f = Footer {
-            index: Handle {
-                offset: 10,
-                len: 20,
-            },
+            index: Handle { offset: 10, len: 20 },
             bloom: Handle { offset: 30, len: 0 },
             meta: Handle { offset: 40, len: 5 },
             version: FORMAT_VERSION,
@@ -285,20 +259,8 @@ mod tests {
         };
         assert_eq!(SstMeta::decode(&m.encode()), Some(m));
         let mut key = Vec::new();
-        encode_key(
-            &mut key,
-            &KeyView {
-                row: b"r",
-                qualifier: b"q",
-                ts: 1,
-                kind: CellType::Put,
-                seq: 1,
-            },
-        );
-        let idx = vec![IndexEntry {
-            last_key: key.into(),
-            handle: Handle { offset: 0, len: 77 },
-        }];
+        encode_key(&mut key, &KeyView { row: b"r", qualifier: b"q", ts: 1, kind: CellType::Put, seq: 1 });
+        let idx = vec![IndexEntry { last_key: key.into(), handle: Handle { offset: 0, len: 77 } }];
         let enc = encode_index(&idx);
         assert_eq!(decode_index(&enc), Some(idx));
         assert_eq!(decode_index(&enc[..enc.len() - 1]), None);

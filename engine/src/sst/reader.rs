@@ -14,9 +14,7 @@ use crate::descriptor::BloomType;
 use crate::read::cursor::CellCursor;
 use crate::sst::block::{unframe, Block, BlockIter};
 use crate::sst::bloom::{row_col_hash, row_hash, Bloom};
-use crate::sst::format::{
-    decode_index, decode_key, Footer, Handle, IndexEntry, SstMeta, FOOTER_LEN,
-};
+use crate::sst::format::{decode_index, decode_key, Footer, Handle, IndexEntry, SstMeta, FOOTER_LEN};
 use crate::{Error, Result};
 
 /// An open SSTable.
@@ -34,10 +32,7 @@ pub(crate) struct SstReader {
 
 impl std::fmt::Debug for SstReader {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("SstReader")
-            .field("path", &self.path)
-            .field("id", &self.id)
-            .finish()
+        f.debug_struct("SstReader").field("path", &self.path).field("id", &self.id).finish()
     }
 }
 
@@ -53,25 +48,15 @@ pub(crate) fn encode_bloom_block(kind: BloomType, bloom: &Bloom) -> Vec<u8> {
 
 impl SstReader {
     /// Opens and validates the file's footer, index, bloom and meta blocks.
-    pub fn open(
-        path: &Path,
-        id: u64,
-        cache: Arc<BlockCache>,
-        in_memory: bool,
-    ) -> Result<SstReader> {
+    pub fn open(path: &Path, id: u64, cache: Arc<BlockCache>, in_memory: bool) -> Result<SstReader> {
         let file = File::open(path).map_err(|e| Error::io(path, e))?;
         let size = file.metadata().map_err(|e| Error::io(path, e))?.len();
         if size < FOOTER_LEN as u64 {
-            return Err(Error::corrupt(
-                path,
-                0,
-                "file shorter than an SSTable footer",
-            ));
+            return Err(Error::corrupt(path, 0, "file shorter than an SSTable footer"));
         }
         let mut fbuf = [0u8; FOOTER_LEN];
         let footer_at = size - FOOTER_LEN as u64;
-        file.read_exact_at(&mut fbuf, footer_at)
-            .map_err(|e| Error::io(path, e))?;
+        file.read_exact_at(&mut fbuf, footer_at).map_err(|e| Error::io(path, e))?;
         let footer = Footer::decode(&fbuf).map_err(|r| Error::corrupt(path, footer_at, r))?;
         let mut reader = SstReader {
             path: Arc::from(path),
@@ -85,15 +70,8 @@ impl SstReader {
             in_memory,
         };
         for h in [footer.index, footer.meta, footer.bloom] {
-            if h.offset
-                .checked_add(u64::from(h.len))
-                .is_none_or(|end| end > footer_at)
-            {
-                return Err(Error::corrupt(
-                    path,
-                    footer_at,
-                    "block handle points outside the file",
-                ));
+            if h.offset.checked_add(u64::from(h.len)).is_none_or(|end| end > footer_at) {
+                return Err(Error::corrupt(path, footer_at, "block handle points outside the file"));
             }
         }
         let index_raw = reader.read_block_bytes(footer.index)?;
@@ -104,11 +82,7 @@ impl SstReader {
             end.is_none_or(|end| end > footer_at)
         };
         if reader.index.iter().any(outside) {
-            return Err(Error::corrupt(
-                path,
-                footer.index.offset,
-                "index points outside the file",
-            ));
+            return Err(Error::corrupt(path, footer.index.offset, "index points outside the file"));
         }
         let meta_raw = reader.read_block_bytes(footer.meta)?;
         reader.meta = SstMeta::decode(&meta_raw)
@@ -129,9 +103,7 @@ impl SstReader {
 
     fn read_block_bytes(&self, h: Handle) -> Result<Vec<u8>> {
         let mut buf = vec![0u8; h.len as usize];
-        self.file
-            .read_exact_at(&mut buf, h.offset)
-            .map_err(|e| Error::io(&*self.path, e))?;
+        self.file.read_exact_at(&mut buf, h.offset).map_err(|e| Error::io(&*self.path, e))?;
         unframe(&buf, &self.path, h.offset)
     }
 
@@ -143,8 +115,7 @@ impl SstReader {
         }
         let raw = self.read_block_bytes(h)?;
         let block = Arc::new(Block::parse(raw, &self.path, h.offset)?);
-        self.cache
-            .insert(self.id, h.offset, block.clone(), self.in_memory);
+        self.cache.insert(self.id, h.offset, block.clone(), self.in_memory);
         Ok(block)
     }
 
@@ -170,8 +141,7 @@ impl SstReader {
     /// True if every row of the file lies in `[start, end)` (empty end = unbounded): the file
     /// belongs to that region alone rather than being shared after a split.
     pub fn within(&self, start: &[u8], end: &[u8]) -> bool {
-        self.row_span()
-            .is_none_or(|(first, last)| first >= start && (end.is_empty() || last < end))
+        self.row_span().is_none_or(|(first, last)| first >= start && (end.is_empty() || last < end))
     }
 
     /// The data blocks that may hold rows of `[start, end)` (empty end = unbounded), as (last
@@ -196,18 +166,13 @@ impl SstReader {
 
     /// False if the file certainly holds no cell of `row`.
     pub fn may_contain_row(&self, row: &[u8]) -> bool {
-        let (Some(first), Some(last)) = (
-            decode_key(&self.meta.first_key),
-            decode_key(&self.meta.last_key),
-        ) else {
+        let (Some(first), Some(last)) = (decode_key(&self.meta.first_key), decode_key(&self.meta.last_key)) else {
             return false;
         };
         if row < first.row || row > last.row {
             return false;
         }
-        self.bloom
-            .as_ref()
-            .is_none_or(|(_, b)| b.may_contain(row_hash(row)))
+        self.bloom.as_ref().is_none_or(|(_, b)| b.may_contain(row_hash(row)))
     }
 
     /// False if the file certainly holds no cell of `row` in any of `qualifiers` (nor a
@@ -218,10 +183,7 @@ impl SstReader {
         }
         match &self.bloom {
             Some((BloomType::RowCol, b)) => {
-                b.may_contain(row_col_hash(row, b""))
-                    || qualifiers
-                        .iter()
-                        .any(|q| b.may_contain(row_col_hash(row, q)))
+                b.may_contain(row_col_hash(row, b"")) || qualifiers.iter().any(|q| b.may_contain(row_col_hash(row, q)))
             }
             _ => true,
         }
@@ -229,18 +191,12 @@ impl SstReader {
 
     /// An unpositioned cursor: it reads nothing until the first `seek`.
     pub fn cursor(self: &Arc<Self>) -> SstCursor {
-        SstCursor {
-            reader: self.clone(),
-            block_idx: 0,
-            iter: None,
-        }
+        SstCursor { reader: self.clone(), block_idx: 0, iter: None }
     }
 
     /// Index of the first block whose last key is `>= target`.
     fn find_block(&self, target: &KeyView<'_>) -> usize {
-        self.index.partition_point(|e| {
-            decode_key(&e.last_key).is_some_and(|k| k.cmp_internal(target).is_lt())
-        })
+        self.index.partition_point(|e| decode_key(&e.last_key).is_some_and(|k| k.cmp_internal(target).is_lt()))
     }
 }
 
@@ -263,11 +219,7 @@ impl SstCursor {
         self.iter = None;
         if i < self.reader.index.len() {
             let block = self.reader.block(i)?;
-            let mut it = BlockIter::new(
-                block,
-                self.reader.path.clone(),
-                self.reader.index[i].handle.offset,
-            );
+            let mut it = BlockIter::new(block, self.reader.path.clone(), self.reader.index[i].handle.offset);
             it.seek_to_first()?;
             self.iter = Some(it);
         }
@@ -277,10 +229,7 @@ impl SstCursor {
 
 impl CellCursor for SstCursor {
     fn key(&self) -> Option<KeyView<'_>> {
-        self.iter
-            .as_ref()
-            .filter(|it| it.valid())
-            .and_then(|it| decode_key(it.key_bytes()))
+        self.iter.as_ref().filter(|it| it.valid()).and_then(|it| decode_key(it.key_bytes()))
     }
 
     fn value(&self) -> Bytes {
@@ -342,10 +291,6 @@ impl CellCursor for SstCursor {
                 return Ok(best);
             }
         }
-        Ok(if i == 0 {
-            None
-        } else {
-            row_of(&index[i - 1].last_key)
-        })
+        Ok(if i == 0 { None } else { row_of(&index[i - 1].last_key) })
     }
 }

@@ -10,9 +10,7 @@ use crate::cell::KeyView;
 use crate::descriptor::{BloomType, Compression, FamilyDescriptor};
 use crate::sst::block::{frame, BlockBuilder};
 use crate::sst::bloom::{row_col_hash, row_hash, Bloom};
-use crate::sst::format::{
-    encode_index, encode_key, Footer, Handle, IndexEntry, SstMeta, FORMAT_VERSION,
-};
+use crate::sst::format::{encode_index, encode_key, Footer, Handle, IndexEntry, SstMeta, FORMAT_VERSION};
 use crate::sst::reader::encode_bloom_block;
 use crate::{Error, Result};
 
@@ -37,11 +35,7 @@ pub(crate) struct SstWriter {
 impl SstWriter {
     /// Creates the file at `path` (which must not exist).
     pub fn create(path: &Path, family: &FamilyDescriptor) -> Result<SstWriter> {
-        let file = File::options()
-            .write(true)
-            .create_new(true)
-            .open(path)
-            .map_err(|e| Error::io(path, e))?;
+        let file = File::options().write(true).create_new(true).open(path).map_err(|e| Error::io(path, e))?;
         Ok(SstWriter {
             path: path.to_path_buf(),
             out: BufWriter::with_capacity(256 * 1024, file),
@@ -54,10 +48,7 @@ impl SstWriter {
             last_row: Vec::new(),
             index: Vec::new(),
             block_first_rows: Vec::new(),
-            meta: SstMeta {
-                min_ts: u64::MAX,
-                ..SstMeta::default()
-            },
+            meta: SstMeta { min_ts: u64::MAX, ..SstMeta::default() },
             key_buf: Vec::new(),
             empty: true,
         })
@@ -109,13 +100,8 @@ impl SstWriter {
 
     fn write_framed(&mut self, raw: &[u8], compression: Compression) -> Result<Handle> {
         let framed = frame(raw, compression);
-        self.out
-            .write_all(&framed)
-            .map_err(|e| Error::io(&self.path, e))?;
-        let handle = Handle {
-            offset: self.offset,
-            len: framed.len() as u32,
-        };
+        self.out.write_all(&framed).map_err(|e| Error::io(&self.path, e))?;
+        let handle = Handle { offset: self.offset, len: framed.len() as u32 };
         self.offset += framed.len() as u64;
         Ok(handle)
     }
@@ -138,11 +124,7 @@ impl SstWriter {
         if self.meta.cell_count == 0 {
             self.meta.min_ts = 0;
         }
-        self.meta.mid_row = self
-            .block_first_rows
-            .get(self.block_first_rows.len() / 2)
-            .cloned()
-            .unwrap_or_default();
+        self.meta.mid_row = self.block_first_rows.get(self.block_first_rows.len() / 2).cloned().unwrap_or_default();
         let bloom = if self.bloom == BloomType::None || self.hashes.is_empty() {
             Handle::default()
         } else {
@@ -151,20 +133,10 @@ impl SstWriter {
         };
         let index = self.write_framed(&encode_index(&self.index), Compression::None)?;
         let meta = self.write_framed(&self.meta.encode(), Compression::None)?;
-        let footer = Footer {
-            index,
-            bloom,
-            meta,
-            version: FORMAT_VERSION,
-        };
-        self.out
-            .write_all(&footer.encode())
-            .map_err(|e| Error::io(&self.path, e))?;
+        let footer = Footer { index, bloom, meta, version: FORMAT_VERSION };
+        self.out.write_all(&footer.encode()).map_err(|e| Error::io(&self.path, e))?;
         self.offset += footer.encode().len() as u64;
-        let file = self
-            .out
-            .into_inner()
-            .map_err(|e| Error::io(&self.path, e.into_error()))?;
+        let file = self.out.into_inner().map_err(|e| Error::io(&self.path, e.into_error()))?;
         file.sync_all().map_err(|e| Error::io(&self.path, e))?;
         Ok((self.meta, self.offset))
     }

@@ -25,10 +25,7 @@ pub(crate) struct WalEdit {
 
 /// Encodes a batch of edits to `region`.
 pub(crate) fn encode_batch(region: u64, edits: &[WalEdit]) -> Vec<u8> {
-    let size: usize = edits
-        .iter()
-        .map(|e| 32 + e.family.len() + e.row.len() + e.qualifier.len() + e.value.len())
-        .sum();
+    let size: usize = edits.iter().map(|e| 32 + e.family.len() + e.row.len() + e.qualifier.len() + e.value.len()).sum();
     let mut out = Vec::with_capacity(16 + size);
     out.extend_from_slice(&region.to_le_bytes());
     put_varint(&mut out, edits.len() as u64);

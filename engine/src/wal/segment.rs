@@ -97,19 +97,14 @@ fn parse_segment(path: &Path, data: &[u8], is_last: bool) -> Result<(Vec<WalReco
     }
     let version = u32::from_le_bytes([data[8], data[9], data[10], data[11]]);
     if version != SEGMENT_VERSION {
-        return Err(Error::corrupt(
-            path,
-            8,
-            format!("unsupported WAL version {version}"),
-        ));
+        return Err(Error::corrupt(path, 8, format!("unsupported WAL version {version}")));
     }
     let data_all = Bytes::copy_from_slice(data);
     let mut pos = SEGMENT_HEADER;
     while pos < data.len() {
         let rest = &data[pos..];
-        let damaged = |reason: &str| -> Result<(Vec<WalRecord>, Ending)> {
-            Err(Error::corrupt(path, pos as u64, reason))
-        };
+        let damaged =
+            |reason: &str| -> Result<(Vec<WalRecord>, Ending)> { Err(Error::corrupt(path, pos as u64, reason)) };
         // Everything after `pos` is zero: a preallocated or partially persisted tail.
         let zero_tail = rest.iter().all(|&b| b == 0);
         if rest.len() < RECORD_HEADER {
@@ -144,11 +139,7 @@ fn parse_segment(path: &Path, data: &[u8], is_last: bool) -> Result<(Vec<WalReco
             };
         }
         let start = pos + RECORD_HEADER;
-        records.push(WalRecord {
-            first_seq,
-            count,
-            payload: data_all.slice(start..start + len),
-        });
+        records.push(WalRecord { first_seq, count, payload: data_all.slice(start..start + len) });
         pos += end;
     }
     Ok((records, Ending::Clean))
@@ -169,11 +160,7 @@ impl Wal {
         for entry in fs::read_dir(dir).map_err(|e| Error::io(dir, e))? {
             let entry = entry.map_err(|e| Error::io(dir, e))?;
             let name = entry.file_name();
-            let Some(id) = name
-                .to_str()
-                .and_then(|n| n.strip_suffix(".log"))
-                .and_then(|n| n.parse().ok())
-            else {
+            let Some(id) = name.to_str().and_then(|n| n.strip_suffix(".log")).and_then(|n| n.parse().ok()) else {
                 continue;
             };
             ids.push(id);
@@ -191,10 +178,7 @@ impl Wal {
                 replay(r)?;
             }
             if let Ending::Torn(at) = ending {
-                let f = File::options()
-                    .write(true)
-                    .open(&path)
-                    .map_err(|e| Error::io(&path, e))?;
+                let f = File::options().write(true).open(&path).map_err(|e| Error::io(&path, e))?;
                 f.set_len(at).map_err(|e| Error::io(&path, e))?;
                 f.sync_all().map_err(|e| Error::io(&path, e))?;
             }
@@ -223,11 +207,7 @@ impl Wal {
 
     fn create_segment(dir: &Path, id: u64) -> Result<File> {
         let path = segment_path(dir, id);
-        let mut f = File::options()
-            .append(true)
-            .create_new(true)
-            .open(&path)
-            .map_err(|e| Error::io(&path, e))?;
+        let mut f = File::options().append(true).create_new(true).open(&path).map_err(|e| Error::io(&path, e))?;
         let mut header = Vec::with_capacity(SEGMENT_HEADER);
         header.extend_from_slice(SEGMENT_MAGIC);
         header.extend_from_slice(&SEGMENT_VERSION.to_le_bytes());
@@ -242,9 +222,7 @@ impl Wal {
     pub fn append(&self, count: u32, payload: &[u8], durability: Durability) -> Result<u64> {
         let mut inner = self.inner.lock();
         if let Some(why) = &inner.failed {
-            return Err(Error::Closed(format!(
-                "write-ahead log failed earlier: {why}"
-            )));
+            return Err(Error::Closed(format!("write-ahead log failed earlier: {why}")));
         }
         let first = inner.next_seq;
         let count = count.max(1);
@@ -320,8 +298,7 @@ impl Wal {
             let inner = self.inner.lock();
             (inner.file.clone(), inner.written_seq, inner.id)
         };
-        file.sync_data()
-            .map_err(|e| Error::io(segment_path(&self.dir, id), e))?;
+        file.sync_data().map_err(|e| Error::io(segment_path(&self.dir, id), e))?;
         *synced = written;
         Ok(())
     }
@@ -330,8 +307,7 @@ impl Wal {
     pub fn remove_segments_below(&self, seq: u64) -> Result<()> {
         let doomed: Vec<u64> = {
             let mut inner = self.inner.lock();
-            let (gone, kept): (Vec<_>, Vec<_>) =
-                inner.closed.iter().partition(|(_, max)| *max < seq);
+            let (gone, kept): (Vec<_>, Vec<_>) = inner.closed.iter().partition(|(_, max)| *max < seq);
             inner.closed = kept;
             gone.into_iter().map(|(id, _)| id).collect()
         };
@@ -386,11 +362,7 @@ mod tests {
         drop(wal);
         assert_eq!(
             reopen(dir.path()).unwrap(),
-            vec![
-                (1, b"one".to_vec()),
-                (4, b"two".to_vec()),
-                (5, b"three".to_vec())
-            ]
+            vec![(1, b"one".to_vec()), (4, b"two".to_vec()), (5, b"three".to_vec())]
         );
     }
 
@@ -404,14 +376,7 @@ mod tests {
         assert!(wal.segment_count() >= 5);
         wal.remove_segments_below(6).unwrap();
         drop(wal);
-        let seqs: Vec<u64> = reopen(dir.path())
-            .unwrap()
-            .into_iter()
-            .map(|(s, _)| s)
-            .collect();
-        assert!(
-            seqs.iter().all(|&s| s >= 5) && seqs.contains(&10),
-            "{seqs:?}"
-        );
+        let seqs: Vec<u64> = reopen(dir.path()).unwrap().into_iter().map(|(s, _)| s).collect();
+        assert!(seqs.iter().all(|&s| s >= 5) && seqs.contains(&10), "{seqs:?}");
     }
 }

@@ -10,6 +10,8 @@ pub struct TestEngine {
     pub dir: tempfile::TempDir,
     pub clock: Arc<ManualClock>,
     pub engine: Option<Engine>,
+    /// Options to use instead of [`TestEngine::options`] when reopening.
+    pub options_override: Option<EngineOptions>,
 }
 
 impl TestEngine {
@@ -17,19 +19,20 @@ impl TestEngine {
         let dir = tempfile::tempdir().unwrap();
         let clock = Arc::new(ManualClock::new(now));
         let engine = Engine::open(dir.path(), Self::options(&clock)).unwrap();
-        TestEngine {
-            dir,
-            clock,
-            engine: Some(engine),
-        }
+        TestEngine { dir, clock, engine: Some(engine), options_override: None }
     }
 
     pub fn options(clock: &Arc<ManualClock>) -> EngineOptions {
-        EngineOptions {
-            clock: clock.clone(),
-            block_cache_bytes: 4 << 20,
-            ..EngineOptions::default()
-        }
+        EngineOptions { clock: clock.clone(), block_cache_bytes: 4 << 20, ..EngineOptions::default() }
+    }
+
+    /// Like [`TestEngine::new`], but closing leaves unflushed writes in the log only, so a
+    /// reopen exercises log replay.
+    pub fn replaying(now: u64) -> TestEngine {
+        let mut te = TestEngine::new(now);
+        te.options_override = Some(EngineOptions { flush_on_close: false, ..Self::options(&te.clock) });
+        te.reopen();
+        te
     }
 
     pub fn engine(&self) -> &Engine {
@@ -38,7 +41,8 @@ impl TestEngine {
 
     pub fn reopen(&mut self) {
         self.engine = None;
-        self.engine = Some(Engine::open(self.dir.path(), Self::options(&self.clock)).unwrap());
+        let opts = self.options_override.clone().unwrap_or_else(|| Self::options(&self.clock));
+        self.engine = Some(Engine::open(self.dir.path(), opts).unwrap());
     }
 
     pub fn table(&self, name: &str) -> Table {
@@ -57,11 +61,7 @@ pub fn cells(r: &RowResult) -> Vec<(String, u64, String)> {
                 String::from_utf8_lossy(&c.value).into_owned()
             };
             (
-                format!(
-                    "{}:{}",
-                    String::from_utf8_lossy(&c.family),
-                    String::from_utf8_lossy(&c.qualifier)
-                ),
+                format!("{}:{}", String::from_utf8_lossy(&c.family), String::from_utf8_lossy(&c.qualifier)),
                 c.timestamp,
                 v,
             )
@@ -71,8 +71,5 @@ pub fn cells(r: &RowResult) -> Vec<(String, u64, String)> {
 
 /// Every row key a scan returns.
 pub fn rows(t: &Table, scan: Scan) -> Vec<String> {
-    t.scan(scan)
-        .unwrap()
-        .map(|r| String::from_utf8_lossy(&r.unwrap().row).into_owned())
-        .collect()
+    t.scan(scan).unwrap().map(|r| String::from_utf8_lossy(&r.unwrap().row).into_owned()).collect()
 }

@@ -1,0 +1,159 @@
+//! Background maintenance: a small pool of worker threads running flushes, compactions and
+//! splits that writers request, and writing buffered AsyncWal records out when idle.
+//!
+//! Requests are deduplicated per (region, kind). Workers hold only a weak reference to the
+//! engine; the [`Lifeline`] shared by every user handle stops and joins them when the last
+//! handle goes, flushes the memstores, and so closing an engine releases its directory at once.
+
+use std::collections::{HashSet, VecDeque};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Weak};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use parking_lot::{Condvar, Mutex};
+
+use crate::engine::EngineInner;
+
+/// What a worker does to one region.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) enum TaskKind {
+    Flush,
+    Compact,
+    Split,
+}
+
+/// One request.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub(crate) struct Task {
+    pub table: String,
+    pub region: u64,
+    pub kind: TaskKind,
+}
+
+#[derive(Default)]
+struct Queue {
+    tasks: VecDeque<Task>,
+    queued: HashSet<Task>,
+    running: usize,
+}
+
+/// The task queue and its signals.
+#[derive(Default)]
+pub(crate) struct Background {
+    queue: Mutex<Queue>,
+    /// Signals workers that a task is queued (or that they should stop).
+    work: Condvar,
+    /// Signals writers waiting on back-pressure that a task finished.
+    progress: Condvar,
+    stop: AtomicBool,
+}
+
+impl Background {
+    /// Queues a task unless an identical one is already waiting.
+    pub fn request(&self, task: Task) {
+        let mut q = self.queue.lock();
+        if q.queued.insert(task.clone()) {
+            q.tasks.push_back(task);
+            self.work.notify_one();
+        }
+    }
+
+    /// Waits until some task finishes or `timeout` passes.
+    pub fn wait_for_progress(&self, timeout: Duration) {
+        let mut q = self.queue.lock();
+        self.progress.wait_for(&mut q, timeout);
+    }
+
+    /// True when nothing is queued or running.
+    pub fn idle(&self) -> bool {
+        let q = self.queue.lock();
+        q.tasks.is_empty() && q.running == 0
+    }
+
+    fn next(&self) -> Option<Task> {
+        let mut q = self.queue.lock();
+        loop {
+            if self.stop.load(Ordering::Acquire) {
+                return None;
+            }
+            if let Some(t) = q.tasks.pop_front() {
+                q.queued.remove(&t);
+                q.running += 1;
+                return Some(t);
+            }
+            // The idle tick: come back to write out buffered AsyncWal records.
+            if self.work.wait_for(&mut q, Duration::from_millis(100)).timed_out() {
+                return Some(Task { table: String::new(), region: 0, kind: TaskKind::Flush });
+            }
+        }
+    }
+
+    fn done(&self, counted: bool) {
+        let mut q = self.queue.lock();
+        if counted {
+            q.running -= 1;
+        }
+        drop(q);
+        self.progress.notify_all();
+    }
+}
+
+/// Shared by every user handle; stops and joins the workers when the last one is dropped.
+pub(crate) struct Lifeline {
+    engine: Weak<EngineInner>,
+    background: Arc<Background>,
+    workers: Mutex<Vec<JoinHandle<()>>>,
+}
+
+impl Lifeline {
+    /// Starts `threads` workers for `engine`.
+    pub fn start(engine: &Arc<EngineInner>, threads: usize) -> Lifeline {
+        let background = engine.background.clone();
+        let workers = (0..threads.max(1))
+            .filter_map(|i| {
+                let weak: Weak<EngineInner> = Arc::downgrade(engine);
+                let bg = background.clone();
+                std::thread::Builder::new()
+                    .name(format!("cellar-bg-{i}"))
+                    .spawn(move || worker(&weak, &bg))
+                    // Without a worker, writers still make progress: back-pressure waits time
+                    // out, and explicit flushes and compactions run in the caller.
+                    .ok()
+            })
+            .collect();
+        Lifeline { engine: Arc::downgrade(engine), background, workers: Mutex::new(workers) }
+    }
+}
+
+impl Drop for Lifeline {
+    fn drop(&mut self) {
+        self.background.stop.store(true, Ordering::Release);
+        self.background.work.notify_all();
+        for w in self.workers.lock().drain(..) {
+            let _ = w.join();
+        }
+        if let Some(engine) = self.engine.upgrade() {
+            if engine.opts.flush_on_close {
+                // Best effort: whatever is not flushed is still in the log (unless SkipWal).
+                let _ = engine.flush_all();
+            }
+        }
+    }
+}
+
+fn worker(engine: &Weak<EngineInner>, bg: &Background) {
+    while let Some(task) = bg.next() {
+        let idle_tick = task.table.is_empty();
+        if let Some(engine) = engine.upgrade() {
+            if idle_tick {
+                let _ = engine.wal.flush_buffer();
+            } else {
+                // A failed task is retried when the next write asks for it again; the data
+                // stays safe in the memstore and the log meanwhile.
+                let _ = engine.run_task(&task);
+            }
+        }
+        bg.done(!idle_tick);
+    }
+}
