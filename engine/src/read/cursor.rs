@@ -18,6 +18,11 @@ pub(crate) trait CellCursor {
     fn next(&mut self) -> Result<()>;
     /// Positions at the first cell whose key is `>= target`.
     fn seek(&mut self, target: &KeyView<'_>) -> Result<()>;
+    /// Like [`CellCursor::seek`], for a target at or after the current position: sources can
+    /// skip the search when they are already there.
+    fn seek_forward(&mut self, target: &KeyView<'_>) -> Result<()> {
+        self.seek(target)
+    }
     /// The largest row strictly below `bound` (or the largest row, for `None`); used by
     /// reversed scans. Does not move the cursor in any way callers rely on.
     fn prev_row(&mut self, bound: Option<&[u8]>) -> Result<Option<Bytes>>;
@@ -77,6 +82,18 @@ impl CellCursor for MergeCursor<'_> {
     fn seek(&mut self, target: &KeyView<'_>) -> Result<()> {
         for s in &mut self.sources {
             s.seek(target)?;
+        }
+        self.pick();
+        Ok(())
+    }
+
+    fn seek_forward(&mut self, target: &KeyView<'_>) -> Result<()> {
+        for s in &mut self.sources {
+            // Sources already at or past the target (or exhausted) stay put: a seek costs a
+            // search, and most sources of a row skip are already beyond the skipped column.
+            if s.key().is_some_and(|k| k.cmp_internal(target).is_lt()) {
+                s.seek(target)?;
+            }
         }
         self.pick();
         Ok(())

@@ -9,7 +9,7 @@
 
 use bytes::Bytes;
 
-use crate::cell::{Cell, CellType};
+use crate::cell::{Cell, CellType, KeyView};
 use crate::descriptor::FamilyDescriptor;
 use crate::masking::{is_expired, DeleteTracker, Marker};
 use crate::query::TimeRange;
@@ -109,7 +109,33 @@ pub(crate) fn read_row_family(
                 value,
             });
         }
-        cur.next()?;
+        // Once a column can yield nothing more (or is not asked for), jump past its remaining
+        // versions instead of reading them: a hot row may hold thousands of obsolete versions
+        // until its memstore is flushed.
+        let column_done = (!c.selected && !c.qualifier.is_empty())
+            || (!p.raw && (c.surviving >= fam.desc.max_versions || c.returned >= p.max_versions));
+        if column_done {
+            let qualifier = c.qualifier.clone();
+            skip_column(cur, row, &qualifier)?;
+        } else {
+            cur.next()?;
+        }
     }
     Ok(())
+}
+
+/// Cells stepped over one by one before a skip turns into a seek (seeks cost more per call).
+const STEPS_BEFORE_SEEK: usize = 4;
+
+/// Moves `cur` past every remaining cell of column `qualifier` in `row`.
+fn skip_column(cur: &mut dyn CellCursor, row: &[u8], qualifier: &[u8]) -> Result<()> {
+    for _ in 0..STEPS_BEFORE_SEEK {
+        cur.next()?;
+        if !cur.key().is_some_and(|k| k.row == row && k.qualifier == qualifier) {
+            return Ok(());
+        }
+    }
+    // The qualifier followed by a zero byte is the next possible column.
+    let next_column = [qualifier, &[0u8]].concat();
+    cur.seek_forward(&KeyView::first_of_column(row, &next_column))
 }

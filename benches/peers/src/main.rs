@@ -1,0 +1,263 @@
+//! `cellar-peers`: runs the workloads of `benches/workloads` on Cellar, RocksDB and fjall with
+//! equivalent settings, one child process per engine (so peak memory is measured per engine),
+//! and prints ops/s per engine and the ratios Cellar/peer.
+//!
+//! Usage: `cargo run --release -- [--records N] [--ops N] [--dir DIR] [--engines a,b,c]`
+//!
+//! Equivalent settings: every write reaches the OS before it is acknowledged (Cellar SyncWal;
+//! RocksDB WAL without sync; fjall journal persisted with `PersistMode::Buffer` per write), no
+//! fsync; 256 MiB block cache; 64 MiB memtables; no compression; 10-bit bloom filters.
+
+#[path = "../../workloads/mod.rs"]
+mod workloads;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Instant;
+
+use workloads::{Store, Ycsb};
+
+const CACHE: usize = 256 * 1024 * 1024;
+const MEMTABLE: usize = 64 * 1024 * 1024;
+
+/// A YCSB record in a key/value store: the ten fields concatenated, as YCSB's RocksDB binding
+/// serializes them; an update rewrites the whole record.
+fn record_value(fields: &[Vec<u8>]) -> Vec<u8> {
+    fields.concat()
+}
+
+fn patch(mut record: Vec<u8>, field: usize, value: &[u8]) -> Vec<u8> {
+    let at = field * workloads::FIELD_LEN;
+    if record.len() >= at + value.len() {
+        record[at..at + value.len()].copy_from_slice(value);
+    }
+    record
+}
+
+struct Rocks(rocksdb::DB);
+
+impl Rocks {
+    fn open(dir: &Path) -> Rocks {
+        let mut opts = rocksdb::Options::default();
+        opts.create_if_missing(true);
+        opts.set_write_buffer_size(MEMTABLE);
+        opts.set_max_background_jobs(2);
+        opts.set_compression_type(rocksdb::DBCompressionType::None);
+        let mut table = rocksdb::BlockBasedOptions::default();
+        table.set_block_cache(&rocksdb::Cache::new_lru_cache(CACHE));
+        table.set_bloom_filter(10.0, false);
+        opts.set_block_based_table_factory(&table);
+        Rocks(rocksdb::DB::open(&opts, dir).expect("open rocksdb"))
+    }
+}
+
+impl Store for Rocks {
+    fn insert(&self, key: &[u8], fields: &[Vec<u8>]) {
+        self.0.put(key, record_value(fields)).expect("put");
+    }
+    fn read(&self, key: &[u8]) -> bool {
+        self.0.get_pinned(key).expect("get").is_some()
+    }
+    fn update(&self, key: &[u8], field: usize, value: &[u8]) {
+        let current = self.0.get(key).expect("get").unwrap_or_default();
+        self.0.put(key, patch(current, field, value)).expect("put");
+    }
+    fn scan(&self, start: &[u8], n: usize) -> usize {
+        let mut it = self.0.raw_iterator();
+        it.seek(start);
+        let mut read = 0;
+        while it.valid() && read < n {
+            std::hint::black_box(it.value());
+            read += 1;
+            it.next();
+        }
+        read
+    }
+    fn put(&self, key: &[u8], value: &[u8]) {
+        self.0.put(key, value).expect("put");
+    }
+    fn get(&self, key: &[u8]) -> bool {
+        self.0.get_pinned(key).expect("get").is_some()
+    }
+    fn settle(&self) {
+        self.0.flush().expect("flush");
+    }
+}
+
+struct Fjall {
+    db: fjall::Database,
+    ks: fjall::Keyspace,
+}
+
+impl Fjall {
+    fn open(dir: &Path) -> Fjall {
+        let db = fjall::Database::builder(dir).cache_size(CACHE as u64).open().expect("open fjall");
+        let ks = db
+            .keyspace("t", || {
+                fjall::KeyspaceCreateOptions::default()
+                    .max_memtable_size(MEMTABLE as u64)
+                    .data_block_compression_policy(fjall::config::CompressionPolicy::disabled())
+            })
+            .expect("keyspace");
+        Fjall { db, ks }
+    }
+
+    fn write(&self, key: &[u8], value: Vec<u8>) {
+        self.ks.insert(key, value).expect("insert");
+        self.db.persist(fjall::PersistMode::Buffer).expect("persist");
+    }
+}
+
+impl Store for Fjall {
+    fn insert(&self, key: &[u8], fields: &[Vec<u8>]) {
+        self.write(key, record_value(fields));
+    }
+    fn read(&self, key: &[u8]) -> bool {
+        self.ks.get(key).expect("get").is_some()
+    }
+    fn update(&self, key: &[u8], field: usize, value: &[u8]) {
+        let current = self.ks.get(key).expect("get").map(|v| v.to_vec()).unwrap_or_default();
+        self.write(key, patch(current, field, value));
+    }
+    fn scan(&self, start: &[u8], n: usize) -> usize {
+        self.ks.range(start.to_vec()..).take(n).map(|g| std::hint::black_box(g.value().expect("value").len())).count()
+    }
+    fn put(&self, key: &[u8], value: &[u8]) {
+        self.write(key, value.to_vec());
+    }
+    fn get(&self, key: &[u8]) -> bool {
+        self.ks.get(key).expect("get").is_some()
+    }
+}
+
+fn open_cellar(dir: &Path) -> workloads::cellar_store::CellarStore {
+    use cellar_engine::*;
+    let opts = EngineOptions { block_cache_bytes: CACHE, memstore_flush_bytes: MEMTABLE, ..EngineOptions::default() };
+    let engine = Engine::open(dir, opts).expect("open cellar");
+    engine.create_table(TableDescriptor::new("t").family(FamilyDescriptor::new("f"))).expect("create");
+    let table = engine.table("t").expect("table");
+    workloads::cellar_store::CellarStore { engine, table }
+}
+
+fn peak_rss_kib() -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap_or(0)
+}
+
+/// Runs every workload on one engine, printing `RESULT name ops_per_sec` lines.
+fn child(engine: &str, dir: &Path, records: u64, ops: u64) {
+    let run = |name: &str, n: u64, f: &mut dyn FnMut()| {
+        let t = Instant::now();
+        f();
+        let secs = t.elapsed().as_secs_f64();
+        println!("RESULT {name}\t{:.0}", n as f64 / secs);
+    };
+    let open = |sub: &str| -> Box<dyn Store> {
+        let d = dir.join(sub);
+        std::fs::create_dir_all(&d).expect("dir");
+        match engine {
+            "cellar" => Box::new(open_cellar(&d)),
+            "rocksdb" => Box::new(Rocks::open(&d)),
+            "fjall" => Box::new(Fjall::open(&d)),
+            other => panic!("unknown engine {other}"),
+        }
+    };
+    {
+        let s = open("bench");
+        run("fillrandom", records, &mut || workloads::fill_random(&*s, records));
+        run("readrandom", ops, &mut || {
+            workloads::read_random(&*s, ops, records, 7);
+        });
+        let seeks = ops / 10;
+        run("seekrandom+scan100 (rows/s)", seeks * 100, &mut || {
+            workloads::seek_scan(&*s, seeks, records, 11);
+        });
+    }
+    let s = open("ycsb");
+    run("ycsb-load", records, &mut || workloads::ycsb_load(&*s, records));
+    let mut runner = workloads::YcsbRunner::new(records, 13);
+    for w in Ycsb::ALL {
+        run(w.name(), ops, &mut || runner.run(&*s, w, ops));
+    }
+    println!("RSS {}", peak_rss_kib());
+}
+
+fn main() {
+    let mut records = 1_000_000u64;
+    let mut ops = 200_000u64;
+    let mut dir = std::env::temp_dir().join("cellar-peers");
+    let mut engines = vec!["cellar".to_string(), "rocksdb".to_string(), "fjall".to_string()];
+    let mut child_engine: Option<String> = None;
+    let mut args = std::env::args().skip(1);
+    while let Some(a) = args.next() {
+        let mut val = || args.next().expect("option needs a value");
+        match a.as_str() {
+            "--records" => records = val().parse().expect("number"),
+            "--ops" => ops = val().parse().expect("number"),
+            "--dir" => dir = PathBuf::from(val()),
+            "--engines" => engines = val().split(',').map(str::to_string).collect(),
+            "--child" => child_engine = Some(val()),
+            other => panic!("unknown argument {other}"),
+        }
+    }
+    if let Some(e) = child_engine {
+        child(&e, &dir, records, ops);
+        return;
+    }
+    println!("records {records}, ops per workload {ops}");
+    let mut table: Vec<(String, Vec<f64>)> = Vec::new();
+    let mut rss = Vec::new();
+    for e in &engines {
+        let edir = dir.join(e);
+        let _ = std::fs::remove_dir_all(&edir);
+        let out = Command::new(std::env::current_exe().expect("exe"))
+            .args(["--child", e, "--dir", edir.to_str().expect("utf-8 dir")])
+            .args(["--records", &records.to_string(), "--ops", &ops.to_string()])
+            .output()
+            .expect("run child");
+        let text = String::from_utf8_lossy(&out.stdout);
+        if !out.status.success() {
+            eprintln!("{e} failed: {}", String::from_utf8_lossy(&out.stderr));
+        }
+        for line in text.lines() {
+            if let Some(r) = line.strip_prefix("RESULT ") {
+                let (name, v) = r.rsplit_once('\t').expect("result line");
+                let v: f64 = v.parse().expect("number");
+                match table.iter_mut().find(|(n, _)| n == name) {
+                    Some((_, vals)) => vals.push(v),
+                    None => table.push((name.to_string(), vec![v])),
+                }
+            } else if let Some(k) = line.strip_prefix("RSS ") {
+                rss.push(k.parse::<u64>().unwrap_or(0));
+            }
+        }
+        let _ = std::fs::remove_dir_all(&edir);
+    }
+    print!("{:<52}", "workload (ops/s)");
+    for e in &engines {
+        print!("{e:>12}");
+    }
+    for e in engines.iter().skip(1) {
+        print!("{:>16}", format!("{}/{e}", engines[0]));
+    }
+    println!();
+    for (name, vals) in &table {
+        print!("{name:<52}");
+        for v in vals {
+            print!("{v:>12.0}");
+        }
+        for v in vals.iter().skip(1) {
+            print!("{:>16.2}", vals[0] / v);
+        }
+        println!();
+    }
+    print!("{:<52}", "peak RSS (MiB)");
+    for r in &rss {
+        print!("{:>12}", r / 1024);
+    }
+    println!();
+}
