@@ -41,7 +41,8 @@ pub(crate) struct ReadParams {
 
 /// Per-column progress through the versions of one column.
 struct ColumnState {
-    qualifier: Bytes,
+    /// Where the qualifier sits in the row's qualifier buffer.
+    qualifier: std::ops::Range<usize>,
     selected: bool,
     last_put_ts: Option<u64>,
     surviving: u32,
@@ -62,14 +63,21 @@ pub(crate) fn read_row_family(
     let ceiling = if fam.desc.keep_deleted_cells { p.time_range.max } else { u64::MAX };
     let ttl = fam.desc.ttl_ms();
     let mut col: Option<ColumnState> = None;
+    // Qualifiers of this row's columns, back to back: one allocation per row instead of one per
+    // column. Cells get slices of it once the row is done.
+    let mut qualifiers: Vec<u8> = Vec::new();
+    let first_cell = out.len();
+    let mut cell_qualifiers: Vec<std::ops::Range<usize>> = Vec::new();
     while let Some(k) = cur.key() {
         if k.row != row.as_ref() {
             break;
         }
-        if col.as_ref().is_none_or(|c| c.qualifier.as_ref() != k.qualifier) {
+        if col.as_ref().is_none_or(|c| &qualifiers[c.qualifier.clone()] != k.qualifier) {
             tracker.start_column();
-            let qualifier = Bytes::copy_from_slice(k.qualifier);
-            let selected = fam.selects(&qualifier);
+            let start = qualifiers.len();
+            qualifiers.extend_from_slice(k.qualifier);
+            let selected = fam.selects(k.qualifier);
+            let qualifier = start..qualifiers.len();
             col = Some(ColumnState { qualifier, selected, last_put_ts: None, surviving: 0, returned: 0 });
         }
         let Some(c) = col.as_mut() else { break };
@@ -100,10 +108,11 @@ pub(crate) fn read_row_family(
             }
         }
         if let Some((kind, value)) = emitted {
+            cell_qualifiers.push(c.qualifier.clone());
             out.push(Cell {
                 row: row.clone(),
                 family: fam.name.clone(),
-                qualifier: c.qualifier.clone(),
+                qualifier: Bytes::new(),
                 timestamp: k.ts,
                 cell_type: kind,
                 value,
@@ -115,11 +124,14 @@ pub(crate) fn read_row_family(
         let column_done = (!c.selected && !c.qualifier.is_empty())
             || (!p.raw && (c.surviving >= fam.desc.max_versions || c.returned >= p.max_versions));
         if column_done {
-            let qualifier = c.qualifier.clone();
-            skip_column(cur, row, &qualifier)?;
+            skip_column(cur, row, &qualifiers[c.qualifier.clone()])?;
         } else {
             cur.next()?;
         }
+    }
+    let qualifiers = Bytes::from(qualifiers);
+    for (cell, range) in out[first_cell..].iter_mut().zip(cell_qualifiers) {
+        cell.qualifier = qualifiers.slice(range);
     }
     Ok(())
 }
