@@ -26,7 +26,8 @@ use crate::{Delete, Error, Result};
 
 /// State shared by every handle of one table.
 pub(crate) struct TableState {
-    desc: RwLock<TableDescriptor>,
+    /// Shared so the hot path takes a reference count, not a copy of every family.
+    desc: RwLock<Arc<TableDescriptor>>,
     enabled: AtomicBool,
     dropped: AtomicBool,
     regions: RwLock<Vec<Arc<Region>>>,
@@ -35,7 +36,7 @@ pub(crate) struct TableState {
 impl TableState {
     pub fn new(desc: TableDescriptor, enabled: bool, regions: Vec<Arc<Region>>) -> Self {
         TableState {
-            desc: RwLock::new(desc),
+            desc: RwLock::new(Arc::new(desc)),
             enabled: AtomicBool::new(enabled),
             dropped: AtomicBool::new(false),
             regions: RwLock::new(regions),
@@ -43,11 +44,16 @@ impl TableState {
     }
 
     pub fn descriptor(&self) -> TableDescriptor {
+        (**self.desc.read()).clone()
+    }
+
+    /// The descriptor without copying it.
+    pub fn shared_descriptor(&self) -> Arc<TableDescriptor> {
         self.desc.read().clone()
     }
 
     pub fn set_descriptor(&self, desc: TableDescriptor) {
-        *self.desc.write() = desc;
+        *self.desc.write() = Arc::new(desc);
     }
 
     pub fn is_enabled(&self) -> bool {
@@ -127,14 +133,14 @@ impl Table {
         self.state.descriptor()
     }
 
-    fn check_usable(&self) -> Result<TableDescriptor> {
+    fn check_usable(&self) -> Result<Arc<TableDescriptor>> {
         if self.state.dropped.load(Ordering::Acquire) {
             return Err(Error::TableNotFound(self.name.clone()));
         }
         if !self.state.is_enabled() {
             return Err(Error::TableDisabled(self.name.clone()));
         }
-        Ok(self.state.descriptor())
+        Ok(self.state.shared_descriptor())
     }
 
     fn check_family(&self, desc: &TableDescriptor, family: &[u8]) -> Result<()> {
