@@ -4,7 +4,7 @@
 
 use std::cmp::Ordering;
 use std::ops::Bound;
-use std::sync::atomic::{AtomicUsize, Ordering as AtomicOrdering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering as AtomicOrdering};
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -77,18 +77,32 @@ pub(crate) struct Memstore {
     map: SkipMap<MemKey, MemValue>,
     bytes: AtomicUsize,
     account: MemAccount,
+    /// Set once the bytes were given back to the account (after a flush).
+    released: AtomicBool,
 }
 
 impl Drop for Memstore {
     fn drop(&mut self) {
-        // Memory is released when the last reader of a flushed memstore lets go of it.
-        self.account.fetch_sub(*self.bytes.get_mut(), AtomicOrdering::Relaxed);
+        self.release();
     }
 }
 
 impl Memstore {
     pub fn new(account: &MemAccount) -> Self {
-        Memstore { map: SkipMap::new(), bytes: AtomicUsize::new(0), account: account.clone() }
+        Memstore {
+            map: SkipMap::new(),
+            bytes: AtomicUsize::new(0),
+            account: account.clone(),
+            released: AtomicBool::new(false),
+        }
+    }
+
+    /// Gives this memstore's bytes back to the global budget. Called when its flush is
+    /// installed: readers may still hold it, but a slow scanner must not stall every writer.
+    pub fn release(&self) {
+        if !self.released.swap(true, AtomicOrdering::AcqRel) {
+            self.account.fetch_sub(self.bytes.load(AtomicOrdering::Relaxed), AtomicOrdering::Relaxed);
+        }
     }
 
     /// Inserts a cell. Callers hold the region's write lock, so sizes stay exact.

@@ -326,7 +326,9 @@ impl Region {
         let mut next = (**guard).clone();
         for s in &mut next.families {
             if let Some((_, file)) = new_files.iter().find(|(n, _)| *n == s.name) {
-                s.frozen = None;
+                if let Some(frozen) = s.frozen.take() {
+                    frozen.release();
+                }
                 if let Some(f) = file {
                     s.files.insert(0, f.clone());
                 }
