@@ -17,7 +17,7 @@ use crate::cell::KeyView;
 use crate::descriptor::FamilyDescriptor;
 use crate::fsutil::sync_dir;
 use crate::memstore::{MemAccount, MemKey, MemValue, Memstore};
-use crate::read::cursor::{BoundedCursor, CellCursor, MergeCursor};
+use crate::read::cursor::{BoundedCursor, CellCursor, MergeCursor, Source};
 use crate::read::rows::ReadSnapshot;
 use crate::retention::{write_retained, Retention};
 use crate::sst::reader::sst_path;
@@ -276,8 +276,7 @@ impl Region {
             }
         }
         // Few blocks: find the middle row itself (the data is small, so this read is cheap).
-        let cursors: Vec<Box<dyn CellCursor>> =
-            files.iter().map(|f| Box::new(f.cursor()) as Box<dyn CellCursor>).collect();
+        let cursors: Vec<Source<'_>> = files.iter().map(|f| Source::Sst(f.cursor())).collect();
         let mut merged = BoundedCursor::new(MergeCursor::new(cursors), self.end.clone());
         merged.seek(&KeyView::first_of_row(&self.start))?;
         let mut rows: Vec<Bytes> = Vec::new();
@@ -381,8 +380,7 @@ impl Region {
             if s.files.is_empty() || (!major && !shared && s.files.len() < 2) {
                 continue;
             }
-            let cursors: Vec<Box<dyn CellCursor>> =
-                s.files.iter().map(|f| Box::new(f.cursor()) as Box<dyn CellCursor>).collect();
+            let cursors: Vec<Source<'_>> = s.files.iter().map(|f| Source::Sst(f.cursor())).collect();
             let mut merged = BoundedCursor::new(MergeCursor::new(cursors), self.end.clone());
             merged.seek(&KeyView::first_of_row(&self.start))?;
             let mode = if major { Retention::Major { now } } else { Retention::KeepMarkers };

@@ -4,6 +4,8 @@
 use bytes::Bytes;
 
 use crate::cell::KeyView;
+use crate::memstore::MemCursor;
+use crate::sst::SstCursor;
 use crate::Result;
 
 /// A positioned iterator over one family's cells in the engine's key order.
@@ -28,17 +30,54 @@ pub(crate) trait CellCursor {
     fn prev_row(&mut self, bound: Option<&[u8]>) -> Result<Option<Bytes>>;
 }
 
+/// One input of a merge: a memstore or an SSTable (an enum rather than a boxed trait object:
+/// reads build these on every Get).
+pub(crate) enum Source<'a> {
+    Mem(MemCursor<'a>),
+    Sst(SstCursor),
+}
+
+macro_rules! each_source {
+    ($self:ident, $c:ident => $e:expr) => {
+        match $self {
+            Source::Mem($c) => $e,
+            Source::Sst($c) => $e,
+        }
+    };
+}
+
+impl CellCursor for Source<'_> {
+    fn key(&self) -> Option<KeyView<'_>> {
+        each_source!(self, c => c.key())
+    }
+    fn value(&self) -> Bytes {
+        each_source!(self, c => c.value())
+    }
+    fn ttl_ms(&self) -> Option<u64> {
+        each_source!(self, c => c.ttl_ms())
+    }
+    fn next(&mut self) -> Result<()> {
+        each_source!(self, c => c.next())
+    }
+    fn seek(&mut self, target: &KeyView<'_>) -> Result<()> {
+        each_source!(self, c => c.seek(target))
+    }
+    fn prev_row(&mut self, bound: Option<&[u8]>) -> Result<Option<Bytes>> {
+        each_source!(self, c => c.prev_row(bound))
+    }
+}
+
 /// Merges several cursors into one ordered stream.
 ///
 /// Sources are few (one memstore or two, plus a handful of files), so picking the minimum by a
 /// linear pass is cheaper than maintaining a heap.
 pub(crate) struct MergeCursor<'a> {
-    sources: Vec<Box<dyn CellCursor + 'a>>,
+    sources: Vec<Source<'a>>,
     current: Option<usize>,
 }
 
 impl<'a> MergeCursor<'a> {
-    pub fn new(sources: Vec<Box<dyn CellCursor + 'a>>) -> Self {
+    pub fn new(sources: Vec<Source<'a>>) -> Self {
         let mut m = MergeCursor { sources, current: None };
         m.pick();
         m

@@ -9,7 +9,7 @@ use bytes::Bytes;
 use crate::cell::KeyView;
 use crate::masking::DeleteTracker;
 use crate::query::{ReadSpec, RowRange, RowResult};
-use crate::read::cursor::{CellCursor, MergeCursor};
+use crate::read::cursor::{CellCursor, MergeCursor, Source};
 use crate::read::visibility::{read_row_family, FamilyView, ReadParams};
 use crate::region::{RegionStores, Store};
 use crate::Result;
@@ -38,10 +38,13 @@ struct FamilyRead<'a> {
 
 fn open_family<'a>(store: &'a Store, snap: &ReadSnapshot, read: &RowRead<'_>) -> Result<FamilyRead<'a>> {
     let qualifiers = read.spec.columns.qualifiers(&store.name).map(|qs| qs.into_iter().cloned().collect::<Vec<_>>());
-    let mut sources: Vec<Box<dyn CellCursor + 'a>> = Vec::new();
-    sources.push(Box::new(store.active.cursor(snap.read_point)));
-    if let Some(frozen) = &store.frozen {
-        sources.push(Box::new(frozen.cursor(snap.read_point)));
+    let mut sources: Vec<Source<'a>> = Vec::with_capacity(2 + store.files.len());
+    // An empty memstore holds nothing at or below the read point (those writes were inserted
+    // before the read point was published), so it needs no cursor.
+    for mem in std::iter::once(&store.active).chain(&store.frozen) {
+        if !mem.is_empty() {
+            sources.push(Source::Mem(mem.cursor(snap.read_point)));
+        }
     }
     for file in &store.files {
         if let Some(row) = read.point_row {
@@ -53,7 +56,7 @@ fn open_family<'a>(store: &'a Store, snap: &ReadSnapshot, read: &RowRead<'_>) ->
                 continue;
             }
         }
-        sources.push(Box::new(file.cursor()));
+        sources.push(Source::Sst(file.cursor()));
     }
     Ok(FamilyRead {
         view: FamilyView { name: store.name.clone(), desc: &store.desc, qualifiers },
@@ -98,13 +101,17 @@ pub(crate) fn read_rows(
     };
 
     if !read.reversed {
-        let start = match &read.range.lo {
-            Bound::Unbounded => Vec::new(),
-            Bound::Included(l) => l.to_vec(),
-            Bound::Excluded(l) => [l.as_ref(), &[0u8]].concat(),
+        let after;
+        let start: &[u8] = match &read.range.lo {
+            Bound::Unbounded => &[],
+            Bound::Included(l) => l,
+            Bound::Excluded(l) => {
+                after = [l.as_ref(), &[0u8]].concat();
+                &after
+            }
         };
         for f in &mut families {
-            f.cursor.seek(&KeyView::first_of_row(&start))?;
+            f.cursor.seek(&KeyView::first_of_row(start))?;
         }
         loop {
             let next = families.iter().filter_map(|f| f.cursor.key().map(|k| k.row)).min();

@@ -272,16 +272,27 @@ impl BlockIter {
     }
 
     /// Positions at the first entry `>= target`, or exhausts the iterator.
+    /// The full key stored at restart point `i` (restart entries share no prefix), read in
+    /// place without copying.
+    fn restart_key(&self, i: usize) -> Result<KeyView<'_>> {
+        let data = &self.block.data[..self.block.restarts_at];
+        let mut pos = self.block.restart(i);
+        let mut field = || get_varint(data, &mut pos).ok_or_else(|| self.corrupt("truncated restart entry"));
+        let (shared, unshared) = (field()?, field()? as usize);
+        let (_value_len, _ttl) = (field()?, field()?);
+        let key = pos.checked_add(unshared).and_then(|end| data.get(pos..end));
+        match key {
+            Some(key) if shared == 0 => decode_key(key).ok_or_else(|| self.corrupt("malformed restart key")),
+            _ => Err(self.corrupt("bad restart entry")),
+        }
+    }
+
     pub fn seek(&mut self, target: &KeyView<'_>) -> Result<()> {
         // Binary search for the last restart whose key is < target.
         let (mut lo, mut hi) = (0usize, self.block.num_restarts);
         while hi - lo > 1 {
             let mid = (lo + hi) / 2;
-            self.next_at = self.block.restart(mid);
-            self.key.clear();
-            self.advance()?;
-            let k = decode_key(&self.key).ok_or_else(|| self.corrupt("malformed restart key"))?;
-            if k.cmp_internal(target) == Ordering::Less {
+            if self.restart_key(mid)?.cmp_internal(target) == Ordering::Less {
                 lo = mid;
             } else {
                 hi = mid;

@@ -10,5 +10,5 @@ pub(crate) mod format;
 pub(crate) mod reader;
 pub(crate) mod writer;
 
-pub(crate) use reader::SstReader;
+pub(crate) use reader::{SstCursor, SstReader};
 pub(crate) use writer::SstWriter;

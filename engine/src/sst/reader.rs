@@ -213,15 +213,22 @@ pub(crate) struct SstCursor {
 }
 
 impl SstCursor {
-    /// Moves to the first entry of block `i` (or past the end).
-    fn load(&mut self, i: usize) -> Result<()> {
+    /// Opens block `i` (or goes past the end) without positioning inside it.
+    fn open_block(&mut self, i: usize) -> Result<()> {
         self.block_idx = i;
         self.iter = None;
         if i < self.reader.index.len() {
             let block = self.reader.block(i)?;
-            let mut it = BlockIter::new(block, self.reader.path.clone(), self.reader.index[i].handle.offset);
+            self.iter = Some(BlockIter::new(block, self.reader.path.clone(), self.reader.index[i].handle.offset));
+        }
+        Ok(())
+    }
+
+    /// Moves to the first entry of block `i` (or past the end).
+    fn load(&mut self, i: usize) -> Result<()> {
+        self.open_block(i)?;
+        if let Some(it) = self.iter.as_mut() {
             it.seek_to_first()?;
-            self.iter = Some(it);
         }
         Ok(())
     }
@@ -253,7 +260,7 @@ impl CellCursor for SstCursor {
 
     fn seek(&mut self, target: &KeyView<'_>) -> Result<()> {
         let i = self.reader.find_block(target);
-        self.load(i)?;
+        self.open_block(i)?;
         if let Some(it) = self.iter.as_mut() {
             it.seek(target)?;
             if !it.valid() {
