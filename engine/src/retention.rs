@@ -1,8 +1,10 @@
 //! What flushes and compactions keep.
 //!
-//! * Flush and minor compaction drop only puts hidden by a delete marker in the same input
-//!   (unless the family keeps deleted cells) and keep every marker: what reads return does not
-//!   change.
+//! * Flush and minor compaction keep every marker and drop, within their input, puts hidden by a
+//!   marker (unless the family keeps deleted cells), puts shadowed by a newer write at the same
+//!   timestamp, and versions beyond `max_versions`. As in HBase, a version dropped this way stays
+//!   gone even if a later delete removes a newer one; otherwise hot rows would drag thousands of
+//!   dead versions through every file.
 //! * Major compaction sees every file of a store and keeps exactly what reads can still
 //!   return: markers go (unless KEEP_DELETED_CELLS), so do masked puts, puts shadowed by a
 //!   newer write at the same timestamp, versions beyond `max_versions`, and expired versions
@@ -69,20 +71,20 @@ pub(crate) fn copy_retained(
             kdc || mode == Retention::KeepMarkers
         } else {
             let masked = tracker.masks(k.ts, k.seq, u64::MAX);
-            match mode {
-                Retention::KeepMarkers => kdc || !masked,
-                Retention::Major { now } => {
-                    let shadowed = col.last_put_ts == Some(k.ts);
-                    col.last_put_ts = Some(k.ts);
-                    let index = col.surviving;
-                    if !shadowed && !masked {
-                        col.surviving += 1;
-                    }
-                    let within_limits = index < desc.max_versions
-                        && (index < desc.min_versions || !is_expired(k.ts, cursor.ttl_ms(), ttl, now));
-                    !shadowed && (!masked || kdc) && within_limits
-                }
+            let shadowed = col.last_put_ts == Some(k.ts);
+            col.last_put_ts = Some(k.ts);
+            let index = col.surviving;
+            if !shadowed && !masked {
+                col.surviving += 1;
             }
+            let within_limits = index < desc.max_versions
+                && match mode {
+                    Retention::KeepMarkers => true,
+                    Retention::Major { now } => {
+                        index < desc.min_versions || !is_expired(k.ts, cursor.ttl_ms(), ttl, now)
+                    }
+                };
+            !shadowed && (!masked || kdc) && within_limits
         };
         if keep {
             out(&k, &cursor.value(), cursor.ttl_ms())?;

@@ -271,15 +271,24 @@ impl Model {
 
     /// Drops puts masked within the input: the cells (of the rows `in_range` accepts) in the
     /// memstore, or in files.
+    /// Flush or minor compaction of the cells (of the rows `in_range` accepts) in the memstore,
+    /// or in files: within that input, puts that are masked (unless the family keeps deleted
+    /// cells), shadowed at their timestamp, or beyond `max_versions` go; markers stay.
     fn drop_masked_in(&mut self, in_mem: bool, in_range: &dyn Fn(&str) -> bool) {
         let fams = families();
-        let input: Vec<MCell> = self.cells.iter().filter(|c| c.in_mem == in_mem && in_range(&c.row)).cloned().collect();
+        let input = Model {
+            cells: self.cells.iter().filter(|c| c.in_mem == in_mem && in_range(&c.row)).cloned().collect(),
+            seq: self.seq,
+            splits: Vec::new(),
+        };
         self.cells.retain(|p| {
-            p.in_mem != in_mem
-                || !in_range(&p.row)
-                || p.kind.is_delete()
-                || fams[p.fam].keep_deleted_cells
-                || !input.iter().any(|m| m.kind.is_delete() && m.seq > p.seq && masks_static(m, p))
+            if p.in_mem != in_mem || !in_range(&p.row) || p.kind.is_delete() {
+                return true;
+            }
+            let desc = &fams[p.fam];
+            input.newest_at_ts(p)
+                && (!input.masked(p, u64::MAX) || desc.keep_deleted_cells)
+                && input.newer_survivors(p, u64::MAX) < desc.max_versions
         });
     }
 
