@@ -335,18 +335,6 @@ impl Model {
     }
 }
 
-fn masks_static(m: &MCell, p: &MCell) -> bool {
-    m.row == p.row
-        && m.fam == p.fam
-        && match m.kind {
-            CellType::DeleteFamily => p.ts <= m.ts,
-            CellType::DeleteFamilyVersion => p.ts == m.ts,
-            CellType::DeleteColumn => m.qual == p.qual && p.ts <= m.ts,
-            CellType::Delete => m.qual == p.qual && p.ts == m.ts,
-            CellType::Put => false,
-        }
-}
-
 fn apply(te: &mut TestEngine, model: &mut Model, op: &Op) {
     if let Op::Reopen = op {
         // Table handles keep the engine open; none is alive here.
