@@ -146,13 +146,13 @@ fn worker(engine: &Weak<EngineInner>, bg: &Background) {
     while let Some(task) = bg.next() {
         let idle_tick = task.table.is_empty();
         if let Some(engine) = engine.upgrade() {
-            if idle_tick {
-                let _ = engine.wal.flush_buffer();
-            } else {
+            if !idle_tick {
                 // A failed task is retried when the next write asks for it again; the data
                 // stays safe in the memstore and the log meanwhile.
                 let _ = engine.run_task(&task);
             }
+            // Buffered AsyncWal records go out at least this often, busy or idle.
+            let _ = engine.wal.flush_buffer();
         }
         bg.done(!idle_tick);
     }
