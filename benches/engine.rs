@@ -1,22 +1,16 @@
 //! Engine micro-benchmarks with 100-byte values: random puts, random gets served from the block
 //! cache, and short (10-row) scans. Run with `cargo bench --bench engine`.
 
+#[path = "workloads/mod.rs"]
+mod workloads;
+
 use std::hint::black_box;
 
 use cellar::prelude::*;
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughput};
+use workloads::Rng;
 
 const ROWS: u64 = 100_000;
-
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-}
 
 fn key(i: u64) -> Vec<u8> {
     format!("user{:012}", i.wrapping_mul(0x9E37_79B9_7F4A_7C15) % 1_000_000_000_000).into_bytes()
@@ -47,10 +41,10 @@ fn puts(c: &mut Criterion) {
     g.throughput(Throughput::Elements(1));
     for durability in [Durability::SyncWal, Durability::SkipWal] {
         let (_dir, _engine, table) = open(durability);
-        let mut rng = Rng(7);
+        let mut rng = Rng::new(7);
         let value = vec![b'v'; 100];
         g.bench_function(format!("{durability:?}"), |b| {
-            b.iter(|| table.put(Put::new(key(rng.next())).add("f", "q", value.clone())).unwrap())
+            b.iter(|| table.put(Put::new(key(rng.next_u64())).add("f", "q", value.clone())).unwrap())
         });
     }
     g.finish();
@@ -58,7 +52,7 @@ fn puts(c: &mut Criterion) {
 
 fn gets(c: &mut Criterion) {
     let (_dir, _engine, table) = loaded();
-    let mut rng = Rng(11);
+    let mut rng = Rng::new(11);
     for i in 0..ROWS {
         black_box(table.get(Get::new(key(i))).unwrap());
     }
@@ -66,23 +60,23 @@ fn gets(c: &mut Criterion) {
     g.throughput(Throughput::Elements(1));
     g.bench_function("hit", |b| {
         b.iter(|| {
-            let r = table.get(Get::new(key(rng.next() % ROWS))).unwrap();
+            let r = table.get(Get::new(key(rng.next_u64() % ROWS))).unwrap();
             assert!(!r.is_empty());
             r
         })
     });
-    g.bench_function("miss", |b| b.iter(|| table.get(Get::new(format!("absent{}", rng.next()))).unwrap()));
+    g.bench_function("miss", |b| b.iter(|| table.get(Get::new(format!("absent{}", rng.next_u64()))).unwrap()));
     g.finish();
 }
 
 fn scans(c: &mut Criterion) {
     let (_dir, _engine, table) = loaded();
-    let mut rng = Rng(13);
+    let mut rng = Rng::new(13);
     let mut g = c.benchmark_group("scan_10_rows");
     g.throughput(Throughput::Elements(10));
     g.bench_function("forward", |b| {
         b.iter_batched(
-            || key(rng.next() % ROWS),
+            || key(rng.next_u64() % ROWS),
             |start| {
                 table.scan(Scan::new().start(start).limit(10)).unwrap().map(|r| r.unwrap().cells.len()).sum::<usize>()
             },

@@ -8,7 +8,10 @@ use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+mod common;
+
 use cellar_engine::*;
+use common::Rng;
 
 const CHILD_ENV: &str = "CELLAR_CRASH_CHILD_DIR";
 
@@ -51,16 +54,6 @@ fn crash_child() {
         if i % 600 == 599 {
             engine.major_compact("t").unwrap();
         }
-    }
-}
-
-struct Rng(u64);
-impl Rng {
-    fn below(&mut self, n: u64) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0 % n
     }
 }
 

@@ -20,16 +20,6 @@ fn table_with_splits(te: &TestEngine, splits: &[&str]) -> Table {
     te.table("t")
 }
 
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-}
-
 #[test]
 fn hex_presplit_spreads_random_hex_keys_evenly() {
     let te = TestEngine::new(1000);

@@ -73,3 +73,20 @@ pub fn cells(r: &RowResult) -> Vec<(String, u64, String)> {
 pub fn rows(t: &Table, scan: Scan) -> Vec<String> {
     t.scan(scan).unwrap().map(|r| String::from_utf8_lossy(&r.unwrap().row).into_owned()).collect()
 }
+
+/// A small deterministic generator (xorshift64) for test data.
+pub struct Rng(pub u64);
+
+impl Rng {
+    pub fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+
+    /// Uniform in `[0, n)`.
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.next() % n.max(1)
+    }
+}
