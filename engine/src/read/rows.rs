@@ -10,7 +10,7 @@ use crate::cell::KeyView;
 use crate::masking::DeleteTracker;
 use crate::query::{ReadSpec, RowRange, RowResult};
 use crate::read::cursor::{CellCursor, MergeCursor, Source};
-use crate::read::visibility::{read_row_family, FamilyView, ReadParams};
+use crate::read::visibility::{read_row_family, FamilyView, ReadParams, RowScratch};
 use crate::region::{RegionStores, Store};
 use crate::Result;
 
@@ -86,14 +86,21 @@ pub(crate) fn read_rows(
         now: read.now,
     };
     let mut tracker = DeleteTracker::default();
+    let mut scratch = RowScratch::new(if read.point_row.is_some() { 256 } else { 16 * 1024 });
     let mut last: Option<Bytes> = None;
-    let mut emit = |row: Bytes, families: &mut Vec<FamilyRead<'_>>, tracker: &mut DeleteTracker| -> Result<bool> {
-        let mut cells = Vec::new();
+    let mut cells_hint = 0;
+    let mut emit = |row: Bytes,
+                    families: &mut Vec<FamilyRead<'_>>,
+                    tracker: &mut DeleteTracker,
+                    scratch: &mut RowScratch|
+     -> Result<bool> {
+        let mut cells = Vec::with_capacity(cells_hint);
         for f in families.iter_mut() {
             if f.cursor.key().is_some_and(|k| k.row == row.as_ref()) {
-                read_row_family(&mut f.cursor, &row, &f.view, &params, tracker, &mut cells)?;
+                read_row_family(&mut f.cursor, &row, &f.view, &params, tracker, scratch, &mut cells)?;
             }
         }
+        cells_hint = cells.len();
         if let Some(filter) = &read.spec.filter {
             filter.apply(&row, &mut cells);
         }
@@ -119,9 +126,9 @@ pub(crate) fn read_rows(
             if !read.range.below_hi(row) {
                 break;
             }
-            let row = Bytes::copy_from_slice(row);
+            let row = scratch.bytes(row);
             last = Some(row.clone());
-            if !emit(row, &mut families, &mut tracker)? {
+            if !emit(row, &mut families, &mut tracker, &mut scratch)? {
                 break;
             }
         }
@@ -149,7 +156,7 @@ pub(crate) fn read_rows(
             }
             bound = Some(row.to_vec());
             last = Some(row.clone());
-            if !emit(row, &mut families, &mut tracker)? {
+            if !emit(row, &mut families, &mut tracker, &mut scratch)? {
                 break;
             }
         }

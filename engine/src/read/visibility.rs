@@ -7,7 +7,7 @@
 //! what is returned. Applying the family limits before the time range makes a read return the
 //! same cells before and after a major compaction.
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 
 use crate::cell::{Cell, CellType, KeyView};
 use crate::descriptor::FamilyDescriptor;
@@ -39,6 +39,27 @@ pub(crate) struct ReadParams {
     pub now: u64,
 }
 
+/// Buffers a read reuses from row to row. Row keys and qualifiers are appended to `arena` and
+/// split off as shared slices, so a row costs no allocation of its own.
+#[derive(Default)]
+pub(crate) struct RowScratch {
+    pub arena: BytesMut,
+    qualifier_ranges: Vec<std::ops::Range<usize>>,
+}
+
+impl RowScratch {
+    /// Scratch whose arena grows in chunks of `chunk` bytes (small for a Get, larger for scans).
+    pub fn new(chunk: usize) -> Self {
+        RowScratch { arena: BytesMut::with_capacity(chunk), qualifier_ranges: Vec::new() }
+    }
+
+    /// `bytes` as shared `Bytes` carved from the arena.
+    pub fn bytes(&mut self, bytes: &[u8]) -> Bytes {
+        self.arena.extend_from_slice(bytes);
+        self.arena.split().freeze()
+    }
+}
+
 /// Per-column progress through the versions of one column.
 struct ColumnState {
     /// Where the qualifier sits in the row's qualifier buffer.
@@ -57,17 +78,20 @@ pub(crate) fn read_row_family(
     fam: &FamilyView<'_>,
     p: &ReadParams,
     tracker: &mut DeleteTracker,
+    scratch: &mut RowScratch,
     out: &mut Vec<Cell>,
 ) -> Result<()> {
     tracker.start_row();
     let ceiling = if fam.desc.keep_deleted_cells { p.time_range.max } else { u64::MAX };
     let ttl = fam.desc.ttl_ms();
     let mut col: Option<ColumnState> = None;
-    // Qualifiers of this row's columns, back to back: one allocation per row instead of one per
-    // column. Cells get slices of it once the row is done.
-    let mut qualifiers: Vec<u8> = Vec::new();
+    // Qualifiers of this row's columns go back to back into the arena; cells get slices of them
+    // once the row is done.
+    debug_assert!(scratch.arena.is_empty());
+    let qualifiers = &mut scratch.arena;
     let first_cell = out.len();
-    let mut cell_qualifiers: Vec<std::ops::Range<usize>> = Vec::new();
+    let cell_qualifiers = &mut scratch.qualifier_ranges;
+    cell_qualifiers.clear();
     while let Some(k) = cur.key() {
         if k.row != row.as_ref() {
             break;
@@ -129,8 +153,8 @@ pub(crate) fn read_row_family(
             cur.next()?;
         }
     }
-    let qualifiers = Bytes::from(qualifiers);
-    for (cell, range) in out[first_cell..].iter_mut().zip(cell_qualifiers) {
+    let qualifiers = qualifiers.split().freeze();
+    for (cell, range) in out[first_cell..].iter_mut().zip(cell_qualifiers.drain(..)) {
         cell.qualifier = qualifiers.slice(range);
     }
     Ok(())
