@@ -429,15 +429,10 @@ impl Engine {
     fn set_enabled(&self, table: &str, enabled: bool) -> Result<()> {
         let _ddl = self.inner.ddl.lock();
         let state = self.inner.table_state(table)?;
-        if !enabled {
-            // Disabling flushes, as HBase does, so a disabled table holds no unflushed data.
-            for r in state.regions() {
-                self.inner.flush_region(&r)?;
-            }
-        }
         state.set_enabled(enabled);
-        self.inner.persist_locked()?;
-        self.inner.trim_wal()
+        // Disabling flushes, as HBase does, so a disabled table holds no unflushed data.
+        let to_flush = if enabled { Vec::new() } else { state.regions() };
+        self.inner.flush_regions_locked(to_flush)
     }
 
     /// Deletes a disabled table and its files.
@@ -492,11 +487,7 @@ impl Engine {
     pub fn flush(&self, table: &str) -> Result<()> {
         let state = self.inner.table_state(table)?;
         let _ddl = self.inner.ddl.lock();
-        for r in state.regions() {
-            self.inner.flush_region(&r)?;
-        }
-        self.inner.persist_locked()?;
-        self.inner.trim_wal()
+        self.inner.flush_regions_locked(state.regions())
     }
 
     /// Merges each family's files; keeps delete markers.
@@ -649,11 +640,14 @@ impl EngineInner {
     /// Flushes every region and persists the catalog (the clean-close path).
     pub fn flush_all(&self) -> Result<()> {
         let _ddl = self.ddl.lock();
-        let tables: Vec<Arc<TableState>> = self.tables.read().values().cloned().collect();
-        for t in tables {
-            for r in t.regions() {
-                self.flush_region(&r)?;
-            }
+        let regions: Vec<Arc<Region>> = self.tables.read().values().flat_map(|t| t.regions()).collect();
+        self.flush_regions_locked(regions)
+    }
+
+    /// Flushes `regions`, persists the catalog and trims the log; the caller holds `ddl`.
+    fn flush_regions_locked(&self, regions: impl IntoIterator<Item = Arc<Region>>) -> Result<()> {
+        for r in regions {
+            self.flush_region(&r)?;
         }
         self.persist_locked()?;
         self.trim_wal()
@@ -684,8 +678,9 @@ impl EngineInner {
         let region_limit = o.memstore_flush_bytes.saturating_mul(o.memstore_block_multiplier);
         let started = Instant::now();
         loop {
-            let region_full = region.memstore_size() > region_limit;
-            let too_many_files = region.max_files_per_family() > o.blocking_files;
+            let (memstore, files) = region.pressure();
+            let region_full = memstore > region_limit;
+            let too_many_files = files > o.blocking_files;
             let global_full = self.memstore_bytes.load(Ordering::Relaxed) > o.global_memstore_bytes;
             if !(region_full || too_many_files || global_full) || region.is_retired() {
                 return Ok(());

@@ -220,8 +220,7 @@ impl Region {
 
     /// Bytes held in memstores.
     pub fn memstore_size(&self) -> usize {
-        let stores = self.stores();
-        stores.families.iter().map(|s| s.active.size() + s.frozen.as_ref().map_or(0, |f| f.size())).sum()
+        self.pressure().0
     }
 
     /// True if any memstore holds data.
@@ -436,9 +435,18 @@ impl Region {
         (lower, upper)
     }
 
+    /// Memstore bytes and the most files any family holds, from one snapshot (checked before
+    /// every write).
+    pub fn pressure(&self) -> (usize, usize) {
+        let stores = self.stores();
+        let memstore =
+            stores.families.iter().map(|s| s.active.size() + s.frozen.as_ref().map_or(0, |f| f.size())).sum();
+        (memstore, stores.families.iter().map(|s| s.files.len()).max().unwrap_or(0))
+    }
+
     /// The most SSTables any one family holds (reads merge them all; compaction trims them).
     pub fn max_files_per_family(&self) -> usize {
-        self.stores().families.iter().map(|s| s.files.len()).max().unwrap_or(0)
+        self.pressure().1
     }
 
     /// True if some file extends past this region's range (shared with a split sibling).

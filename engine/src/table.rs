@@ -442,13 +442,7 @@ impl Table {
     /// [`Error::CounterOverflow`]; nothing is written when any column fails.
     pub fn increment(&self, inc: Increment) -> Result<RowResult> {
         let desc = self.check_usable()?;
-        check_row(&inc.row)?;
-        if inc.columns.is_empty() {
-            return Err(Error::invalid("increment", "an increment needs at least one column"));
-        }
-        for (f, _, _) in &inc.columns {
-            self.check_family(&desc, f)?;
-        }
+        self.check_columns(&desc, &inc.row, &inc.columns, "increment")?;
         let ttl = inc.ttl_ms;
         let row = inc.row.clone();
         let durability = self.durability(&desc, inc.durability);
@@ -480,13 +474,7 @@ impl Table {
     /// As for [`Table::put`].
     pub fn append(&self, app: Append) -> Result<RowResult> {
         let desc = self.check_usable()?;
-        check_row(&app.row)?;
-        if app.columns.is_empty() {
-            return Err(Error::invalid("append", "an append needs at least one column"));
-        }
-        for (f, _, _) in &app.columns {
-            self.check_family(&desc, f)?;
-        }
+        self.check_columns(&desc, &app.row, &app.columns, "append")?;
         let row = app.row.clone();
         let durability = self.durability(&desc, app.durability);
         self.read_modify_write(&row, durability, &app.columns, |current, _, _, suffix: &Bytes| {
@@ -494,6 +482,21 @@ impl Table {
             v.extend_from_slice(suffix);
             Ok((Bytes::from(v), None))
         })
+    }
+
+    /// Checks the row and the columns of an increment or append (`what`).
+    fn check_columns<X>(
+        &self,
+        desc: &TableDescriptor,
+        row: &[u8],
+        columns: &[(Bytes, Bytes, X)],
+        what: &'static str,
+    ) -> Result<()> {
+        check_row(row)?;
+        if columns.is_empty() {
+            return Err(Error::invalid(what, format!("an {what} needs at least one column")));
+        }
+        columns.iter().try_for_each(|(f, _, _)| self.check_family(desc, f))
     }
 
     /// Shared body of increment and append: read each column's latest value under the write

@@ -36,8 +36,12 @@ struct FamilyRead<'a> {
     cursor: MergeCursor<'a>,
 }
 
-fn open_family<'a>(store: &'a Store, snap: &ReadSnapshot, read: &RowRead<'_>) -> Result<FamilyRead<'a>> {
-    let qualifiers = read.spec.columns.qualifiers(&store.name).map(|qs| qs.into_iter().cloned().collect::<Vec<_>>());
+fn open_family<'a>(
+    store: &'a Store,
+    qualifiers: Option<Vec<Bytes>>,
+    snap: &ReadSnapshot,
+    read: &RowRead<'_>,
+) -> Result<FamilyRead<'a>> {
     let mut sources: Vec<Source<'a>> = Vec::with_capacity(2 + store.files.len());
     // An empty memstore holds nothing at or below the read point (those writes were inserted
     // before the read point was published), so it needs no cursor.
@@ -73,10 +77,11 @@ pub(crate) fn read_rows(
 ) -> Result<Option<Bytes>> {
     let mut families = Vec::new();
     for store in &snap.stores.families {
-        let selected =
-            read.spec.columns.is_all() || read.spec.columns.qualifiers(&store.name).is_none_or(|q| !q.is_empty());
-        if selected {
-            families.push(open_family(store, snap, read)?);
+        let qualifiers =
+            read.spec.columns.qualifiers(&store.name).map(|qs| qs.into_iter().cloned().collect::<Vec<_>>());
+        // `Some(empty)`: the read names columns, none of them in this family.
+        if qualifiers.as_ref().is_none_or(|q| !q.is_empty()) {
+            families.push(open_family(store, qualifiers, snap, read)?);
         }
     }
     let params = ReadParams {

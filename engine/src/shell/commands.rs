@@ -51,7 +51,7 @@ impl<'a> Args<'a> {
 }
 
 fn key_name(k: &Value) -> Option<String> {
-    k.as_text().map(|s| s.to_ascii_uppercase())
+    upper(k)
 }
 
 fn lookup<'a>(h: &'a [(Value, Value)], key: &str) -> Option<&'a Value> {
@@ -112,6 +112,20 @@ fn time_range(v: &Value) -> Result<(u64, u64), String> {
     }
 }
 
+/// The upper-cased text of a string or constant.
+fn upper(v: &Value) -> Option<String> {
+    v.as_text().map(|s| s.to_ascii_uppercase())
+}
+
+/// One of `names`, matched case-insensitively; the error lists them.
+fn choice<T: Copy>(v: &Value, key: &str, names: &[(&str, T)]) -> Result<T, String> {
+    let given = upper(v);
+    names.iter().find(|(n, _)| given.as_deref() == Some(*n)).map(|(_, t)| *t).ok_or_else(|| {
+        let all: Vec<&str> = names.iter().map(|(n, _)| *n).collect();
+        format!("{key} must be one of {}", all.join(", "))
+    })
+}
+
 /// Applies family options from a hash onto `f`.
 fn apply_family_options(mut f: FamilyDescriptor, h: &[(Value, Value)]) -> Result<FamilyDescriptor, String> {
     for (k, v) in h {
@@ -120,30 +134,17 @@ fn apply_family_options(mut f: FamilyDescriptor, h: &[(Value, Value)]) -> Result
             "NAME" | "METHOD" => {}
             "VERSIONS" => f.max_versions = as_u32(v, "VERSIONS")?,
             "MIN_VERSIONS" => f.min_versions = as_u32(v, "MIN_VERSIONS")?,
-            "TTL" => {
-                f.ttl_secs = match v.as_text().map(|s| s.to_ascii_uppercase()).as_deref() {
-                    Some("FOREVER") => None,
-                    _ => Some(as_u64(v, "TTL")?),
-                }
-            }
+            "TTL" => f.ttl_secs = if upper(v).as_deref() == Some("FOREVER") { None } else { Some(as_u64(v, "TTL")?) },
             "KEEP_DELETED_CELLS" => f.keep_deleted_cells = as_bool(v, "KEEP_DELETED_CELLS")?,
             "IN_MEMORY" => f.in_memory = as_bool(v, "IN_MEMORY")?,
             "BLOCKSIZE" => f.block_size = as_u32(v, "BLOCKSIZE")?,
             "BLOOMFILTER" => {
-                f.bloom = match v.as_text().map(|s| s.to_ascii_uppercase()).as_deref() {
-                    Some("NONE") => BloomType::None,
-                    Some("ROW") => BloomType::Row,
-                    Some("ROWCOL") => BloomType::RowCol,
-                    _ => return Err("BLOOMFILTER must be NONE, ROW or ROWCOL".into()),
-                }
+                let names = [("NONE", BloomType::None), ("ROW", BloomType::Row), ("ROWCOL", BloomType::RowCol)];
+                f.bloom = choice(v, "BLOOMFILTER", &names)?;
             }
             "COMPRESSION" => {
-                f.compression = match v.as_text().map(|s| s.to_ascii_uppercase()).as_deref() {
-                    Some("NONE") => Compression::None,
-                    Some("LZ4") => Compression::Lz4,
-                    Some("ZSTD") => Compression::Zstd,
-                    _ => return Err("COMPRESSION must be NONE, LZ4 or ZSTD".into()),
-                }
+                let names = [("NONE", Compression::None), ("LZ4", Compression::Lz4), ("ZSTD", Compression::Zstd)];
+                f.compression = choice(v, "COMPRESSION", &names)?;
             }
             "BLOCKCACHE" | "REPLICATION_SCOPE" | "DATA_BLOCK_ENCODING" => {}
             other => return Err(format!("unknown column family option {other}")),
@@ -155,13 +156,14 @@ fn apply_family_options(mut f: FamilyDescriptor, h: &[(Value, Value)]) -> Result
 fn apply_table_option(t: &mut TableDescriptor, key: &str, v: &Value) -> Result<bool, String> {
     match key {
         "DURABILITY" => {
-            t.durability = match v.as_text().map(|s| s.to_ascii_uppercase()).as_deref() {
-                Some("SKIP_WAL") => Durability::SkipWal,
-                Some("ASYNC_WAL") => Durability::AsyncWal,
-                Some("SYNC_WAL" | "USE_DEFAULT") => Durability::SyncWal,
-                Some("FSYNC_WAL") => Durability::FsyncWal,
-                _ => return Err("DURABILITY must be SKIP_WAL, ASYNC_WAL, SYNC_WAL or FSYNC_WAL".into()),
-            }
+            let names = [
+                ("SKIP_WAL", Durability::SkipWal),
+                ("ASYNC_WAL", Durability::AsyncWal),
+                ("SYNC_WAL", Durability::SyncWal),
+                ("USE_DEFAULT", Durability::SyncWal),
+                ("FSYNC_WAL", Durability::FsyncWal),
+            ];
+            t.durability = choice(v, "DURABILITY", &names)?;
         }
         "MAX_FILESIZE" => t.max_region_size = as_u64(v, "MAX_FILESIZE")?,
         _ => return Ok(false),
