@@ -1,82 +1,195 @@
 //! The memstore: recent writes of one region's family, in a lock-free skiplist ordered by the
 //! engine's key order. Readers filter by MVCC read point; flush turns a frozen memstore into an
 //! SSTable.
+//!
+//! Cells live in an arena: each is encoded once, contiguously, into chunks of a few hundred KiB
+//! that are freed together when the memstore is dropped. The skiplist holds a small handle per
+//! cell (a slice of its chunk plus the row's first eight bytes, which settle most comparisons
+//! without touching the chunk). Compared with owning each row, qualifier and value separately,
+//! this saves allocations on the write path and keeps freed memstores from fragmenting the heap.
 
+use std::borrow::Borrow;
 use std::cmp::Ordering;
 use std::ops::Bound;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering as AtomicOrdering};
 use std::sync::Arc;
 
-use bytes::Bytes;
+use bytes::{BufMut, Bytes, BytesMut};
 use crossbeam_skiplist::map::Entry;
 use crossbeam_skiplist::SkipMap;
+use parking_lot::Mutex;
 
 use crate::cell::{CellType, KeyView};
 use crate::read::cursor::CellCursor;
 use crate::Result;
 
-/// A memstore key: owns its row and qualifier.
-#[derive(Debug, Clone)]
-pub(crate) struct MemKey {
-    pub row: Bytes,
-    pub qualifier: Bytes,
-    pub ts: u64,
-    pub kind: CellType,
-    pub seq: u64,
+/// Encoded cell header: row length (u16), qualifier length (u32), timestamp (u64), sequence
+/// number (u64), TTL flag (u8) and TTL in ms (u64), little-endian; then row, qualifier, value.
+const HEADER_LEN: usize = 31;
+
+/// Skiplist node, handle and allocator bookkeeping per cell, beyond its bytes in the arena.
+const CELL_OVERHEAD: usize = 96;
+
+/// Arena chunks start small (a memstore that sees a handful of writes stays small) and double
+/// up to this size.
+const MAX_CHUNK: usize = 512 * 1024;
+const FIRST_CHUNK: usize = 4 * 1024;
+
+fn le_u16(b: &[u8]) -> u16 {
+    u16::from_le_bytes([b[0], b[1]])
 }
 
-impl MemKey {
-    pub fn view(&self) -> KeyView<'_> {
-        KeyView { row: &self.row, qualifier: &self.qualifier, ts: self.ts, kind: self.kind, seq: self.seq }
+fn le_u32(b: &[u8]) -> u32 {
+    let mut a = [0u8; 4];
+    a.copy_from_slice(&b[..4]);
+    u32::from_le_bytes(a)
+}
+
+fn le_u64(b: &[u8]) -> u64 {
+    let mut a = [0u8; 8];
+    a.copy_from_slice(&b[..8]);
+    u64::from_le_bytes(a)
+}
+
+/// The first eight bytes of a row, zero-padded, as a big-endian number: when two rows' prefixes
+/// differ, they order the rows exactly as a byte-wise comparison would.
+fn row_prefix(row: &[u8]) -> u64 {
+    let mut a = [0u8; 8];
+    let n = row.len().min(8);
+    a[..n].copy_from_slice(&row[..n]);
+    u64::from_be_bytes(a)
+}
+
+/// A cell in the arena: the skiplist's key.
+#[derive(Debug, Clone)]
+pub(crate) struct MemCell {
+    prefix: u64,
+    kind: CellType,
+    /// Header, row, qualifier and value, in one slice of an arena chunk.
+    bytes: Bytes,
+}
+
+impl MemCell {
+    fn row_len(&self) -> usize {
+        usize::from(le_u16(&self.bytes))
     }
 
-    fn from_view(k: &KeyView<'_>) -> MemKey {
-        MemKey {
-            row: Bytes::copy_from_slice(k.row),
-            qualifier: Bytes::copy_from_slice(k.qualifier),
-            ts: k.ts,
-            kind: k.kind,
-            seq: k.seq,
+    fn qualifier_end(&self) -> usize {
+        HEADER_LEN + self.row_len() + le_u32(&self.bytes[2..]) as usize
+    }
+
+    pub fn view(&self) -> KeyView<'_> {
+        let row_end = HEADER_LEN + self.row_len();
+        KeyView {
+            row: &self.bytes[HEADER_LEN..row_end],
+            qualifier: &self.bytes[row_end..self.qualifier_end()],
+            ts: le_u64(&self.bytes[6..]),
+            kind: self.kind,
+            seq: le_u64(&self.bytes[14..]),
         }
     }
+
+    fn value(&self) -> &[u8] {
+        &self.bytes[self.qualifier_end()..]
+    }
+
+    fn ttl_ms(&self) -> Option<u64> {
+        (self.bytes[22] != 0).then(|| le_u64(&self.bytes[23..]))
+    }
 }
 
-impl PartialEq for MemKey {
+/// What the skiplist compares: stored cells, and probe keys for seeks (so a seek needs no
+/// encoded copy of its target).
+pub(crate) trait MemOrder {
+    fn prefix(&self) -> u64;
+    fn key(&self) -> KeyView<'_>;
+}
+
+impl MemOrder for MemCell {
+    fn prefix(&self) -> u64 {
+        self.prefix
+    }
+    fn key(&self) -> KeyView<'_> {
+        self.view()
+    }
+}
+
+/// A seek target.
+struct Probe<'a> {
+    prefix: u64,
+    key: KeyView<'a>,
+}
+
+impl<'a> Probe<'a> {
+    fn new(key: KeyView<'a>) -> Self {
+        Probe { prefix: row_prefix(key.row), key }
+    }
+}
+
+impl MemOrder for Probe<'_> {
+    fn prefix(&self) -> u64 {
+        self.prefix
+    }
+    fn key(&self) -> KeyView<'_> {
+        self.key
+    }
+}
+
+impl PartialEq for dyn MemOrder + '_ {
     fn eq(&self, other: &Self) -> bool {
         self.cmp(other).is_eq()
     }
 }
-impl Eq for MemKey {}
-impl PartialOrd for MemKey {
+impl Eq for dyn MemOrder + '_ {}
+impl PartialOrd for dyn MemOrder + '_ {
     fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
         Some(self.cmp(other))
     }
 }
-impl Ord for MemKey {
+impl Ord for dyn MemOrder + '_ {
     fn cmp(&self, other: &Self) -> Ordering {
-        self.view().cmp_internal(&other.view())
+        self.prefix().cmp(&other.prefix()).then_with(|| self.key().cmp_internal(&other.key()))
     }
 }
 
-/// A memstore value.
-#[derive(Debug, Clone)]
-pub(crate) struct MemValue {
-    pub value: Bytes,
-    pub ttl_ms: Option<u64>,
+impl<'a> Borrow<dyn MemOrder + 'a> for MemCell {
+    fn borrow(&self) -> &(dyn MemOrder + 'a) {
+        self
+    }
 }
 
-/// Per-cell memory beyond the row, qualifier and value bytes: the skiplist node with its key,
-/// value and tower, the `Bytes` headers and allocator bookkeeping. Measured: a million cells of
-/// 20-byte rows and 100-byte values took 378 bytes each, 252 beyond their data.
-const CELL_OVERHEAD: usize = 256;
+impl PartialEq for MemCell {
+    fn eq(&self, other: &Self) -> bool {
+        self.cmp(other).is_eq()
+    }
+}
+impl Eq for MemCell {}
+impl PartialOrd for MemCell {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+impl Ord for MemCell {
+    fn cmp(&self, other: &Self) -> Ordering {
+        (self as &dyn MemOrder).cmp(other as &dyn MemOrder)
+    }
+}
+
+/// Where new cells are written: the unused tail of the current chunk.
+#[derive(Debug, Default)]
+struct Arena {
+    tail: BytesMut,
+    chunk_size: usize,
+}
 
 /// Bytes held by every memstore of an engine: the global memstore budget's meter.
 pub(crate) type MemAccount = Arc<AtomicUsize>;
 
 /// One family's in-memory writes.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(crate) struct Memstore {
-    map: SkipMap<MemKey, MemValue>,
+    map: SkipMap<MemCell, ()>,
+    arena: Mutex<Arena>,
     bytes: AtomicUsize,
     account: MemAccount,
     /// Set once the bytes were given back to the account (after a flush).
@@ -93,6 +206,7 @@ impl Memstore {
     pub fn new(account: &MemAccount) -> Self {
         Memstore {
             map: SkipMap::new(),
+            arena: Mutex::new(Arena::default()),
             bytes: AtomicUsize::new(0),
             account: account.clone(),
             released: AtomicBool::new(false),
@@ -107,12 +221,38 @@ impl Memstore {
         }
     }
 
-    /// Inserts a cell. Callers hold the region's write lock, so sizes stay exact.
-    pub fn insert(&self, key: MemKey, value: MemValue) {
-        let size = key.row.len() + key.qualifier.len() + value.value.len() + CELL_OVERHEAD;
+    fn charge(&self, size: usize) {
         self.bytes.fetch_add(size, AtomicOrdering::Relaxed);
         self.account.fetch_add(size, AtomicOrdering::Relaxed);
-        self.map.insert(key, value);
+    }
+
+    /// Inserts a cell. Callers hold the region's write lock (or replay the log alone), so
+    /// sizes stay exact. The row fits in a u16 length: the engine caps rows at 32767 bytes.
+    pub fn insert(&self, key: &KeyView<'_>, value: &[u8], ttl_ms: Option<u64>) {
+        let len = HEADER_LEN + key.row.len() + key.qualifier.len() + value.len();
+        let bytes = {
+            let mut guard = self.arena.lock();
+            let arena = &mut *guard;
+            if arena.tail.capacity() < len {
+                arena.chunk_size = (arena.chunk_size * 2).clamp(FIRST_CHUNK, MAX_CHUNK);
+                let chunk = arena.chunk_size.max(len);
+                arena.tail = BytesMut::with_capacity(chunk);
+                self.charge(chunk);
+            }
+            let arena = &mut arena.tail;
+            arena.put_u16_le(key.row.len() as u16);
+            arena.put_u32_le(key.qualifier.len() as u32);
+            arena.put_u64_le(key.ts);
+            arena.put_u64_le(key.seq);
+            arena.put_u8(u8::from(ttl_ms.is_some()));
+            arena.put_u64_le(ttl_ms.unwrap_or(0));
+            arena.put_slice(key.row);
+            arena.put_slice(key.qualifier);
+            arena.put_slice(value);
+            arena.split().freeze()
+        };
+        self.charge(CELL_OVERHEAD);
+        self.map.insert(MemCell { prefix: row_prefix(key.row), kind: key.kind, bytes }, ());
     }
 
     /// Approximate heap size of the contents in bytes.
@@ -134,15 +274,15 @@ impl Memstore {
 
 /// Cursor over a memstore at a read point.
 pub(crate) struct MemCursor<'a> {
-    map: &'a SkipMap<MemKey, MemValue>,
-    cur: Option<Entry<'a, MemKey, MemValue>>,
+    map: &'a SkipMap<MemCell, ()>,
+    cur: Option<Entry<'a, MemCell, ()>>,
     read_point: u64,
 }
 
 impl MemCursor<'_> {
     fn skip_invisible(&mut self) {
         while let Some(e) = &self.cur {
-            if e.key().seq <= self.read_point {
+            if e.key().view().seq <= self.read_point {
                 return;
             }
             self.cur = e.next();
@@ -155,12 +295,12 @@ impl CellCursor for MemCursor<'_> {
         self.cur.as_ref().map(|e| e.key().view())
     }
 
-    fn value(&self) -> Bytes {
-        self.cur.as_ref().map(|e| e.value().value.clone()).unwrap_or_default()
+    fn value(&self) -> &[u8] {
+        self.cur.as_ref().map_or(&[], |e| e.key().value())
     }
 
     fn ttl_ms(&self) -> Option<u64> {
-        self.cur.as_ref().and_then(|e| e.value().ttl_ms)
+        self.cur.as_ref().and_then(|e| e.key().ttl_ms())
     }
 
     fn next(&mut self) -> Result<()> {
@@ -172,8 +312,8 @@ impl CellCursor for MemCursor<'_> {
     }
 
     fn seek(&mut self, target: &KeyView<'_>) -> Result<()> {
-        let key = MemKey::from_view(target);
-        self.cur = self.map.lower_bound(Bound::Included(&key));
+        let probe = Probe::new(*target);
+        self.cur = self.map.lower_bound(Bound::Included(&probe as &dyn MemOrder));
         self.skip_invisible();
         Ok(())
     }
@@ -182,14 +322,16 @@ impl CellCursor for MemCursor<'_> {
         let mut entry = match bound {
             None => self.map.back(),
             Some(row) => {
-                let key = MemKey::from_view(&KeyView::first_of_row(row));
-                self.map.upper_bound(Bound::Excluded(&key))
+                let probe = Probe::new(KeyView::first_of_row(row));
+                self.map.upper_bound(Bound::Excluded(&probe as &dyn MemOrder))
             }
         };
-        // Skip rows whose every cell is newer than the read point.
+        // Skip rows whose every cell is newer than the read point. The row is copied out so a
+        // caller holding it does not pin an arena chunk.
         while let Some(e) = entry {
-            if e.key().seq <= self.read_point {
-                return Ok(Some(e.key().row.clone()));
+            let key = e.key().view();
+            if key.seq <= self.read_point {
+                return Ok(Some(Bytes::copy_from_slice(key.row)));
             }
             entry = e.prev();
         }
@@ -202,10 +344,8 @@ mod tests {
     use super::*;
 
     fn put(m: &Memstore, row: &'static str, q: &'static str, ts: u64, seq: u64) {
-        m.insert(
-            MemKey { row: row.into(), qualifier: q.into(), ts, kind: CellType::Put, seq },
-            MemValue { value: Bytes::from(format!("{row}{q}{ts}")), ttl_ms: None },
-        );
+        let key = KeyView { row: row.as_bytes(), qualifier: q.as_bytes(), ts, kind: CellType::Put, seq };
+        m.insert(&key, format!("{row}{q}{ts}").as_bytes(), None);
     }
 
     #[test]
@@ -233,5 +373,29 @@ mod tests {
         drop(c);
         drop(m);
         assert_eq!(account.load(AtomicOrdering::Relaxed), 0, "dropping releases the budget");
+    }
+
+    #[test]
+    fn cells_round_trip_through_the_arena_and_chunks_are_charged() {
+        let account = MemAccount::default();
+        let m = Memstore::new(&account);
+        let big = vec![7u8; MAX_CHUNK * 2];
+        let row = vec![b'r'; 300];
+        let key = KeyView { row: &row, qualifier: b"big", ts: 5, kind: CellType::Put, seq: 1 };
+        m.insert(&key, &big, Some(60_000));
+        let marker = KeyView { row: b"a", qualifier: b"", ts: 9, kind: CellType::DeleteFamily, seq: 2 };
+        m.insert(&marker, b"", None);
+        assert!(m.size() >= big.len() + 2 * CELL_OVERHEAD, "the oversized chunk is charged");
+        let mut c = m.cursor(u64::MAX);
+        assert_eq!(c.key(), Some(marker));
+        assert_eq!((c.value(), c.ttl_ms()), (&b""[..], None));
+        c.next().unwrap();
+        assert_eq!(c.key(), Some(key));
+        assert_eq!((c.value(), c.ttl_ms()), (&big[..], Some(60_000)));
+        c.next().unwrap();
+        assert_eq!(c.key(), None);
+        // Rows sharing their first eight bytes fall back to the full comparison.
+        c.seek(&KeyView::first_of_row(&row[..8])).unwrap();
+        assert_eq!(c.key().map(|k| k.row.len()), Some(300));
     }
 }

@@ -16,7 +16,7 @@ use crate::cache::BlockCache;
 use crate::cell::KeyView;
 use crate::descriptor::FamilyDescriptor;
 use crate::fsutil::sync_dir;
-use crate::memstore::{MemAccount, MemKey, MemValue, Memstore};
+use crate::memstore::{MemAccount, Memstore};
 use crate::read::cursor::{BoundedCursor, CellCursor, MergeCursor, Source};
 use crate::read::rows::ReadSnapshot;
 use crate::retention::{write_retained, Retention};
@@ -199,16 +199,14 @@ impl Region {
         let stores = self.stores();
         for e in edits {
             if let Some(store) = stores.family(&e.family) {
-                store.active.insert(
-                    MemKey {
-                        row: e.row.clone(),
-                        qualifier: e.qualifier.clone(),
-                        ts: e.ts,
-                        kind: e.kind,
-                        seq: first_seq + u64::from(e.seq_offset),
-                    },
-                    MemValue { value: e.value.clone(), ttl_ms: e.ttl_ms },
-                );
+                let key = KeyView {
+                    row: &e.row,
+                    qualifier: &e.qualifier,
+                    ts: e.ts,
+                    kind: e.kind,
+                    seq: first_seq + u64::from(e.seq_offset),
+                };
+                store.active.insert(&key, &e.value, e.ttl_ms);
             }
         }
     }
@@ -275,7 +273,7 @@ impl Region {
             }
         }
         // Few blocks: find the middle row itself (the data is small, so this read is cheap).
-        let cursors: Vec<Source<'_>> = files.iter().map(|f| Source::Sst(f.cursor())).collect();
+        let cursors: Vec<Source<'_>> = files.iter().map(|f| Source::Sst(f.one_pass_cursor())).collect();
         let mut merged = BoundedCursor::new(MergeCursor::new(cursors), self.end.clone());
         merged.seek(&KeyView::first_of_row(&self.start))?;
         let mut rows: Vec<Bytes> = Vec::new();
@@ -379,7 +377,7 @@ impl Region {
             if s.files.is_empty() || (!major && !shared && s.files.len() < 2) {
                 continue;
             }
-            let cursors: Vec<Source<'_>> = s.files.iter().map(|f| Source::Sst(f.cursor())).collect();
+            let cursors: Vec<Source<'_>> = s.files.iter().map(|f| Source::Sst(f.one_pass_cursor())).collect();
             let mut merged = BoundedCursor::new(MergeCursor::new(cursors), self.end.clone());
             merged.seek(&KeyView::first_of_row(&self.start))?;
             let mode = if major { Retention::Major { now } } else { Retention::KeepMarkers };

@@ -87,7 +87,7 @@ pub(crate) fn copy_retained(
             !shadowed && (!masked || kdc) && within_limits
         };
         if keep {
-            out(&k, &cursor.value(), cursor.ttl_ms())?;
+            out(&k, cursor.value(), cursor.ttl_ms())?;
             kept += 1;
         }
         cursor.next()?;

@@ -365,3 +365,20 @@ fn an_open_scanner_does_not_stall_writers_on_the_memory_budget() {
     assert_eq!(counts, [1499, 2999, 4499], "each scanner still reads its snapshot");
     assert_eq!(t.scan(Scan::new()).unwrap().count(), 6000);
 }
+
+#[test]
+fn compactions_leave_the_block_cache_to_readers() {
+    let te = TestEngine::new(1000);
+    let t = simple(&te, FamilyDescriptor::new("f"));
+    for round in 0..3 {
+        for n in 0..200 {
+            t.put(Put::new(format!("r{n:04}")).add("f", "q", format!("v{round}"))).unwrap();
+        }
+        te.engine().flush("t").unwrap();
+    }
+    te.engine().major_compact("t").unwrap();
+    let stats = te.engine().cache_stats();
+    assert_eq!(stats.used_bytes, 0, "a compaction does not fill the cache: {stats:?}");
+    assert_eq!(t.get(Get::new("r0100")).unwrap().value(b"f", b"q").map(|v| &v[..]), Some(&b"v2"[..]));
+    assert!(te.engine().cache_stats().used_bytes > 0, "reads do");
+}

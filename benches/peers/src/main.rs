@@ -2,7 +2,8 @@
 //! equivalent settings, one child process per engine (so peak memory is measured per engine),
 //! and prints ops/s per engine and the ratios Cellar/peer.
 //!
-//! Usage: `cargo run --release -- [--records N] [--ops N] [--dir DIR] [--engines a,b,c]`
+//! Usage: `cargo run --release -- [--records N] [--ops N] [--dir DIR] [--engines a,b,c]`;
+//! with `PEERS_TRACE_RSS=1` each engine reports its resident memory after every workload.
 //!
 //! Equivalent settings: every write reaches the OS before it is acknowledged (Cellar SyncWal;
 //! RocksDB WAL without sync; fjall journal persisted with `PersistMode::Buffer` per write), no
@@ -148,10 +149,15 @@ fn open_cellar(dir: &Path) -> workloads::cellar_store::CellarStore {
 }
 
 fn peak_rss_kib() -> u64 {
+    rss_kib("VmHWM:")
+}
+
+/// A memory figure of this process from `/proc/self/status`, in KiB.
+fn rss_kib(field: &str) -> u64 {
     let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
     status
         .lines()
-        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .find_map(|l| l.strip_prefix(field))
         .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
         .unwrap_or(0)
 }
@@ -163,6 +169,9 @@ fn child(engine: &str, dir: &Path, records: u64, ops: u64) {
         f();
         let secs = t.elapsed().as_secs_f64();
         println!("RESULT {name}\t{:.0}", n as f64 / secs);
+        if std::env::var_os("PEERS_TRACE_RSS").is_some() {
+            eprintln!("{engine} after {name}: {} MiB resident, {} MiB peak", rss_kib("VmRSS:") / 1024, peak_rss_kib() / 1024);
+        }
     };
     let open = |sub: &str| -> Box<dyn Store> {
         let d = dir.join(sub);
@@ -225,11 +234,12 @@ fn main() {
         let out = Command::new(std::env::current_exe().expect("exe"))
             .args(["--child", e, "--dir", edir.to_str().expect("utf-8 dir")])
             .args(["--records", &records.to_string(), "--ops", &ops.to_string()])
+            .stderr(std::process::Stdio::inherit())
             .output()
             .expect("run child");
         let text = String::from_utf8_lossy(&out.stdout);
         if !out.status.success() {
-            eprintln!("{e} failed: {}", String::from_utf8_lossy(&out.stderr));
+            eprintln!("{e} failed: {}", out.status);
         }
         for line in text.lines() {
             if let Some(r) = line.strip_prefix("RESULT ") {

@@ -12,8 +12,9 @@ use crate::Result;
 pub(crate) trait CellCursor {
     /// The current cell's key, or `None` when exhausted.
     fn key(&self) -> Option<KeyView<'_>>;
-    /// The current cell's value (zero-copy where the source allows).
-    fn value(&self) -> Bytes;
+    /// The current cell's value (empty when exhausted). Borrowed: reads copy what they return,
+    /// so results never pin a cached block or a memstore chunk.
+    fn value(&self) -> &[u8];
     /// The current cell's time to live in milliseconds.
     fn ttl_ms(&self) -> Option<u64>;
     /// Advances to the next cell.
@@ -50,7 +51,7 @@ impl CellCursor for Source<'_> {
     fn key(&self) -> Option<KeyView<'_>> {
         each_source!(self, c => c.key())
     }
-    fn value(&self) -> Bytes {
+    fn value(&self) -> &[u8] {
         each_source!(self, c => c.value())
     }
     fn ttl_ms(&self) -> Option<u64> {
@@ -102,8 +103,8 @@ impl CellCursor for MergeCursor<'_> {
         self.current.and_then(|i| self.sources[i].key())
     }
 
-    fn value(&self) -> Bytes {
-        self.current.map(|i| self.sources[i].value()).unwrap_or_default()
+    fn value(&self) -> &[u8] {
+        self.current.map_or(&[], |i| self.sources[i].value())
     }
 
     fn ttl_ms(&self) -> Option<u64> {
@@ -169,7 +170,7 @@ impl<C: CellCursor> CellCursor for BoundedCursor<C> {
         self.inner.key().filter(|k| self.end.is_empty() || k.row < self.end.as_ref())
     }
 
-    fn value(&self) -> Bytes {
+    fn value(&self) -> &[u8] {
         self.inner.value()
     }
 

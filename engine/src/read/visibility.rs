@@ -39,18 +39,19 @@ pub(crate) struct ReadParams {
     pub now: u64,
 }
 
-/// Buffers a read reuses from row to row. Row keys and qualifiers are appended to `arena` and
+/// Buffers a read reuses from row to row. Row keys, qualifiers and values are appended to `arena` and
 /// split off as shared slices, so a row costs no allocation of its own.
 #[derive(Default)]
 pub(crate) struct RowScratch {
     pub arena: BytesMut,
-    qualifier_ranges: Vec<std::ops::Range<usize>>,
+    /// Where each returned cell's qualifier and value sit in the arena.
+    cell_ranges: Vec<(std::ops::Range<usize>, std::ops::Range<usize>)>,
 }
 
 impl RowScratch {
     /// Scratch whose arena grows in chunks of `chunk` bytes (small for a Get, larger for scans).
     pub fn new(chunk: usize) -> Self {
-        RowScratch { arena: BytesMut::with_capacity(chunk), qualifier_ranges: Vec::new() }
+        RowScratch { arena: BytesMut::with_capacity(chunk), cell_ranges: Vec::new() }
     }
 
     /// `bytes` as shared `Bytes` carved from the arena.
@@ -85,32 +86,33 @@ pub(crate) fn read_row_family(
     let ceiling = if fam.desc.keep_deleted_cells { p.time_range.max } else { u64::MAX };
     let ttl = fam.desc.ttl_ms();
     let mut col: Option<ColumnState> = None;
-    // Qualifiers of this row's columns go back to back into the arena; cells get slices of them
-    // once the row is done.
+    // Qualifiers of this row's columns and the values it returns go back to back into the
+    // arena; cells get slices of them once the row is done. Copying values keeps results from
+    // pinning cached blocks or memstore chunks.
     debug_assert!(scratch.arena.is_empty());
-    let qualifiers = &mut scratch.arena;
+    let arena = &mut scratch.arena;
     let first_cell = out.len();
-    let cell_qualifiers = &mut scratch.qualifier_ranges;
-    cell_qualifiers.clear();
+    let cell_ranges = &mut scratch.cell_ranges;
+    cell_ranges.clear();
     while let Some(k) = cur.key() {
         if k.row != row.as_ref() {
             break;
         }
-        if col.as_ref().is_none_or(|c| &qualifiers[c.qualifier.clone()] != k.qualifier) {
+        if col.as_ref().is_none_or(|c| &arena[c.qualifier.clone()] != k.qualifier) {
             tracker.start_column();
-            let start = qualifiers.len();
-            qualifiers.extend_from_slice(k.qualifier);
+            let start = arena.len();
+            arena.extend_from_slice(k.qualifier);
             let selected = fam.selects(k.qualifier);
-            let qualifier = start..qualifiers.len();
+            let qualifier = start..arena.len();
             col = Some(ColumnState { qualifier, selected, last_put_ts: None, surviving: 0, returned: 0 });
         }
         let Some(c) = col.as_mut() else { break };
-        let mut emitted: Option<(CellType, Bytes)> = None;
+        let mut emitted: Option<(CellType, &[u8])> = None;
         if p.raw {
             let family_marker_shown = k.kind.is_family_delete() && fam.qualifiers.is_none();
             if (c.selected || family_marker_shown) && p.time_range.contains(k.ts) {
                 if k.kind.is_delete() {
-                    emitted = Some((k.kind, Bytes::new()));
+                    emitted = Some((k.kind, &[]));
                 } else if c.returned < p.max_versions {
                     c.returned += 1;
                     emitted = Some((k.kind, cur.value()));
@@ -132,14 +134,16 @@ pub(crate) fn read_row_family(
             }
         }
         if let Some((kind, value)) = emitted {
-            cell_qualifiers.push(c.qualifier.clone());
+            let start = arena.len();
+            arena.extend_from_slice(value);
+            cell_ranges.push((c.qualifier.clone(), start..arena.len()));
             out.push(Cell {
                 row: row.clone(),
                 family: fam.name.clone(),
                 qualifier: Bytes::new(),
                 timestamp: k.ts,
                 cell_type: kind,
-                value,
+                value: Bytes::new(),
             });
         }
         // Once a column can yield nothing more (or is not asked for), jump past its remaining
@@ -148,14 +152,16 @@ pub(crate) fn read_row_family(
         let column_done = (!c.selected && !c.qualifier.is_empty())
             || (!p.raw && (c.surviving >= fam.desc.max_versions || c.returned >= p.max_versions));
         if column_done {
-            skip_column(cur, row, &qualifiers[c.qualifier.clone()])?;
+            let qualifier = c.qualifier.clone();
+            skip_column(cur, row, &arena[qualifier])?;
         } else {
             cur.next()?;
         }
     }
-    let qualifiers = qualifiers.split().freeze();
-    for (cell, range) in out[first_cell..].iter_mut().zip(cell_qualifiers.drain(..)) {
-        cell.qualifier = qualifiers.slice(range);
+    let arena = arena.split().freeze();
+    for (cell, (qualifier, value)) in out[first_cell..].iter_mut().zip(cell_ranges.drain(..)) {
+        cell.qualifier = arena.slice(qualifier);
+        cell.value = arena.slice(value);
     }
     Ok(())
 }

@@ -222,8 +222,8 @@ impl BlockIter {
         &self.key
     }
 
-    pub fn value(&self) -> Bytes {
-        self.block.data.slice(self.value_at..self.value_at + self.value_len)
+    pub fn value(&self) -> &[u8] {
+        &self.block.data[self.value_at..self.value_at + self.value_len]
     }
 
     pub fn ttl_ms(&self) -> Option<u64> {
@@ -350,7 +350,7 @@ mod tests {
         it.seek_to_first().unwrap();
         let mut n = 0;
         while it.valid() {
-            assert_eq!(it.value(), Bytes::from(format!("v{n}")));
+            assert_eq!(it.value(), format!("v{n}").as_bytes());
             assert_eq!(it.ttl_ms(), if n % 3 == 0 { Some(n as u64) } else { None });
             n += 1;
             it.advance().unwrap();
@@ -359,7 +359,7 @@ mod tests {
         for target in [0, 15, 16, 17, 50, 99] {
             let key = k(&format!("row{target:04}"), 5);
             it.seek(&decode_key(&key).unwrap()).unwrap();
-            assert_eq!(it.value(), Bytes::from(format!("v{target}")));
+            assert_eq!(it.value(), format!("v{target}").as_bytes());
         }
         let past = k("row9999", 5);
         it.seek(&decode_key(&past).unwrap()).unwrap();

@@ -107,15 +107,18 @@ impl SstReader {
         unframe(&buf, &self.path, h.offset)
     }
 
-    /// Data block `i`, from the cache or the file.
-    fn block(&self, i: usize) -> Result<Arc<Block>> {
+    /// Data block `i`, from the cache or the file; a block read from the file enters the cache
+    /// if `fill_cache`.
+    fn block(&self, i: usize, fill_cache: bool) -> Result<Arc<Block>> {
         let h = self.index[i].handle;
         if let Some(b) = self.cache.get(self.id, h.offset, self.in_memory) {
             return Ok(b);
         }
         let raw = self.read_block_bytes(h)?;
         let block = Arc::new(Block::parse(raw, &self.path, h.offset)?);
-        self.cache.insert(self.id, h.offset, block.clone(), self.in_memory);
+        if fill_cache {
+            self.cache.insert(self.id, h.offset, block.clone(), self.in_memory);
+        }
         Ok(block)
     }
 
@@ -191,7 +194,14 @@ impl SstReader {
 
     /// An unpositioned cursor: it reads nothing until the first `seek`.
     pub fn cursor(self: &Arc<Self>) -> SstCursor {
-        SstCursor { reader: self.clone(), block_idx: 0, iter: None }
+        SstCursor { reader: self.clone(), block_idx: 0, iter: None, fill_cache: true }
+    }
+
+    /// A cursor for compactions and other one-pass reads: it uses cached blocks but does not add
+    /// the blocks it reads, so rewriting files neither evicts what readers use nor grows the heap
+    /// by a second cache's worth of blocks.
+    pub fn one_pass_cursor(self: &Arc<Self>) -> SstCursor {
+        SstCursor { reader: self.clone(), block_idx: 0, iter: None, fill_cache: false }
     }
 
     /// Index of the first block whose last key is `>= target`.
@@ -210,6 +220,7 @@ pub(crate) struct SstCursor {
     reader: Arc<SstReader>,
     block_idx: usize,
     iter: Option<BlockIter>,
+    fill_cache: bool,
 }
 
 impl SstCursor {
@@ -218,7 +229,7 @@ impl SstCursor {
         self.block_idx = i;
         self.iter = None;
         if i < self.reader.index.len() {
-            let block = self.reader.block(i)?;
+            let block = self.reader.block(i, self.fill_cache)?;
             self.iter = Some(BlockIter::new(block, self.reader.path.clone(), self.reader.index[i].handle.offset));
         }
         Ok(())
@@ -239,8 +250,8 @@ impl CellCursor for SstCursor {
         self.iter.as_ref().filter(|it| it.valid()).and_then(|it| decode_key(it.key_bytes()))
     }
 
-    fn value(&self) -> Bytes {
-        self.iter.as_ref().map(BlockIter::value).unwrap_or_default()
+    fn value(&self) -> &[u8] {
+        self.iter.as_ref().map_or(&[], BlockIter::value)
     }
 
     fn ttl_ms(&self) -> Option<u64> {
@@ -279,7 +290,7 @@ impl CellCursor for SstCursor {
         let target = KeyView::first_of_row(bound);
         let i = self.reader.find_block(&target);
         if i < index.len() {
-            let block = self.reader.block(i)?;
+            let block = self.reader.block(i, self.fill_cache)?;
             let mut it = BlockIter::new(block, self.reader.path.clone(), index[i].handle.offset);
             it.seek_to_first()?;
             let mut best: Option<Bytes> = None;
