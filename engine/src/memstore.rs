@@ -171,7 +171,8 @@ impl PartialOrd for MemCell {
 }
 impl Ord for MemCell {
     fn cmp(&self, other: &Self) -> Ordering {
-        (self as &dyn MemOrder).cmp(other as &dyn MemOrder)
+        // Inserts compare cells with cells: no dynamic dispatch on that path.
+        self.prefix.cmp(&other.prefix).then_with(|| self.view().cmp_internal(&other.view()))
     }
 }
 
