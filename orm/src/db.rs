@@ -1,0 +1,87 @@
+//! [`Db`]: a store plus the repositories over it.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use cellar_engine::{Engine, EngineOptions};
+
+use crate::entity::Entity;
+use crate::repo::Repository;
+use crate::store::{EmbeddedStore, FamilySpec, Store, TableSpec};
+use crate::Result;
+
+/// A database: the entry point of the object mapper. Cheap to clone; clones share the store.
+#[derive(Clone)]
+pub struct Db {
+    store: Arc<dyn Store>,
+    /// Keeps a temporary database's directory alive as long as the `Db`.
+    _temp: Option<Arc<tempfile::TempDir>>,
+}
+
+impl std::fmt::Debug for Db {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Db").field("temporary", &self._temp.is_some()).finish_non_exhaustive()
+    }
+}
+
+impl Db {
+    /// Opens (or creates) an embedded database in `dir` with default engine options.
+    ///
+    /// # Errors
+    /// Engine errors opening the directory (I/O, corruption).
+    pub fn open(dir: impl AsRef<Path>) -> Result<Db> {
+        Self::open_with(dir, EngineOptions::default())
+    }
+
+    /// Opens an embedded database with engine options.
+    ///
+    /// # Errors
+    /// As [`Db::open`].
+    pub fn open_with(dir: impl AsRef<Path>, options: EngineOptions) -> Result<Db> {
+        let engine = Engine::open(dir, options)?;
+        Ok(Db { store: Arc::new(EmbeddedStore::new(engine)), _temp: None })
+    }
+
+    /// An embedded database in a fresh temporary directory, removed when the last clone is
+    /// dropped: for tests and examples.
+    ///
+    /// # Errors
+    /// I/O errors creating the directory.
+    pub fn open_temporary() -> Result<Db> {
+        let dir =
+            tempfile::tempdir().map_err(|e| cellar_engine::Error::Io { path: std::env::temp_dir(), source: e })?;
+        let engine = Engine::open(dir.path(), EngineOptions::default())?;
+        Ok(Db { store: Arc::new(EmbeddedStore::new(engine)), _temp: Some(Arc::new(dir)) })
+    }
+
+    /// A database over any [`Store`] backend.
+    pub fn with_store(store: Arc<dyn Store>) -> Db {
+        Db { store, _temp: None }
+    }
+
+    /// The store underneath.
+    pub fn store(&self) -> &Arc<dyn Store> {
+        &self.store
+    }
+
+    /// The repository of entity `E`: creates its table and families if missing, and checks
+    /// that an existing table fits.
+    ///
+    /// # Errors
+    /// [`crate::Error::SchemaMismatch`]; store errors.
+    pub fn repo<E: Entity>(&self) -> Result<Repository<E>> {
+        self.store.ensure_table(&table_spec(&E::SCHEMA))?;
+        Ok(Repository::new(self.store.clone()))
+    }
+}
+
+/// The table an entity needs, pre-split at its salt buckets.
+pub(crate) fn table_spec(schema: &crate::entity::Schema) -> TableSpec {
+    let families = schema
+        .families
+        .iter()
+        .map(|f| FamilySpec { name: f.name.to_string(), max_versions: f.max_versions, ttl_secs: f.ttl_secs })
+        .collect();
+    let split_keys = (1..schema.salt.buckets()).map(|b| vec![b]).collect();
+    TableSpec { name: schema.table.to_string(), families, split_keys }
+}

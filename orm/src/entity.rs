@@ -1,0 +1,264 @@
+//! What `#[derive(Entity)]` generates against: the [`Entity`] trait and the static [`Schema`]
+//! that describes an entity's physical layout (table, key parts, record type, salt, families,
+//! columns).
+
+use crate::key::{KeyError, KeyReader, PartSpec, RowKey, Salt, Timestamp};
+use crate::store::Row;
+use crate::value::ValueError;
+
+/// A row-key part of an entity.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct KeyField {
+    /// Name, framing and modifier.
+    pub spec: PartSpec,
+    /// The field's Rust type, as written.
+    pub type_name: &'static str,
+    /// Encoded width in bytes, if fixed.
+    pub width: Option<usize>,
+}
+
+/// How a field is stored in its cell.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ColumnKind {
+    /// Encoded like HBase `Bytes.toBytes`.
+    Value,
+    /// Serialized with serde as MessagePack.
+    Serde,
+    /// An 8-byte counter, changed only by increments.
+    Counter,
+    /// The optimistic-concurrency version.
+    Version,
+    /// The original value of an MD5-hashed key part.
+    HashedKey,
+}
+
+/// A field stored in a cell.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ColumnSpec {
+    /// Field name.
+    pub field: &'static str,
+    /// Family.
+    pub family: &'static str,
+    /// Qualifier.
+    pub qualifier: &'static str,
+    /// The field's Rust type, as written.
+    pub type_name: &'static str,
+    /// Encoding.
+    pub kind: ColumnKind,
+}
+
+/// A family an entity uses, with the settings it declares.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FamilySchema {
+    /// Name.
+    pub name: &'static str,
+    /// Versions kept per column.
+    pub max_versions: u32,
+    /// Time to live in seconds.
+    pub ttl_secs: Option<u64>,
+}
+
+/// An entity's physical layout.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Schema {
+    /// The Rust type name.
+    pub entity: &'static str,
+    /// Table.
+    pub table: &'static str,
+    /// Families, the default first.
+    pub families: &'static [FamilySchema],
+    /// The record-type byte after the partition parts (single-table designs).
+    pub record_type: Option<u8>,
+    /// Leading salt or bucket byte.
+    pub salt: Salt,
+    /// Key parts before the record type.
+    pub partition: &'static [KeyField],
+    /// Key parts after the record type.
+    pub key: &'static [KeyField],
+    /// Fields stored in cells.
+    pub columns: &'static [ColumnSpec],
+}
+
+impl Schema {
+    /// The column that stores `field`.
+    pub fn column(&self, field: &str) -> Option<&'static ColumnSpec> {
+        self.columns.iter().find(|c| c.field == field)
+    }
+
+    /// The version column, if the entity has one.
+    pub fn version_column(&self) -> Option<&'static ColumnSpec> {
+        self.columns.iter().find(|c| c.kind == ColumnKind::Version)
+    }
+}
+
+/// A cell an entity writes: `None` deletes the column (an `Option` field set to `None`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CellValue {
+    /// Family.
+    pub family: &'static str,
+    /// Qualifier.
+    pub qualifier: &'static str,
+    /// Value.
+    pub value: Option<Vec<u8>>,
+}
+
+/// Why a row does not decode as an entity; the repository adds table and row.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FieldError {
+    /// `family:qualifier` at fault, if a column is.
+    pub column: Option<String>,
+    /// What is wrong.
+    pub reason: String,
+    /// True if the row belongs to another record type of the table (scans skip those).
+    pub other_record_type: bool,
+}
+
+impl From<KeyError> for FieldError {
+    fn from(e: KeyError) -> Self {
+        let other_record_type = matches!(e, KeyError::RecordType { .. });
+        FieldError { column: None, reason: format!("row key: {e}"), other_record_type }
+    }
+}
+
+impl FieldError {
+    /// A column's value is missing or malformed.
+    pub fn column(spec: &ColumnSpec, e: ValueError) -> Self {
+        FieldError {
+            column: Some(format!("{}:{}", spec.family, spec.qualifier)),
+            reason: format!("field `{}` ({}): {e}", spec.field, spec.type_name),
+            other_record_type: false,
+        }
+    }
+}
+
+/// A Rust type stored as rows of a table. Implemented by `#[derive(Entity)]`.
+pub trait Entity: Sized + 'static {
+    /// The typed row key (`<Entity>Key`).
+    type Key: Clone + std::fmt::Debug;
+
+    /// The physical layout.
+    const SCHEMA: Schema;
+
+    /// This entity's key.
+    fn key(&self) -> Self::Key;
+
+    /// Encodes a key.
+    ///
+    /// # Errors
+    /// A key part whose value does not fit its declared form.
+    fn row_key(key: &Self::Key) -> Result<RowKey, KeyError>;
+
+    /// The cells a put writes (counters excluded).
+    ///
+    /// # Errors
+    /// [`crate::Error::Encode`] for a value serde cannot encode.
+    fn cells(&self) -> crate::Result<Vec<CellValue>>;
+
+    /// Rebuilds an entity from a row, taking each column's newest version at or before `as_of`.
+    ///
+    /// # Errors
+    /// A [`FieldError`] naming what does not decode.
+    fn from_row(row: &Row, as_of: u64) -> Result<Self, FieldError>;
+
+    /// The optimistic-concurrency version, for entities with a version field.
+    fn version(&self) -> Option<u64> {
+        None
+    }
+
+    /// Sets the version after a successful optimistic write.
+    fn set_version(&mut self, _version: u64) {}
+}
+
+/// A leading run of an entity's key parts: scans by prefix return every entity whose key
+/// starts with it. Generated as `<Entity>Key::<first part>(value)` and chained methods.
+pub trait KeyPrefix<E: Entity> {
+    /// The encoded prefix.
+    ///
+    /// # Errors
+    /// A part value that does not fit its declared form.
+    fn encode_prefix(&self) -> Result<RowKey, KeyError>;
+}
+
+/// Decodes a column of `row` as `T` (helper for generated code).
+///
+/// # Errors
+/// A [`FieldError`] naming the column.
+pub fn decode_column<T: crate::value::Column>(row: &Row, spec: &ColumnSpec, as_of: u64) -> Result<T, FieldError> {
+    T::decode_cell(row.value_at(spec.family, spec.qualifier, as_of)).map_err(|e| FieldError::column(spec, e))
+}
+
+/// Decodes a MessagePack column of `row` (helper for generated code); `optional` fields take
+/// an absent cell as `None`.
+///
+/// # Errors
+/// A [`FieldError`] naming the column.
+pub fn decode_serde<T: serde::de::DeserializeOwned>(row: &Row, spec: &ColumnSpec, as_of: u64) -> Result<T, FieldError> {
+    let cell = row
+        .value_at(spec.family, spec.qualifier, as_of)
+        .ok_or_else(|| FieldError::column(spec, ValueError::Missing))?;
+    crate::value::from_msgpack(cell).map_err(|e| FieldError::column(spec, e))
+}
+
+/// Decodes an optional MessagePack column (helper for generated code).
+///
+/// # Errors
+/// A [`FieldError`] naming the column.
+pub fn decode_serde_opt<T: serde::de::DeserializeOwned>(
+    row: &Row,
+    spec: &ColumnSpec,
+    as_of: u64,
+) -> Result<Option<T>, FieldError> {
+    row.value_at(spec.family, spec.qualifier, as_of)
+        .map(|cell| crate::value::from_msgpack(cell).map_err(|e| FieldError::column(spec, e)))
+        .transpose()
+}
+
+/// Encodes a MessagePack column (helper for generated code).
+///
+/// # Errors
+/// [`crate::Error::Encode`].
+pub fn encode_serde<T: serde::Serialize + ?Sized>(
+    entity: &'static str,
+    field: &'static str,
+    v: &T,
+) -> crate::Result<Vec<u8>> {
+    crate::value::to_msgpack(v).map_err(|e| crate::Error::Encode { entity, field, reason: e.to_string() })
+}
+
+/// Restores a hashed key part from its column and checks it against the key's digest.
+///
+/// # Errors
+/// A [`FieldError`] for a missing, malformed or mismatching value.
+pub fn restore_hashed<T: crate::value::ColumnValue + crate::key::KeyPart>(
+    reader: &KeyReader<'_>,
+    row: &Row,
+    field: &KeyField,
+    spec: &ColumnSpec,
+) -> Result<T, FieldError> {
+    let value: T = decode_column(row, spec, u64::MAX)?;
+    reader.check_hash(&value, field)?;
+    Ok(value)
+}
+
+/// A value a bucketed entity's bucket is computed from (`bucket(field = ..., buckets = N)`).
+pub trait BucketValue {
+    /// The number the bucket is `value % buckets` of.
+    fn bucket_value(&self) -> u64;
+}
+
+impl BucketValue for Timestamp {
+    fn bucket_value(&self) -> u64 {
+        self.0
+    }
+}
+
+macro_rules! bucket_numbers {
+    ($($t:ty),*) => {$(
+        impl BucketValue for $t {
+            fn bucket_value(&self) -> u64 {
+                *self as u64
+            }
+        }
+    )*};
+}
+bucket_numbers!(u8, u16, u32, u64, i8, i16, i32, i64);

@@ -1,0 +1,76 @@
+//! Errors of the object mapper.
+
+use crate::key::KeyError;
+
+/// Result with the object mapper's [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// What can go wrong mapping entities to rows and back.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// The embedded engine failed.
+    #[error(transparent)]
+    Engine(#[from] cellar_engine::Error),
+    /// A store backend failed in a way not covered by another variant.
+    #[error("store: {0}")]
+    Store(String),
+    /// An entity's key could not be encoded (a value that does not fit its part).
+    #[error("key of {entity}: {source}")]
+    Key {
+        /// The entity type.
+        entity: &'static str,
+        /// What is wrong.
+        #[source]
+        source: KeyError,
+    },
+    /// A field value could not be encoded.
+    #[error("{entity}.{field}: {reason}")]
+    Encode {
+        /// The entity type.
+        entity: &'static str,
+        /// The field.
+        field: &'static str,
+        /// What is wrong.
+        reason: String,
+    },
+    /// A stored row does not decode as the entity: wrong record type, a missing required
+    /// column, a malformed key or value.
+    #[error("table `{table}`, row {row}{}: {reason}", column.as_ref().map(|c| format!(", column {c}")).unwrap_or_default())]
+    Decode {
+        /// The table.
+        table: &'static str,
+        /// The row key, printable (`\xNN` for other bytes).
+        row: String,
+        /// The column (`family:qualifier`), when one is at fault.
+        column: Option<String>,
+        /// What is wrong.
+        reason: String,
+    },
+    /// An optimistic write found a different version than the one it was based on.
+    #[error("{entity} at row {row} was changed by another writer (expected version {expected})")]
+    VersionConflict {
+        /// The entity type.
+        entity: &'static str,
+        /// The row key, printable.
+        row: String,
+        /// The version the write expected to replace.
+        expected: u64,
+    },
+    /// An existing table does not fit the entity.
+    #[error("table `{table}` does not fit: {reason}")]
+    SchemaMismatch {
+        /// The table.
+        table: String,
+        /// What differs.
+        reason: String,
+    },
+    /// A bad argument to a repository call (a malformed page cursor, a zero page size).
+    #[error("invalid {arg}: {reason}")]
+    InvalidArgument {
+        /// The argument.
+        arg: &'static str,
+        /// What is wrong.
+        reason: String,
+    },
+}

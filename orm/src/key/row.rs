@@ -1,0 +1,204 @@
+//! Assembling and taking apart whole row keys: `[salt][partition parts][record type][key
+//! parts]`, for the code `#[derive(Entity)]` generates.
+
+use bytes::Bytes;
+
+use super::{
+    decode_part, encode_part, md5_of, random_bucket, salt_of, take, KeyError, KeyPart, Modifier, Salt, MD5_WIDTH,
+};
+use crate::entity::{KeyField, Schema};
+
+/// The leading byte of a key or prefix.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SaltByte {
+    /// The entity's keys have none.
+    None,
+    /// Known from the key.
+    Known(u8),
+    /// Any of this many buckets (a random salt, or a prefix that does not determine it).
+    Any(u8),
+}
+
+/// An encoded key (or key prefix) and its salt.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RowKey {
+    salt: SaltByte,
+    body: Vec<u8>,
+}
+
+impl RowKey {
+    pub(crate) fn from_parts(salt: SaltByte, body: Vec<u8>) -> Self {
+        RowKey { salt, body }
+    }
+
+    /// The salt byte.
+    pub fn salt(&self) -> SaltByte {
+        self.salt
+    }
+
+    /// The key without its salt byte.
+    pub fn body(&self) -> &[u8] {
+        &self.body
+    }
+
+    fn with_salt(&self, salt: Option<u8>) -> Bytes {
+        let mut k = Vec::with_capacity(self.body.len() + 1);
+        k.extend(salt);
+        k.extend_from_slice(&self.body);
+        Bytes::from(k)
+    }
+
+    /// The row key a write goes to (a random bucket under a random salt).
+    pub fn for_write(&self) -> Bytes {
+        match self.salt {
+            SaltByte::None => self.with_salt(None),
+            SaltByte::Known(b) => self.with_salt(Some(b)),
+            SaltByte::Any(n) => self.with_salt(Some(random_bucket(n))),
+        }
+    }
+
+    /// Every row key this key may be stored under: one, or one per bucket.
+    pub fn candidates(&self) -> Vec<Bytes> {
+        match self.salt {
+            SaltByte::None => vec![self.with_salt(None)],
+            SaltByte::Known(b) => vec![self.with_salt(Some(b))],
+            SaltByte::Any(n) => (0..n).map(|b| self.with_salt(Some(b))).collect(),
+        }
+    }
+}
+
+/// Builds a row key or prefix part by part, in layout order.
+#[derive(Debug)]
+pub struct KeyBuilder {
+    schema: &'static Schema,
+    body: Vec<u8>,
+    /// End of the partition parts in `body` (before the record type), once reached.
+    partition_end: Option<usize>,
+    bucket: Option<u8>,
+}
+
+impl KeyBuilder {
+    /// An empty key of `schema`'s layout.
+    pub fn new(schema: &'static Schema) -> Self {
+        KeyBuilder { schema, body: Vec::with_capacity(32), partition_end: None, bucket: None }
+    }
+
+    /// Appends one part.
+    ///
+    /// # Errors
+    /// As [`encode_part`].
+    pub fn part<T: KeyPart>(&mut self, value: &T, field: &KeyField) -> Result<(), KeyError> {
+        encode_part(value, &field.spec, &mut self.body)
+    }
+
+    /// Marks the end of the partition parts and appends the record type byte, if any.
+    pub fn end_partition(&mut self) {
+        self.partition_end = Some(self.body.len());
+        self.body.extend(self.schema.record_type);
+    }
+
+    /// Supplies the value a bucketed entity's bucket is computed from.
+    pub fn bucket(&mut self, value: u64) {
+        if let Salt::Bucket { buckets, .. } = self.schema.salt {
+            self.bucket = Some(super::bucket_of(value, buckets));
+        }
+    }
+
+    /// The finished key or prefix. A hash salt is known once the partition parts are (or the
+    /// whole key, for an entity without partition parts); a bucket once its field is.
+    pub fn finish(self, complete: bool) -> RowKey {
+        let salt = match self.schema.salt {
+            Salt::None => SaltByte::None,
+            Salt::Hash { buckets } => {
+                let salted = match self.partition_end {
+                    Some(end) if !self.schema.partition.is_empty() => Some(&self.body[..end]),
+                    _ if complete => Some(&self.body[..]),
+                    _ => None,
+                };
+                salted.map_or(SaltByte::Any(buckets), |bytes| SaltByte::Known(salt_of(bytes, buckets)))
+            }
+            Salt::Random { buckets } => SaltByte::Any(buckets),
+            Salt::Bucket { buckets, .. } => self.bucket.map_or(SaltByte::Any(buckets), SaltByte::Known),
+        };
+        RowKey { salt, body: self.body }
+    }
+}
+
+/// Reads a row key part by part, in layout order.
+#[derive(Debug)]
+pub struct KeyReader<'a> {
+    schema: &'static Schema,
+    input: &'a [u8],
+    /// The digest of the last hashed part read.
+    hashed: Option<[u8; MD5_WIDTH]>,
+}
+
+impl<'a> KeyReader<'a> {
+    /// Starts reading `row`, past its salt byte.
+    ///
+    /// # Errors
+    /// [`KeyError::Truncated`] for an empty row under a salt.
+    pub fn new(schema: &'static Schema, row: &'a [u8]) -> Result<Self, KeyError> {
+        let mut input = row;
+        if schema.salt.is_some() {
+            take(&mut input, 1, "salt")?;
+        }
+        Ok(KeyReader { schema, input, hashed: None })
+    }
+
+    /// Reads one part; `None` for a hashed part (restore it from its column, then call
+    /// [`KeyReader::check_hash`]).
+    ///
+    /// # Errors
+    /// As [`decode_part`].
+    pub fn part<T: KeyPart>(&mut self, field: &KeyField) -> Result<Option<T>, KeyError> {
+        if field.spec.modifier == Modifier::Md5 {
+            let mut digest = [0u8; MD5_WIDTH];
+            digest.copy_from_slice(take(&mut self.input, MD5_WIDTH, field.spec.name)?);
+            self.hashed = Some(digest);
+            return Ok(None);
+        }
+        decode_part(&mut self.input, &field.spec)
+    }
+
+    /// Checks a hashed part's restored value against the digest in the key.
+    ///
+    /// # Errors
+    /// [`KeyError::Malformed`] if they differ.
+    pub fn check_hash<T: KeyPart>(&self, value: &T, field: &KeyField) -> Result<(), KeyError> {
+        let digest = md5_of(value, field.spec.name)?;
+        if self.hashed != Some(digest) {
+            return Err(KeyError::Malformed {
+                part: field.spec.name,
+                reason: "the stored value does not hash to the key's digest".into(),
+            });
+        }
+        Ok(())
+    }
+
+    /// Reads the record type byte, if the entity has one.
+    ///
+    /// # Errors
+    /// [`KeyError::RecordType`] for a row of another record type.
+    pub fn end_partition(&mut self) -> Result<(), KeyError> {
+        if let Some(expected) = self.schema.record_type {
+            let found = take(&mut self.input, 1, "record type")?[0];
+            if found != expected {
+                return Err(KeyError::RecordType { expected, found });
+            }
+        }
+        Ok(())
+    }
+
+    /// Checks that nothing is left.
+    ///
+    /// # Errors
+    /// [`KeyError::Layout`] for trailing bytes.
+    pub fn finish(self) -> Result<(), KeyError> {
+        if self.input.is_empty() {
+            Ok(())
+        } else {
+            Err(KeyError::Layout { reason: format!("{} bytes after the last key part", self.input.len()) })
+        }
+    }
+}

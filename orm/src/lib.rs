@@ -1,0 +1,25 @@
+//! Cellar's object mapper: Rust structs as rows of a wide-column table.
+//!
+//! `#[derive(Entity)]` (from `cellar-derive`) describes how a struct maps onto the HBase /
+//! Bigtable data model — a typed, order-preserving row key, families and short qualifiers,
+//! value encodings — and implements [`Entity`]. A [`Db`] hands out a [`Repository`] per entity
+//! type, which reads and writes through the [`Store`] trait, the only thing this crate asks of
+//! a backend. The embedded engine ([`cellar_engine`]) is the default store.
+//!
+//! Layers: `key` and `value` encode; `entity` describes; `store` persists; `repo` and `db`
+//! are the API. Applications use all of it through the `cellar` facade.
+
+mod db;
+pub mod entity;
+mod error;
+pub mod key;
+pub mod repo;
+pub mod store;
+pub mod value;
+
+pub use db::Db;
+pub use entity::{Entity, KeyPrefix, Schema};
+pub use error::{Error, Result};
+pub use key::Timestamp;
+pub use repo::{Counter, Cursor, EntityIter, Page, Query, Repository};
+pub use store::{EmbeddedStore, Store};

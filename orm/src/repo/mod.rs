@@ -1,0 +1,272 @@
+//! [`Repository`]: typed reads and writes of one entity type over a [`Store`].
+
+mod query;
+
+use std::marker::PhantomData;
+use std::sync::Arc;
+
+use bytes::Bytes;
+
+pub use query::{Cursor, EntityIter, Page, Query};
+
+use crate::entity::{ColumnKind, ColumnSpec, Entity, FieldError};
+use crate::key::RowKey;
+use crate::store::{CellMutation, Condition, ReadSpec, Row, RowMutation, Store};
+use crate::value::ColumnValue;
+use crate::{Error, Result};
+
+/// A counter column of entity `E`, generated as an associated constant (`Customer::ORDERS`).
+#[derive(Debug)]
+pub struct Counter<E> {
+    field: &'static str,
+    _entity: PhantomData<fn() -> E>,
+}
+
+impl<E> Clone for Counter<E> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+impl<E> Copy for Counter<E> {}
+
+impl<E: Entity> Counter<E> {
+    /// The counter stored for `field` (generated code only).
+    pub const fn new(field: &'static str) -> Self {
+        Counter { field, _entity: PhantomData }
+    }
+
+    fn column(&self) -> Result<&'static ColumnSpec> {
+        E::SCHEMA.column(self.field).filter(|c| c.kind == ColumnKind::Counter).ok_or(Error::InvalidArgument {
+            arg: "counter",
+            reason: format!("{} has no counter field `{}`", E::SCHEMA.entity, self.field),
+        })
+    }
+}
+
+/// Reads and writes entities of type `E`. Cheap to clone.
+pub struct Repository<E> {
+    store: Arc<dyn Store>,
+    _entity: PhantomData<fn() -> E>,
+}
+
+impl<E> Clone for Repository<E> {
+    fn clone(&self) -> Self {
+        Repository { store: self.store.clone(), _entity: PhantomData }
+    }
+}
+
+impl<E> std::fmt::Debug for Repository<E> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Repository").field("entity", &std::any::type_name::<E>()).finish_non_exhaustive()
+    }
+}
+
+/// A row key for messages: printable ASCII as is, other bytes as `\xNN`.
+pub(crate) fn printable(row: &[u8]) -> String {
+    cellar_engine::to_printable(row)
+}
+
+impl<E: Entity> Repository<E> {
+    pub(crate) fn new(store: Arc<dyn Store>) -> Self {
+        Repository { store, _entity: PhantomData }
+    }
+
+    fn table(&self) -> &'static str {
+        E::SCHEMA.table
+    }
+
+    fn row_key(key: &E::Key) -> Result<RowKey> {
+        E::row_key(key).map_err(|source| Error::Key { entity: E::SCHEMA.entity, source })
+    }
+
+    /// The row of an entity and the mutation that writes it: every cell, and a column delete
+    /// for every `None` field so an earlier value does not linger.
+    fn mutation(entity: &E, version: Option<u64>) -> Result<RowMutation> {
+        let key = Self::row_key(&entity.key())?;
+        let mut mutations = Vec::new();
+        for cell in entity.cells()? {
+            let family = Bytes::from_static(cell.family.as_bytes());
+            let qualifier = Bytes::from_static(cell.qualifier.as_bytes());
+            mutations.push(match cell.value {
+                Some(v) => CellMutation::Put { family, qualifier, value: v.into(), timestamp: None },
+                None => CellMutation::DeleteColumn { family, qualifier },
+            });
+        }
+        if let (Some(v), Some(col)) = (version, E::SCHEMA.version_column()) {
+            mutations.push(CellMutation::Put {
+                family: Bytes::from_static(col.family.as_bytes()),
+                qualifier: Bytes::from_static(col.qualifier.as_bytes()),
+                value: v.to_bytes().into(),
+                timestamp: None,
+            });
+        }
+        Ok(RowMutation { row: key.for_write(), mutations })
+    }
+
+    pub(crate) fn decode(row: &Row, as_of: u64) -> Result<E> {
+        E::from_row(row, as_of).map_err(|e| decode_error::<E>(&row.key, e))
+    }
+
+    /// Writes an entity, replacing every field of a stored one (counters excepted: they change
+    /// only through [`Repository::increment`], so a put cannot undo a concurrent increment).
+    ///
+    /// # Errors
+    /// Key or value encoding errors; store errors.
+    pub fn put(&self, entity: &E) -> Result<()> {
+        self.store.mutate(self.table(), vec![Self::mutation(entity, None)?])
+    }
+
+    /// Writes many entities in one batch (each row atomic on its own).
+    ///
+    /// # Errors
+    /// As [`Repository::put`]; nothing is written if an entity does not encode.
+    pub fn put_many<'a>(&self, entities: impl IntoIterator<Item = &'a E>) -> Result<()> {
+        let rows = entities.into_iter().map(|e| Self::mutation(e, None)).collect::<Result<Vec<_>>>()?;
+        if rows.is_empty() {
+            return Ok(());
+        }
+        self.store.mutate(self.table(), rows)
+    }
+
+    /// Writes `entity` only if the stored version is the one it was read at (absent for
+    /// version 0), and moves it to the next version.
+    ///
+    /// # Errors
+    /// [`Error::VersionConflict`] if another writer got there first; [`Error::InvalidArgument`]
+    /// for an entity without a version field; as [`Repository::put`].
+    pub fn save(&self, entity: &mut E) -> Result<()> {
+        let (Some(expected), Some(col)) = (entity.version(), E::SCHEMA.version_column()) else {
+            return Err(Error::InvalidArgument {
+                arg: "entity",
+                reason: format!("{} has no #[cellar(version)] field", E::SCHEMA.entity),
+            });
+        };
+        let next = expected
+            .checked_add(1)
+            .ok_or(Error::InvalidArgument { arg: "entity", reason: "version counter is exhausted".into() })?;
+        let mutation = Self::mutation(entity, Some(next))?;
+        let family = Bytes::from_static(col.family.as_bytes());
+        let qualifier = Bytes::from_static(col.qualifier.as_bytes());
+        let condition = if expected == 0 {
+            Condition::Absent { family, qualifier }
+        } else {
+            Condition::Equals { family, qualifier, value: expected.to_bytes().into() }
+        };
+        let row = mutation.row.clone();
+        if !self.store.check_and_mutate(self.table(), condition, mutation)? {
+            return Err(Error::VersionConflict { entity: E::SCHEMA.entity, row: printable(&row), expected });
+        }
+        entity.set_version(next);
+        Ok(())
+    }
+
+    /// Reads one entity.
+    ///
+    /// # Errors
+    /// [`Error::Decode`] for a stored row that is not a valid `E`; store errors.
+    pub fn get(&self, key: impl Into<E::Key>) -> Result<Option<E>> {
+        let key = Self::row_key(&key.into())?;
+        let rows = self.store.read_rows(self.table(), &key.candidates(), &ReadSpec::default())?;
+        rows.into_iter().flatten().next().map(|row| Self::decode(&row, u64::MAX)).transpose()
+    }
+
+    /// Reads many entities in one round trip; `None` where there is none.
+    ///
+    /// # Errors
+    /// As [`Repository::get`].
+    pub fn get_many<K: Into<E::Key>>(&self, keys: impl IntoIterator<Item = K>) -> Result<Vec<Option<E>>> {
+        let keys = keys.into_iter().map(|k| Self::row_key(&k.into())).collect::<Result<Vec<_>>>()?;
+        let candidates: Vec<Vec<Bytes>> = keys.iter().map(RowKey::candidates).collect();
+        let flat: Vec<Bytes> = candidates.iter().flatten().cloned().collect();
+        let mut rows = self.store.read_rows(self.table(), &flat, &ReadSpec::default())?.into_iter();
+        candidates
+            .iter()
+            .map(|c| {
+                let found = rows.by_ref().take(c.len()).flatten().next();
+                found.map(|row| Self::decode(&row, u64::MAX)).transpose()
+            })
+            .collect()
+    }
+
+    /// True if an entity with this key is stored.
+    ///
+    /// # Errors
+    /// Key encoding and store errors.
+    pub fn exists(&self, key: impl Into<E::Key>) -> Result<bool> {
+        let key = Self::row_key(&key.into())?;
+        let rows = self.store.read_rows(self.table(), &key.candidates(), &ReadSpec::default())?;
+        Ok(rows.iter().any(Option::is_some))
+    }
+
+    /// Deletes an entity (its whole row, counters included).
+    ///
+    /// # Errors
+    /// Key encoding and store errors.
+    pub fn delete(&self, key: impl Into<E::Key>) -> Result<()> {
+        let key = Self::row_key(&key.into())?;
+        let rows = key
+            .candidates()
+            .into_iter()
+            .map(|row| RowMutation { row, mutations: vec![CellMutation::DeleteRow] })
+            .collect();
+        self.store.mutate(self.table(), rows)
+    }
+
+    /// Adds `delta` to a counter of the entity at `key` and returns the new value. The row
+    /// need not exist (its counter starts at 0); increments are atomic.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] under a random salt (the row is not known); store errors.
+    pub fn increment(&self, key: impl Into<E::Key>, counter: Counter<E>, delta: i64) -> Result<i64> {
+        let col = counter.column()?;
+        let key = Self::row_key(&key.into())?;
+        let [row] = key.candidates().try_into().map_err(|_| Error::InvalidArgument {
+            arg: "key",
+            reason: "counters of randomly salted entities cannot be addressed".into(),
+        })?;
+        self.store.increment(self.table(), row, col.family, col.qualifier, delta)
+    }
+
+    /// The entity as it was at `timestamp` (milliseconds): each column's newest version at or
+    /// before it, within the versions the family keeps.
+    ///
+    /// # Errors
+    /// As [`Repository::get`].
+    pub fn get_as_of(&self, key: impl Into<E::Key>, timestamp: u64) -> Result<Option<E>> {
+        let key = Self::row_key(&key.into())?;
+        let read = ReadSpec { max_versions: 1, time_range: Some((0, timestamp.saturating_add(1))) };
+        let rows = self.store.read_rows(self.table(), &key.candidates(), &read)?;
+        rows.into_iter().flatten().next().map(|row| Self::decode(&row, u64::MAX)).transpose()
+    }
+
+    /// Up to `max` past states of an entity, newest first, each with the timestamp it took
+    /// effect: one per distinct write time among the versions the families keep.
+    ///
+    /// # Errors
+    /// As [`Repository::get`].
+    pub fn history(&self, key: impl Into<E::Key>, max: u32) -> Result<Vec<(u64, E)>> {
+        let key = Self::row_key(&key.into())?;
+        let read = ReadSpec { max_versions: max.max(1), time_range: None };
+        let rows = self.store.read_rows(self.table(), &key.candidates(), &read)?;
+        let Some(row) = rows.into_iter().flatten().next() else {
+            return Ok(Vec::new());
+        };
+        let mut times: Vec<u64> = row.cells.iter().map(|c| c.timestamp).collect();
+        times.sort_unstable_by(|a, b| b.cmp(a));
+        times.dedup();
+        let mut states = Vec::new();
+        for ts in times.into_iter().take(max as usize) {
+            match E::from_row(&row, ts) {
+                Ok(e) => states.push((ts, e)),
+                // Before its first complete write the entity did not exist yet.
+                Err(e) if e.column.is_some() && !states.is_empty() => break,
+                Err(e) => return Err(decode_error::<E>(&row.key, e)),
+            }
+        }
+        Ok(states)
+    }
+}
+
+pub(crate) fn decode_error<E: Entity>(row: &[u8], e: FieldError) -> Error {
+    Error::Decode { table: E::SCHEMA.table, row: printable(row), column: e.column, reason: e.reason }
+}

@@ -1,0 +1,363 @@
+//! Scans of one entity type: by typed key prefix or range, forward or reverse, with a limit
+//! and opaque page cursors. Over a salted or bucketed table a scan reads every bucket it may
+//! touch and merges the streams back into key order.
+
+use std::fmt;
+use std::marker::PhantomData;
+use std::str::FromStr;
+
+use bytes::Bytes;
+
+use super::Repository;
+use crate::entity::{Entity, KeyPrefix};
+use crate::key::{prefix_end, KeyBuilder, RowKey, SaltByte};
+use crate::store::{Row, RowStream, ScanSpec, Store};
+use crate::{Error, Result};
+
+/// Where a scan resumes: after the last entity of the previous page. Opaque; it prints as a
+/// short string (for URLs and APIs) and parses back with [`str::parse`].
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Cursor {
+    reverse: bool,
+    /// The last key returned, without its salt byte.
+    after: Vec<u8>,
+}
+
+impl fmt::Display for Cursor {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(if self.reverse { "r" } else { "f" })?;
+        self.after.iter().try_for_each(|b| write!(f, "{b:02x}"))
+    }
+}
+
+impl FromStr for Cursor {
+    type Err = Error;
+
+    fn from_str(s: &str) -> Result<Cursor> {
+        let bad = |reason: &str| Error::InvalidArgument { arg: "cursor", reason: reason.to_string() };
+        let (reverse, hex) = match s.split_at_checked(1) {
+            Some(("f", hex)) => (false, hex),
+            Some(("r", hex)) => (true, hex),
+            _ => return Err(bad("not a page cursor")),
+        };
+        if hex.len() % 2 != 0 || !hex.is_ascii() {
+            return Err(bad("not a page cursor"));
+        }
+        let after = (0..hex.len())
+            .step_by(2)
+            .map(|i| u8::from_str_radix(&hex[i..i + 2], 16))
+            .collect::<std::result::Result<_, _>>()
+            .map_err(|_| bad("not a page cursor"))?;
+        Ok(Cursor { reverse, after })
+    }
+}
+
+/// One page of a paginated scan.
+#[derive(Debug, Clone)]
+pub struct Page<E> {
+    /// The entities, in scan order.
+    pub items: Vec<E>,
+    /// Where the next page starts; `None` on the last page.
+    pub next: Option<Cursor>,
+}
+
+/// A scan being set up. Build it with [`Repository::scan`], then [`Query::iter`],
+/// [`Query::to_vec`] or [`Query::page`].
+pub struct Query<'a, E> {
+    store: &'a dyn Store,
+    /// Inclusive lower bound, exclusive upper bound (bodies without salt); `None` = open.
+    from: Option<RowKey>,
+    to: Option<RowKey>,
+    prefix: Option<RowKey>,
+    reverse: bool,
+    limit: Option<usize>,
+    after: Option<Cursor>,
+    error: Option<Error>,
+    _entity: PhantomData<fn() -> E>,
+}
+
+impl<E: Entity> Repository<E> {
+    /// A scan over the entities of this type, in key order unless reversed.
+    pub fn scan(&self) -> Query<'_, E> {
+        Query {
+            store: &*self.store,
+            from: None,
+            to: None,
+            prefix: None,
+            reverse: false,
+            limit: None,
+            after: None,
+            error: None,
+            _entity: PhantomData,
+        }
+    }
+}
+
+impl<'a, E: Entity> Query<'a, E> {
+    fn keep(&mut self, key: std::result::Result<RowKey, crate::key::KeyError>) -> Option<RowKey> {
+        match key {
+            Ok(k) => Some(k),
+            Err(source) => {
+                self.error.get_or_insert(Error::Key { entity: E::SCHEMA.entity, source });
+                None
+            }
+        }
+    }
+
+    /// Only entities whose key starts with `prefix` (built with the generated
+    /// `<Entity>Key::<first part>(..)` methods).
+    pub fn prefix(mut self, prefix: impl KeyPrefix<E>) -> Self {
+        self.prefix = self.keep(prefix.encode_prefix());
+        self
+    }
+
+    /// Only entities with `from <= key < to`; either end may be left open with `..`.
+    pub fn range(mut self, range: impl std::ops::RangeBounds<E::Key>) -> Self {
+        use std::ops::Bound;
+        self.from = match range.start_bound() {
+            Bound::Included(k) => self.keep(E::row_key(k)),
+            Bound::Excluded(k) => self.keep(E::row_key(k)).map(|k| after_key(&k)),
+            Bound::Unbounded => None,
+        };
+        self.to = match range.end_bound() {
+            Bound::Excluded(k) => self.keep(E::row_key(k)),
+            Bound::Included(k) => self.keep(E::row_key(k)).map(|k| after_key(&k)),
+            Bound::Unbounded => None,
+        };
+        self
+    }
+
+    /// Largest key first.
+    pub fn reverse(mut self) -> Self {
+        self.reverse = true;
+        self
+    }
+
+    /// At most `n` entities.
+    pub fn limit(mut self, n: usize) -> Self {
+        self.limit = Some(n);
+        self
+    }
+
+    /// Continues after the page that returned `cursor`.
+    pub fn after(mut self, cursor: &Cursor) -> Self {
+        self.after = Some(cursor.clone());
+        self
+    }
+
+    /// Streams the entities.
+    ///
+    /// # Errors
+    /// A key that did not encode; a cursor from a scan in the other direction; store errors
+    /// (also later, from the iterator).
+    pub fn iter(self) -> Result<EntityIter<'a, E>> {
+        if let Some(e) = self.error {
+            return Err(e);
+        }
+        if self.after.as_ref().is_some_and(|c| c.reverse != self.reverse) {
+            return Err(Error::InvalidArgument {
+                arg: "cursor",
+                reason: "the cursor comes from a scan in the other direction".into(),
+            });
+        }
+        let (mut lo, mut hi, buckets) = self.bounds();
+        if let Some(c) = &self.after {
+            if self.reverse {
+                hi = Some(hi.map_or(c.after.clone(), |h| h.min(c.after.clone())));
+            } else {
+                let mut next = c.after.clone();
+                next.push(0);
+                lo = lo.max(next);
+            }
+        }
+        let salted = E::SCHEMA.salt.is_some();
+        let mut streams = Vec::new();
+        for bucket in buckets {
+            let with = |body: &[u8]| -> Bytes {
+                let mut k = Vec::with_capacity(body.len() + 1);
+                k.extend(bucket);
+                k.extend_from_slice(body);
+                k.into()
+            };
+            let end = match (&hi, bucket) {
+                (Some(h), _) => Some(with(h)),
+                (None, Some(b)) => b.checked_add(1).map(|next| Bytes::from(vec![next])),
+                (None, None) => None,
+            };
+            let spec = ScanSpec {
+                start: with(&lo),
+                end,
+                reverse: self.reverse,
+                // Rows of other record types are skipped after reading, so only a table
+                // without them can let the store stop early.
+                limit: self.limit.filter(|_| E::SCHEMA.record_type.is_none()),
+                read: Default::default(),
+            };
+            let mut stream = self.store.scan(E::SCHEMA.table, &spec)?;
+            let head = stream.next();
+            streams.push((stream, head));
+        }
+        Ok(EntityIter {
+            streams,
+            salted,
+            reverse: self.reverse,
+            left: self.limit.unwrap_or(usize::MAX),
+            _entity: PhantomData,
+        })
+    }
+
+    /// Collects the entities into a vector.
+    ///
+    /// # Errors
+    /// As [`Query::iter`].
+    pub fn to_vec(self) -> Result<Vec<E>> {
+        self.iter()?.collect()
+    }
+
+    /// One page of at most `size` entities, and the cursor of the next.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for a zero size; as [`Query::iter`].
+    pub fn page(self, size: usize) -> Result<Page<E>> {
+        if size == 0 {
+            return Err(Error::InvalidArgument { arg: "size", reason: "a page holds at least one entity".into() });
+        }
+        let reverse = self.reverse;
+        let mut iter = self.limit(size.saturating_add(1)).iter()?;
+        let mut items = Vec::new();
+        let mut last = None;
+        while items.len() < size {
+            match iter.next_with_key() {
+                Some(Ok((key, e))) => {
+                    last = Some(key);
+                    items.push(e);
+                }
+                Some(Err(e)) => return Err(e),
+                None => return Ok(Page { items, next: None }),
+            }
+        }
+        let more = iter.next_with_key().transpose()?.is_some();
+        Ok(Page { items, next: last.filter(|_| more).map(|after| Cursor { reverse, after }) })
+    }
+
+    /// The body range `[lo, hi)` to scan and the salt bytes to scan it under.
+    fn bounds(&self) -> (Vec<u8>, Option<Vec<u8>>, Vec<Option<u8>>) {
+        let schema = &E::SCHEMA;
+        // Without a prefix, a type stored behind its record-type byte (no partition parts)
+        // still scans only its own rows.
+        let own = (schema.partition.is_empty() && schema.record_type.is_some()).then(|| {
+            let mut b = KeyBuilder::new(&E::SCHEMA);
+            b.end_partition();
+            b.finish(false)
+        });
+        let prefix = self.prefix.clone().or(own);
+        let mut lo = prefix.as_ref().map(|p| p.body().to_vec()).unwrap_or_default();
+        let mut hi = prefix.as_ref().and_then(|p| prefix_end(p.body()));
+        if let Some(from) = &self.from {
+            lo = lo.max(from.body().to_vec());
+        }
+        if let Some(to) = &self.to {
+            hi = Some(hi.map_or(to.body().to_vec(), |h| h.min(to.body().to_vec())));
+        }
+        let salts: Vec<SaltByte> =
+            [prefix.as_ref(), self.from.as_ref(), self.to.as_ref()].into_iter().flatten().map(RowKey::salt).collect();
+        let known = salts.iter().find_map(|s| match s {
+            SaltByte::Known(b) => Some(*b),
+            _ => None,
+        });
+        let consistent = salts.iter().all(|s| matches!(s, SaltByte::Known(b) if Some(*b) == known));
+        let buckets = match schema.salt.buckets() {
+            _ if !schema.salt.is_some() => vec![None],
+            _ if known.is_some() && consistent && !salts.is_empty() => vec![known],
+            n => (0..n).map(Some).collect(),
+        };
+        (lo, hi, buckets)
+    }
+}
+
+/// The smallest key after `key`: the exclusive form of an inclusive bound.
+fn after_key(key: &RowKey) -> RowKey {
+    let mut body = key.body().to_vec();
+    body.push(0);
+    RowKey::from_parts(key.salt(), body)
+}
+
+/// Entities streamed from a scan, merged across buckets.
+pub struct EntityIter<'a, E> {
+    streams: Vec<(RowStream<'a>, Option<Result<Row>>)>,
+    salted: bool,
+    reverse: bool,
+    left: usize,
+    _entity: PhantomData<fn() -> E>,
+}
+
+impl<E: Entity> EntityIter<'_, E> {
+    /// The next row in merged key order.
+    fn next_row(&mut self) -> Option<Result<Row>> {
+        let body = |r: &Row| -> Bytes {
+            if self.salted {
+                r.key.slice(1..)
+            } else {
+                r.key.clone()
+            }
+        };
+        let mut best: Option<usize> = None;
+        for (i, (_, head)) in self.streams.iter().enumerate() {
+            match head {
+                None => continue,
+                // An error goes out first.
+                Some(Err(_)) => {
+                    best = Some(i);
+                    break;
+                }
+                Some(Ok(row)) => {
+                    let better = match best.and_then(|b| self.streams[b].1.as_ref()) {
+                        Some(Ok(current)) => {
+                            let ord = body(row).cmp(&body(current));
+                            if self.reverse {
+                                ord.is_gt()
+                            } else {
+                                ord.is_lt()
+                            }
+                        }
+                        _ => true,
+                    };
+                    if better {
+                        best = Some(i);
+                    }
+                }
+            }
+        }
+        let (stream, head) = &mut self.streams[best?];
+        let next = stream.next();
+        std::mem::replace(head, next)
+    }
+
+    /// The next entity and its key body (for page cursors).
+    fn next_with_key(&mut self) -> Option<Result<(Vec<u8>, E)>> {
+        while self.left > 0 {
+            let row = match self.next_row()? {
+                Ok(row) => row,
+                Err(e) => return Some(Err(e)),
+            };
+            match E::from_row(&row, u64::MAX) {
+                Ok(e) => {
+                    self.left -= 1;
+                    let body = if self.salted { row.key[1..].to_vec() } else { row.key.to_vec() };
+                    return Some(Ok((body, e)));
+                }
+                Err(e) if e.other_record_type => continue,
+                Err(e) => return Some(Err(super::decode_error::<E>(&row.key, e))),
+            }
+        }
+        None
+    }
+}
+
+impl<E: Entity> Iterator for EntityIter<'_, E> {
+    type Item = Result<E>;
+
+    fn next(&mut self) -> Option<Result<E>> {
+        self.next_with_key().map(|r| r.map(|(_, e)| e))
+    }
+}

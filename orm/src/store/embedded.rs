@@ -1,0 +1,226 @@
+//! [`Store`] on Cellar's embedded engine.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use cellar_engine::{
+    CheckAndMutate, CompareOp, Delete, Engine, FamilyDescriptor, Get, Increment, Mutation, Put, RowMutations,
+    RowResult, Scan, Table, TableDescriptor,
+};
+use parking_lot::RwLock;
+
+use super::{CellMutation, Condition, ReadSpec, Row, RowMutation, RowStream, ScanSpec, Store, StoredCell, TableSpec};
+use crate::{Error, Result};
+
+/// The embedded engine as a [`Store`]. Cheap to clone.
+#[derive(Clone)]
+pub struct EmbeddedStore {
+    engine: Engine,
+    /// Table handles, looked up once.
+    tables: Arc<RwLock<Vec<(String, Table)>>>,
+}
+
+impl std::fmt::Debug for EmbeddedStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EmbeddedStore").finish_non_exhaustive()
+    }
+}
+
+impl EmbeddedStore {
+    /// A store over an open engine.
+    pub fn new(engine: Engine) -> Self {
+        EmbeddedStore { engine, tables: Arc::default() }
+    }
+
+    /// The engine underneath, for administration (flush, compaction, regions).
+    pub fn engine(&self) -> &Engine {
+        &self.engine
+    }
+
+    fn table(&self, name: &str) -> Result<Table> {
+        if let Some((_, t)) = self.tables.read().iter().find(|(n, _)| n == name) {
+            return Ok(t.clone());
+        }
+        let table = self.engine.table(name)?;
+        self.tables.write().push((name.to_string(), table.clone()));
+        Ok(table)
+    }
+}
+
+fn family_descriptor(f: &super::FamilySpec) -> FamilyDescriptor {
+    let mut d = FamilyDescriptor::new(f.name.clone()).max_versions(f.max_versions);
+    if let Some(ttl) = f.ttl_secs {
+        d = d.ttl_secs(ttl);
+    }
+    d
+}
+
+fn to_engine_mutation(row: &Bytes, m: CellMutation) -> Mutation {
+    match m {
+        CellMutation::Put { family, qualifier, value, timestamp: Some(ts) } => {
+            Put::new(row.clone()).add_at(family, qualifier, ts, value).into()
+        }
+        CellMutation::Put { family, qualifier, value, timestamp: None } => {
+            Put::new(row.clone()).add(family, qualifier, value).into()
+        }
+        CellMutation::DeleteColumn { family, qualifier } => {
+            Delete::new(row.clone()).add_columns(family, qualifier).into()
+        }
+        CellMutation::DeleteRow => Delete::new(row.clone()).into(),
+    }
+}
+
+fn row_mutations(m: RowMutation) -> RowMutations {
+    let row = m.row;
+    m.mutations.into_iter().fold(RowMutations::new(row.clone()), |rm, cm| rm.with(to_engine_mutation(&row, cm)))
+}
+
+/// A row mutation of puts only, as one engine put.
+fn single_put(m: RowMutation) -> Put {
+    m.mutations.into_iter().fold(Put::new(m.row), |put, c| match c {
+        CellMutation::Put { family, qualifier, value, timestamp: Some(ts) } => put.add_at(family, qualifier, ts, value),
+        CellMutation::Put { family, qualifier, value, timestamp: None } => put.add(family, qualifier, value),
+        CellMutation::DeleteColumn { .. } | CellMutation::DeleteRow => put,
+    })
+}
+
+fn to_row(r: RowResult) -> Option<Row> {
+    if r.cells.is_empty() {
+        return None;
+    }
+    let cells = r
+        .cells
+        .into_iter()
+        .map(|c| StoredCell { family: c.family, qualifier: c.qualifier, timestamp: c.timestamp, value: c.value })
+        .collect();
+    Some(Row { key: r.row, cells })
+}
+
+fn apply_read<T>(q: T, read: &ReadSpec, versions: impl Fn(T, u32) -> T, range: impl Fn(T, u64, u64) -> T) -> T {
+    let q = versions(q, read.max_versions.max(1));
+    match read.time_range {
+        Some((min, max)) => range(q, min, max),
+        None => q,
+    }
+}
+
+impl Store for EmbeddedStore {
+    fn ensure_table(&self, spec: &TableSpec) -> Result<()> {
+        if !self.engine.table_exists(&spec.name) {
+            let desc = spec
+                .families
+                .iter()
+                .fold(TableDescriptor::new(spec.name.clone()), |d, f| d.family(family_descriptor(f)));
+            let splits = spec.split_keys.iter().map(|k| Bytes::copy_from_slice(k)).collect();
+            match self.engine.create_table_with_splits(desc, splits) {
+                // Another thread created it first: check it like any existing table.
+                Ok(()) | Err(cellar_engine::Error::TableExists(_)) => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        let existing = self.engine.describe(&spec.name)?;
+        for f in &spec.families {
+            match existing.get_family(f.name.as_bytes()) {
+                None => self.engine.modify_family(&spec.name, family_descriptor(f))?,
+                Some(d) if d.max_versions != f.max_versions || d.ttl_secs != f.ttl_secs => {
+                    return Err(Error::SchemaMismatch {
+                        table: spec.name.clone(),
+                        reason: format!(
+                            "family `{}` keeps {} versions with TTL {:?} s; the entity declares {} versions, TTL {:?} s",
+                            f.name, d.max_versions, d.ttl_secs, f.max_versions, f.ttl_secs
+                        ),
+                    })
+                }
+                Some(_) => {}
+            }
+        }
+        Ok(())
+    }
+
+    fn mutate(&self, table: &str, rows: Vec<RowMutation>) -> Result<()> {
+        let t = self.table(table)?;
+        if let [_] = rows.as_slice() {
+            let m = rows.into_iter().next().map(row_mutations);
+            return Ok(t.mutate_row(m.unwrap_or_else(|| RowMutations::new(Bytes::new())))?);
+        }
+        // Rows that only put cells go out as one batch; rows that also delete columns are
+        // applied one by one, each atomically.
+        let (puts, mixed): (Vec<_>, Vec<_>) =
+            rows.into_iter().partition(|m| m.mutations.iter().all(|c| matches!(c, CellMutation::Put { .. })));
+        let batch: Vec<Mutation> = puts.into_iter().map(|m| Mutation::Put(single_put(m))).collect();
+        if !batch.is_empty() {
+            for r in t.batch(batch)? {
+                r?;
+            }
+        }
+        for m in mixed {
+            t.mutate_row(row_mutations(m))?;
+        }
+        Ok(())
+    }
+
+    fn read_rows(&self, table: &str, rows: &[Bytes], read: &ReadSpec) -> Result<Vec<Option<Row>>> {
+        let t = self.table(table)?;
+        let gets =
+            rows.iter().map(|r| apply_read(Get::new(r.clone()), read, Get::max_versions, Get::time_range)).collect();
+        Ok(t.get_many(gets)?.into_iter().map(to_row).collect())
+    }
+
+    fn scan<'a>(&'a self, table: &str, spec: &ScanSpec) -> Result<RowStream<'a>> {
+        let t = self.table(table)?;
+        let mut scan = Scan::new().reversed(spec.reverse);
+        // A reversed engine scan starts at its largest row, inclusive, and stops above its
+        // smallest, exclusive: the bounds trade places, and the row equal to the exclusive end
+        // (if it exists) is dropped from the stream, with one more row asked for in its place.
+        let mut skip_row = None;
+        if spec.reverse {
+            if let Some(end) = &spec.end {
+                scan = scan.start(end.clone());
+                skip_row = Some(end.clone());
+            }
+            if !spec.start.is_empty() {
+                scan = scan.stop(spec.start.clone());
+            }
+        } else {
+            scan = scan.start(spec.start.clone());
+            if let Some(end) = &spec.end {
+                scan = scan.stop(end.clone());
+            }
+        }
+        if let Some(n) = spec.limit {
+            scan = scan.limit(n.saturating_add(usize::from(skip_row.is_some())));
+        }
+        let scan = apply_read(scan, &spec.read, Scan::max_versions, Scan::time_range);
+        let stream = t
+            .scan(scan)?
+            .filter(move |r| !matches!((r, &skip_row), (Ok(r), Some(skip)) if r.row == *skip))
+            .filter_map(|r| match r {
+                Ok(r) => to_row(r).map(Ok),
+                Err(e) => Some(Err(e.into())),
+            })
+            .take(spec.limit.unwrap_or(usize::MAX));
+        Ok(Box::new(stream))
+    }
+
+    fn check_and_mutate(&self, table: &str, condition: Condition, mutation: RowMutation) -> Result<bool> {
+        let t = self.table(table)?;
+        let rm = row_mutations(mutation);
+        let cam = match condition {
+            Condition::Equals { family, qualifier, value } => {
+                CheckAndMutate::if_value(family, qualifier, CompareOp::Equal, value, rm)
+            }
+            Condition::Absent { family, qualifier } => CheckAndMutate::if_absent(family, qualifier, rm),
+        };
+        Ok(t.check_and_mutate(cam)?)
+    }
+
+    fn increment(&self, table: &str, row: Bytes, family: &str, qualifier: &str, delta: i64) -> Result<i64> {
+        let t = self.table(table)?;
+        let r = t.increment(Increment::new(row).add(family.to_string(), qualifier.to_string(), delta))?;
+        let cell = r.cells.first().ok_or_else(|| Error::Store("increment returned no cell".into()))?;
+        let bytes: [u8; 8] = cell.value[..]
+            .try_into()
+            .map_err(|_| Error::Store(format!("counter cell has {} bytes, not 8", cell.value.len())))?;
+        Ok(i64::from_be_bytes(bytes))
+    }
+}

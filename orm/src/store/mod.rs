@@ -1,0 +1,202 @@
+//! The one interface the object mapper calls: [`Store`]. It speaks in rows, families,
+//! qualifiers and byte values only — the part of the data model HBase and Bigtable share — so
+//! the embedded engine ([`EmbeddedStore`]) and a Bigtable client can both implement it.
+
+mod embedded;
+
+use bytes::Bytes;
+
+pub use embedded::EmbeddedStore;
+
+use crate::Result;
+
+/// A column family a table needs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FamilySpec {
+    /// Family name.
+    pub name: String,
+    /// Versions kept per column.
+    pub max_versions: u32,
+    /// Time to live of cells, in seconds; `None` keeps them.
+    pub ttl_secs: Option<u64>,
+}
+
+/// A table a repository needs: created if missing, checked if present.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TableSpec {
+    /// Table name.
+    pub name: String,
+    /// Families, in any order.
+    pub families: Vec<FamilySpec>,
+    /// Row keys at which a new table is pre-split (salt and bucket boundaries).
+    pub split_keys: Vec<Vec<u8>>,
+}
+
+/// One change to one row.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CellMutation {
+    /// Writes a cell version at `timestamp` (`None` = the store's current time).
+    Put {
+        /// Family.
+        family: Bytes,
+        /// Qualifier.
+        qualifier: Bytes,
+        /// Value.
+        value: Bytes,
+        /// Version timestamp in milliseconds.
+        timestamp: Option<u64>,
+    },
+    /// Deletes every version of a column.
+    DeleteColumn {
+        /// Family.
+        family: Bytes,
+        /// Qualifier.
+        qualifier: Bytes,
+    },
+    /// Deletes the whole row.
+    DeleteRow,
+}
+
+/// Changes to one row, applied atomically.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RowMutation {
+    /// Row key.
+    pub row: Bytes,
+    /// The changes, applied in order.
+    pub mutations: Vec<CellMutation>,
+}
+
+/// Which versions a read returns.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ReadSpec {
+    /// Versions per column, newest first.
+    pub max_versions: u32,
+    /// Only versions with `min <= timestamp < max`.
+    pub time_range: Option<(u64, u64)>,
+}
+
+impl Default for ReadSpec {
+    fn default() -> Self {
+        ReadSpec { max_versions: 1, time_range: None }
+    }
+}
+
+/// A range of rows to read.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct ScanSpec {
+    /// First row (inclusive).
+    pub start: Bytes,
+    /// Row to stop before (exclusive); `None` scans to the end of the table.
+    pub end: Option<Bytes>,
+    /// Largest row first.
+    pub reverse: bool,
+    /// At most this many rows.
+    pub limit: Option<usize>,
+    /// Versions returned.
+    pub read: ReadSpec,
+}
+
+/// One cell version as read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoredCell {
+    /// Family.
+    pub family: Bytes,
+    /// Qualifier.
+    pub qualifier: Bytes,
+    /// Version timestamp in milliseconds.
+    pub timestamp: u64,
+    /// Value.
+    pub value: Bytes,
+}
+
+/// A row as read: cells in family, qualifier, newest-first order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Row {
+    /// Row key.
+    pub key: Bytes,
+    /// Cells.
+    pub cells: Vec<StoredCell>,
+}
+
+impl Row {
+    /// The newest value of `family:qualifier`.
+    pub fn value(&self, family: &str, qualifier: &str) -> Option<&[u8]> {
+        self.cells
+            .iter()
+            .find(|c| c.family == family.as_bytes() && c.qualifier == qualifier.as_bytes())
+            .map(|c| &c.value[..])
+    }
+
+    /// The value of `family:qualifier` as of `timestamp`: the newest version at or before it.
+    pub fn value_at(&self, family: &str, qualifier: &str, timestamp: u64) -> Option<&[u8]> {
+        self.cells
+            .iter()
+            .find(|c| c.family == family.as_bytes() && c.qualifier == qualifier.as_bytes() && c.timestamp <= timestamp)
+            .map(|c| &c.value[..])
+    }
+}
+
+/// A condition for [`Store::check_and_mutate`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Condition {
+    /// The column's newest value equals `value`.
+    Equals {
+        /// Family.
+        family: Bytes,
+        /// Qualifier.
+        qualifier: Bytes,
+        /// Expected value.
+        value: Bytes,
+    },
+    /// The column has no value.
+    Absent {
+        /// Family.
+        family: Bytes,
+        /// Qualifier.
+        qualifier: Bytes,
+    },
+}
+
+/// Rows streamed from a scan.
+pub type RowStream<'a> = Box<dyn Iterator<Item = Result<Row>> + Send + 'a>;
+
+/// A wide-column store: what the object mapper needs from a backend.
+pub trait Store: Send + Sync {
+    /// Creates the table with its families if missing; adds missing families to an existing
+    /// table.
+    ///
+    /// # Errors
+    /// [`crate::Error::SchemaMismatch`] if an existing family's settings differ from `spec`.
+    fn ensure_table(&self, spec: &TableSpec) -> Result<()>;
+
+    /// Applies mutations, each row atomically.
+    ///
+    /// # Errors
+    /// The first failure; rows before it may have been applied.
+    fn mutate(&self, table: &str, rows: Vec<RowMutation>) -> Result<()>;
+
+    /// Reads rows by key; `None` for a row with no cells.
+    ///
+    /// # Errors
+    /// Store failures.
+    fn read_rows(&self, table: &str, rows: &[Bytes], read: &ReadSpec) -> Result<Vec<Option<Row>>>;
+
+    /// Streams a range of rows.
+    ///
+    /// # Errors
+    /// Store failures, when starting or from the stream.
+    fn scan<'a>(&'a self, table: &str, scan: &ScanSpec) -> Result<RowStream<'a>>;
+
+    /// Applies `mutation` to its row if `condition` holds, atomically; returns whether it did.
+    ///
+    /// # Errors
+    /// Store failures.
+    fn check_and_mutate(&self, table: &str, condition: Condition, mutation: RowMutation) -> Result<bool>;
+
+    /// Adds `delta` to the 8-byte big-endian counter at `family:qualifier` (absent = 0) and
+    /// returns the new value.
+    ///
+    /// # Errors
+    /// A cell that is not an 8-byte counter; overflow; store failures.
+    fn increment(&self, table: &str, row: Bytes, family: &str, qualifier: &str, delta: i64) -> Result<i64>;
+}
