@@ -1,8 +1,33 @@
 //! Cellar: map Rust structs onto the HBase/Bigtable data model and persist them in an embedded,
 //! LSM-based engine with full HBase cell semantics.
 //!
-//! This facade is what applications depend on. Today it re-exports the engine
-//! ([`cellar_engine`]); the object mapper (`#[derive(Entity)]`, repositories) builds on it.
+//! This facade is what applications depend on: the object mapper ([`orm`]: `#[derive(Entity)]`,
+//! [`Db`](orm::Db), repositories) and the engine underneath ([`engine`]).
+//!
+//! ```
+//! use cellar::prelude::*;
+//!
+//! #[derive(Entity, Debug, Clone, PartialEq)]
+//! #[cellar(table = "crm")]
+//! struct Customer {
+//!     #[cellar(key)]
+//!     id: u64,
+//!     #[cellar(column = "n")]
+//!     name: String,
+//!     #[cellar(counter, column = "oc")]
+//!     orders: i64,
+//! }
+//!
+//! # fn main() -> cellar::orm::Result<()> {
+//! let db = Db::open_temporary()?;
+//! let customers = db.repo::<Customer>()?;
+//! customers.put(&Customer { id: 42, name: "Ada".into(), orders: 0 })?;
+//! customers.increment(42, Customer::ORDERS, 1)?;
+//! assert_eq!(customers.get(42)?.map(|c| c.orders), Some(1));
+//! # Ok(()) }
+//! ```
+//!
+//! The engine on its own:
 //!
 //! ```
 //! use cellar::prelude::*;
@@ -16,14 +41,18 @@
 //! # Ok(()) }
 //! ```
 
+pub use cellar_derive::Entity;
 pub use cellar_engine as engine;
 pub use cellar_engine::{Error, Result};
+pub use cellar_orm as orm;
 
 /// Everything an application needs in scope.
 pub mod prelude {
+    pub use cellar_derive::Entity;
     pub use cellar_engine::{
         Append, BloomType, Cell, CellType, CheckAndMutate, CompareOp, Compression, Delete, Durability, Engine,
         EngineOptions, FamilyDescriptor, Filter, Get, Increment, Mutation, Put, RowMutations, RowResult, Scan, Table,
         TableDescriptor, TimeRange,
     };
+    pub use cellar_orm::{Cursor, Db, Entity as _, Page, Repository, Timestamp};
 }

@@ -170,16 +170,14 @@ impl Store for EmbeddedStore {
         let t = self.table(table)?;
         let mut scan = Scan::new().reversed(spec.reverse);
         // A reversed engine scan starts at its largest row, inclusive, and stops above its
-        // smallest, exclusive: the bounds trade places, and the row equal to the exclusive end
-        // (if it exists) is dropped from the stream, with one more row asked for in its place.
+        // smallest, exclusive: the opposite of this range's bounds. So it starts at the range's
+        // end and drops the row equal to it, and it runs without a stop row and ends at the
+        // first row below the range's start.
         let mut skip_row = None;
         if spec.reverse {
             if let Some(end) = &spec.end {
                 scan = scan.start(end.clone());
                 skip_row = Some(end.clone());
-            }
-            if !spec.start.is_empty() {
-                scan = scan.stop(spec.start.clone());
             }
         } else {
             scan = scan.start(spec.start.clone());
@@ -191,9 +189,12 @@ impl Store for EmbeddedStore {
             scan = scan.limit(n.saturating_add(usize::from(skip_row.is_some())));
         }
         let scan = apply_read(scan, &spec.read, Scan::max_versions, Scan::time_range);
+        let start = spec.start.clone();
+        let reverse = spec.reverse;
         let stream = t
             .scan(scan)?
             .filter(move |r| !matches!((r, &skip_row), (Ok(r), Some(skip)) if r.row == *skip))
+            .take_while(move |r| !reverse || r.as_ref().map_or(true, |r| r.row >= start))
             .filter_map(|r| match r {
                 Ok(r) => to_row(r).map(Ok),
                 Err(e) => Some(Err(e.into())),

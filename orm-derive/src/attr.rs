@@ -1,0 +1,358 @@
+//! Phase one: read `#[cellar(...)]` attributes into a plain model of the entity. Every problem
+//! is recorded in the [`Ctx`] and parsing goes on, so one compile reports them all.
+
+use proc_macro2::Span;
+use syn::spanned::Spanned as _;
+use syn::{Attribute, DeriveInput, Expr, ExprLit, Ident, Lit, LitInt, LitStr, Type};
+
+/// Attribute keys, in one place.
+pub mod sym {
+    pub const CELLAR: &str = "cellar";
+    pub const TABLE: &str = "table";
+    pub const FAMILY: &str = "family";
+    pub const RECORD_TYPE: &str = "record_type";
+    pub const SALT: &str = "salt";
+    pub const BUCKETS: &str = "buckets";
+    pub const RANDOM: &str = "random";
+    pub const BUCKET: &str = "bucket";
+    pub const FIELD: &str = "field";
+    pub const MAX_VERSIONS: &str = "max_versions";
+    pub const TTL: &str = "ttl";
+    pub const FAMILY_OPTIONS: &str = "family_options";
+    pub const NAME: &str = "name";
+    pub const PARTITION: &str = "partition";
+    pub const KEY: &str = "key";
+    pub const DESC: &str = "desc";
+    pub const REVERSE_TS: &str = "reverse_ts";
+    pub const REVERSED: &str = "reversed";
+    pub const HASH: &str = "hash";
+    pub const FIXED: &str = "fixed";
+    pub const COLUMN: &str = "column";
+    pub const COUNTER: &str = "counter";
+    pub const VERSION: &str = "version";
+    pub const SKIP: &str = "skip";
+    pub const SERDE: &str = "serde";
+}
+
+/// Collects errors; they are emitted together at the end.
+#[derive(Default)]
+pub struct Ctx {
+    errors: Vec<syn::Error>,
+}
+
+impl Ctx {
+    pub fn error(&mut self, span: Span, msg: impl std::fmt::Display) {
+        self.errors.push(syn::Error::new(span, msg));
+    }
+
+    pub fn finish(self) -> Result<(), syn::Error> {
+        let mut errors = self.errors.into_iter();
+        let Some(mut first) = errors.next() else { return Ok(()) };
+        errors.for_each(|e| first.combine(e));
+        Err(first)
+    }
+}
+
+/// A value with where it was written.
+#[derive(Clone)]
+pub struct Spanned<T> {
+    pub value: T,
+    pub span: Span,
+}
+
+/// How the entity's keys start.
+#[derive(Clone)]
+pub enum SaltAttr {
+    Hash { buckets: u8 },
+    Random { buckets: u8 },
+    Bucket { field: Spanned<String>, buckets: u8 },
+}
+
+/// Settings of one family.
+#[derive(Clone, Default)]
+pub struct FamilyAttr {
+    pub name: String,
+    pub max_versions: Option<u32>,
+    pub ttl: Option<u64>,
+    pub span: Option<Span>,
+}
+
+/// The struct-level attributes.
+pub struct EntityAttr {
+    pub ident: Ident,
+    pub vis: syn::Visibility,
+    pub table: String,
+    pub family: String,
+    pub record_type: Option<u8>,
+    pub salt: Option<Spanned<SaltAttr>>,
+    pub families: Vec<FamilyAttr>,
+    pub fields: Vec<FieldAttr>,
+}
+
+/// Key-part modifiers.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum ModifierAttr {
+    Desc,
+    ReverseTs,
+    Reversed,
+    Md5,
+}
+
+/// One field's attributes.
+pub struct FieldAttr {
+    pub ident: Ident,
+    pub ty: Type,
+    pub partition: Option<Span>,
+    pub key: Option<Span>,
+    pub modifiers: Vec<Spanned<ModifierAttr>>,
+    pub fixed: Option<Spanned<u16>>,
+    pub family: Option<Spanned<String>>,
+    pub column: Option<Spanned<String>>,
+    pub counter: Option<Span>,
+    pub version: Option<Span>,
+    pub skip: Option<Span>,
+    pub serde: Option<Span>,
+}
+
+impl FieldAttr {
+    pub fn is_key_part(&self) -> bool {
+        self.partition.is_some() || self.key.is_some()
+    }
+}
+
+fn lit_str(ctx: &mut Ctx, expr: &Expr) -> Option<LitStr> {
+    match expr {
+        Expr::Lit(ExprLit { lit: Lit::Str(s), .. }) => Some(s.clone()),
+        other => {
+            ctx.error(other.span(), "expected a string literal");
+            None
+        }
+    }
+}
+
+fn lit_int<T: std::str::FromStr>(ctx: &mut Ctx, expr: &Expr, what: &str) -> Option<T>
+where
+    T::Err: std::fmt::Display,
+{
+    match expr {
+        Expr::Lit(ExprLit { lit: Lit::Int(i), .. }) => match LitInt::base10_parse::<T>(i) {
+            Ok(v) => Some(v),
+            Err(e) => {
+                ctx.error(i.span(), format!("{what}: {e}"));
+                None
+            }
+        },
+        other => {
+            ctx.error(other.span(), format!("{what}: expected an integer"));
+            None
+        }
+    }
+}
+
+/// Runs `each` on every `key` or `key = value` inside `#[cellar(...)]` attributes.
+fn for_each_meta(
+    ctx: &mut Ctx,
+    attrs: &[Attribute],
+    mut each: impl FnMut(&mut Ctx, syn::meta::ParseNestedMeta<'_>) -> syn::Result<()>,
+) {
+    for attr in attrs.iter().filter(|a| a.path().is_ident(sym::CELLAR)) {
+        let mut local = Vec::new();
+        let result = attr.parse_nested_meta(|meta| {
+            let mut inner = Ctx::default();
+            let r = each(&mut inner, meta);
+            local.extend(inner.errors);
+            r
+        });
+        ctx.errors.extend(local);
+        if let Err(e) = result {
+            ctx.errors.push(e);
+        }
+    }
+}
+
+fn value_expr(meta: &syn::meta::ParseNestedMeta<'_>) -> syn::Result<Expr> {
+    meta.value()?.parse()
+}
+
+/// Consumes the `= value` or `(...)` of an unknown key, so parsing goes on after it.
+fn skip_value(meta: &syn::meta::ParseNestedMeta<'_>) -> syn::Result<()> {
+    if meta.input.peek(syn::Token![=]) {
+        value_expr(meta)?;
+    } else if meta.input.peek(syn::token::Paren) {
+        meta.parse_nested_meta(|inner| skip_value(&inner))?;
+    }
+    Ok(())
+}
+
+fn name_of(meta: &syn::meta::ParseNestedMeta<'_>) -> String {
+    meta.path.get_ident().map(ToString::to_string).unwrap_or_default()
+}
+
+fn snake_case(name: &str) -> String {
+    let mut out = String::new();
+    for (i, c) in name.chars().enumerate() {
+        if c.is_uppercase() && i > 0 {
+            out.push('_');
+        }
+        out.extend(c.to_lowercase());
+    }
+    out
+}
+
+/// Parses the struct and its fields.
+pub fn parse(ctx: &mut Ctx, input: &DeriveInput) -> Option<EntityAttr> {
+    let syn::Data::Struct(data) = &input.data else {
+        ctx.error(input.ident.span(), "#[derive(Entity)] supports structs with named fields only");
+        return None;
+    };
+    let syn::Fields::Named(named) = &data.fields else {
+        ctx.error(input.ident.span(), "#[derive(Entity)] supports structs with named fields only");
+        return None;
+    };
+    let mut entity = EntityAttr {
+        ident: input.ident.clone(),
+        vis: input.vis.clone(),
+        table: snake_case(&input.ident.to_string()),
+        family: "d".into(),
+        record_type: None,
+        salt: None,
+        families: Vec::new(),
+        fields: Vec::new(),
+    };
+    let mut default_family = FamilyAttr::default();
+    for_each_meta(ctx, &input.attrs, |ctx, meta| {
+        let name = name_of(&meta);
+        match name.as_str() {
+            sym::TABLE => entity.table = lit_str(ctx, &value_expr(&meta)?).map(|s| s.value()).unwrap_or_default(),
+            sym::FAMILY => entity.family = lit_str(ctx, &value_expr(&meta)?).map(|s| s.value()).unwrap_or_default(),
+            sym::RECORD_TYPE => entity.record_type = lit_int(ctx, &value_expr(&meta)?, "record_type (0 to 255)"),
+            sym::MAX_VERSIONS => default_family.max_versions = lit_int(ctx, &value_expr(&meta)?, "max_versions"),
+            sym::TTL => default_family.ttl = lit_int(ctx, &value_expr(&meta)?, "ttl (seconds)"),
+            sym::SALT => {
+                let span = meta.path.span();
+                let (mut buckets, mut random) = (None, false);
+                meta.parse_nested_meta(|inner| {
+                    match name_of(&inner).as_str() {
+                        sym::BUCKETS => buckets = lit_int::<u8>(ctx, &value_expr(&inner)?, "buckets (1 to 255)"),
+                        sym::RANDOM => random = true,
+                        other => ctx.error(inner.path.span(), format!("unknown salt option `{other}`")),
+                    }
+                    Ok(())
+                })?;
+                let buckets = buckets.unwrap_or_else(|| {
+                    ctx.error(span, "salt needs `buckets = N`");
+                    1
+                });
+                let value = if random { SaltAttr::Random { buckets } } else { SaltAttr::Hash { buckets } };
+                entity.salt = Some(Spanned { value, span });
+            }
+            sym::BUCKET => {
+                let span = meta.path.span();
+                let (mut field, mut buckets) = (None, None);
+                meta.parse_nested_meta(|inner| {
+                    match name_of(&inner).as_str() {
+                        sym::FIELD => {
+                            field =
+                                lit_str(ctx, &value_expr(&inner)?).map(|s| Spanned { value: s.value(), span: s.span() })
+                        }
+                        sym::BUCKETS => buckets = lit_int::<u8>(ctx, &value_expr(&inner)?, "buckets (1 to 255)"),
+                        other => ctx.error(inner.path.span(), format!("unknown bucket option `{other}`")),
+                    }
+                    Ok(())
+                })?;
+                match (field, buckets) {
+                    (Some(field), Some(buckets)) => {
+                        entity.salt = Some(Spanned { value: SaltAttr::Bucket { field, buckets }, span })
+                    }
+                    _ => ctx.error(span, "bucket needs `field = \"...\"` and `buckets = N`"),
+                }
+            }
+            sym::FAMILY_OPTIONS => {
+                let mut fam = FamilyAttr { span: Some(meta.path.span()), ..FamilyAttr::default() };
+                meta.parse_nested_meta(|inner| {
+                    match name_of(&inner).as_str() {
+                        sym::NAME => {
+                            fam.name = lit_str(ctx, &value_expr(&inner)?).map(|s| s.value()).unwrap_or_default()
+                        }
+                        sym::MAX_VERSIONS => fam.max_versions = lit_int(ctx, &value_expr(&inner)?, "max_versions"),
+                        sym::TTL => fam.ttl = lit_int(ctx, &value_expr(&inner)?, "ttl (seconds)"),
+                        other => ctx.error(inner.path.span(), format!("unknown family option `{other}`")),
+                    }
+                    Ok(())
+                })?;
+                entity.families.push(fam);
+            }
+            other => {
+                ctx.error(meta.path.span(), format!("unknown entity attribute `{other}`"));
+                skip_value(&meta)?;
+            }
+        }
+        Ok(())
+    });
+    default_family.name = entity.family.clone();
+    entity.families.insert(0, default_family);
+    for field in &named.named {
+        let Some(ident) = field.ident.clone() else { continue };
+        let mut f = FieldAttr {
+            ident,
+            ty: field.ty.clone(),
+            partition: None,
+            key: None,
+            modifiers: Vec::new(),
+            fixed: None,
+            family: None,
+            column: None,
+            counter: None,
+            version: None,
+            skip: None,
+            serde: None,
+        };
+        for_each_meta(ctx, &field.attrs, |ctx, meta| {
+            let span = meta.path.span();
+            let flag = |slot: &mut Option<Span>, ctx: &mut Ctx, name: &str| {
+                if slot.replace(span).is_some() {
+                    ctx.error(span, format!("duplicate attribute `{name}`"));
+                }
+            };
+            let name = name_of(&meta);
+            match name.as_str() {
+                sym::PARTITION => flag(&mut f.partition, ctx, &name),
+                sym::KEY => flag(&mut f.key, ctx, &name),
+                sym::COUNTER => flag(&mut f.counter, ctx, &name),
+                sym::VERSION => flag(&mut f.version, ctx, &name),
+                sym::SKIP => flag(&mut f.skip, ctx, &name),
+                sym::SERDE => flag(&mut f.serde, ctx, &name),
+                sym::DESC => f.modifiers.push(Spanned { value: ModifierAttr::Desc, span }),
+                sym::REVERSE_TS => f.modifiers.push(Spanned { value: ModifierAttr::ReverseTs, span }),
+                sym::REVERSED => f.modifiers.push(Spanned { value: ModifierAttr::Reversed, span }),
+                sym::HASH => {
+                    if let Some(s) = lit_str(ctx, &value_expr(&meta)?) {
+                        if s.value() == "md5" {
+                            f.modifiers.push(Spanned { value: ModifierAttr::Md5, span });
+                        } else {
+                            ctx.error(s.span(), format!("unknown hash `{}`; supported: \"md5\"", s.value()));
+                        }
+                    }
+                }
+                sym::FIXED => {
+                    if let Some(n) = lit_int::<u16>(ctx, &value_expr(&meta)?, "fixed width") {
+                        f.fixed = Some(Spanned { value: n, span });
+                    }
+                }
+                sym::FAMILY => {
+                    f.family = lit_str(ctx, &value_expr(&meta)?).map(|s| Spanned { value: s.value(), span: s.span() })
+                }
+                sym::COLUMN => {
+                    f.column = lit_str(ctx, &value_expr(&meta)?).map(|s| Spanned { value: s.value(), span: s.span() })
+                }
+                other => {
+                    ctx.error(span, format!("unknown field attribute `{other}`"));
+                    skip_value(&meta)?;
+                }
+            }
+            Ok(())
+        });
+        entity.fields.push(f);
+    }
+    Some(entity)
+}

@@ -1,0 +1,165 @@
+//! Phase two: check the parsed entity against the rules of the key language and the column
+//! mapping, reporting every violation at the tokens that cause it.
+
+use std::collections::BTreeMap;
+
+use proc_macro2::Span;
+use syn::spanned::Spanned;
+use syn::Type;
+
+use crate::attr::{Ctx, EntityAttr, FieldAttr, ModifierAttr, SaltAttr};
+
+/// The last path segment of a type (`u64` for `std::primitive::u64`), if it is a path.
+pub fn type_name(ty: &Type) -> Option<String> {
+    match ty {
+        Type::Path(p) => p.path.segments.last().map(|s| s.ident.to_string()),
+        _ => None,
+    }
+}
+
+/// True for `Option<...>`.
+pub fn is_option(ty: &Type) -> bool {
+    type_name(ty).as_deref() == Some("Option")
+}
+
+const INTEGERS: &[&str] = &["u8", "u16", "u32", "u64", "u128", "i8", "i16", "i32", "i64", "i128"];
+
+/// The family and qualifier a stored field maps to.
+pub fn column_of(entity: &EntityAttr, f: &FieldAttr) -> (String, String) {
+    let family = f.family.as_ref().map_or_else(|| entity.family.clone(), |s| s.value.clone());
+    let qualifier = f.column.as_ref().map_or_else(|| f.ident.to_string(), |s| s.value.clone());
+    (family, qualifier)
+}
+
+fn stored(f: &FieldAttr) -> bool {
+    f.skip.is_none() && (!f.is_key_part() || f.modifiers.iter().any(|m| m.value == ModifierAttr::Md5))
+}
+
+pub fn check(ctx: &mut Ctx, e: &EntityAttr) {
+    if e.table.is_empty() {
+        ctx.error(e.ident.span(), "table name must not be empty");
+    }
+    if !e.fields.iter().any(FieldAttr::is_key_part) {
+        ctx.error(e.ident.span(), "an entity needs a row key: mark fields #[cellar(partition)] or #[cellar(key)]");
+    }
+    let mut versions = 0;
+    let mut columns: BTreeMap<(String, String), Span> = BTreeMap::new();
+    let mut last_key_seen = false;
+    for f in &e.fields {
+        let ty = type_name(&f.ty).unwrap_or_default();
+        let span = f.ident.span();
+        if let Some(skip) = f.skip {
+            let others = f.is_key_part() || f.counter.is_some() || f.version.is_some() || f.column.is_some();
+            if others || f.family.is_some() || f.serde.is_some() || !f.modifiers.is_empty() {
+                ctx.error(skip, "a skipped field takes no other attribute");
+            }
+            continue;
+        }
+        if f.partition.is_some() && f.key.is_some() {
+            ctx.error(span, "a field is either a partition part or a key part, not both");
+        }
+        if f.partition.is_some() && last_key_seen {
+            ctx.error(span, "partition parts come before key parts");
+        }
+        last_key_seen |= f.key.is_some();
+        if f.is_key_part() {
+            check_key_part(ctx, f, &ty);
+        } else {
+            for m in &f.modifiers {
+                ctx.error(m.span, "key modifiers apply to #[cellar(partition)] or #[cellar(key)] fields");
+            }
+            if let Some(fixed) = &f.fixed {
+                ctx.error(fixed.span, "`fixed` applies to key parts");
+            }
+        }
+        if let Some(c) = f.counter {
+            if ty != "i64" {
+                ctx.error(c, "a counter must be an `i64` (stored as an 8-byte big-endian cell)");
+            }
+            if f.serde.is_some() || f.version.is_some() || f.is_key_part() {
+                ctx.error(c, "a counter cannot also be a key part, a version or serde-encoded");
+            }
+        }
+        if let Some(v) = f.version {
+            versions += 1;
+            if ty != "u64" {
+                ctx.error(v, "the version field must be a `u64`");
+            }
+            if versions > 1 {
+                ctx.error(v, "an entity has at most one version field");
+            }
+        }
+        if f.is_key_part()
+            && (f.family.is_some() || f.column.is_some() || f.serde.is_some())
+            && !f.modifiers.iter().any(|m| m.value == ModifierAttr::Md5)
+        {
+            ctx.error(span, "a key part is stored in the row key, not in a column (except a hashed one)");
+        }
+        if stored(f) {
+            let col = column_of(e, f);
+            if col.1.is_empty() {
+                ctx.error(span, "qualifier must not be empty");
+            }
+            if let Some(first) = columns.insert(col.clone(), span) {
+                ctx.error(span, format!("duplicate column `{}:{}`", col.0, col.1));
+                ctx.error(first, format!("`{}:{}` first mapped here", col.0, col.1));
+            }
+        }
+    }
+    for fam in e.families.iter().skip(1) {
+        let span = fam.span.unwrap_or_else(|| e.ident.span());
+        if fam.name.is_empty() {
+            ctx.error(span, "family_options needs `name = \"...\"`");
+        }
+        if !e.fields.iter().any(|f| stored(f) && column_of(e, f).0 == fam.name) {
+            ctx.error(span, format!("no field is stored in family `{}`", fam.name));
+        }
+    }
+    if let Some(salt) = &e.salt {
+        let buckets = match &salt.value {
+            SaltAttr::Hash { buckets } | SaltAttr::Random { buckets } => *buckets,
+            SaltAttr::Bucket { field, buckets } => {
+                match e.fields.iter().find(|f| f.ident == field.value) {
+                    Some(f) if f.is_key_part() => {}
+                    Some(_) => ctx.error(field.span, "the bucket field must be a key part"),
+                    None => ctx.error(field.span, format!("no field `{}`", field.value)),
+                }
+                *buckets
+            }
+        };
+        if buckets == 0 {
+            ctx.error(salt.span, "buckets must be 1 to 255");
+        }
+    }
+}
+
+fn check_key_part(ctx: &mut Ctx, f: &FieldAttr, ty: &str) {
+    if is_option(&f.ty) {
+        ctx.error(f.ty.span(), "a key part cannot be optional");
+    }
+    if f.counter.is_some() || f.version.is_some() {
+        ctx.error(f.ident.span(), "a key part cannot be a counter or a version");
+    }
+    if f.modifiers.len() > 1 {
+        ctx.error(f.modifiers[1].span, "a key part takes one modifier (desc, reverse_ts, reversed or hash)");
+    }
+    for m in &f.modifiers {
+        match m.value {
+            ModifierAttr::ReverseTs if !matches!(ty, "u64" | "Timestamp") => {
+                ctx.error(m.span, "`reverse_ts` applies to `u64` or `Timestamp` key parts")
+            }
+            ModifierAttr::Reversed if !INTEGERS.contains(&ty) => {
+                ctx.error(m.span, "`reversed` applies to integer key parts")
+            }
+            _ => {}
+        }
+    }
+    if let Some(fixed) = &f.fixed {
+        if ty != "String" {
+            ctx.error(fixed.span, "`fixed = N` applies to `String` key parts");
+        }
+        if fixed.value == 0 {
+            ctx.error(fixed.span, "`fixed` width must be at least 1");
+        }
+    }
+}

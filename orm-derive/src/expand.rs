@@ -1,0 +1,381 @@
+//! Phase three: generate the key type, its prefix builders, the schema and the `Entity` impl.
+//! Generated code names everything by full path (`::cellar::orm::...`, `::core::...`).
+
+use proc_macro2::{Span, TokenStream};
+use quote::{format_ident, quote};
+use syn::{Ident, LitStr};
+
+use crate::attr::{EntityAttr, FieldAttr, ModifierAttr, SaltAttr};
+use crate::check::{column_of, is_option, type_name};
+
+/// Where a key part sits in the schema.
+struct Part<'a> {
+    field: &'a FieldAttr,
+    /// `partition` or `key`, and the index in that list.
+    list: Ident,
+    index: usize,
+}
+
+fn lit(s: &str) -> LitStr {
+    LitStr::new(s, Span::call_site())
+}
+
+fn kind_of(f: &FieldAttr) -> TokenStream {
+    let k = if f.is_key_part() {
+        quote!(HashedKey)
+    } else if f.counter.is_some() {
+        quote!(Counter)
+    } else if f.version.is_some() {
+        quote!(Version)
+    } else if f.serde.is_some() {
+        quote!(Serde)
+    } else {
+        quote!(Value)
+    };
+    quote!(::cellar::orm::entity::ColumnKind::#k)
+}
+
+pub fn expand(e: &EntityAttr) -> TokenStream {
+    let ident = &e.ident;
+    let vis = &e.vis;
+    let entity_name = lit(&ident.to_string());
+    let key_ident = format_ident!("{}Key", ident);
+    let orm = quote!(::cellar::orm);
+
+    let partition: Vec<&FieldAttr> = e.fields.iter().filter(|f| f.partition.is_some() && f.skip.is_none()).collect();
+    let keys: Vec<&FieldAttr> = e.fields.iter().filter(|f| f.key.is_some() && f.skip.is_none()).collect();
+    let parts: Vec<Part<'_>> = partition
+        .iter()
+        .enumerate()
+        .map(|(index, field)| Part { field, list: format_ident!("partition"), index })
+        .chain(keys.iter().enumerate().map(|(index, field)| Part { field, list: format_ident!("key"), index }))
+        .collect();
+    let n_parts = parts.len();
+
+    let key_field = |p: &Part<'_>, last: bool| {
+        let f = p.field;
+        let ty = &f.ty;
+        let name = lit(&f.ident.to_string());
+        let ty_name = lit(&quote!(#ty).to_string().replace(' ', ""));
+        let form = match (&f.fixed, last) {
+            (Some(n), _) => {
+                let n = n.value;
+                quote!(#orm::key::Form::Fixed(#n))
+            }
+            (None, true) => quote!(#orm::key::Form::Last),
+            (None, false) => quote!(#orm::key::Form::Delimited),
+        };
+        let modifier = match f.modifiers.first().map(|m| m.value) {
+            None => quote!(None),
+            Some(ModifierAttr::Desc | ModifierAttr::ReverseTs) => quote!(Desc),
+            Some(ModifierAttr::Reversed) => quote!(Reversed),
+            Some(ModifierAttr::Md5) => quote!(Md5),
+        };
+        let width = match (f.modifiers.first().map(|m| m.value), &f.fixed) {
+            (Some(ModifierAttr::Md5), _) => quote!(::core::option::Option::Some(#orm::key::MD5_WIDTH)),
+            (_, Some(n)) => {
+                let n = usize::from(n.value);
+                quote!(::core::option::Option::Some(#n))
+            }
+            _ => quote!(<#ty as #orm::key::KeyPart>::FIXED_WIDTH),
+        };
+        quote! {
+            #orm::entity::KeyField {
+                spec: #orm::key::PartSpec::new(#name, #form).with(#orm::key::Modifier::#modifier),
+                type_name: #ty_name,
+                width: #width,
+            }
+        }
+    };
+    let partition_fields: Vec<TokenStream> = parts
+        .iter()
+        .enumerate()
+        .filter(|(_, p)| p.list == "partition")
+        .map(|(i, p)| key_field(p, i + 1 == n_parts))
+        .collect();
+    let key_fields: Vec<TokenStream> = parts
+        .iter()
+        .enumerate()
+        .filter(|(_, p)| p.list == "key")
+        .map(|(i, p)| key_field(p, i + 1 == n_parts))
+        .collect();
+
+    // Stored columns, in field order.
+    let stored: Vec<&FieldAttr> = e
+        .fields
+        .iter()
+        .filter(|f| f.skip.is_none() && (!f.is_key_part() || f.modifiers.iter().any(|m| m.value == ModifierAttr::Md5)))
+        .collect();
+    let column_index = |f: &FieldAttr| stored.iter().position(|s| s.ident == f.ident);
+    let column_specs = stored.iter().map(|f| {
+        let (family, qualifier) = column_of(e, f);
+        let (family, qualifier, field) = (lit(&family), lit(&qualifier), lit(&f.ident.to_string()));
+        let ty = &f.ty;
+        let ty_name = lit(&quote!(#ty).to_string().replace(' ', ""));
+        let kind = kind_of(f);
+        quote!(#orm::entity::ColumnSpec { field: #field, family: #family, qualifier: #qualifier, type_name: #ty_name, kind: #kind })
+    });
+
+    // Families: the default first, then those named by fields, with declared options.
+    let mut family_names: Vec<String> = vec![e.family.clone()];
+    for f in &stored {
+        let fam = column_of(e, f).0;
+        if !family_names.contains(&fam) {
+            family_names.push(fam);
+        }
+    }
+    let family_schemas = family_names.iter().map(|name| {
+        let opts = e.families.iter().find(|f| &f.name == name);
+        let max_versions = opts.and_then(|o| o.max_versions).unwrap_or(1);
+        let ttl = match opts.and_then(|o| o.ttl) {
+            Some(t) => quote!(::core::option::Option::Some(#t)),
+            None => quote!(::core::option::Option::None),
+        };
+        let name = lit(name);
+        quote!(#orm::entity::FamilySchema { name: #name, max_versions: #max_versions, ttl_secs: #ttl })
+    });
+
+    let record_type = match e.record_type {
+        Some(t) => quote!(::core::option::Option::Some(#t)),
+        None => quote!(::core::option::Option::None),
+    };
+    let bucket_field = match e.salt.as_ref().map(|s| &s.value) {
+        Some(SaltAttr::Bucket { field, .. }) => Some(field.value.clone()),
+        _ => None,
+    };
+    let salt = match e.salt.as_ref().map(|s| &s.value) {
+        None => quote!(#orm::key::Salt::None),
+        Some(SaltAttr::Hash { buckets }) => quote!(#orm::key::Salt::Hash { buckets: #buckets }),
+        Some(SaltAttr::Random { buckets }) => quote!(#orm::key::Salt::Random { buckets: #buckets }),
+        Some(SaltAttr::Bucket { field, buckets }) => {
+            let field = lit(&field.value);
+            quote!(#orm::key::Salt::Bucket { field: #field, buckets: #buckets })
+        }
+    };
+    let table = lit(&e.table);
+
+    // Encoding the first `k` parts of a key held in `src` (`key.` fields or prefix fields).
+    let encode_parts = |k: usize| {
+        let steps = parts.iter().take(k).enumerate().map(|(i, p)| {
+            let f = &p.field.ident;
+            let list = &p.list;
+            let index = p.index;
+            let end = (i + 1 == partition.len()).then(|| quote!(b.end_partition();));
+            let bucket = (bucket_field.as_deref() == Some(&f.to_string()))
+                .then(|| quote!(b.bucket(#orm::entity::BucketValue::bucket_value(&src.#f));));
+            quote! {
+                b.part(&src.#f, &S.#list[#index])?;
+                #bucket
+                #end
+            }
+        });
+        let start = partition.is_empty().then(|| quote!(b.end_partition();));
+        let complete = k == n_parts;
+        quote! {
+            const S: &#orm::Schema = &<#ident as #orm::Entity>::SCHEMA;
+            let mut b = #orm::key::KeyBuilder::new(S);
+            #start
+            #(#steps)*
+            ::core::result::Result::Ok(b.finish(#complete))
+        }
+    };
+    let encode_key = encode_parts(n_parts);
+
+    // Key struct and conversions.
+    let key_names: Vec<&Ident> = parts.iter().map(|p| &p.field.ident).collect();
+    let key_types: Vec<&syn::Type> = parts.iter().map(|p| &p.field.ty).collect();
+    let key_doc = lit(&format!("The row key of [`{ident}`]: its key parts, in key order."));
+    let from_impl = if n_parts == 1 {
+        let (n, t) = (key_names[0], key_types[0]);
+        quote! {
+            #[automatically_derived]
+            impl ::core::convert::From<#t> for #key_ident {
+                fn from(#n: #t) -> Self { #key_ident { #n } }
+            }
+        }
+    } else {
+        let idx = (0..n_parts).map(syn::Index::from);
+        quote! {
+            #[automatically_derived]
+            impl ::core::convert::From<(#(#key_types,)*)> for #key_ident {
+                fn from(t: (#(#key_types,)*)) -> Self { #key_ident { #(#key_names: t.#idx,)* } }
+            }
+        }
+    };
+
+    // Prefix builders: `<Key>::<first>(v)` then one method per following part.
+    let prefix_ident =
+        |k: usize| if k == n_parts { key_ident.clone() } else { format_ident!("{}Prefix{}", key_ident, k) };
+    let mut prefixes = Vec::new();
+    for k in 0..n_parts {
+        let next = prefix_ident(k + 1);
+        let (n, t) = (key_names[k], key_types[k]);
+        let have = &key_names[..k];
+        let method_doc = lit(&format!("Adds key part `{n}`."));
+        let method = quote! {
+            #[doc = #method_doc]
+            pub fn #n(self, #n: #t) -> #next { #next { #(#have: self.#have,)* #n } }
+        };
+        if k == 0 {
+            let doc = lit(&format!("Starts a key or key prefix of [`{ident}`] with `{n}`."));
+            prefixes.push(quote! {
+                impl #key_ident {
+                    #[doc = #doc]
+                    pub fn #n(#n: #t) -> #next { #next { #n } }
+                }
+            });
+            continue;
+        }
+        let this = prefix_ident(k);
+        let types = &key_types[..k];
+        let doc = lit(&format!("The first {k} key part(s) of [`{ident}`]: a scan prefix."));
+        let encode = encode_parts(k);
+        prefixes.push(quote! {
+            #[doc = #doc]
+            #[derive(::core::fmt::Debug, ::core::clone::Clone, ::core::cmp::PartialEq)]
+            #vis struct #this { #(#have: #types,)* }
+            impl #this { #method }
+            #[automatically_derived]
+            impl #orm::KeyPrefix<#ident> for #this {
+                fn encode_prefix(&self) -> ::core::result::Result<#orm::key::RowKey, #orm::key::KeyError> {
+                    let src = self;
+                    #encode
+                }
+            }
+        });
+    }
+
+    // Entity -> cells.
+    let cells = stored.iter().filter(|f| f.counter.is_none()).map(|f| {
+        let i = column_index(f).unwrap_or_default();
+        let name = &f.ident;
+        let field = lit(&name.to_string());
+        let value = if f.serde.is_some() && is_option(&f.ty) {
+            quote!(match &self.#name {
+                ::core::option::Option::Some(v) => ::core::option::Option::Some(#orm::entity::encode_serde(#entity_name, #field, v)?),
+                ::core::option::Option::None => ::core::option::Option::None,
+            })
+        } else if f.serde.is_some() {
+            quote!(::core::option::Option::Some(#orm::entity::encode_serde(#entity_name, #field, &self.#name)?))
+        } else {
+            quote!(#orm::value::Column::encode_cell(&self.#name))
+        };
+        quote!(#orm::entity::CellValue { family: S.columns[#i].family, qualifier: S.columns[#i].qualifier, value: #value })
+    });
+
+    // Row -> entity.
+    let read_parts = parts.iter().enumerate().map(|(i, p)| {
+        let (name, ty, list, index) = (&p.field.ident, &p.field.ty, &p.list, p.index);
+        let restore = match column_index(p.field) {
+            Some(c) => quote!(#orm::entity::restore_hashed::<#ty>(&reader, row, &S.#list[#index], &S.columns[#c])?),
+            None => quote!(return ::core::result::Result::Err(#orm::key::KeyError::Layout { reason: "hashed part without column".into() }.into())),
+        };
+        let end = (i + 1 == partition.len()).then(|| quote!(reader.end_partition()?;));
+        quote! {
+            let #name: #ty = match reader.part::<#ty>(&S.#list[#index])? {
+                ::core::option::Option::Some(v) => v,
+                ::core::option::Option::None => #restore,
+            };
+            #end
+        }
+    });
+    let start_partition = partition.is_empty().then(|| quote!(reader.end_partition()?;));
+    let read_columns = e.fields.iter().filter(|f| !f.is_key_part()).map(|f| {
+        let name = &f.ident;
+        let ty = &f.ty;
+        if f.skip.is_some() {
+            return quote!(let #name: #ty = ::core::default::Default::default(););
+        }
+        let i = column_index(f).unwrap_or_default();
+        if f.counter.is_some() {
+            quote!(let #name: #ty = #orm::entity::decode_column::<::core::option::Option<i64>>(row, &S.columns[#i], as_of)?.unwrap_or(0);)
+        } else if f.serde.is_some() && is_option(ty) {
+            quote!(let #name: #ty = #orm::entity::decode_serde_opt(row, &S.columns[#i], as_of)?;)
+        } else if f.serde.is_some() {
+            quote!(let #name: #ty = #orm::entity::decode_serde(row, &S.columns[#i], as_of)?;)
+        } else {
+            quote!(let #name: #ty = #orm::entity::decode_column(row, &S.columns[#i], as_of)?;)
+        }
+    });
+    let all_fields: Vec<&Ident> = e.fields.iter().map(|f| &f.ident).collect();
+
+    let version = e.fields.iter().find(|f| f.version.is_some()).map(|f| {
+        let name = &f.ident;
+        quote! {
+            fn version(&self) -> ::core::option::Option<u64> { ::core::option::Option::Some(self.#name) }
+            fn set_version(&mut self, version: u64) { self.#name = version; }
+        }
+    });
+    let counters = e.fields.iter().filter(|f| f.counter.is_some()).map(|f| {
+        let konst = format_ident!("{}", f.ident.to_string().to_uppercase());
+        let field = lit(&f.ident.to_string());
+        let doc = lit(&format!("The counter stored for `{}`: pass it to `Repository::increment`.", f.ident));
+        quote!(#[doc = #doc] pub const #konst: #orm::Counter<#ident> = #orm::Counter::new(#field);)
+    });
+    let _ = type_name;
+
+    quote! {
+        #[doc = #key_doc]
+        #[derive(::core::fmt::Debug, ::core::clone::Clone, ::core::cmp::PartialEq)]
+        #vis struct #key_ident { #(pub #key_names: #key_types,)* }
+
+        #(#prefixes)*
+
+        const _: () = {
+            #from_impl
+
+            #[automatically_derived]
+            impl #orm::KeyPrefix<#ident> for #key_ident {
+                fn encode_prefix(&self) -> ::core::result::Result<#orm::key::RowKey, #orm::key::KeyError> {
+                    <#ident as #orm::Entity>::row_key(self)
+                }
+            }
+
+            #[automatically_derived]
+            impl #ident {
+                #(#counters)*
+            }
+
+            #[automatically_derived]
+            impl #orm::Entity for #ident {
+                type Key = #key_ident;
+
+                const SCHEMA: #orm::Schema = #orm::Schema {
+                    entity: #entity_name,
+                    table: #table,
+                    families: &[#(#family_schemas),*],
+                    record_type: #record_type,
+                    salt: #salt,
+                    partition: &[#(#partition_fields),*],
+                    key: &[#(#key_fields),*],
+                    columns: &[#(#column_specs),*],
+                };
+
+                fn key(&self) -> #key_ident {
+                    #key_ident { #(#key_names: ::core::clone::Clone::clone(&self.#key_names),)* }
+                }
+
+                fn row_key(src: &#key_ident) -> ::core::result::Result<#orm::key::RowKey, #orm::key::KeyError> {
+                    #encode_key
+                }
+
+                fn cells(&self) -> #orm::Result<::std::vec::Vec<#orm::entity::CellValue>> {
+                    const S: &#orm::Schema = &<#ident as #orm::Entity>::SCHEMA;
+                    ::core::result::Result::Ok(::std::vec![#(#cells),*])
+                }
+
+                fn from_row(row: &#orm::store::Row, as_of: u64) -> ::core::result::Result<Self, #orm::entity::FieldError> {
+                    const S: &#orm::Schema = &<#ident as #orm::Entity>::SCHEMA;
+                    let mut reader = #orm::key::KeyReader::new(S, &row.key)?;
+                    #start_partition
+                    #(#read_parts)*
+                    reader.finish()?;
+                    #(#read_columns)*
+                    ::core::result::Result::Ok(#ident { #(#all_fields),* })
+                }
+
+                #version
+            }
+        };
+    }
+}

@@ -1,0 +1,234 @@
+//! Repositories end to end on the embedded engine: writes and reads, typed prefix and range
+//! scans in both directions with pagination, counters, optimistic versions, history, salted
+//! and hashed keys, record types sharing a table, and rows that do not decode.
+
+use cellar::orm::store::{CellMutation, RowMutation};
+use cellar::orm::{Entity as _, Error};
+use cellar::prelude::*;
+
+#[derive(Entity, Debug, Clone, PartialEq)]
+#[cellar(table = "crm", record_type = 1)]
+struct Customer {
+    #[cellar(partition)]
+    id: u64,
+    #[cellar(column = "n")]
+    name: String,
+    #[cellar(family = "a", column = "c")]
+    city: Option<String>,
+    #[cellar(counter, column = "oc")]
+    orders: i64,
+    #[cellar(version)]
+    version: u64,
+}
+
+#[derive(Entity, Debug, Clone, PartialEq)]
+#[cellar(table = "crm", record_type = 2)]
+struct Order {
+    #[cellar(partition)]
+    customer: u64,
+    #[cellar(key, desc)]
+    number: u32,
+    #[cellar(column = "t")]
+    total_cents: i64,
+    #[cellar(serde, column = "l")]
+    lines: Vec<(String, u32)>,
+}
+
+fn customer(id: u64, name: &str) -> Customer {
+    Customer { id, name: name.into(), city: Some("Oslo".into()), orders: 0, version: 0 }
+}
+
+fn order(customer: u64, number: u32) -> Order {
+    Order { customer, number, total_cents: i64::from(number) * 100, lines: vec![("tea".into(), number)] }
+}
+
+#[test]
+fn put_get_delete_and_optional_fields() {
+    let db = Db::open_temporary().unwrap();
+    let customers = db.repo::<Customer>().unwrap();
+    let mut ada = customer(1, "Ada");
+    customers.put(&ada).unwrap();
+    assert_eq!(customers.get(1).unwrap(), Some(ada.clone()));
+    assert!(customers.exists(1).unwrap());
+    assert!(!customers.exists(2).unwrap());
+    // None removes the stored cell rather than leaving the old city behind.
+    ada.city = None;
+    customers.put(&ada).unwrap();
+    assert_eq!(customers.get(1).unwrap().unwrap().city, None);
+    customers.put_many(&[customer(2, "Bob"), customer(3, "Cy")]).unwrap();
+    let many = customers.get_many([3u64, 9, 2]).unwrap();
+    assert_eq!(
+        many.iter().map(|c| c.as_ref().map(|c| c.name.as_str())).collect::<Vec<_>>(),
+        [Some("Cy"), None, Some("Bob")]
+    );
+    customers.delete(2).unwrap();
+    assert_eq!(customers.get(2).unwrap(), None);
+}
+
+#[test]
+fn record_types_share_a_table_and_scans_skip_the_others() {
+    let db = Db::open_temporary().unwrap();
+    let customers = db.repo::<Customer>().unwrap();
+    let orders = db.repo::<Order>().unwrap();
+    for id in 1..=3 {
+        customers.put(&customer(id, "c")).unwrap();
+        for n in 1..=4 {
+            orders.put(&order(id, n)).unwrap();
+        }
+    }
+    assert_eq!(customers.scan().to_vec().unwrap().len(), 3);
+    // One customer's orders with one prefix scan; `desc` lists the newest number first.
+    let of_two = orders.scan().prefix(OrderKey::customer(2)).to_vec().unwrap();
+    assert_eq!(of_two.iter().map(|o| (o.customer, o.number)).collect::<Vec<_>>(), [(2, 4), (2, 3), (2, 2), (2, 1)]);
+    let reversed = orders.scan().prefix(OrderKey::customer(2)).reverse().limit(2).to_vec().unwrap();
+    assert_eq!(reversed.iter().map(|o| o.number).collect::<Vec<_>>(), [1, 2]);
+    assert_eq!(orders.scan().to_vec().unwrap().len(), 12, "a scan of orders skips customers");
+    assert_eq!(orders.get((2, 3)).unwrap(), Some(order(2, 3)));
+}
+
+#[test]
+fn ranges_and_pages_walk_every_entity_once_in_both_directions() {
+    let db = Db::open_temporary().unwrap();
+    let customers = db.repo::<Customer>().unwrap();
+    for id in 0..25 {
+        customers.put(&customer(id, &format!("c{id}"))).unwrap();
+    }
+    let range = customers.scan().range(CustomerKey::from(5)..CustomerKey::from(9)).to_vec().unwrap();
+    assert_eq!(range.iter().map(|c| c.id).collect::<Vec<_>>(), [5, 6, 7, 8]);
+    let inclusive = customers.scan().range(CustomerKey::from(5)..=CustomerKey::from(6)).reverse().to_vec().unwrap();
+    assert_eq!(inclusive.iter().map(|c| c.id).collect::<Vec<_>>(), [6, 5]);
+    for reverse in [false, true] {
+        let mut seen = Vec::new();
+        let mut cursor: Option<Cursor> = None;
+        loop {
+            let mut q = customers.scan();
+            if reverse {
+                q = q.reverse();
+            }
+            if let Some(c) = &cursor {
+                // Cursors survive a round trip through text.
+                q = q.after(&c.to_string().parse().unwrap());
+            }
+            let page = q.page(7).unwrap();
+            assert!(page.items.len() <= 7);
+            seen.extend(page.items.iter().map(|c| c.id));
+            match page.next {
+                Some(next) => cursor = Some(next),
+                None => break,
+            }
+        }
+        let mut expected: Vec<u64> = (0..25).collect();
+        if reverse {
+            expected.reverse();
+        }
+        assert_eq!(seen, expected);
+    }
+    assert!(matches!("x12".parse::<Cursor>(), Err(Error::InvalidArgument { arg: "cursor", .. })));
+    assert!(matches!(customers.scan().page(0), Err(Error::InvalidArgument { arg: "size", .. })));
+}
+
+#[test]
+fn counters_and_optimistic_versions() {
+    let db = Db::open_temporary().unwrap();
+    let customers = db.repo::<Customer>().unwrap();
+    let mut ada = customer(1, "Ada");
+    customers.save(&mut ada).unwrap();
+    assert_eq!(ada.version, 1);
+    assert_eq!(customers.increment(1, Customer::ORDERS, 2).unwrap(), 2);
+    assert_eq!(customers.increment(1, Customer::ORDERS, 3).unwrap(), 5);
+    // A put leaves the counter alone.
+    customers.put(&ada).unwrap();
+    let mut stale = customers.get(1).unwrap().unwrap();
+    assert_eq!((stale.orders, stale.version), (5, 1));
+    let mut fresh = stale.clone();
+    fresh.name = "Ada L.".into();
+    customers.save(&mut fresh).unwrap();
+    stale.name = "lost update".into();
+    assert!(matches!(customers.save(&mut stale), Err(Error::VersionConflict { expected: 1, .. })));
+    assert_eq!(customers.get(1).unwrap().unwrap().name, "Ada L.");
+    let mut new = customer(7, "New");
+    new.version = 3;
+    assert!(matches!(customers.save(&mut new), Err(Error::VersionConflict { .. })), "version 3 of a missing row");
+}
+
+#[derive(Entity, Debug, Clone, PartialEq)]
+#[cellar(table = "profiles", max_versions = 5, salt(buckets = 4))]
+struct Profile {
+    #[cellar(key, hash = "md5")]
+    email: String,
+    #[cellar(column = "s")]
+    status: String,
+}
+
+#[test]
+fn history_and_as_of_reads() {
+    let db = Db::open_temporary().unwrap();
+    let profiles = db.repo::<Profile>().unwrap();
+    let email = "ada@example.com".to_string();
+    for status in ["new", "active", "away"] {
+        profiles.put(&Profile { email: email.clone(), status: status.into() }).unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(3));
+    }
+    let history = profiles.history(email.clone(), 10).unwrap();
+    assert_eq!(history.iter().map(|(_, p)| p.status.as_str()).collect::<Vec<_>>(), ["away", "active", "new"]);
+    let (active_at, _) = history[1];
+    assert_eq!(profiles.get_as_of(email.clone(), active_at).unwrap().unwrap().status, "active");
+    assert_eq!(profiles.get_as_of(email, history[2].0 - 1).unwrap(), None);
+}
+
+#[test]
+fn salted_hashed_keys_restore_their_values_and_scans_merge_buckets_in_key_order() {
+    let db = Db::open_temporary().unwrap();
+    let profiles = db.repo::<Profile>().unwrap();
+    let emails: Vec<String> = (0..40).map(|i| format!("user{i}@example.com")).collect();
+    for e in &emails {
+        profiles.put(&Profile { email: e.clone(), status: "ok".into() }).unwrap();
+    }
+    assert_eq!(profiles.get(emails[7].clone()).unwrap().unwrap().email, emails[7]);
+    let scanned = profiles.scan().to_vec().unwrap();
+    assert_eq!(scanned.len(), 40);
+    // Key order is MD5 order across the four buckets.
+    let digests: Vec<_> = scanned.iter().map(|p| cellar::orm::key::md5_of(&p.email, "email").unwrap()).collect();
+    assert!(digests.windows(2).all(|w| w[0] < w[1]));
+    let spec = Profile::SCHEMA;
+    assert_eq!(spec.salt.buckets(), 4);
+}
+
+#[test]
+fn rows_that_do_not_decode_are_errors_naming_row_and_column() {
+    let db = Db::open_temporary().unwrap();
+    let customers = db.repo::<Customer>().unwrap();
+    customers.put(&customer(5, "Eve")).unwrap();
+    let row = <Customer as cellar::orm::Entity>::row_key(&CustomerKey::from(5)).unwrap().for_write();
+    let bad = RowMutation {
+        row,
+        mutations: vec![CellMutation::Put {
+            family: "d".into(),
+            qualifier: "version".into(),
+            value: vec![1, 2].into(),
+            timestamp: None,
+        }],
+    };
+    db.store().mutate("crm", vec![bad]).unwrap();
+    match customers.get(5) {
+        Err(Error::Decode { table: "crm", row, column: Some(column), reason }) => {
+            assert_eq!(column, "d:version");
+            assert!(row.contains("\\x00"), "{row}");
+            assert!(reason.contains("version"), "{reason}");
+        }
+        other => panic!("expected a decode error, got {other:?}"),
+    }
+}
+
+#[test]
+fn an_existing_table_must_fit_the_entity() {
+    let db = Db::open_temporary().unwrap();
+    db.repo::<Customer>().unwrap();
+    #[derive(Entity, Debug)]
+    #[cellar(table = "crm", max_versions = 3)]
+    struct Conflicting {
+        #[cellar(key)]
+        id: u64,
+    }
+    assert!(matches!(db.repo::<Conflicting>(), Err(Error::SchemaMismatch { .. })));
+}

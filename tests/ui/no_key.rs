@@ -1,0 +1,8 @@
+use cellar::prelude::*;
+
+#[derive(Entity)]
+struct NoKey {
+    name: String,
+}
+
+fn main() {}
