@@ -236,18 +236,10 @@ pub(crate) fn take<'a>(input: &mut &'a [u8], n: usize, part: &'static str) -> Re
     Ok(head)
 }
 
-/// The smallest byte string greater than every string starting with `prefix`, or `None` if
-/// there is none (the prefix is empty or all `0xFF`): the exclusive end of a prefix scan.
-pub fn prefix_end(prefix: &[u8]) -> Option<Vec<u8>> {
-    let mut end = prefix.to_vec();
-    while let Some(last) = end.pop() {
-        if last < 0xFF {
-            end.push(last + 1);
-            return Some(end);
-        }
-    }
-    None
-}
+/// The exclusive end of a prefix scan: the smallest key after every key starting with
+/// `prefix`, or `None` (empty or all-`0xFF` prefix). The engine's definition, shared so both
+/// layers agree on prefix ranges.
+pub use cellar_engine::prefix_successor as prefix_end;
 
 #[cfg(test)]
 mod tests;
