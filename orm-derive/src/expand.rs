@@ -6,7 +6,7 @@ use quote::{format_ident, quote};
 use syn::{Ident, LitStr};
 
 use crate::attr::{EntityAttr, FieldAttr, ModifierAttr, SaltAttr};
-use crate::check::{column_of, is_option, type_name};
+use crate::check::{column_of, is_option};
 
 /// Where a key part sits in the schema.
 struct Part<'a> {
@@ -18,6 +18,11 @@ struct Part<'a> {
 
 fn lit(s: &str) -> LitStr {
     LitStr::new(s, Span::call_site())
+}
+
+/// A field's type as written, for schemas and error messages.
+fn type_string(ty: &syn::Type) -> LitStr {
+    lit(&quote!(#ty).to_string().replace(' ', ""))
 }
 
 fn kind_of(f: &FieldAttr) -> TokenStream {
@@ -56,7 +61,7 @@ pub fn expand(e: &EntityAttr) -> TokenStream {
         let f = p.field;
         let ty = &f.ty;
         let name = lit(&f.ident.to_string());
-        let ty_name = lit(&quote!(#ty).to_string().replace(' ', ""));
+        let ty_name = type_string(ty);
         let form = match (&f.fixed, last) {
             (Some(n), _) => {
                 let n = n.value;
@@ -87,18 +92,10 @@ pub fn expand(e: &EntityAttr) -> TokenStream {
             }
         }
     };
-    let partition_fields: Vec<TokenStream> = parts
-        .iter()
-        .enumerate()
-        .filter(|(_, p)| p.list == "partition")
-        .map(|(i, p)| key_field(p, i + 1 == n_parts))
-        .collect();
-    let key_fields: Vec<TokenStream> = parts
-        .iter()
-        .enumerate()
-        .filter(|(_, p)| p.list == "key")
-        .map(|(i, p)| key_field(p, i + 1 == n_parts))
-        .collect();
+    // `parts` lists the partition parts first, then the key parts.
+    let all_key_fields: Vec<TokenStream> =
+        parts.iter().enumerate().map(|(i, p)| key_field(p, i + 1 == n_parts)).collect();
+    let (partition_fields, key_fields) = all_key_fields.split_at(partition.len());
 
     // Stored columns, in field order.
     let stored: Vec<&FieldAttr> = e
@@ -110,8 +107,7 @@ pub fn expand(e: &EntityAttr) -> TokenStream {
     let column_specs = stored.iter().map(|f| {
         let (family, qualifier) = column_of(e, f);
         let (family, qualifier, field) = (lit(&family), lit(&qualifier), lit(&f.ident.to_string()));
-        let ty = &f.ty;
-        let ty_name = lit(&quote!(#ty).to_string().replace(' ', ""));
+        let ty_name = type_string(&f.ty);
         let kind = kind_of(f);
         quote!(#orm::entity::ColumnSpec { field: #field, family: #family, qualifier: #qualifier, type_name: #ty_name, kind: #kind })
     });
@@ -312,7 +308,6 @@ pub fn expand(e: &EntityAttr) -> TokenStream {
         let doc = lit(&format!("The counter stored for `{}`: pass it to `Repository::increment`.", f.ident));
         quote!(#[doc = #doc] pub const #konst: #orm::Counter<#ident> = #orm::Counter::new(#field);)
     });
-    let _ = type_name;
 
     quote! {
         #[doc = #key_doc]

@@ -103,6 +103,13 @@ impl<E: Entity> Repository<E> {
         Ok(RowMutation { row: key.for_write(), mutations })
     }
 
+    /// The stored row of `key` (probing every bucket under a random salt).
+    fn read_one(&self, key: impl Into<E::Key>, read: &ReadSpec) -> Result<Option<Row>> {
+        let key = Self::row_key(&key.into())?;
+        let rows = self.store.read_rows(self.table(), &key.candidates(), read)?;
+        Ok(rows.into_iter().flatten().next())
+    }
+
     pub(crate) fn decode(row: &Row, as_of: u64) -> Result<E> {
         E::from_row(row, as_of).map_err(|e| decode_error::<E>(&row.key, e))
     }
@@ -165,9 +172,7 @@ impl<E: Entity> Repository<E> {
     /// # Errors
     /// [`Error::Decode`] for a stored row that is not a valid `E`; store errors.
     pub fn get(&self, key: impl Into<E::Key>) -> Result<Option<E>> {
-        let key = Self::row_key(&key.into())?;
-        let rows = self.store.read_rows(self.table(), &key.candidates(), &ReadSpec::default())?;
-        rows.into_iter().flatten().next().map(|row| Self::decode(&row, u64::MAX)).transpose()
+        self.read_one(key, &ReadSpec::default())?.map(|row| Self::decode(&row, u64::MAX)).transpose()
     }
 
     /// Reads many entities in one round trip; `None` where there is none.
@@ -193,9 +198,7 @@ impl<E: Entity> Repository<E> {
     /// # Errors
     /// Key encoding and store errors.
     pub fn exists(&self, key: impl Into<E::Key>) -> Result<bool> {
-        let key = Self::row_key(&key.into())?;
-        let rows = self.store.read_rows(self.table(), &key.candidates(), &ReadSpec::default())?;
-        Ok(rows.iter().any(Option::is_some))
+        Ok(self.read_one(key, &ReadSpec::default())?.is_some())
     }
 
     /// Deletes an entity (its whole row, counters included).
@@ -233,10 +236,8 @@ impl<E: Entity> Repository<E> {
     /// # Errors
     /// As [`Repository::get`].
     pub fn get_as_of(&self, key: impl Into<E::Key>, timestamp: u64) -> Result<Option<E>> {
-        let key = Self::row_key(&key.into())?;
         let read = ReadSpec { max_versions: 1, time_range: Some((0, timestamp.saturating_add(1))) };
-        let rows = self.store.read_rows(self.table(), &key.candidates(), &read)?;
-        rows.into_iter().flatten().next().map(|row| Self::decode(&row, u64::MAX)).transpose()
+        self.read_one(key, &read)?.map(|row| Self::decode(&row, u64::MAX)).transpose()
     }
 
     /// Up to `max` past states of an entity, newest first, each with the timestamp it took
@@ -245,10 +246,8 @@ impl<E: Entity> Repository<E> {
     /// # Errors
     /// As [`Repository::get`].
     pub fn history(&self, key: impl Into<E::Key>, max: u32) -> Result<Vec<(u64, E)>> {
-        let key = Self::row_key(&key.into())?;
         let read = ReadSpec { max_versions: max.max(1), time_range: None };
-        let rows = self.store.read_rows(self.table(), &key.candidates(), &read)?;
-        let Some(row) = rows.into_iter().flatten().next() else {
+        let Some(row) = self.read_one(key, &read)? else {
             return Ok(Vec::new());
         };
         let mut times: Vec<u64> = row.cells.iter().map(|c| c.timestamp).collect();

@@ -292,15 +292,17 @@ pub struct EntityIter<'a, E> {
 }
 
 impl<E: Entity> EntityIter<'_, E> {
+    /// A row key without its salt byte: the order buckets merge in, and what cursors hold.
+    fn body<'k>(&self, key: &'k [u8]) -> &'k [u8] {
+        if self.salted {
+            key.get(1..).unwrap_or_default()
+        } else {
+            key
+        }
+    }
+
     /// The next row in merged key order.
     fn next_row(&mut self) -> Option<Result<Row>> {
-        let body = |r: &Row| -> Bytes {
-            if self.salted {
-                r.key.slice(1..)
-            } else {
-                r.key.clone()
-            }
-        };
         let mut best: Option<usize> = None;
         for (i, (_, head)) in self.streams.iter().enumerate() {
             match head {
@@ -313,7 +315,7 @@ impl<E: Entity> EntityIter<'_, E> {
                 Some(Ok(row)) => {
                     let better = match best.and_then(|b| self.streams[b].1.as_ref()) {
                         Some(Ok(current)) => {
-                            let ord = body(row).cmp(&body(current));
+                            let ord = self.body(&row.key).cmp(self.body(&current.key));
                             if self.reverse {
                                 ord.is_gt()
                             } else {
@@ -343,8 +345,7 @@ impl<E: Entity> EntityIter<'_, E> {
             match E::from_row(&row, u64::MAX) {
                 Ok(e) => {
                     self.left -= 1;
-                    let body = if self.salted { row.key[1..].to_vec() } else { row.key.to_vec() };
-                    return Some(Ok((body, e)));
+                    return Some(Ok((self.body(&row.key).to_vec(), e)));
                 }
                 Err(e) if e.other_record_type => continue,
                 Err(e) => return Some(Err(super::decode_error::<E>(&row.key, e))),

@@ -55,14 +55,18 @@ fn family_descriptor(f: &super::FamilySpec) -> FamilyDescriptor {
     d
 }
 
+/// Adds one `Put` cell mutation to `put`; other kinds leave it as it is.
+fn add_cell(put: Put, m: CellMutation) -> Put {
+    match m {
+        CellMutation::Put { family, qualifier, value, timestamp: Some(ts) } => put.add_at(family, qualifier, ts, value),
+        CellMutation::Put { family, qualifier, value, timestamp: None } => put.add(family, qualifier, value),
+        CellMutation::DeleteColumn { .. } | CellMutation::DeleteRow => put,
+    }
+}
+
 fn to_engine_mutation(row: &Bytes, m: CellMutation) -> Mutation {
     match m {
-        CellMutation::Put { family, qualifier, value, timestamp: Some(ts) } => {
-            Put::new(row.clone()).add_at(family, qualifier, ts, value).into()
-        }
-        CellMutation::Put { family, qualifier, value, timestamp: None } => {
-            Put::new(row.clone()).add(family, qualifier, value).into()
-        }
+        put @ CellMutation::Put { .. } => add_cell(Put::new(row.clone()), put).into(),
         CellMutation::DeleteColumn { family, qualifier } => {
             Delete::new(row.clone()).add_columns(family, qualifier).into()
         }
@@ -77,11 +81,7 @@ fn row_mutations(m: RowMutation) -> RowMutations {
 
 /// A row mutation of puts only, as one engine put.
 fn single_put(m: RowMutation) -> Put {
-    m.mutations.into_iter().fold(Put::new(m.row), |put, c| match c {
-        CellMutation::Put { family, qualifier, value, timestamp: Some(ts) } => put.add_at(family, qualifier, ts, value),
-        CellMutation::Put { family, qualifier, value, timestamp: None } => put.add(family, qualifier, value),
-        CellMutation::DeleteColumn { .. } | CellMutation::DeleteRow => put,
-    })
+    m.mutations.into_iter().fold(Put::new(m.row), add_cell)
 }
 
 fn to_row(r: RowResult) -> Option<Row> {
@@ -137,11 +137,12 @@ impl Store for EmbeddedStore {
         Ok(())
     }
 
-    fn mutate(&self, table: &str, rows: Vec<RowMutation>) -> Result<()> {
+    fn mutate(&self, table: &str, mut rows: Vec<RowMutation>) -> Result<()> {
         let t = self.table(table)?;
-        if let [_] = rows.as_slice() {
-            let m = rows.into_iter().next().map(row_mutations);
-            return Ok(t.mutate_row(m.unwrap_or_else(|| RowMutations::new(Bytes::new())))?);
+        if rows.len() == 1 {
+            if let Some(m) = rows.pop() {
+                return Ok(t.mutate_row(row_mutations(m))?);
+            }
         }
         // Rows that only put cells go out as one batch; rows that also delete columns are
         // applied one by one, each atomically.
