@@ -93,8 +93,12 @@ pub fn expand(e: &EntityAttr) -> TokenStream {
         }
     };
     // `parts` lists the partition parts first, then the key parts.
-    let all_key_fields: Vec<TokenStream> =
-        parts.iter().enumerate().map(|(i, p)| key_field(p, i + 1 == n_parts)).collect();
+    // The final part is raw (`Last`) unless a record-type byte follows it.
+    let all_key_fields: Vec<TokenStream> = parts
+        .iter()
+        .enumerate()
+        .map(|(i, p)| key_field(p, i + 1 == n_parts && (p.list == "key" || e.record_type.is_none())))
+        .collect();
     let (partition_fields, key_fields) = all_key_fields.split_at(partition.len());
 
     // Stored columns, in field order.

@@ -1,6 +1,8 @@
 //! `#[derive(Entity)]` for Cellar: maps a struct onto rows of a wide-column table.
 //!
-//! Three phases, three modules: [`attr`] parses `#[cellar(...)]` attributes, [`check`]
+//! `#[derive(Record)]` ([`record`]) types the rows of a single-table design.
+//!
+//! For entities, three phases, three modules: [`attr`] parses `#[cellar(...)]` attributes, [`check`]
 //! validates them, [`expand`] generates code. Errors from all phases are reported together,
 //! each at the tokens at fault. Use it through the `cellar` facade (`cellar::Entity`); the
 //! attributes are documented there.
@@ -8,6 +10,7 @@
 mod attr;
 mod check;
 mod expand;
+mod record;
 
 use proc_macro::TokenStream;
 use syn::{parse_macro_input, DeriveInput};
@@ -18,6 +21,16 @@ use syn::{parse_macro_input, DeriveInput};
 pub fn derive_entity(input: TokenStream) -> TokenStream {
     let input = parse_macro_input!(input as DeriveInput);
     entity(&input).unwrap_or_else(syn::Error::into_compile_error).into()
+}
+
+/// Derives `cellar::orm::Record` for an enum with one `Variant(Entity)` per entity type of a
+/// single-table design, `From` each member, and `cellar::orm::Member` for each member. The
+/// members must share table, salt and partition parts and have distinct record types; a
+/// mismatch is a compile error.
+#[proc_macro_derive(Record)]
+pub fn derive_record(input: TokenStream) -> TokenStream {
+    let input = parse_macro_input!(input as DeriveInput);
+    record::derive(&input).unwrap_or_else(syn::Error::into_compile_error).into()
 }
 
 fn entity(input: &DeriveInput) -> syn::Result<proc_macro2::TokenStream> {

@@ -6,7 +6,8 @@ use std::sync::Arc;
 use cellar_engine::{Engine, EngineOptions};
 
 use crate::entity::Entity;
-use crate::repo::Repository;
+use crate::record::Record;
+use crate::repo::{Records, Repository};
 use crate::store::{EmbeddedStore, FamilySpec, Store, TableSpec};
 use crate::Result;
 
@@ -72,6 +73,18 @@ impl Db {
     pub fn repo<E: Entity>(&self) -> Result<Repository<E>> {
         self.store.ensure_table(&table_spec(&E::SCHEMA))?;
         Ok(Repository::new(self.store.clone()))
+    }
+
+    /// The records of the single-table design `R`: creates the table with every member's
+    /// families if missing, and checks that an existing table fits each member.
+    ///
+    /// # Errors
+    /// As [`Db::repo`].
+    pub fn records<R: Record>(&self) -> Result<Records<R>> {
+        for schema in R::MEMBERS {
+            self.store.ensure_table(&table_spec(schema))?;
+        }
+        Ok(Records::new(self.store.clone()))
     }
 }
 

@@ -24,11 +24,24 @@ pub enum SaltByte {
 pub struct RowKey {
     salt: SaltByte,
     body: Vec<u8>,
+    /// Length of the partition parts in `body`, when the key reaches past them.
+    partition_len: Option<usize>,
 }
 
 impl RowKey {
     pub(crate) fn from_parts(salt: SaltByte, body: Vec<u8>) -> Self {
-        RowKey { salt, body }
+        RowKey { salt, body, partition_len: None }
+    }
+
+    /// A prefix that ends right after `schema`'s record-type byte, cut back to the partition
+    /// parts: the prefix of every record type's rows in that partition. Other keys as they are.
+    pub(crate) fn without_record_type(mut self, schema: &Schema) -> RowKey {
+        if let (Some(_), Some(len)) = (schema.record_type, self.partition_len) {
+            if self.body.len() == len + 1 {
+                self.body.truncate(len);
+            }
+        }
+        self
     }
 
     /// The salt byte.
@@ -120,7 +133,7 @@ impl KeyBuilder {
             Salt::Random { buckets } => SaltByte::Any(buckets),
             Salt::Bucket { buckets, .. } => self.bucket.map_or(SaltByte::Any(buckets), SaltByte::Known),
         };
-        RowKey { salt, body: self.body }
+        RowKey { salt, body: self.body, partition_len: self.partition_end }
     }
 }
 

@@ -61,6 +61,31 @@ impl<E> std::fmt::Debug for Repository<E> {
     }
 }
 
+/// Reads the records of a single-table design: rows of every member entity of the enum `R`,
+/// typed. Write and read single entities through each member's [`Repository`]. Cheap to clone.
+pub struct Records<R> {
+    store: Arc<dyn Store>,
+    _record: PhantomData<fn() -> R>,
+}
+
+impl<R> Clone for Records<R> {
+    fn clone(&self) -> Self {
+        Records { store: self.store.clone(), _record: PhantomData }
+    }
+}
+
+impl<R> std::fmt::Debug for Records<R> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Records").field("record", &std::any::type_name::<R>()).finish_non_exhaustive()
+    }
+}
+
+impl<R> Records<R> {
+    pub(crate) fn new(store: Arc<dyn Store>) -> Self {
+        Records { store, _record: PhantomData }
+    }
+}
+
 /// A row key for messages: printable ASCII as is, other bytes as `\xNN`.
 pub(crate) fn printable(row: &[u8]) -> String {
     cellar_engine::to_printable(row)
@@ -111,7 +136,7 @@ impl<E: Entity> Repository<E> {
     }
 
     pub(crate) fn decode(row: &Row, as_of: u64) -> Result<E> {
-        E::from_row(row, as_of).map_err(|e| decode_error::<E>(&row.key, e))
+        E::from_row(row, as_of).map_err(|e| decode_error(E::SCHEMA.table, &row.key, e))
     }
 
     /// Writes an entity, replacing every field of a stored one (counters excepted: they change
@@ -259,13 +284,13 @@ impl<E: Entity> Repository<E> {
                 Ok(e) => states.push((ts, e)),
                 // Before its first complete write the entity did not exist yet.
                 Err(e) if e.column.is_some() && !states.is_empty() => break,
-                Err(e) => return Err(decode_error::<E>(&row.key, e)),
+                Err(e) => return Err(decode_error(E::SCHEMA.table, &row.key, e)),
             }
         }
         Ok(states)
     }
 }
 
-pub(crate) fn decode_error<E: Entity>(row: &[u8], e: FieldError) -> Error {
-    Error::Decode { table: E::SCHEMA.table, row: printable(row), column: e.column, reason: e.reason }
+pub(crate) fn decode_error(table: &'static str, row: &[u8], e: FieldError) -> Error {
+    Error::Decode { table, row: printable(row), column: e.column, reason: e.reason }
 }

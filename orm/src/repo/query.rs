@@ -1,6 +1,6 @@
-//! Scans of one entity type: by typed key prefix or range, forward or reverse, with a limit
-//! and opaque page cursors. Over a salted or bucketed table a scan reads every bucket it may
-//! touch and merges the streams back into key order.
+//! Scans of one entity type (by typed key prefix or range) or of a record enum (by partition),
+//! forward or reverse, with a limit and opaque page cursors. Over a salted or bucketed table a
+//! scan reads every bucket it may touch and merges the streams back into key order.
 
 use std::fmt;
 use std::marker::PhantomData;
@@ -8,9 +8,10 @@ use std::str::FromStr;
 
 use bytes::Bytes;
 
-use super::Repository;
-use crate::entity::{Entity, KeyPrefix};
-use crate::key::{prefix_end, KeyBuilder, RowKey, SaltByte};
+use super::{Records, Repository};
+use crate::entity::{Entity, FieldError, KeyPrefix};
+use crate::key::{prefix_end, KeyBuilder, RowKey, Salt, SaltByte};
+use crate::record::{Member, Record};
 use crate::store::{Row, RowStream, ScanSpec, Store};
 use crate::{Error, Result};
 
@@ -61,10 +62,24 @@ pub struct Page<E> {
     pub next: Option<Cursor>,
 }
 
-/// A scan being set up. Build it with [`Repository::scan`], then [`Query::iter`],
-/// [`Query::to_vec`] or [`Query::page`].
+/// What a scan reads and how it turns rows into items: an entity type or a record enum.
+struct Target<T> {
+    /// The entity or enum, for errors.
+    name: &'static str,
+    table: &'static str,
+    salt: Salt,
+    /// The key range every row of the target lives in, when narrower than the table.
+    own: Option<RowKey>,
+    /// Rows that are not the target's may lie in range, so the store cannot apply the limit.
+    mixed: bool,
+    decode: fn(&Row) -> std::result::Result<T, FieldError>,
+}
+
+/// A scan being set up. Build it with [`Repository::scan`] or [`Records::scan`], then
+/// [`Query::iter`], [`Query::to_vec`] or [`Query::page`].
 pub struct Query<'a, E> {
     store: &'a dyn Store,
+    target: Target<E>,
     /// Inclusive lower bound, exclusive upper bound (bodies without salt); `None` = open.
     from: Option<RowKey>,
     to: Option<RowKey>,
@@ -79,8 +94,46 @@ pub struct Query<'a, E> {
 impl<E: Entity> Repository<E> {
     /// A scan over the entities of this type, in key order unless reversed.
     pub fn scan(&self) -> Query<'_, E> {
+        let schema = &E::SCHEMA;
+        // A type stored behind its record-type byte (no partition parts) has a range of its own.
+        let own = (schema.partition.is_empty() && schema.record_type.is_some()).then(|| {
+            let mut b = KeyBuilder::new(schema);
+            b.end_partition();
+            b.finish(false)
+        });
+        let target = Target {
+            name: schema.entity,
+            table: schema.table,
+            salt: schema.salt,
+            own,
+            mixed: schema.record_type.is_some(),
+            decode: |row| E::from_row(row, u64::MAX),
+        };
+        Query::new(&*self.store, target)
+    }
+}
+
+impl<R: Record> Records<R> {
+    /// A scan over every record of the table that is a member of `R`, in key order unless
+    /// reversed; narrow it to one partition with [`Query::partition`].
+    pub fn scan(&self) -> Query<'_, R> {
+        let target = Target {
+            name: R::NAME,
+            table: R::MEMBERS[0].table,
+            salt: R::MEMBERS[0].salt,
+            own: None,
+            mixed: true,
+            decode: R::from_row,
+        };
+        Query::new(&*self.store, target)
+    }
+}
+
+impl<'a, T> Query<'a, T> {
+    fn new(store: &'a dyn Store, target: Target<T>) -> Self {
         Query {
-            store: &*self.store,
+            store,
+            target,
             from: None,
             to: None,
             prefix: None,
@@ -91,19 +144,29 @@ impl<E: Entity> Repository<E> {
             _entity: PhantomData,
         }
     }
-}
 
-impl<'a, E: Entity> Query<'a, E> {
     fn keep(&mut self, key: std::result::Result<RowKey, crate::key::KeyError>) -> Option<RowKey> {
         match key {
             Ok(k) => Some(k),
             Err(source) => {
-                self.error.get_or_insert(Error::Key { entity: E::SCHEMA.entity, source });
+                self.error.get_or_insert(Error::Key { entity: self.target.name, source });
                 None
             }
         }
     }
+}
 
+impl<R: Record> Query<'_, R> {
+    /// Only the records of one partition: `prefix` is a key prefix of any member entity. One
+    /// that ends with the partition parts covers the records of every member type; one that
+    /// goes further covers that member's records only.
+    pub fn partition<E: Member<R>>(mut self, prefix: impl KeyPrefix<E>) -> Self {
+        self.prefix = self.keep(prefix.encode_prefix()).map(|p| p.without_record_type(&E::SCHEMA));
+        self
+    }
+}
+
+impl<E: Entity> Query<'_, E> {
     /// Only entities whose key starts with `prefix` (built with the generated
     /// `<Entity>Key::<first part>(..)` methods).
     pub fn prefix(mut self, prefix: impl KeyPrefix<E>) -> Self {
@@ -126,7 +189,9 @@ impl<'a, E: Entity> Query<'a, E> {
         };
         self
     }
+}
 
+impl<'a, E> Query<'a, E> {
     /// Largest key first.
     pub fn reverse(mut self) -> Self {
         self.reverse = true;
@@ -170,7 +235,7 @@ impl<'a, E: Entity> Query<'a, E> {
                 lo = lo.max(next);
             }
         }
-        let salted = E::SCHEMA.salt.is_some();
+        let salted = self.target.salt.is_some();
         let mut streams = Vec::new();
         for bucket in buckets {
             let with = |body: &[u8]| -> Bytes {
@@ -190,15 +255,16 @@ impl<'a, E: Entity> Query<'a, E> {
                 reverse: self.reverse,
                 // Rows of other record types are skipped after reading, so only a table
                 // without them can let the store stop early.
-                limit: self.limit.filter(|_| E::SCHEMA.record_type.is_none()),
+                limit: self.limit.filter(|_| !self.target.mixed),
                 read: Default::default(),
             };
-            let mut stream = self.store.scan(E::SCHEMA.table, &spec)?;
+            let mut stream = self.store.scan(self.target.table, &spec)?;
             let head = stream.next();
             streams.push((stream, head));
         }
         Ok(EntityIter {
             streams,
+            target: self.target,
             salted,
             reverse: self.reverse,
             left: self.limit.unwrap_or(usize::MAX),
@@ -242,15 +308,7 @@ impl<'a, E: Entity> Query<'a, E> {
 
     /// The body range `[lo, hi)` to scan and the salt bytes to scan it under.
     fn bounds(&self) -> (Vec<u8>, Option<Vec<u8>>, Vec<Option<u8>>) {
-        let schema = &E::SCHEMA;
-        // Without a prefix, a type stored behind its record-type byte (no partition parts)
-        // still scans only its own rows.
-        let own = (schema.partition.is_empty() && schema.record_type.is_some()).then(|| {
-            let mut b = KeyBuilder::new(&E::SCHEMA);
-            b.end_partition();
-            b.finish(false)
-        });
-        let prefix = self.prefix.clone().or(own);
+        let prefix = self.prefix.clone().or_else(|| self.target.own.clone());
         let mut lo = prefix.as_ref().map(|p| p.body().to_vec()).unwrap_or_default();
         let mut hi = prefix.as_ref().and_then(|p| prefix_end(p.body()));
         if let Some(from) = &self.from {
@@ -266,8 +324,9 @@ impl<'a, E: Entity> Query<'a, E> {
             _ => None,
         });
         let consistent = salts.iter().all(|s| matches!(s, SaltByte::Known(b) if Some(*b) == known));
-        let buckets = match schema.salt.buckets() {
-            _ if !schema.salt.is_some() => vec![None],
+        let salt = self.target.salt;
+        let buckets = match salt.buckets() {
+            _ if !salt.is_some() => vec![None],
             _ if known.is_some() && consistent && !salts.is_empty() => vec![known],
             n => (0..n).map(Some).collect(),
         };
@@ -282,16 +341,17 @@ fn after_key(key: &RowKey) -> RowKey {
     RowKey::from_parts(key.salt(), body)
 }
 
-/// Entities streamed from a scan, merged across buckets.
+/// Entities (or records) streamed from a scan, merged across buckets.
 pub struct EntityIter<'a, E> {
     streams: Vec<(RowStream<'a>, Option<Result<Row>>)>,
+    target: Target<E>,
     salted: bool,
     reverse: bool,
     left: usize,
     _entity: PhantomData<fn() -> E>,
 }
 
-impl<E: Entity> EntityIter<'_, E> {
+impl<E> EntityIter<'_, E> {
     /// A row key without its salt byte: the order buckets merge in, and what cursors hold.
     fn body<'k>(&self, key: &'k [u8]) -> &'k [u8] {
         if self.salted {
@@ -342,20 +402,20 @@ impl<E: Entity> EntityIter<'_, E> {
                 Ok(row) => row,
                 Err(e) => return Some(Err(e)),
             };
-            match E::from_row(&row, u64::MAX) {
+            match (self.target.decode)(&row) {
                 Ok(e) => {
                     self.left -= 1;
                     return Some(Ok((self.body(&row.key).to_vec(), e)));
                 }
                 Err(e) if e.other_record_type => continue,
-                Err(e) => return Some(Err(super::decode_error::<E>(&row.key, e))),
+                Err(e) => return Some(Err(super::decode_error(self.target.table, &row.key, e))),
             }
         }
         None
     }
 }
 
-impl<E: Entity> Iterator for EntityIter<'_, E> {
+impl<E> Iterator for EntityIter<'_, E> {
     type Item = Result<E>;
 
     fn next(&mut self) -> Option<Result<E>> {
