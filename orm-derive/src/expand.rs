@@ -89,6 +89,7 @@ pub fn expand(e: &EntityAttr) -> TokenStream {
                 spec: #orm::key::PartSpec::new(#name, #form).with(#orm::key::Modifier::#modifier),
                 type_name: #ty_name,
                 width: #width,
+                encoding: <#ty as #orm::key::KeyPart>::ENCODING,
             }
         }
     };
@@ -113,7 +114,15 @@ pub fn expand(e: &EntityAttr) -> TokenStream {
         let (family, qualifier, field) = (lit(&family), lit(&qualifier), lit(&f.ident.to_string()));
         let ty_name = type_string(&f.ty);
         let kind = kind_of(f);
-        quote!(#orm::entity::ColumnSpec { field: #field, family: #family, qualifier: #qualifier, type_name: #ty_name, kind: #kind })
+        let ty = &f.ty;
+        let encoding = if f.serde.is_some() {
+            quote!("MessagePack")
+        } else {
+            quote!(<#ty as #orm::value::Column>::ENCODING)
+        };
+        quote!(#orm::entity::ColumnSpec {
+            field: #field, family: #family, qualifier: #qualifier, type_name: #ty_name, kind: #kind, encoding: #encoding,
+        })
     });
 
     // Families: the default first, then those named by fields, with declared options.

@@ -75,6 +75,19 @@ impl Db {
         Ok(Repository::new(self.store.clone()))
     }
 
+    /// Advice on entity `E`'s schema (see [`crate::advice`]), and on the regions of its table
+    /// if it exists: pre-split regions none of its keys can reach.
+    ///
+    /// # Errors
+    /// Store errors.
+    pub fn advise<E: Entity>(&self) -> Result<Vec<crate::Advice>> {
+        let mut advice = E::SCHEMA.advice();
+        if let Some(splits) = self.store.split_keys(E::SCHEMA.table)? {
+            advice.extend(E::SCHEMA.split_advice(&splits));
+        }
+        Ok(advice)
+    }
+
     /// The records of the single-table design `R`: creates the table with every member's
     /// families if missing, and checks that an existing table fits each member.
     ///

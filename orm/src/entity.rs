@@ -15,6 +15,8 @@ pub struct KeyField {
     pub type_name: &'static str,
     /// Encoded width in bytes, if fixed.
     pub width: Option<usize>,
+    /// The type's encoding, in words (framing and modifier are in `spec`).
+    pub encoding: &'static str,
 }
 
 /// How a field is stored in its cell.
@@ -43,8 +45,10 @@ pub struct ColumnSpec {
     pub qualifier: &'static str,
     /// The field's Rust type, as written.
     pub type_name: &'static str,
-    /// Encoding.
+    /// What the cell holds.
     pub kind: ColumnKind,
+    /// The value's encoding, in words.
+    pub encoding: &'static str,
 }
 
 /// A family an entity uses, with the settings it declares.
@@ -159,6 +163,18 @@ pub trait Entity: Sized + 'static {
     /// # Errors
     /// A [`FieldError`] naming what does not decode.
     fn from_row(row: &Row, as_of: u64) -> Result<Self, FieldError>;
+
+    /// The physical layout, printable: table, key parts with encodings and widths, record
+    /// type, families and columns.
+    fn layout() -> crate::Layout {
+        Self::SCHEMA.layout()
+    }
+
+    /// The entity checked against the rules of thumb of schema design (see [`crate::advice`]).
+    /// [`crate::Db::advise`] also checks the regions of its stored table.
+    fn advice() -> Vec<crate::Advice> {
+        Self::SCHEMA.advice()
+    }
 
     /// The optimistic-concurrency version, for entities with a version field.
     fn version(&self) -> Option<u64> {

@@ -9,19 +9,23 @@
 //! Layers: `key` and `value` encode; `entity` describes; `store` persists; `repo` and `db`
 //! are the API. Applications use all of it through the `cellar` facade.
 
+pub mod advice;
 mod db;
 pub mod entity;
 mod error;
 pub mod key;
+mod layout;
 pub mod record;
 pub mod repo;
 pub mod store;
 pub mod value;
 
+pub use advice::Advice;
 pub use db::Db;
 pub use entity::{Entity, KeyPrefix, Schema};
 pub use error::{Error, Result};
 pub use key::Timestamp;
+pub use layout::Layout;
 pub use record::{Member, Record};
 pub use repo::{Counter, Cursor, EntityIter, Page, Query, Records, Repository};
 pub use store::{EmbeddedStore, Store};

@@ -23,6 +23,9 @@ pub enum ValueError {
 ///
 /// Contract: `from_bytes(&v.to_bytes()) == v`.
 pub trait ColumnValue: Sized {
+    /// How values are encoded, in words, for layouts.
+    const ENCODING: &'static str;
+
     /// The cell bytes.
     fn to_bytes(&self) -> Vec<u8>;
     /// The value back from cell bytes.
@@ -39,6 +42,8 @@ fn exact<const N: usize>(bytes: &[u8], what: &str) -> Result<[u8; N], ValueError
 macro_rules! numbers {
     ($($t:ty),*) => {$(
         impl ColumnValue for $t {
+            const ENCODING: &'static str = "big-endian, as Bytes.toBytes";
+
             fn to_bytes(&self) -> Vec<u8> {
                 self.to_be_bytes().to_vec()
             }
@@ -51,6 +56,8 @@ macro_rules! numbers {
 numbers!(u8, u16, u32, u64, u128, i8, i16, i32, i64, i128, f32, f64);
 
 impl ColumnValue for bool {
+    const ENCODING: &'static str = "1 byte, 0xFF or 0x00";
+
     /// `0xFF` for true, `0x00` for false, as HBase writes them.
     fn to_bytes(&self) -> Vec<u8> {
         vec![if *self { 0xFF } else { 0 }]
@@ -61,6 +68,8 @@ impl ColumnValue for bool {
 }
 
 impl ColumnValue for String {
+    const ENCODING: &'static str = "UTF-8";
+
     fn to_bytes(&self) -> Vec<u8> {
         self.as_bytes().to_vec()
     }
@@ -70,6 +79,8 @@ impl ColumnValue for String {
 }
 
 impl ColumnValue for Vec<u8> {
+    const ENCODING: &'static str = "raw bytes";
+
     fn to_bytes(&self) -> Vec<u8> {
         self.clone()
     }
@@ -79,6 +90,8 @@ impl ColumnValue for Vec<u8> {
 }
 
 impl ColumnValue for bytes::Bytes {
+    const ENCODING: &'static str = "raw bytes";
+
     fn to_bytes(&self) -> Vec<u8> {
         self.to_vec()
     }
@@ -88,6 +101,8 @@ impl ColumnValue for bytes::Bytes {
 }
 
 impl ColumnValue for Timestamp {
+    const ENCODING: &'static str = "milliseconds, big-endian";
+
     fn to_bytes(&self) -> Vec<u8> {
         self.0.to_bytes()
     }
@@ -99,6 +114,9 @@ impl ColumnValue for Timestamp {
 /// A field stored in at most one cell: a [`ColumnValue`], or an `Option` of one (`None` = no
 /// cell).
 pub trait Column: Sized {
+    /// How the cell is encoded, in words, for layouts.
+    const ENCODING: &'static str;
+
     /// The cell to write, `None` for none.
     fn encode_cell(&self) -> Option<Vec<u8>>;
     /// The field from its cell, or from its absence.
@@ -109,6 +127,8 @@ pub trait Column: Sized {
 }
 
 impl<T: ColumnValue> Column for T {
+    const ENCODING: &'static str = T::ENCODING;
+
     fn encode_cell(&self) -> Option<Vec<u8>> {
         Some(self.to_bytes())
     }
@@ -118,6 +138,8 @@ impl<T: ColumnValue> Column for T {
 }
 
 impl<T: ColumnValue> Column for Option<T> {
+    const ENCODING: &'static str = T::ENCODING;
+
     fn encode_cell(&self) -> Option<Vec<u8>> {
         self.as_ref().map(T::to_bytes)
     }

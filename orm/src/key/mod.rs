@@ -114,7 +114,7 @@ impl PartSpec {
 
     /// The framing actually used: a descending variable-length part is always delimited, as
     /// a raw string's order cannot be inverted byte by byte.
-    const fn effective_form(&self, fixed_width: bool) -> Form {
+    pub(crate) const fn effective_form(&self, fixed_width: bool) -> Form {
         match (self.modifier, self.form) {
             (Modifier::Desc, Form::Last) if !fixed_width => Form::Delimited,
             (_, form) => form,
@@ -130,6 +130,9 @@ impl PartSpec {
 pub trait KeyPart: Sized {
     /// Encoded width in bytes if every value has the same width (numbers, bool, timestamps).
     const FIXED_WIDTH: Option<usize>;
+
+    /// How values are encoded, in words, for layouts (framing and modifiers are added there).
+    const ENCODING: &'static str;
 
     /// Appends the encoding of `self` in `form` to `out`.
     ///

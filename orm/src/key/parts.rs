@@ -15,6 +15,7 @@ macro_rules! unsigned {
     ($($t:ty),*) => {$(
         impl KeyPart for $t {
             const FIXED_WIDTH: Option<usize> = Some(std::mem::size_of::<$t>());
+            const ENCODING: &'static str = "big-endian";
 
             fn encode_part(&self, _: Form, _: &'static str, out: &mut Vec<u8>) -> Result<(), KeyError> {
                 out.extend_from_slice(&self.to_be_bytes());
@@ -35,6 +36,7 @@ macro_rules! signed {
     ($($t:ty => $u:ty),*) => {$(
         impl KeyPart for $t {
             const FIXED_WIDTH: Option<usize> = Some(std::mem::size_of::<$t>());
+            const ENCODING: &'static str = "big-endian, sign bit flipped";
 
             fn encode_part(&self, form: Form, part: &'static str, out: &mut Vec<u8>) -> Result<(), KeyError> {
                 // Flipping the sign bit puts negatives (now 0...) below non-negatives (1...).
@@ -54,6 +56,7 @@ macro_rules! float {
     ($($t:ty => $u:ty),*) => {$(
         impl KeyPart for $t {
             const FIXED_WIDTH: Option<usize> = Some(std::mem::size_of::<$t>());
+            const ENCODING: &'static str = "IEEE 754 in total order";
 
             fn encode_part(&self, form: Form, part: &'static str, out: &mut Vec<u8>) -> Result<(), KeyError> {
                 // IEEE 754 total order: negatives have every bit inverted, the rest only the
@@ -77,6 +80,7 @@ float!(f32 => u32, f64 => u64);
 
 impl KeyPart for bool {
     const FIXED_WIDTH: Option<usize> = Some(1);
+    const ENCODING: &'static str = "0 or 1";
 
     fn encode_part(&self, _: Form, _: &'static str, out: &mut Vec<u8>) -> Result<(), KeyError> {
         out.push(u8::from(*self));
@@ -129,6 +133,7 @@ impl From<Timestamp> for SystemTime {
 
 impl KeyPart for Timestamp {
     const FIXED_WIDTH: Option<usize> = Some(8);
+    const ENCODING: &'static str = "milliseconds, big-endian";
 
     fn encode_part(&self, form: Form, part: &'static str, out: &mut Vec<u8>) -> Result<(), KeyError> {
         self.0.encode_part(form, part, out)
@@ -208,6 +213,7 @@ fn decode_bytes(input: &mut &[u8], form: Form, part: &'static str) -> Result<Vec
 
 impl KeyPart for Vec<u8> {
     const FIXED_WIDTH: Option<usize> = None;
+    const ENCODING: &'static str = "bytes";
 
     fn encode_part(&self, form: Form, part: &'static str, out: &mut Vec<u8>) -> Result<(), KeyError> {
         encode_bytes(self, form, part, out)
@@ -220,6 +226,7 @@ impl KeyPart for Vec<u8> {
 
 impl KeyPart for String {
     const FIXED_WIDTH: Option<usize> = None;
+    const ENCODING: &'static str = "UTF-8";
 
     fn encode_part(&self, form: Form, part: &'static str, out: &mut Vec<u8>) -> Result<(), KeyError> {
         encode_bytes(self.as_bytes(), form, part, out)

@@ -137,6 +137,14 @@ impl Store for EmbeddedStore {
         Ok(())
     }
 
+    fn split_keys(&self, table: &str) -> Result<Option<Vec<Bytes>>> {
+        if !self.engine.table_exists(table) {
+            return Ok(None);
+        }
+        let regions = self.engine.regions(table)?;
+        Ok(Some(regions.into_iter().map(|r| r.start_key).filter(|k| !k.is_empty()).collect()))
+    }
+
     fn mutate(&self, table: &str, mut rows: Vec<RowMutation>) -> Result<()> {
         let t = self.table(table)?;
         if rows.len() == 1 {

@@ -193,6 +193,13 @@ pub trait Store: Send + Sync {
     /// Store failures.
     fn check_and_mutate(&self, table: &str, condition: Condition, mutation: RowMutation) -> Result<bool>;
 
+    /// Where the table's regions (or tablets) begin, the first one's empty start excepted;
+    /// `None` if there is no such table.
+    ///
+    /// # Errors
+    /// Store failures.
+    fn split_keys(&self, table: &str) -> Result<Option<Vec<Bytes>>>;
+
     /// Adds `delta` to the 8-byte big-endian counter at `family:qualifier` (absent = 0) and
     /// returns the new value.
     ///
