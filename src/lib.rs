@@ -1,8 +1,11 @@
 //! Cellar: map Rust structs onto the HBase/Bigtable data model and persist them in an embedded,
 //! LSM-based engine with full HBase cell semantics.
 //!
-//! This facade is what applications depend on: the object mapper ([`orm`]: `#[derive(Entity)]`,
-//! [`Db`](orm::Db), repositories) and the engine underneath ([`engine`]).
+//! This facade is what applications depend on: the object mapper ([`orm`]: `#[derive(Entity)]`
+//! (attributes documented on [`macro@Entity`]), `#[derive(Record)]` for several entity types in
+//! one table, [`Db`](orm::Db), repositories, layouts and schema advice) and the engine
+//! underneath ([`engine`]). The examples `customer_orders`, `followers` and `timeseries` show
+//! complete designs.
 //!
 //! ```
 //! use cellar::prelude::*;

@@ -166,3 +166,45 @@ fn a_member_row_that_does_not_decode_names_row_and_column() {
         other => panic!("expected a decode error, got {other}"),
     }
 }
+
+#[derive(Entity, Debug, Clone, PartialEq)]
+#[cellar(table = "accounts", record_type = 1)]
+struct Account {
+    #[cellar(partition, hash = "md5", column = "a")]
+    owner: String,
+}
+
+#[derive(Entity, Debug, Clone, PartialEq)]
+#[cellar(table = "accounts", record_type = 2)]
+struct Payment {
+    #[cellar(partition, hash = "md5", column = "a")]
+    owner: String,
+    #[cellar(key)]
+    n: u32,
+}
+
+#[derive(Record, Debug, Clone, PartialEq)]
+enum AccountRecord {
+    Account(Account),
+    Payment(Payment),
+}
+
+#[test]
+fn hashed_partitions_tell_record_types_apart_before_restoring_values() {
+    let db = Db::open_temporary().unwrap();
+    let (accounts, payments) = (db.repo::<Account>().unwrap(), db.repo::<Payment>().unwrap());
+    accounts.put(&Account { owner: "ada".into() }).unwrap();
+    payments.put_many(&[Payment { owner: "ada".into(), n: 1 }, Payment { owner: "ada".into(), n: 2 }]).unwrap();
+    let records = db.records::<AccountRecord>().unwrap();
+    let got = records.scan().partition(AccountKey::owner("ada".into())).to_vec().unwrap();
+    assert_eq!(
+        got,
+        [
+            AccountRecord::Account(Account { owner: "ada".into() }),
+            AccountRecord::Payment(Payment { owner: "ada".into(), n: 1 }),
+            AccountRecord::Payment(Payment { owner: "ada".into(), n: 2 }),
+        ]
+    );
+    assert_eq!(accounts.scan().to_vec().unwrap().len(), 1);
+    assert_eq!(payments.scan().to_vec().unwrap().len(), 2);
+}

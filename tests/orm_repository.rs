@@ -194,6 +194,101 @@ fn salted_hashed_keys_restore_their_values_and_scans_merge_buckets_in_key_order(
     assert_eq!(spec.salt.buckets(), 4);
 }
 
+#[derive(Entity, Debug, Clone, PartialEq)]
+#[cellar(table = "tickets", salt(buckets = 4))]
+struct Ticket {
+    #[cellar(key)]
+    id: u32,
+}
+
+#[derive(Entity, Debug, Clone, PartialEq)]
+#[cellar(table = "readings", bucket(field = "at", buckets = 4))]
+struct Reading {
+    #[cellar(key)]
+    at: u64,
+}
+
+#[derive(Entity, Debug, Clone, PartialEq)]
+#[cellar(table = "visits", salt(buckets = 4))]
+struct Visit {
+    #[cellar(partition)]
+    site: u32,
+    #[cellar(key)]
+    n: u32,
+}
+
+#[test]
+fn ranges_over_salted_keys_return_every_key_in_range_whatever_bucket_the_ends_fall_in() {
+    let db = Db::open_temporary().unwrap();
+    let (tickets, readings, visits) =
+        (db.repo::<Ticket>().unwrap(), db.repo::<Reading>().unwrap(), db.repo::<Visit>().unwrap());
+    for i in 0..12 {
+        tickets.put(&Ticket { id: i }).unwrap();
+        readings.put(&Reading { at: u64::from(i) }).unwrap();
+        for n in 0..3 {
+            visits.put(&Visit { site: i, n }).unwrap();
+        }
+    }
+    for a in 0..12u32 {
+        for b in a..13 {
+            let got: Vec<u32> = tickets
+                .scan()
+                .range(TicketKey::from(a)..TicketKey::from(b))
+                .iter()
+                .unwrap()
+                .map(|t| t.unwrap().id)
+                .collect();
+            assert_eq!(got, (a..b).collect::<Vec<_>>(), "tickets {a}..{b}");
+            let (a64, b64) = (u64::from(a), u64::from(b));
+            let got: Vec<u64> = readings
+                .scan()
+                .range(ReadingKey::from(a64)..ReadingKey::from(b64))
+                .iter()
+                .unwrap()
+                .map(|r| r.unwrap().at)
+                .collect();
+            assert_eq!(got, (a64..b64).collect::<Vec<_>>(), "readings {a}..{b}");
+            // Across partitions, and inside one (where the range lies in the partition's bucket).
+            let across = visits.scan().range(VisitKey::from((a, 1))..=VisitKey::from((b, 1))).to_vec().unwrap();
+            let expected: Vec<(u32, u32)> = (a..=b.min(11))
+                .flat_map(|s| (0..3).map(move |n| (s, n)))
+                .filter(|&k| k >= (a, 1) && k <= (b, 1))
+                .collect();
+            assert_eq!(across.iter().map(|v| (v.site, v.n)).collect::<Vec<_>>(), expected, "visits {a}..={b}");
+        }
+        let inside = visits.scan().range(VisitKey::from((a, 1))..VisitKey::from((a, 3))).to_vec().unwrap();
+        assert_eq!(inside.iter().map(|v| v.n).collect::<Vec<_>>(), [1, 2]);
+    }
+}
+
+#[derive(Entity, Debug, Clone, PartialEq)]
+#[cellar(table = "notes")]
+struct Note {
+    #[cellar(key)]
+    id: u32,
+    #[cellar(column = "t")]
+    text: Option<String>,
+}
+
+#[test]
+fn entities_with_nothing_to_store_but_their_key_still_exist() {
+    let db = Db::open_temporary().unwrap();
+    let visits = db.repo::<Visit>().unwrap();
+    visits.put(&Visit { site: 7, n: 1 }).unwrap();
+    assert!(visits.exists((7, 1)).unwrap());
+    assert_eq!(visits.scan().to_vec().unwrap(), [Visit { site: 7, n: 1 }]);
+    visits.delete((7, 1)).unwrap();
+    assert!(!visits.exists((7, 1)).unwrap());
+
+    let notes = db.repo::<Note>().unwrap();
+    notes.put(&Note { id: 1, text: Some("draft".into()) }).unwrap();
+    // Clearing the only field keeps the note, without its text.
+    notes.put(&Note { id: 1, text: None }).unwrap();
+    assert_eq!(notes.get(1).unwrap(), Some(Note { id: 1, text: None }));
+    notes.put(&Note { id: 2, text: None }).unwrap();
+    assert_eq!(notes.scan().to_vec().unwrap().len(), 2);
+}
+
 #[test]
 fn rows_that_do_not_decode_are_errors_naming_row_and_column() {
     let db = Db::open_temporary().unwrap();

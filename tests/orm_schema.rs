@@ -36,10 +36,10 @@ fn layout_names_every_key_part_family_and_column() {
     let expected = "\
 Event -> table `events`
 row key (29 bytes):
-  salt  1 byte    `at` mod 8
-  host  16 bytes  String: MD5 of its encoding, value kept in d:h  [partition]
-  at    8 bytes   Timestamp: milliseconds, big-endian, reversed (newest first)
-  kind  4 bytes   String: UTF-8, zero-padded to 4 bytes
+  bucket  1 byte    `at` mod 8
+  host    16 bytes  String: MD5 of its encoding, value kept in d:h  [partition]
+  at      8 bytes   Timestamp: milliseconds, big-endian, reversed (newest first)
+  kind    4 bytes   String: UTF-8, zero-padded to 4 bytes
 families:
   d  max versions 1, TTL none
   m  max versions 3, TTL 86400 s

@@ -194,6 +194,7 @@ pub fn expand(e: &EntityAttr) -> TokenStream {
     let key_names: Vec<&Ident> = parts.iter().map(|p| &p.field.ident).collect();
     let key_types: Vec<&syn::Type> = parts.iter().map(|p| &p.field.ty).collect();
     let key_doc = lit(&format!("The row key of [`{ident}`]: its key parts, in key order."));
+    let key_docs = key_names.iter().map(|n| lit(&format!("Key part `{n}`.")));
     let from_impl = if n_parts == 1 {
         let (n, t) = (key_names[0], key_types[0]);
         quote! {
@@ -272,21 +273,29 @@ pub fn expand(e: &EntityAttr) -> TokenStream {
         quote!(#orm::entity::CellValue { family: S.columns[#i].family, qualifier: S.columns[#i].qualifier, value: #value })
     });
 
-    // Row -> entity.
+    // Row -> entity. Hashed parts leave a digest; their values are restored from their
+    // columns only after the whole key (record type included) has been read.
+    let is_hashed = |f: &FieldAttr| f.modifiers.iter().any(|m| m.value == ModifierAttr::Md5);
+    let digest_of = |f: &FieldAttr| format_ident!("__digest_{}", f.ident);
     let read_parts = parts.iter().enumerate().map(|(i, p)| {
         let (name, ty, list, index) = (&p.field.ident, &p.field.ty, &p.list, p.index);
-        let restore = match column_index(p.field) {
-            Some(c) => quote!(#orm::entity::restore_hashed::<#ty>(&reader, row, &S.#list[#index], &S.columns[#c])?),
-            None => quote!(return ::core::result::Result::Err(#orm::key::KeyError::Layout { reason: "hashed part without column".into() }.into())),
-        };
         let end = (i + 1 == partition.len()).then(|| quote!(reader.end_partition()?;));
+        let read = if is_hashed(p.field) {
+            let digest = digest_of(p.field);
+            quote!(let #digest = reader.digest(&S.#list[#index])?;)
+        } else {
+            quote!(let #name: #ty = reader.part::<#ty>(&S.#list[#index])?;)
+        };
         quote! {
-            let #name: #ty = match reader.part::<#ty>(&S.#list[#index])? {
-                ::core::option::Option::Some(v) => v,
-                ::core::option::Option::None => #restore,
-            };
+            #read
             #end
         }
+    });
+    let restore_hashed = parts.iter().filter(|p| is_hashed(p.field)).map(|p| {
+        let (name, ty, list, index) = (&p.field.ident, &p.field.ty, &p.list, p.index);
+        let digest = digest_of(p.field);
+        let c = column_index(p.field).unwrap_or_default();
+        quote!(let #name: #ty = #orm::entity::restore_hashed::<#ty>(&#digest, row, &S.#list[#index], &S.columns[#c])?;)
     });
     let start_partition = partition.is_empty().then(|| quote!(reader.end_partition()?;));
     let read_columns = e.fields.iter().filter(|f| !f.is_key_part()).map(|f| {
@@ -325,7 +334,7 @@ pub fn expand(e: &EntityAttr) -> TokenStream {
     quote! {
         #[doc = #key_doc]
         #[derive(::core::fmt::Debug, ::core::clone::Clone, ::core::cmp::PartialEq)]
-        #vis struct #key_ident { #(pub #key_names: #key_types,)* }
+        #vis struct #key_ident { #(#[doc = #key_docs] pub #key_names: #key_types,)* }
 
         #(#prefixes)*
 
@@ -378,6 +387,7 @@ pub fn expand(e: &EntityAttr) -> TokenStream {
                     #start_partition
                     #(#read_parts)*
                     reader.finish()?;
+                    #(#restore_hashed)*
                     #(#read_columns)*
                     ::core::result::Result::Ok(#ident { #(#all_fields),* })
                 }

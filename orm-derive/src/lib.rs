@@ -1,11 +1,11 @@
 //! `#[derive(Entity)]` for Cellar: maps a struct onto rows of a wide-column table.
 //!
-//! `#[derive(Record)]` ([`record`]) types the rows of a single-table design.
+//! `#[derive(Record)]` (`record.rs`) types the rows of a single-table design.
 //!
-//! For entities, three phases, three modules: [`attr`] parses `#[cellar(...)]` attributes, [`check`]
-//! validates them, [`expand`] generates code. Errors from all phases are reported together,
+//! For entities, three phases, three modules: `attr` parses `#[cellar(...)]` attributes, `check`
+//! validates them, `expand` generates code. Errors from all phases are reported together,
 //! each at the tokens at fault. Use it through the `cellar` facade (`cellar::Entity`); the
-//! attributes are documented there.
+//! attributes are documented on [`macro@Entity`].
 
 mod attr;
 mod check;
@@ -17,6 +17,41 @@ use syn::{parse_macro_input, DeriveInput};
 
 /// Derives `cellar::orm::Entity`, a typed key struct `<Name>Key` with prefix builders, and a
 /// counter constant per `#[cellar(counter)]` field.
+///
+/// A row key is `[salt or bucket][partition parts][record type][key parts]`; every other
+/// field is a cell. Attributes go in `#[cellar(...)]`.
+///
+/// On the struct:
+///
+/// | attribute | meaning |
+/// |---|---|
+/// | `table = "name"` | the table (default: the struct name in snake_case) |
+/// | `family = "f"` | the default family of fields (default `"d"`) |
+/// | `record_type = N` | a type byte after the partition parts, for several entity types in one table |
+/// | `salt(buckets = N)` | a leading byte `hash(partition parts, or the key) % N` |
+/// | `salt(buckets = N, random)` | a random leading byte: for write-only logs read by scans |
+/// | `bucket(field = "f", buckets = N)` | a leading byte `field % N` (timestamp bucketing) |
+/// | `max_versions = N`, `ttl = SECONDS` | settings of the default family |
+/// | `family_options(name = "f", max_versions = N, ttl = SECONDS)` | settings of another family |
+///
+/// On fields:
+///
+/// | attribute | meaning |
+/// |---|---|
+/// | `partition` | a key part before the record type (what a single-table partition shares) |
+/// | `key` | a key part after the record type |
+/// | `desc` | descending order; `reverse_ts` on a timestamp (newest first) |
+/// | `reversed` | a fixed-width number with its bytes reversed (spreads sequential ids) |
+/// | `hash = "md5"` | the part's 16-byte MD5 in the key; the value is kept in a column |
+/// | `fixed = N` | a string key part zero-padded to exactly N bytes |
+/// | `family = "f"`, `column = "q"` | where a field is stored (default: default family, field name) |
+/// | `counter` | an `i64` changed only by `Repository::increment` |
+/// | `version` | a `u64` for optimistic writes (`Repository::save`) |
+/// | `serde` | the value as MessagePack (any `Serialize + Deserialize` type) |
+/// | `skip` | not stored; `Default` on read |
+///
+/// Key parts take integers, floats, `bool`, `Timestamp`, `String` and `Vec<u8>`; plain cells
+/// take those and `bytes::Bytes`, each also as `Option` (`None` = no cell).
 #[proc_macro_derive(Entity, attributes(cellar))]
 pub fn derive_entity(input: TokenStream) -> TokenStream {
     let input = parse_macro_input!(input as DeriveInput);

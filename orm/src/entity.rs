@@ -2,7 +2,7 @@
 //! that describes an entity's physical layout (table, key parts, record type, salt, families,
 //! columns).
 
-use crate::key::{KeyError, KeyReader, PartSpec, RowKey, Salt, Timestamp};
+use crate::key::{Digest, KeyError, PartSpec, RowKey, Salt, Timestamp};
 use crate::store::Row;
 use crate::value::ValueError;
 
@@ -246,13 +246,13 @@ pub fn encode_serde<T: serde::Serialize + ?Sized>(
 /// # Errors
 /// A [`FieldError`] for a missing, malformed or mismatching value.
 pub fn restore_hashed<T: crate::value::ColumnValue + crate::key::KeyPart>(
-    reader: &KeyReader<'_>,
+    digest: &Digest,
     row: &Row,
     field: &KeyField,
     spec: &ColumnSpec,
 ) -> Result<T, FieldError> {
     let value: T = decode_column(row, spec, u64::MAX)?;
-    reader.check_hash(&value, field)?;
+    digest.check(&value, field)?;
     Ok(value)
 }
 

@@ -89,7 +89,8 @@ impl fmt::Display for Layout {
             Salt::Bucket { field, buckets } => Some(format!("`{field}` mod {buckets}")),
         };
         if let Some(what) = salt {
-            lines.push(KeyLine { name: "salt".into(), width: width(Some(1)), what });
+            let name = if matches!(s.salt, Salt::Bucket { .. }) { "bucket" } else { "salt" };
+            lines.push(KeyLine { name: name.into(), width: width(Some(1)), what });
         }
         lines.extend(s.partition.iter().map(|p| describe_part(s, p, true)));
         if let Some(rt) = s.record_type {

@@ -11,10 +11,10 @@ mod parts;
 mod row;
 mod salt;
 
-use md5::{Digest, Md5};
+use md5::{Digest as _, Md5};
 
 pub use parts::Timestamp;
-pub use row::{KeyBuilder, KeyReader, RowKey, SaltByte};
+pub use row::{Digest, KeyBuilder, KeyReader, RowKey, SaltByte};
 pub use salt::{bucket_of, random_bucket, salt_of, Salt};
 
 /// A row key that does not encode or decode.

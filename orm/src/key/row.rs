@@ -29,8 +29,16 @@ pub struct RowKey {
 }
 
 impl RowKey {
-    pub(crate) fn from_parts(salt: SaltByte, body: Vec<u8>) -> Self {
-        RowKey { salt, body, partition_len: None }
+    /// The smallest key after this one: the exclusive form of an inclusive bound.
+    pub(crate) fn successor(&self) -> RowKey {
+        let mut body = self.body.clone();
+        body.push(0);
+        RowKey { salt: self.salt, body, partition_len: self.partition_len }
+    }
+
+    /// The encoded partition parts, if the key has any and reaches past them.
+    pub(crate) fn partition(&self) -> Option<&[u8]> {
+        self.partition_len.filter(|&n| n > 0).map(|n| &self.body[..n])
     }
 
     /// A prefix that ends right after `schema`'s record-type byte, cut back to the partition
@@ -142,8 +150,26 @@ impl KeyBuilder {
 pub struct KeyReader<'a> {
     schema: &'static Schema,
     input: &'a [u8],
-    /// The digest of the last hashed part read.
-    hashed: Option<[u8; MD5_WIDTH]>,
+}
+
+/// The digest a hashed key part left in the row key; the value comes from its column.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Digest(pub [u8; MD5_WIDTH]);
+
+impl Digest {
+    /// Checks a value restored from its column against the digest in the key.
+    ///
+    /// # Errors
+    /// [`KeyError::Malformed`] if they differ.
+    pub fn check<T: KeyPart>(&self, value: &T, field: &KeyField) -> Result<(), KeyError> {
+        if md5_of(value, field.spec.name)? != self.0 {
+            return Err(KeyError::Malformed {
+                part: field.spec.name,
+                reason: "the stored value does not hash to the key's digest".into(),
+            });
+        }
+        Ok(())
+    }
 }
 
 impl<'a> KeyReader<'a> {
@@ -156,37 +182,32 @@ impl<'a> KeyReader<'a> {
         if schema.salt.is_some() {
             take(&mut input, 1, "salt")?;
         }
-        Ok(KeyReader { schema, input, hashed: None })
+        Ok(KeyReader { schema, input })
     }
 
-    /// Reads one part; `None` for a hashed part (restore it from its column, then call
-    /// [`KeyReader::check_hash`]).
+    /// Reads one part that is not hashed.
     ///
     /// # Errors
-    /// As [`decode_part`].
-    pub fn part<T: KeyPart>(&mut self, field: &KeyField) -> Result<Option<T>, KeyError> {
+    /// As [`decode_part`]; [`KeyError::Layout`] for a hashed part.
+    pub fn part<T: KeyPart>(&mut self, field: &KeyField) -> Result<T, KeyError> {
         if field.spec.modifier == Modifier::Md5 {
-            let mut digest = [0u8; MD5_WIDTH];
-            digest.copy_from_slice(take(&mut self.input, MD5_WIDTH, field.spec.name)?);
-            self.hashed = Some(digest);
-            return Ok(None);
+            return Err(KeyError::Layout { reason: format!("key part `{}` is hashed", field.spec.name) });
         }
-        decode_part(&mut self.input, &field.spec)
+        decode_part(&mut self.input, &field.spec)?.ok_or_else(|| KeyError::Layout {
+            reason: format!("key part `{}` has no value in the key", field.spec.name),
+        })
     }
 
-    /// Checks a hashed part's restored value against the digest in the key.
+    /// Reads a hashed part's digest. Restore the value from its column once the whole key has
+    /// been read (so a row of another record type is recognised first), then check it with
+    /// [`Digest::check`].
     ///
     /// # Errors
-    /// [`KeyError::Malformed`] if they differ.
-    pub fn check_hash<T: KeyPart>(&self, value: &T, field: &KeyField) -> Result<(), KeyError> {
-        let digest = md5_of(value, field.spec.name)?;
-        if self.hashed != Some(digest) {
-            return Err(KeyError::Malformed {
-                part: field.spec.name,
-                reason: "the stored value does not hash to the key's digest".into(),
-            });
-        }
-        Ok(())
+    /// [`KeyError::Truncated`].
+    pub fn digest(&mut self, field: &KeyField) -> Result<Digest, KeyError> {
+        let mut digest = [0u8; MD5_WIDTH];
+        digest.copy_from_slice(take(&mut self.input, MD5_WIDTH, field.spec.name)?);
+        Ok(Digest(digest))
     }
 
     /// Reads the record type byte, if the entity has one.

@@ -125,6 +125,18 @@ impl<E: Entity> Repository<E> {
                 timestamp: None,
             });
         }
+        // A row exists only through its cells: an entity with nothing else to store (only key
+        // parts, or every field `None`) gets an empty marker cell under the empty qualifier,
+        // which no field can map to.
+        if !mutations.iter().any(|m| matches!(m, CellMutation::Put { .. })) {
+            let family = E::SCHEMA.families.first().map_or("d", |f| f.name);
+            mutations.push(CellMutation::Put {
+                family: Bytes::from_static(family.as_bytes()),
+                qualifier: Bytes::new(),
+                value: Bytes::new(),
+                timestamp: None,
+            });
+        }
         Ok(RowMutation { row: key.for_write(), mutations })
     }
 
@@ -141,6 +153,8 @@ impl<E: Entity> Repository<E> {
 
     /// Writes an entity, replacing every field of a stored one (counters excepted: they change
     /// only through [`Repository::increment`], so a put cannot undo a concurrent increment).
+    /// An entity with no field to store (only key parts, or every field `None`) is written as
+    /// an empty marker cell with the empty qualifier, so that it exists.
     ///
     /// # Errors
     /// Key or value encoding errors; store errors.

@@ -179,12 +179,12 @@ impl<E: Entity> Query<'_, E> {
         use std::ops::Bound;
         self.from = match range.start_bound() {
             Bound::Included(k) => self.keep(E::row_key(k)),
-            Bound::Excluded(k) => self.keep(E::row_key(k)).map(|k| after_key(&k)),
+            Bound::Excluded(k) => self.keep(E::row_key(k)).map(|k| k.successor()),
             Bound::Unbounded => None,
         };
         self.to = match range.end_bound() {
             Bound::Excluded(k) => self.keep(E::row_key(k)),
-            Bound::Included(k) => self.keep(E::row_key(k)).map(|k| after_key(&k)),
+            Bound::Included(k) => self.keep(E::row_key(k)).map(|k| k.successor()),
             Bound::Unbounded => None,
         };
         self
@@ -306,6 +306,19 @@ impl<'a, E> Query<'a, E> {
         Ok(Page { items, next: last.filter(|_| more).map(|after| Cursor { reverse, after }) })
     }
 
+    /// The one bucket a range lies in, if its ends share a hash-salted partition.
+    fn range_bucket(&self) -> Option<u8> {
+        let (from, to) = (self.from.as_ref()?, self.to.as_ref()?);
+        match (self.target.salt, from.salt(), to.salt()) {
+            (Salt::Hash { .. }, SaltByte::Known(a), SaltByte::Known(b))
+                if a == b && from.partition().is_some() && from.partition() == to.partition() =>
+            {
+                Some(a)
+            }
+            _ => None,
+        }
+    }
+
     /// The body range `[lo, hi)` to scan and the salt bytes to scan it under.
     fn bounds(&self) -> (Vec<u8>, Option<Vec<u8>>, Vec<Option<u8>>) {
         let prefix = self.prefix.clone().or_else(|| self.target.own.clone());
@@ -317,28 +330,20 @@ impl<'a, E> Query<'a, E> {
         if let Some(to) = &self.to {
             hi = Some(hi.map_or(to.body().to_vec(), |h| h.min(to.body().to_vec())));
         }
-        let salts: Vec<SaltByte> =
-            [prefix.as_ref(), self.from.as_ref(), self.to.as_ref()].into_iter().flatten().map(RowKey::salt).collect();
-        let known = salts.iter().find_map(|s| match s {
-            SaltByte::Known(b) => Some(*b),
-            _ => None,
-        });
-        let consistent = salts.iter().all(|s| matches!(s, SaltByte::Known(b) if Some(*b) == known));
+        // A prefix fixes the salt of every key it covers. A range fixes it only under a hash
+        // salt whose ends share their partition parts: every key between them shares those.
+        let known = match prefix.as_ref().map(RowKey::salt) {
+            Some(SaltByte::Known(b)) => Some(b),
+            _ => self.range_bucket(),
+        };
         let salt = self.target.salt;
-        let buckets = match salt.buckets() {
-            _ if !salt.is_some() => vec![None],
-            _ if known.is_some() && consistent && !salts.is_empty() => vec![known],
-            n => (0..n).map(Some).collect(),
+        let buckets = match (salt.is_some(), known) {
+            (false, _) => vec![None],
+            (true, Some(b)) => vec![Some(b)],
+            (true, None) => (0..salt.buckets()).map(Some).collect(),
         };
         (lo, hi, buckets)
     }
-}
-
-/// The smallest key after `key`: the exclusive form of an inclusive bound.
-fn after_key(key: &RowKey) -> RowKey {
-    let mut body = key.body().to_vec();
-    body.push(0);
-    RowKey::from_parts(key.salt(), body)
 }
 
 /// Entities (or records) streamed from a scan, merged across buckets.

@@ -1,0 +1,23 @@
+//! A tour of the object mapper on the embedded engine: the single-table customer/order design,
+//! the follower graph, and time-series events — each example in turn, every result asserted.
+//!
+//! Run with `cargo run --release --example tour`; each part also runs on its own
+//! (`--example customer_orders`, `--example followers`, `--example timeseries`).
+
+#[path = "customer_orders.rs"]
+mod customer_orders;
+#[path = "followers.rs"]
+mod followers;
+#[path = "timeseries.rs"]
+mod timeseries;
+
+fn main() -> cellar::orm::Result<()> {
+    println!("== customer_orders ==");
+    customer_orders::main()?;
+    println!("\n== followers ==");
+    followers::main()?;
+    println!("\n== timeseries ==");
+    timeseries::main()?;
+    println!("\ntour: ok");
+    Ok(())
+}

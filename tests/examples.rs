@@ -1,0 +1,23 @@
+//! The examples run as tests, so what they print and assert stays true.
+
+#[path = "../examples/customer_orders.rs"]
+mod customer_orders;
+#[path = "../examples/followers.rs"]
+mod followers;
+#[path = "../examples/timeseries.rs"]
+mod timeseries;
+
+#[test]
+fn customer_orders_example() {
+    customer_orders::main().unwrap();
+}
+
+#[test]
+fn followers_example() {
+    followers::main().unwrap();
+}
+
+#[test]
+fn timeseries_example() {
+    timeseries::main().unwrap();
+}
