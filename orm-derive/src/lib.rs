@@ -78,3 +78,63 @@ fn entity(input: &DeriveInput) -> syn::Result<proc_macro2::TokenStream> {
     // Parsing succeeded whenever no error was recorded.
     parsed.map(|e| expand::expand(&e)).ok_or_else(|| syn::Error::new_spanned(&input.ident, "cannot derive Entity"))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use quote::quote;
+
+    fn expand(input: proc_macro2::TokenStream) -> syn::Result<String> {
+        entity(&syn::parse2(input).unwrap()).map(|t| t.to_string())
+    }
+
+    #[test]
+    fn the_table_defaults_to_the_struct_name_in_snake_case() {
+        let out = expand(quote! {
+            struct LogEvent { #[cellar(key)] id: u64 }
+        })
+        .unwrap();
+        assert!(out.contains("table : \"log_event\""), "{out}");
+        assert!(out.contains("struct LogEventKey"), "{out}");
+    }
+
+    #[test]
+    fn every_mistake_is_reported_in_one_pass() {
+        let err = expand(quote! {
+            struct Bad {
+                #[cellar(key, fixed = 4)] id: u64,
+                #[cellar(counter)] hits: u32,
+                #[cellar(colum = "x")] name: String,
+            }
+        })
+        .unwrap_err();
+        let messages: Vec<String> = err.into_iter().map(|e| e.to_string()).collect();
+        assert_eq!(messages.len(), 3, "{messages:#?}");
+    }
+
+    #[test]
+    fn a_part_followed_by_a_record_type_is_delimited_and_the_last_key_part_raw() {
+        let out = expand(quote! {
+            #[cellar(table = "t", record_type = 1)]
+            struct Customer { #[cellar(partition)] name: String }
+        })
+        .unwrap();
+        assert!(out.contains("Form :: Delimited"), "{out}");
+        assert!(!out.contains("Form :: Last"), "{out}");
+        let out = expand(quote! {
+            #[cellar(table = "t")]
+            struct Tag { #[cellar(partition)] owner: String, #[cellar(key)] name: String }
+        })
+        .unwrap();
+        assert!(out.contains("Form :: Delimited") && out.contains("Form :: Last"), "{out}");
+    }
+
+    #[test]
+    fn record_enums_need_newtype_variants() {
+        let input: DeriveInput = syn::parse2(quote! { enum R { A(u8, u8) } }).unwrap();
+        assert!(record::derive(&input).unwrap_err().to_string().contains("Variant(Entity)"));
+        let input: DeriveInput = syn::parse2(quote! { enum R { A(A), B(B) } }).unwrap();
+        let out = record::derive(&input).unwrap().to_string();
+        assert!(out.contains("check_members"), "{out}");
+    }
+}
