@@ -29,6 +29,10 @@ pub trait Store {
     fn get(&self, key: &[u8]) -> bool;
     /// Makes pending writes visible to a fresh read path (flush memtables), if the store needs it.
     fn settle(&self) {}
+    /// Engine internals worth printing next to a result (cache hit rate, files), if any.
+    fn stats(&self) -> String {
+        String::new()
+    }
 }
 
 /// xorshift64*: fast, deterministic, good enough for request streams.
@@ -336,6 +340,20 @@ pub mod cellar_store {
 
         fn settle(&self) {
             self.engine.flush(self.table.name()).expect("flush");
+        }
+
+        fn stats(&self) -> String {
+            let c = self.engine.cache_stats();
+            let regions = self.engine.regions(self.table.name()).unwrap_or_default();
+            let files: usize = regions.iter().map(|r| r.files).sum();
+            let hit = c.hits as f64 / (c.hits + c.misses).max(1) as f64;
+            format!(
+                "block cache {:.1} % hits ({} misses, {} MiB used); {} regions, {files} files",
+                hit * 100.0,
+                c.misses,
+                c.used_bytes >> 20,
+                regions.len()
+            )
         }
     }
 }
