@@ -92,12 +92,16 @@ impl Db {
     /// families if missing, and checks that an existing table fits each member.
     ///
     /// # Errors
-    /// As [`Db::repo`].
+    /// [`crate::Error::InvalidArgument`] for a record type without members; as [`Db::repo`].
     pub fn records<R: Record>(&self) -> Result<Records<R>> {
+        let first = R::MEMBERS.first().copied().ok_or_else(|| crate::Error::InvalidArgument {
+            arg: "record",
+            reason: format!("{} has no member entities", R::NAME),
+        })?;
         for schema in R::MEMBERS {
             self.store.ensure_table(&table_spec(schema))?;
         }
-        Ok(Records::new(self.store.clone()))
+        Ok(Records::new(self.store.clone(), first))
     }
 }
 

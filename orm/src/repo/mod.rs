@@ -65,12 +65,14 @@ impl<E> std::fmt::Debug for Repository<E> {
 /// typed. Write and read single entities through each member's [`Repository`]. Cheap to clone.
 pub struct Records<R> {
     store: Arc<dyn Store>,
+    /// The first member: table and salt of every member.
+    first: &'static crate::Schema,
     _record: PhantomData<fn() -> R>,
 }
 
 impl<R> Clone for Records<R> {
     fn clone(&self) -> Self {
-        Records { store: self.store.clone(), _record: PhantomData }
+        Records { store: self.store.clone(), first: self.first, _record: PhantomData }
     }
 }
 
@@ -81,8 +83,8 @@ impl<R> std::fmt::Debug for Records<R> {
 }
 
 impl<R> Records<R> {
-    pub(crate) fn new(store: Arc<dyn Store>) -> Self {
-        Records { store, _record: PhantomData }
+    pub(crate) fn new(store: Arc<dyn Store>, first: &'static crate::Schema) -> Self {
+        Records { store, first, _record: PhantomData }
     }
 }
 

@@ -3,7 +3,6 @@
 //! scan reads every bucket it may touch and merges the streams back into key order.
 
 use std::fmt;
-use std::marker::PhantomData;
 use std::str::FromStr;
 
 use bytes::Bytes;
@@ -88,7 +87,6 @@ pub struct Query<'a, E> {
     limit: Option<usize>,
     after: Option<Cursor>,
     error: Option<Error>,
-    _entity: PhantomData<fn() -> E>,
 }
 
 impl<E: Entity> Repository<E> {
@@ -117,14 +115,9 @@ impl<R: Record> Records<R> {
     /// A scan over every record of the table that is a member of `R`, in key order unless
     /// reversed; narrow it to one partition with [`Query::partition`].
     pub fn scan(&self) -> Query<'_, R> {
-        let target = Target {
-            name: R::NAME,
-            table: R::MEMBERS[0].table,
-            salt: R::MEMBERS[0].salt,
-            own: None,
-            mixed: true,
-            decode: R::from_row,
-        };
+        let first = self.first;
+        let target =
+            Target { name: R::NAME, table: first.table, salt: first.salt, own: None, mixed: true, decode: R::from_row };
         Query::new(&*self.store, target)
     }
 }
@@ -141,7 +134,6 @@ impl<'a, T> Query<'a, T> {
             limit: None,
             after: None,
             error: None,
-            _entity: PhantomData,
         }
     }
 
@@ -268,7 +260,6 @@ impl<'a, E> Query<'a, E> {
             salted,
             reverse: self.reverse,
             left: self.limit.unwrap_or(usize::MAX),
-            _entity: PhantomData,
         })
     }
 
@@ -353,7 +344,6 @@ pub struct EntityIter<'a, E> {
     salted: bool,
     reverse: bool,
     left: usize,
-    _entity: PhantomData<fn() -> E>,
 }
 
 impl<E> EntityIter<'_, E> {
