@@ -118,6 +118,16 @@ impl FieldAttr {
     pub fn is_key_part(&self) -> bool {
         self.partition.is_some() || self.key.is_some()
     }
+
+    /// A key part stored as its MD5 digest (its value goes in a column).
+    pub fn is_hashed(&self) -> bool {
+        self.modifiers.iter().any(|m| m.value == ModifierAttr::Md5)
+    }
+
+    /// Stored in a column: every field but skipped ones and key parts that are not hashed.
+    pub fn is_stored(&self) -> bool {
+        self.skip.is_none() && (!self.is_key_part() || self.is_hashed())
+    }
 }
 
 fn lit_str(ctx: &mut Ctx, expr: &Expr) -> Option<LitStr> {

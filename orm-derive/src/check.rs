@@ -31,10 +31,6 @@ pub fn column_of(entity: &EntityAttr, f: &FieldAttr) -> (String, String) {
     (family, qualifier)
 }
 
-fn stored(f: &FieldAttr) -> bool {
-    f.skip.is_none() && (!f.is_key_part() || f.modifiers.iter().any(|m| m.value == ModifierAttr::Md5))
-}
-
 pub fn check(ctx: &mut Ctx, e: &EntityAttr) {
     if e.table.is_empty() {
         ctx.error(e.ident.span(), "table name must not be empty");
@@ -89,13 +85,10 @@ pub fn check(ctx: &mut Ctx, e: &EntityAttr) {
                 ctx.error(v, "an entity has at most one version field");
             }
         }
-        if f.is_key_part()
-            && (f.family.is_some() || f.column.is_some() || f.serde.is_some())
-            && !f.modifiers.iter().any(|m| m.value == ModifierAttr::Md5)
-        {
+        if f.is_key_part() && (f.family.is_some() || f.column.is_some() || f.serde.is_some()) && !f.is_hashed() {
             ctx.error(span, "a key part is stored in the row key, not in a column (except a hashed one)");
         }
-        if stored(f) {
+        if f.is_stored() {
             let col = column_of(e, f);
             if col.1.is_empty() {
                 ctx.error(span, "qualifier must not be empty");
@@ -111,7 +104,7 @@ pub fn check(ctx: &mut Ctx, e: &EntityAttr) {
         if fam.name.is_empty() {
             ctx.error(span, "family_options needs `name = \"...\"`");
         }
-        if !e.fields.iter().any(|f| stored(f) && column_of(e, f).0 == fam.name) {
+        if !e.fields.iter().any(|f| f.is_stored() && column_of(e, f).0 == fam.name) {
             ctx.error(span, format!("no field is stored in family `{}`", fam.name));
         }
     }

@@ -103,11 +103,7 @@ pub fn expand(e: &EntityAttr) -> TokenStream {
     let (partition_fields, key_fields) = all_key_fields.split_at(partition.len());
 
     // Stored columns, in field order.
-    let stored: Vec<&FieldAttr> = e
-        .fields
-        .iter()
-        .filter(|f| f.skip.is_none() && (!f.is_key_part() || f.modifiers.iter().any(|m| m.value == ModifierAttr::Md5)))
-        .collect();
+    let stored: Vec<&FieldAttr> = e.fields.iter().filter(|f| f.is_stored()).collect();
     let column_index = |f: &FieldAttr| stored.iter().position(|s| s.ident == f.ident);
     let column_specs = stored.iter().map(|f| {
         let (family, qualifier) = column_of(e, f);
@@ -275,12 +271,11 @@ pub fn expand(e: &EntityAttr) -> TokenStream {
 
     // Row -> entity. Hashed parts leave a digest; their values are restored from their
     // columns only after the whole key (record type included) has been read.
-    let is_hashed = |f: &FieldAttr| f.modifiers.iter().any(|m| m.value == ModifierAttr::Md5);
     let digest_of = |f: &FieldAttr| format_ident!("__digest_{}", f.ident);
     let read_parts = parts.iter().enumerate().map(|(i, p)| {
         let (name, ty, list, index) = (&p.field.ident, &p.field.ty, &p.list, p.index);
         let end = (i + 1 == partition.len()).then(|| quote!(reader.end_partition()?;));
-        let read = if is_hashed(p.field) {
+        let read = if p.field.is_hashed() {
             let digest = digest_of(p.field);
             quote!(let #digest = reader.digest(&S.#list[#index])?;)
         } else {
@@ -291,7 +286,7 @@ pub fn expand(e: &EntityAttr) -> TokenStream {
             #end
         }
     });
-    let restore_hashed = parts.iter().filter(|p| is_hashed(p.field)).map(|p| {
+    let restore_hashed = parts.iter().filter(|p| p.field.is_hashed()).map(|p| {
         let (name, ty, list, index) = (&p.field.ident, &p.field.ty, &p.list, p.index);
         let digest = digest_of(p.field);
         let c = column_index(p.field).unwrap_or_default();

@@ -163,7 +163,7 @@ impl Schema {
     /// Checks pre-split points (the start keys of every region but the first) against the
     /// keys this entity can have, and reports regions none of them can reach.
     pub fn split_advice(&self, split_keys: &[impl AsRef<[u8]>]) -> Vec<Advice> {
-        let reach = self.key_reach();
+        let (reach, why) = self.key_reach();
         let mut bounds: Vec<&[u8]> = vec![&[]];
         bounds.extend(split_keys.iter().map(AsRef::as_ref));
         let mut out = Vec::new();
@@ -178,9 +178,8 @@ impl Schema {
                         end.map_or("end".to_string(), crate::repo::printable)
                     ),
                     reason: format!(
-                        "no row key of {} can fall in this region ({}); pre-split where the keys are",
-                        self.entity,
-                        self.reach_reason()
+                        "no row key of {} can fall in this region ({why}); pre-split where the keys are",
+                        self.entity
                     ),
                 });
             }
@@ -188,56 +187,39 @@ impl Schema {
         out
     }
 
-    /// Why the keys are confined, for messages.
-    fn reach_reason(&self) -> String {
-        match self.salt.buckets() {
-            n if self.salt.is_some() => format!("keys start with a bucket byte below {n}"),
-            _ => match self.leading_part() {
-                Lead::RecordType(rt) => format!("keys start with record type 0x{rt:02x}"),
-                Lead::Part(p) if p.type_name == "bool" => format!("key part `{}` is a bool", p.spec.name),
-                Lead::Part(p) => format!("key part `{}` holds millisecond timestamps", p.spec.name),
-                Lead::None => "the key is empty".into(),
-            },
-        }
-    }
-
-    fn leading_part(&self) -> Lead {
-        match (self.partition.first(), self.record_type, self.key.first()) {
-            (Some(p), _, _) => Lead::Part(p),
-            (None, Some(rt), _) => Lead::RecordType(rt),
-            (None, None, Some(p)) => Lead::Part(p),
-            (None, None, None) => Lead::None,
-        }
-    }
-
-    /// The key ranges this entity's keys can fall into. Timestamps are taken to be below 2^48
-    /// milliseconds (the year 10889), so their first two bytes are zero.
-    fn key_reach(&self) -> Vec<Reach> {
+    /// The key ranges this entity's keys can fall into, and why they are confined. Timestamps
+    /// are taken to be below 2^48 milliseconds (the year 10889), so their first two bytes are
+    /// zero.
+    fn key_reach(&self) -> (Vec<Reach>, String) {
         if self.salt.is_some() {
             let n = self.salt.buckets();
-            return vec![Reach { lo: vec![0], hi: Some(vec![n]) }];
+            return (
+                vec![Reach { lo: vec![0], hi: Some(vec![n]) }],
+                format!("keys start with a bucket byte below {n}"),
+            );
         }
-        let everything = Reach { lo: Vec::new(), hi: None };
         let single = |b: u8| Reach { lo: vec![b], hi: b.checked_add(1).map(|n| vec![n]) };
-        match self.leading_part() {
-            Lead::RecordType(rt) => vec![single(rt)],
-            Lead::Part(p) => match (p.type_name, p.spec.modifier) {
-                ("bool", Modifier::None) => vec![single(0), single(1)],
-                ("bool", Modifier::Desc) => vec![single(0xFE), single(0xFF)],
-                (t, Modifier::None) if t.ends_with("Timestamp") => vec![Reach { lo: vec![0, 0], hi: Some(vec![0, 1]) }],
-                (t, Modifier::Desc) if t.ends_with("Timestamp") => vec![Reach { lo: vec![0xFF, 0xFF], hi: None }],
-                _ => vec![everything],
-            },
-            Lead::None => vec![everything],
+        let lead = match (self.partition.first(), self.record_type, self.key.first()) {
+            (Some(p), _, _) | (None, None, Some(p)) => p,
+            (None, Some(rt), _) => return (vec![single(rt)], format!("keys start with record type 0x{rt:02x}")),
+            (None, None, None) => return (vec![Reach { lo: Vec::new(), hi: None }], String::new()),
+        };
+        let name = lead.spec.name;
+        let timestamp = lead.type_name.ends_with("Timestamp");
+        match (lead.type_name, lead.spec.modifier) {
+            ("bool", Modifier::None) => (vec![single(0), single(1)], format!("key part `{name}` is a bool")),
+            ("bool", Modifier::Desc) => (vec![single(0xFE), single(0xFF)], format!("key part `{name}` is a bool")),
+            (_, Modifier::None) if timestamp => (
+                vec![Reach { lo: vec![0, 0], hi: Some(vec![0, 1]) }],
+                format!("key part `{name}` holds millisecond timestamps"),
+            ),
+            (_, Modifier::Desc) if timestamp => (
+                vec![Reach { lo: vec![0xFF, 0xFF], hi: None }],
+                format!("key part `{name}` holds millisecond timestamps"),
+            ),
+            _ => (vec![Reach { lo: Vec::new(), hi: None }], String::new()),
         }
     }
-}
-
-/// What the first bytes of a row key are.
-enum Lead {
-    RecordType(u8),
-    Part(&'static KeyField),
-    None,
 }
 
 /// Keys in `[lo, hi)`; `hi = None` is the end of the table.
