@@ -348,10 +348,11 @@ pub mod cellar_store {
             let files: usize = regions.iter().map(|r| r.files).sum();
             let hit = c.hits as f64 / (c.hits + c.misses).max(1) as f64;
             format!(
-                "block cache {:.1} % hits ({} misses, {} MiB used); {} regions, {files} files",
+                "block cache {:.1} % hits ({} misses, {} MiB of blocks, {} MiB pinned by files); {} regions, {files} files",
                 hit * 100.0,
                 c.misses,
                 c.used_bytes >> 20,
+                c.pinned_bytes >> 20,
                 regions.len()
             )
         }

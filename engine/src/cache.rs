@@ -3,10 +3,15 @@
 //! Sharded CLOCK: each shard keeps its blocks in a ring with a reference counter that a hit
 //! raises and the sweeping hand lowers; the hand evicts blocks whose counter is zero. Blocks of
 //! in-memory families get a higher counter, so they survive more sweeps.
+//!
+//! The budget also covers what open SSTables keep resident (index, bloom filter, meta): files
+//! [`BlockCache::pin`] those bytes while open, and blocks get what remains. So the block-cache
+//! budget bounds all file-derived memory, as RocksDB's does with index and filter blocks charged
+//! to its cache.
 
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use parking_lot::Mutex;
@@ -76,15 +81,17 @@ impl Shard {
     }
 }
 
-/// Cache hit and miss counts.
+/// Cache hit and miss counts, and how the budget is used.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct CacheStats {
     /// Lookups served from the cache.
     pub hits: u64,
     /// Lookups that had to read the file.
     pub misses: u64,
-    /// Bytes currently charged.
+    /// Bytes of cached blocks.
     pub used_bytes: u64,
+    /// Bytes open files keep resident (indexes, bloom filters), charged to the same budget.
+    pub pinned_bytes: u64,
     /// The budget.
     pub capacity_bytes: u64,
 }
@@ -93,6 +100,7 @@ pub struct CacheStats {
 pub struct BlockCache {
     shards: Vec<Mutex<Shard>>,
     shard_capacity: usize,
+    pinned: AtomicUsize,
     hits: AtomicU64,
     misses: AtomicU64,
 }
@@ -109,6 +117,7 @@ impl BlockCache {
         BlockCache {
             shards: (0..SHARDS).map(|_| Mutex::new(Shard::default())).collect(),
             shard_capacity: capacity_bytes / SHARDS,
+            pinned: AtomicUsize::new(0),
             hits: AtomicU64::new(0),
             misses: AtomicU64::new(0),
         }
@@ -117,6 +126,21 @@ impl BlockCache {
     fn shard(&self, key: &Key) -> &Mutex<Shard> {
         let h = key.0.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ key.1.wrapping_mul(0xC2B2_AE3D_27D4_EB4F);
         &self.shards[(h >> 59) as usize % SHARDS]
+    }
+
+    /// Charges `bytes` of file metadata to the budget until [`BlockCache::unpin`]; blocks are
+    /// evicted to make room as shards next take an insert.
+    pub(crate) fn pin(&self, bytes: usize) {
+        self.pinned.fetch_add(bytes, Ordering::Relaxed);
+    }
+
+    pub(crate) fn unpin(&self, bytes: usize) {
+        self.pinned.fetch_sub(bytes, Ordering::Relaxed);
+    }
+
+    /// What one shard may hold in blocks: its share of the budget less its share of the pins.
+    fn block_capacity(&self) -> usize {
+        self.shard_capacity.saturating_sub(self.pinned.load(Ordering::Relaxed) / SHARDS)
     }
 
     pub(crate) fn get(&self, file_id: u64, offset: u64, in_memory: bool) -> Option<Arc<Block>> {
@@ -139,7 +163,8 @@ impl BlockCache {
 
     pub(crate) fn insert(&self, file_id: u64, offset: u64, block: Arc<Block>, in_memory: bool) {
         let charge = block.charge();
-        if charge > self.shard_capacity {
+        let capacity = self.block_capacity();
+        if charge > capacity {
             return;
         }
         let key = (file_id, offset);
@@ -147,8 +172,7 @@ impl BlockCache {
         if shard.map.contains_key(&key) {
             return;
         }
-        // `charge <= shard_capacity` was checked above.
-        shard.evict_until(self.shard_capacity - charge);
+        shard.evict_until(capacity - charge);
         shard.used += charge;
         let idx = shard.slots.len();
         shard.slots.push(Slot { key, block, charge, refs: if in_memory { 2 } else { 0 } });
@@ -183,6 +207,7 @@ impl BlockCache {
             hits: self.hits.load(Ordering::Relaxed),
             misses: self.misses.load(Ordering::Relaxed),
             used_bytes: used as u64,
+            pinned_bytes: self.pinned.load(Ordering::Relaxed) as u64,
             capacity_bytes: (self.shard_capacity * SHARDS) as u64,
         }
     }
@@ -216,5 +241,27 @@ mod tests {
         assert_eq!((s.hits, s.misses), (1, 1));
         cache.evict_file(2);
         assert!(cache.get(2, 0, true).is_none());
+    }
+
+    /// Pinned file metadata takes its share of the budget from blocks, and gives it back.
+    #[test]
+    fn pinned_bytes_shrink_the_room_for_blocks() {
+        let cache = BlockCache::new(16 * 10_000);
+        cache.pin(16 * 6_000);
+        for i in 0..1000 {
+            cache.insert(1, i, block(1000), false);
+        }
+        let s = cache.stats();
+        assert_eq!(s.pinned_bytes, 16 * 6_000);
+        assert!(s.used_bytes + s.pinned_bytes <= s.capacity_bytes, "{s:?}");
+        assert!(s.used_bytes > 0);
+        cache.unpin(16 * 6_000);
+        for i in 1000..2000 {
+            cache.insert(1, i, block(1000), false);
+        }
+        let after = cache.stats();
+        assert_eq!(after.pinned_bytes, 0);
+        assert!(after.used_bytes > s.used_bytes, "{after:?} vs {s:?}");
+        assert!(after.used_bytes <= after.capacity_bytes);
     }
 }

@@ -101,7 +101,7 @@ impl Scanner {
             let mut got = 0usize;
             let batch = self.scan.batch;
             let buffer = &mut self.buffer;
-            let last = read_rows(snap, &read, |row| {
+            read_rows(snap, &read, |row| {
                 got += 1;
                 match batch {
                     Some(n) if row.cells.len() > n => {
@@ -115,9 +115,10 @@ impl Scanner {
             })?;
             region.counters.reads.fetch_add(got as u64, Ordering::Relaxed);
             self.rows_left -= got;
-            match last {
+            match self.buffer.back() {
                 Some(last) if got == want => {
                     // Stopped early: resume after the last row returned.
+                    let last = last.row.clone();
                     let mut rest = range;
                     if self.scan.reversed {
                         rest.hi = Bound::Excluded(last);

@@ -382,3 +382,28 @@ fn compactions_leave_the_block_cache_to_readers() {
     assert_eq!(t.get(Get::new("r0100")).unwrap().value(b"f", b"q").map(|v| &v[..]), Some(&b"v2"[..]));
     assert!(te.engine().cache_stats().used_bytes > 0, "reads do");
 }
+
+/// Open files charge their indexes and blooms to the block-cache budget and give them back
+/// when they are compacted away or their table is dropped.
+#[test]
+fn open_files_charge_their_metadata_to_the_block_cache() {
+    let te = TestEngine::new(1000);
+    let t = simple(&te, FamilyDescriptor::new("f").block_size(1024));
+    assert_eq!(te.engine().cache_stats().pinned_bytes, 0);
+    let mut per_flush = Vec::new();
+    for round in 0..3 {
+        for n in 0..500 {
+            t.put(Put::new(format!("r{n:04}")).add("f", "q", format!("value {round} of row {n}"))).unwrap();
+        }
+        te.engine().flush("t").unwrap();
+        per_flush.push(te.engine().cache_stats().pinned_bytes);
+    }
+    assert!(per_flush[0] > 0 && per_flush[0] < per_flush[1] && per_flush[1] < per_flush[2], "{per_flush:?}");
+    te.engine().major_compact("t").unwrap();
+    let compacted = te.engine().cache_stats().pinned_bytes;
+    assert!(compacted > 0 && compacted < per_flush[2], "one file replaces three: {compacted} vs {per_flush:?}");
+    drop(t);
+    te.engine().disable_table("t").unwrap();
+    te.engine().drop_table("t").unwrap();
+    assert_eq!(te.engine().cache_stats().pinned_bytes, 0, "a dropped table's files are closed");
+}

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 
-use crate::cell::KeyView;
+use crate::cell::{same_bytes, KeyView};
 use crate::masking::DeleteTracker;
 use crate::query::{ReadSpec, RowRange, RowResult};
 use crate::read::cursor::{CellCursor, MergeCursor, Source};
@@ -69,12 +69,12 @@ fn open_family<'a>(
 }
 
 /// Reads rows of `snap` in `read.range`, calling `sink` with each non-empty row until it
-/// returns false. Returns the last row examined (to resume after), if any.
+/// returns false.
 pub(crate) fn read_rows(
     snap: &ReadSnapshot,
     read: &RowRead<'_>,
     mut sink: impl FnMut(RowResult) -> bool,
-) -> Result<Option<Bytes>> {
+) -> Result<()> {
     let mut families = Vec::new();
     for store in &snap.stores.families {
         let qualifiers =
@@ -92,7 +92,6 @@ pub(crate) fn read_rows(
     };
     let mut tracker = DeleteTracker::default();
     let mut scratch = RowScratch::new(if read.point_row.is_some() { 256 } else { 16 * 1024 });
-    let mut last: Option<Bytes> = None;
     let mut cells_hint = 0;
     let mut emit = |row: Bytes,
                     families: &mut Vec<FamilyRead<'_>>,
@@ -101,7 +100,7 @@ pub(crate) fn read_rows(
      -> Result<bool> {
         let mut cells = Vec::with_capacity(cells_hint);
         for f in families.iter_mut() {
-            if f.cursor.key().is_some_and(|k| k.row == row.as_ref()) {
+            if f.cursor.key().is_some_and(|k| same_bytes(k.row, &row)) {
                 read_row_family(&mut f.cursor, &row, &f.view, &params, tracker, scratch, &mut cells)?;
             }
         }
@@ -132,7 +131,6 @@ pub(crate) fn read_rows(
                 break;
             }
             let row = scratch.bytes(row);
-            last = Some(row.clone());
             if !emit(row, &mut families, &mut tracker, &mut scratch)? {
                 break;
             }
@@ -160,11 +158,10 @@ pub(crate) fn read_rows(
                 f.cursor.seek(&KeyView::first_of_row(&row))?;
             }
             bound = Some(row.to_vec());
-            last = Some(row.clone());
             if !emit(row, &mut families, &mut tracker, &mut scratch)? {
                 break;
             }
         }
     }
-    Ok(last)
+    Ok(())
 }

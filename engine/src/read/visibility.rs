@@ -7,9 +7,9 @@
 //! what is returned. Applying the family limits before the time range makes a read return the
 //! same cells before and after a major compaction.
 
-use bytes::{Bytes, BytesMut};
+use bytes::{Buf, Bytes, BytesMut};
 
-use crate::cell::{Cell, CellType, KeyView};
+use crate::cell::{same_bytes, Cell, CellType, KeyView};
 use crate::descriptor::FamilyDescriptor;
 use crate::masking::{is_expired, DeleteTracker, Marker};
 use crate::query::TimeRange;
@@ -95,10 +95,10 @@ pub(crate) fn read_row_family(
     let cell_ranges = &mut scratch.cell_ranges;
     cell_ranges.clear();
     while let Some(k) = cur.key() {
-        if k.row != row.as_ref() {
+        if !same_bytes(k.row, row) {
             break;
         }
-        if col.as_ref().is_none_or(|c| &arena[c.qualifier.clone()] != k.qualifier) {
+        if col.as_ref().is_none_or(|c| !same_bytes(&arena[c.qualifier.clone()], k.qualifier)) {
             tracker.start_column();
             let start = arena.len();
             arena.extend_from_slice(k.qualifier);
@@ -158,11 +158,27 @@ pub(crate) fn read_row_family(
             cur.next()?;
         }
     }
-    let arena = arena.split().freeze();
-    for (cell, (qualifier, value)) in out[first_cell..].iter_mut().zip(cell_ranges.drain(..)) {
-        cell.qualifier = arena.slice(qualifier);
-        cell.value = arena.slice(value);
+    // Hand out the pieces in arena order, each split off on its own (one reference count
+    // each, and no handle on the whole row left to drop). Cells of one column share its
+    // qualifier.
+    let mut pos = 0;
+    let mut column = None;
+    for i in first_cell..out.len() {
+        let (q, v) = cell_ranges[i - first_cell].clone();
+        if column.as_ref() == Some(&q) {
+            out[i].qualifier = out[i - 1].qualifier.clone();
+        } else {
+            arena.advance(q.start - pos);
+            out[i].qualifier = arena.split_to(q.len()).freeze();
+            pos = q.end;
+            column = Some(q);
+        }
+        arena.advance(v.start - pos);
+        out[i].value = arena.split_to(v.len()).freeze();
+        pos = v.end;
     }
+    cell_ranges.clear();
+    arena.clear();
     Ok(())
 }
 
@@ -173,7 +189,7 @@ const STEPS_BEFORE_SEEK: usize = 4;
 fn skip_column(cur: &mut dyn CellCursor, row: &[u8], qualifier: &[u8]) -> Result<()> {
     for _ in 0..STEPS_BEFORE_SEEK {
         cur.next()?;
-        if !cur.key().is_some_and(|k| k.row == row && k.qualifier == qualifier) {
+        if !cur.key().is_some_and(|k| same_bytes(k.row, row) && same_bytes(k.qualifier, qualifier)) {
             return Ok(());
         }
     }

@@ -514,10 +514,11 @@ fn status(engine: &Engine) -> CmdResult {
     Ok(Output {
         text: format!(
             "1 active master, 0 backup masters, 1 servers, 0 dead, {regions}.0000 average load\n\
-             {} tables, {regions} regions, {requests} requests, block cache {} of {} bytes, {} hits, {} misses, {} WAL segments\n",
+             {} tables, {regions} regions, {requests} requests, block cache {} of {} bytes ({} of them file indexes and blooms), {} hits, {} misses, {} WAL segments\n",
             tables.len(),
-            c.used_bytes,
+            c.used_bytes + c.pinned_bytes,
             c.capacity_bytes,
+            c.pinned_bytes,
             c.hits,
             c.misses,
             engine.wal_segments()

@@ -11,9 +11,9 @@ use std::path::Path;
 
 use bytes::Bytes;
 
-use crate::cell::KeyView;
+use crate::cell::{CellType, KeyView};
 use crate::descriptor::Compression;
-use crate::sst::format::{decode_key, get_varint, put_varint};
+use crate::sst::format::{decode_key, get_varint, put_varint, KEY_TAIL};
 use crate::{Error, Result};
 
 /// Entries between full keys.
@@ -191,6 +191,12 @@ pub(crate) struct BlockIter {
     /// Offset of the next entry to decode.
     next_at: usize,
     key: Vec<u8>,
+    /// The current key's parts, decoded once per entry: cursors ask for the key several times
+    /// per cell.
+    row_end: usize,
+    ts: u64,
+    kind: CellType,
+    seq: u64,
     value_at: usize,
     value_len: usize,
     ttl_ms: Option<u64>,
@@ -205,6 +211,10 @@ impl BlockIter {
             block,
             next_at: 0,
             key: Vec::new(),
+            row_end: 0,
+            ts: 0,
+            kind: CellType::Put,
+            seq: 0,
             value_at: 0,
             value_len: 0,
             ttl_ms: None,
@@ -220,6 +230,18 @@ impl BlockIter {
 
     pub fn key_bytes(&self) -> &[u8] {
         &self.key
+    }
+
+    /// The current key (meaningful while [`BlockIter::valid`]; empty parts otherwise).
+    pub fn key_view(&self) -> KeyView<'_> {
+        let tail = self.key.len().saturating_sub(KEY_TAIL);
+        KeyView {
+            row: self.key.get(2..self.row_end).unwrap_or_default(),
+            qualifier: self.key.get(self.row_end..tail).unwrap_or_default(),
+            ts: self.ts,
+            kind: self.kind,
+            seq: self.seq,
+        }
     }
 
     pub fn value(&self) -> &[u8] {
@@ -254,9 +276,10 @@ impl BlockIter {
         }
         self.key.truncate(shared);
         self.key.extend_from_slice(&data[pos..pos + unshared]);
-        if decode_key(&self.key).is_none() {
+        let Some(k) = decode_key(&self.key) else {
             return Err(self.corrupt("malformed key"));
-        }
+        };
+        (self.row_end, self.ts, self.kind, self.seq) = (2 + k.row.len(), k.ts, k.kind, k.seq);
         self.value_at = pos + unshared;
         self.value_len = value_len;
         self.ttl_ms = if ttl == 0 { None } else { Some(ttl - 1) };
@@ -304,11 +327,7 @@ impl BlockIter {
         }
         self.key.clear();
         self.advance()?;
-        while self.valid {
-            let k = decode_key(&self.key).ok_or_else(|| self.corrupt("malformed key"))?;
-            if k.cmp_internal(target) != Ordering::Less {
-                break;
-            }
+        while self.valid && self.key_view().cmp_internal(target) == Ordering::Less {
             self.advance()?;
         }
         Ok(())
@@ -318,7 +337,6 @@ impl BlockIter {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cell::CellType;
     use crate::sst::format::encode_key;
     use std::sync::Arc;
 

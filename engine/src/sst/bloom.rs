@@ -30,6 +30,11 @@ pub(crate) struct Bloom {
 }
 
 impl Bloom {
+    /// Bytes of the filter in memory.
+    pub fn size_bytes(&self) -> usize {
+        self.bits.len()
+    }
+
     /// Builds a filter holding `hashes`.
     pub fn build(hashes: &[u64]) -> Bloom {
         let nbits = (hashes.len() * BITS_PER_KEY).max(64);

@@ -17,7 +17,7 @@ pub(crate) const FORMAT_VERSION: u32 = 1;
 /// Size of the footer.
 pub(crate) const FOOTER_LEN: usize = 52;
 /// Bytes after the row and qualifier: timestamp, type, sequence.
-const KEY_TAIL: usize = 17;
+pub(crate) const KEY_TAIL: usize = 17;
 
 /// Appends a LEB128 varint.
 pub(crate) fn put_varint(out: &mut Vec<u8>, mut v: u64) {
@@ -174,30 +174,47 @@ pub(crate) struct IndexEntry {
     pub handle: Handle,
 }
 
-pub(crate) fn encode_index(entries: &[IndexEntry]) -> Vec<u8> {
-    let mut out = Vec::new();
-    put_varint(&mut out, entries.len() as u64);
-    for e in entries {
-        put_varint(&mut out, e.last_key.len() as u64);
-        out.extend_from_slice(&e.last_key);
-        put_varint(&mut out, e.handle.offset);
-        put_varint(&mut out, u64::from(e.handle.len));
-    }
-    out
+/// Accumulates the index block as blocks are written: entries go straight into the encoded
+/// buffer, so a writer holds no allocation per block.
+#[derive(Debug, Default)]
+pub(crate) struct IndexBuilder {
+    count: u64,
+    entries: Vec<u8>,
 }
 
-pub(crate) fn decode_index(buf: &[u8]) -> Option<Vec<IndexEntry>> {
+impl IndexBuilder {
+    pub fn add(&mut self, last_key: &[u8], handle: Handle) {
+        put_varint(&mut self.entries, last_key.len() as u64);
+        self.entries.extend_from_slice(last_key);
+        put_varint(&mut self.entries, handle.offset);
+        put_varint(&mut self.entries, u64::from(handle.len));
+        self.count += 1;
+    }
+
+    /// The encoded block: entry count, then the entries.
+    pub fn finish(self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(self.entries.len() + 10);
+        put_varint(&mut out, self.count);
+        out.extend_from_slice(&self.entries);
+        out
+    }
+}
+
+/// Decodes an index block. Entries' keys are slices of `buf`, so an open file holds its index
+/// in one allocation.
+pub(crate) fn decode_index(buf: &Bytes) -> Option<Vec<IndexEntry>> {
     let mut pos = 0;
     let n = get_varint(buf, &mut pos)? as usize;
     let mut out = Vec::with_capacity(n.min(1 << 20));
     for _ in 0..n {
         let klen = get_varint(buf, &mut pos)? as usize;
-        let key = buf.get(pos..pos.checked_add(klen)?)?;
-        pos += klen;
-        decode_key(key)?;
+        let end = pos.checked_add(klen)?;
+        decode_key(buf.get(pos..end)?)?;
+        let last_key = buf.slice(pos..end);
+        pos = end;
         let offset = get_varint(buf, &mut pos)?;
         let len = u32::try_from(get_varint(buf, &mut pos)?).ok()?;
-        out.push(IndexEntry { last_key: Bytes::copy_from_slice(key), handle: Handle { offset, len } });
+        out.push(IndexEntry { last_key, handle: Handle { offset, len } });
     }
     (pos == buf.len()).then_some(out)
 }
@@ -260,9 +277,12 @@ mod tests {
         assert_eq!(SstMeta::decode(&m.encode()), Some(m));
         let mut key = Vec::new();
         encode_key(&mut key, &KeyView { row: b"r", qualifier: b"q", ts: 1, kind: CellType::Put, seq: 1 });
-        let idx = vec![IndexEntry { last_key: key.into(), handle: Handle { offset: 0, len: 77 } }];
-        let enc = encode_index(&idx);
-        assert_eq!(decode_index(&enc), Some(idx));
-        assert_eq!(decode_index(&enc[..enc.len() - 1]), None);
+        let mut idx = IndexBuilder::default();
+        idx.add(&key, Handle { offset: 0, len: 77 });
+        idx.add(&key, Handle { offset: 77, len: 5 });
+        let enc = Bytes::from(idx.finish());
+        let entry = |offset, len| IndexEntry { last_key: key.clone().into(), handle: Handle { offset, len } };
+        assert_eq!(decode_index(&enc), Some(vec![entry(0, 77), entry(77, 5)]));
+        assert_eq!(decode_index(&enc.slice(..enc.len() - 1)), None);
     }
 }

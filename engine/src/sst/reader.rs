@@ -39,6 +39,14 @@ pub(crate) struct SstReader {
     span: Option<RowSpan>,
     cache: Arc<BlockCache>,
     in_memory: bool,
+    /// Bytes of the above charged to the block cache's budget while the file is open.
+    pinned: usize,
+}
+
+impl Drop for SstReader {
+    fn drop(&mut self) {
+        self.cache.unpin(self.pinned);
+    }
 }
 
 impl std::fmt::Debug for SstReader {
@@ -82,13 +90,14 @@ impl SstReader {
             span: None,
             cache,
             in_memory,
+            pinned: 0,
         };
         for h in [footer.index, footer.meta, footer.bloom] {
             if h.offset.checked_add(u64::from(h.len)).is_none_or(|end| end > footer_at) {
                 return Err(Error::corrupt(path, footer_at, "block handle points outside the file"));
             }
         }
-        let index_raw = reader.read_block_bytes(footer.index)?;
+        let index_raw = Bytes::from(reader.read_block_bytes(footer.index)?);
         reader.index = decode_index(&index_raw)
             .ok_or_else(|| Error::corrupt(path, footer.index.offset, "malformed index block"))?;
         let outside = |e: &IndexEntry| {
@@ -122,7 +131,25 @@ impl SstReader {
             };
             reader.bloom = Some((kind, Bloom::decode(rest).ok_or_else(bad)?));
         }
+        reader.pinned = reader.resident_bytes(index_raw.len());
+        reader.cache.pin(reader.pinned);
         Ok(reader)
+    }
+
+    /// Heap bytes the open file keeps: index (its block and the entries' handles), prefix
+    /// arrays, bloom filter, meta keys.
+    fn resident_bytes(&self, index_block: usize) -> usize {
+        let words = |n: usize| n * std::mem::size_of::<u64>();
+        let meta = &self.meta;
+        std::mem::size_of::<Self>()
+            + index_block
+            + self.index.capacity() * std::mem::size_of::<IndexEntry>()
+            + words(self.row_prefixes.capacity() + self.prefix_samples.capacity())
+            + self.bloom.as_ref().map_or(0, |(_, b)| b.size_bytes())
+            + meta.first_key.len()
+            + meta.last_key.len()
+            + meta.mid_row.len()
+            + self.span.as_ref().map_or(0, |(f, l)| f.len() + l.len())
     }
 
     fn read_block_bytes(&self, h: Handle) -> Result<Vec<u8>> {
@@ -300,7 +327,7 @@ impl SstCursor {
 
 impl CellCursor for SstCursor {
     fn key(&self) -> Option<KeyView<'_>> {
-        self.iter.as_ref().filter(|it| it.valid()).and_then(|it| decode_key(it.key_bytes()))
+        self.iter.as_ref().filter(|it| it.valid()).map(BlockIter::key_view)
     }
 
     fn value(&self) -> &[u8] {

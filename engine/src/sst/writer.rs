@@ -10,7 +10,7 @@ use crate::cell::KeyView;
 use crate::descriptor::{BloomType, Compression, FamilyDescriptor};
 use crate::sst::block::{frame, BlockBuilder};
 use crate::sst::bloom::{row_col_hash, row_hash, Bloom};
-use crate::sst::format::{encode_index, encode_key, Footer, Handle, IndexEntry, SstMeta, FORMAT_VERSION};
+use crate::sst::format::{encode_key, Footer, Handle, IndexBuilder, SstMeta, FORMAT_VERSION};
 use crate::sst::reader::encode_bloom_block;
 use crate::{Error, Result};
 
@@ -25,8 +25,13 @@ pub(crate) struct SstWriter {
     bloom: BloomType,
     hashes: Vec<u64>,
     last_row: Vec<u8>,
-    index: Vec<IndexEntry>,
-    block_first_rows: Vec<Bytes>,
+    index: IndexBuilder,
+    /// The first row of every block, back to back, and where each ends: the middle one becomes
+    /// the file's split point. Kept compact because a large file has hundreds of thousands.
+    first_rows: Vec<u8>,
+    first_row_ends: Vec<usize>,
+    /// The last key of the latest finished block.
+    last_block_key: Vec<u8>,
     meta: SstMeta,
     key_buf: Vec<u8>,
     empty: bool,
@@ -46,8 +51,10 @@ impl SstWriter {
             bloom: family.bloom,
             hashes: Vec::new(),
             last_row: Vec::new(),
-            index: Vec::new(),
-            block_first_rows: Vec::new(),
+            index: IndexBuilder::default(),
+            first_rows: Vec::new(),
+            first_row_ends: Vec::new(),
+            last_block_key: Vec::new(),
             meta: SstMeta { min_ts: u64::MAX, ..SstMeta::default() },
             key_buf: Vec::new(),
             empty: true,
@@ -63,7 +70,8 @@ impl SstWriter {
             self.empty = false;
         }
         if self.block.is_empty() {
-            self.block_first_rows.push(Bytes::copy_from_slice(key.row));
+            self.first_rows.extend_from_slice(key.row);
+            self.first_row_ends.push(self.first_rows.len());
         }
         let new_row = self.last_row != key.row || self.meta.cell_count == 0;
         if new_row {
@@ -110,11 +118,11 @@ impl SstWriter {
         if self.block.is_empty() {
             return Ok(());
         }
-        let last_key = Bytes::copy_from_slice(self.block.last_key());
+        self.last_block_key.clear();
+        self.last_block_key.extend_from_slice(self.block.last_key());
         let raw = self.block.finish();
         let handle = self.write_framed(&raw, self.compression)?;
-        self.meta.last_key = last_key.clone();
-        self.index.push(IndexEntry { last_key, handle });
+        self.index.add(&self.last_block_key, handle);
         Ok(())
     }
 
@@ -124,14 +132,20 @@ impl SstWriter {
         if self.meta.cell_count == 0 {
             self.meta.min_ts = 0;
         }
-        self.meta.mid_row = self.block_first_rows.get(self.block_first_rows.len() / 2).cloned().unwrap_or_default();
+        self.meta.last_key = Bytes::copy_from_slice(&self.last_block_key);
+        let mid = self.first_row_ends.len() / 2;
+        if let Some(&end) = self.first_row_ends.get(mid) {
+            let start = if mid == 0 { 0 } else { self.first_row_ends[mid - 1] };
+            self.meta.mid_row = Bytes::copy_from_slice(&self.first_rows[start..end]);
+        }
         let bloom = if self.bloom == BloomType::None || self.hashes.is_empty() {
             Handle::default()
         } else {
             let encoded = encode_bloom_block(self.bloom, &Bloom::build(&self.hashes));
             self.write_framed(&encoded, Compression::None)?
         };
-        let index = self.write_framed(&encode_index(&self.index), Compression::None)?;
+        let index = std::mem::take(&mut self.index).finish();
+        let index = self.write_framed(&index, Compression::None)?;
         let meta = self.write_framed(&self.meta.encode(), Compression::None)?;
         let footer = Footer { index, bloom, meta, version: FORMAT_VERSION };
         self.out.write_all(&footer.encode()).map_err(|e| Error::io(&self.path, e))?;
