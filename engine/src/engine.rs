@@ -676,7 +676,8 @@ impl EngineInner {
     pub fn throttle(&self, table: &str, region: &Region) -> Result<()> {
         let o = &self.opts;
         let region_limit = o.memstore_flush_bytes.saturating_mul(o.memstore_block_multiplier);
-        let started = Instant::now();
+        // Read the clock only once a write has to wait: this runs on every write.
+        let mut stalled_since: Option<Instant> = None;
         loop {
             let (memstore, files) = region.pressure();
             let region_full = memstore > region_limit;
@@ -694,6 +695,7 @@ impl EngineInner {
             if global_full {
                 self.flush_largest_regions();
             }
+            let started = *stalled_since.get_or_insert_with(Instant::now);
             if started.elapsed() > o.write_stall_timeout {
                 let waited_ms = started.elapsed().as_millis() as u64;
                 return Err(Error::RegionTooBusy { region: region.id, waited_ms });

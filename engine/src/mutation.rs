@@ -181,6 +181,14 @@ impl Mutation {
             Mutation::Delete(d) => d.durability,
         }
     }
+
+    /// Cells the mutation names (a whole-row delete names none but writes one per family).
+    pub(crate) fn edit_count(&self) -> usize {
+        match self {
+            Mutation::Put(p) => p.edits.len(),
+            Mutation::Delete(d) => d.edits.len().max(1),
+        }
+    }
 }
 
 impl From<Put> for Mutation {

@@ -114,9 +114,6 @@ impl std::fmt::Debug for Table {
     }
 }
 
-/// The edits of one mutation before the engine assigns sequence numbers.
-type Resolved = Vec<WalEdit>;
-
 impl Table {
     pub(crate) fn new(life: Arc<Lifeline>, engine: Arc<EngineInner>, state: Arc<TableState>) -> Table {
         let name = state.descriptor().name;
@@ -182,7 +179,8 @@ impl Table {
         m: &Mutation,
         offset: u32,
         now: u64,
-    ) -> Result<Resolved> {
+        out: &mut Vec<WalEdit>,
+    ) -> Result<()> {
         let at = |ts: u64| if ts == LATEST_TIMESTAMP { now } else { ts };
         let edit = |row: &Bytes, e: &Edit, ts: u64, ttl: Option<u64>| WalEdit {
             seq_offset: offset,
@@ -194,7 +192,6 @@ impl Table {
             ttl_ms: ttl,
             value: e.value.clone(),
         };
-        let mut out = Vec::new();
         match m {
             Mutation::Put(p) => {
                 for e in &p.edits {
@@ -230,7 +227,7 @@ impl Table {
                 }
             }
         }
-        Ok(out)
+        Ok(())
     }
 
     /// The latest visible cell of one column, read while holding the region's write lock.
@@ -274,11 +271,11 @@ impl Table {
         durability: Durability,
     ) -> Result<u64> {
         let now = self.engine.opts.clock.now_ms();
-        let mut edits = Vec::new();
+        let mut edits = Vec::with_capacity(groups.iter().flat_map(|g| g.iter()).map(Mutation::edit_count).sum());
         let mut offset = 0u32;
         for group in groups {
             for m in *group {
-                edits.extend(self.resolve(region, desc, m, offset, now)?);
+                self.resolve(region, desc, m, offset, now, &mut edits)?;
                 offset += 1;
             }
         }

@@ -2,7 +2,9 @@
 //! equivalent settings, one child process per engine (so peak memory is measured per engine),
 //! and prints ops/s per engine and the ratios Cellar/peer.
 //!
-//! Usage: `cargo run --release -- [--records N] [--ops N] [--dir DIR] [--engines a,b,c]`;
+//! Usage: `cargo run --release -- [--records N] [--ops N] [--dir DIR] [--engines a,b,c] [--runs N]`;
+//! with `--runs N` the engines take turns N times and the table shows each figure's median
+//! (peak RSS: the largest);
 //! with `PEERS_TRACE_RSS=1` each engine reports its resident memory after every workload;
 //! `PEERS_ONLY=<name prefix>` runs only the matching workloads (and the loads they need).
 //!
@@ -219,11 +221,26 @@ fn child(engine: &str, dir: &Path, records: u64, ops: u64) {
     println!("RSS {}", peak_rss_kib());
 }
 
+/// The middle figure of several runs (the mean of the middle two for an even count); 0 if none.
+fn median(mut v: Vec<f64>) -> f64 {
+    if v.is_empty() {
+        return 0.0;
+    }
+    v.sort_by(f64::total_cmp);
+    let mid = v.len() / 2;
+    if v.len() % 2 == 0 {
+        (v[mid - 1] + v[mid]) / 2.0
+    } else {
+        v[mid]
+    }
+}
+
 fn main() {
     let mut records = 1_000_000u64;
     let mut ops = 200_000u64;
     let mut dir = std::env::temp_dir().join("cellar-peers");
     let mut engines = vec!["cellar".to_string(), "rocksdb".to_string(), "fjall".to_string()];
+    let mut runs = 1usize;
     let mut child_engine: Option<String> = None;
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
@@ -233,6 +250,7 @@ fn main() {
             "--ops" => ops = val().parse().expect("number"),
             "--dir" => dir = PathBuf::from(val()),
             "--engines" => engines = val().split(',').map(str::to_string).collect(),
+            "--runs" => runs = val().parse().expect("number"),
             "--child" => child_engine = Some(val()),
             other => panic!("unknown argument {other}"),
         }
@@ -241,36 +259,48 @@ fn main() {
         child(&e, &dir, records, ops);
         return;
     }
-    println!("records {records}, ops per workload {ops}");
-    let mut table: Vec<(String, Vec<f64>)> = Vec::new();
-    let mut rss = Vec::new();
-    for e in &engines {
-        let edir = dir.join(e);
-        let _ = std::fs::remove_dir_all(&edir);
-        let out = Command::new(std::env::current_exe().expect("exe"))
-            .args(["--child", e, "--dir", edir.to_str().expect("utf-8 dir")])
-            .args(["--records", &records.to_string(), "--ops", &ops.to_string()])
-            .stderr(std::process::Stdio::inherit())
-            .output()
-            .expect("run child");
-        let text = String::from_utf8_lossy(&out.stdout);
-        if !out.status.success() {
-            eprintln!("{e} failed: {}", out.status);
-        }
-        for line in text.lines() {
-            if let Some(r) = line.strip_prefix("RESULT ") {
-                let (name, v) = r.rsplit_once('\t').expect("result line");
-                let v: f64 = v.parse().expect("number");
-                match table.iter_mut().find(|(n, _)| n == name) {
-                    Some((_, vals)) => vals.push(v),
-                    None => table.push((name.to_string(), vec![v])),
-                }
-            } else if let Some(k) = line.strip_prefix("RSS ") {
-                rss.push(k.parse::<u64>().unwrap_or(0));
+    println!("records {records}, ops per workload {ops}, {runs} run(s) per engine");
+    // results[workload] = (name, per engine: one figure per run); peak RSS per engine and run.
+    let mut table: Vec<(String, Vec<Vec<f64>>)> = Vec::new();
+    let mut rss: Vec<Vec<u64>> = vec![Vec::new(); engines.len()];
+    // Engines take turns run by run, so a slow spell of the host spreads over all of them.
+    for run in 0..runs {
+        for (ei, e) in engines.iter().enumerate() {
+            let edir = dir.join(e);
+            let _ = std::fs::remove_dir_all(&edir);
+            let out = Command::new(std::env::current_exe().expect("exe"))
+                .args(["--child", e, "--dir", edir.to_str().expect("utf-8 dir")])
+                .args(["--records", &records.to_string(), "--ops", &ops.to_string()])
+                .stderr(std::process::Stdio::inherit())
+                .output()
+                .expect("run child");
+            let text = String::from_utf8_lossy(&out.stdout);
+            if !out.status.success() {
+                eprintln!("{e} failed: {}", out.status);
             }
+            for line in text.lines() {
+                if let Some(r) = line.strip_prefix("RESULT ") {
+                    let (name, v) = r.rsplit_once('\t').expect("result line");
+                    let v: f64 = v.parse().expect("number");
+                    eprintln!("run {} {e}: {name} {v:.0}", run + 1);
+                    let at = match table.iter().position(|(n, _)| n == name) {
+                        Some(i) => i,
+                        None => {
+                            table.push((name.to_string(), vec![Vec::new(); engines.len()]));
+                            table.len() - 1
+                        }
+                    };
+                    table[at].1[ei].push(v);
+                } else if let Some(k) = line.strip_prefix("RSS ") {
+                    rss[ei].push(k.parse::<u64>().unwrap_or(0));
+                }
+            }
+            let _ = std::fs::remove_dir_all(&edir);
         }
-        let _ = std::fs::remove_dir_all(&edir);
     }
+    let table: Vec<(String, Vec<f64>)> =
+        table.into_iter().map(|(name, per_engine)| (name, per_engine.into_iter().map(median).collect())).collect();
+    let rss: Vec<u64> = rss.into_iter().map(|r| r.into_iter().max().unwrap_or(0)).collect();
     print!("{:<52}", "workload (ops/s)");
     for e in &engines {
         print!("{e:>12}");

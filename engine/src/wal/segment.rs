@@ -236,23 +236,28 @@ impl Wal {
         let must_write = durability != Durability::AsyncWal || framed.len() >= ASYNC_BUFFER;
         inner.next_seq = last + 1;
         inner.cur_max_seq = last;
-        if must_write {
-            self.write_out(&mut inner, &framed, last)?;
-        } else {
+        if !must_write {
+            inner.buf = framed;
+            return Ok(first);
+        }
+        let written = self.write_out(&mut inner, &framed, last);
+        // Keep the buffer for the next write (one allocation per log, not per write) unless a
+        // large batch grew it.
+        if framed.capacity() <= ASYNC_BUFFER * 2 {
+            framed.clear();
             inner.buf = framed;
         }
-        Ok(first)
+        written.map(|()| first)
     }
 
     /// Hands `bytes` to the OS; on failure, cuts the segment back so no partial record stays.
     fn write_out(&self, inner: &mut Inner, bytes: &[u8], last_seq: u64) -> Result<()> {
-        let path = segment_path(&self.dir, inner.id);
         let before = inner.size;
         if let Err(e) = (&*inner.file).write_all(bytes) {
             if let Err(e2) = inner.file.set_len(before) {
                 inner.failed = Some(format!("{e}; could not truncate partial record: {e2}"));
             }
-            return Err(Error::io(path, e));
+            return Err(Error::io(segment_path(&self.dir, inner.id), e));
         }
         inner.size += bytes.len() as u64;
         inner.written_seq = inner.written_seq.max(last_seq);
