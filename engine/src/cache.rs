@@ -11,7 +11,7 @@
 
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use parking_lot::Mutex;
@@ -44,40 +44,56 @@ impl Hasher for KeyHasher {
     }
 }
 
-struct Slot {
-    key: Key,
+struct Entry {
     block: Arc<Block>,
     charge: usize,
     refs: u8,
 }
 
+/// One shard: its blocks keyed by file and offset, and the CLOCK ring of their keys. A hit
+/// touches only the map's entry; the ring is walked only to evict.
 #[derive(Default)]
 struct Shard {
-    map: HashMap<Key, usize, BuildHasherDefault<KeyHasher>>,
-    slots: Vec<Slot>,
+    map: HashMap<Key, Entry, BuildHasherDefault<KeyHasher>>,
+    ring: Vec<Key>,
     hand: usize,
     used: usize,
+    hits: u64,
+    misses: u64,
 }
 
 impl Shard {
     fn evict_until(&mut self, capacity: usize) {
-        while self.used > capacity && !self.slots.is_empty() {
-            if self.hand >= self.slots.len() {
+        while self.used > capacity && !self.ring.is_empty() {
+            if self.hand >= self.ring.len() {
                 self.hand = 0;
             }
-            let slot = &mut self.slots[self.hand];
-            if slot.refs > 0 {
-                slot.refs -= 1;
-                self.hand += 1;
-                continue;
-            }
-            let removed = self.slots.swap_remove(self.hand);
-            self.map.remove(&removed.key);
-            self.used -= removed.charge;
-            if let Some(moved) = self.slots.get(self.hand) {
-                self.map.insert(moved.key, self.hand);
+            let key = self.ring[self.hand];
+            match self.map.get_mut(&key) {
+                Some(e) if e.refs > 0 => {
+                    e.refs -= 1;
+                    self.hand += 1;
+                }
+                found => {
+                    self.used -= found.map_or(0, |e| e.charge);
+                    self.map.remove(&key);
+                    self.ring.swap_remove(self.hand);
+                }
             }
         }
+    }
+
+    fn remove_file(&mut self, file_id: u64) {
+        let map = &mut self.map;
+        let mut freed = 0;
+        self.ring.retain(|key| {
+            if key.0 != file_id {
+                return true;
+            }
+            freed += map.remove(key).map_or(0, |e| e.charge);
+            false
+        });
+        self.used -= freed;
     }
 }
 
@@ -101,8 +117,6 @@ pub struct BlockCache {
     shards: Vec<Mutex<Shard>>,
     shard_capacity: usize,
     pinned: AtomicUsize,
-    hits: AtomicU64,
-    misses: AtomicU64,
 }
 
 impl std::fmt::Debug for BlockCache {
@@ -118,8 +132,6 @@ impl BlockCache {
             shards: (0..SHARDS).map(|_| Mutex::new(Shard::default())).collect(),
             shard_capacity: capacity_bytes / SHARDS,
             pinned: AtomicUsize::new(0),
-            hits: AtomicU64::new(0),
-            misses: AtomicU64::new(0),
         }
     }
 
@@ -146,16 +158,17 @@ impl BlockCache {
     pub(crate) fn get(&self, file_id: u64, offset: u64, in_memory: bool) -> Option<Arc<Block>> {
         let key = (file_id, offset);
         let mut shard = self.shard(&key).lock();
-        let found = shard.map.get(&key).copied();
-        match found {
-            Some(i) => {
-                let slot = &mut shard.slots[i];
-                slot.refs = if in_memory { 3 } else { 1 };
-                self.hits.fetch_add(1, Ordering::Relaxed);
-                Some(slot.block.clone())
+        // Counted inside the shard lock: a global counter would be one more cache line every
+        // reader thread writes.
+        match shard.map.get_mut(&key) {
+            Some(e) => {
+                e.refs = if in_memory { 3 } else { 1 };
+                let block = e.block.clone();
+                shard.hits += 1;
+                Some(block)
             }
             None => {
-                self.misses.fetch_add(1, Ordering::Relaxed);
+                shard.misses += 1;
                 None
             }
         }
@@ -174,42 +187,31 @@ impl BlockCache {
         }
         shard.evict_until(capacity - charge);
         shard.used += charge;
-        let idx = shard.slots.len();
-        shard.slots.push(Slot { key, block, charge, refs: if in_memory { 2 } else { 0 } });
-        shard.map.insert(key, idx);
+        shard.ring.push(key);
+        shard.map.insert(key, Entry { block, charge, refs: if in_memory { 2 } else { 0 } });
     }
 
     /// Drops every block of `file_id` (after the file is deleted).
     pub(crate) fn evict_file(&self, file_id: u64) {
         for s in &self.shards {
-            let mut shard = s.lock();
-            let mut i = 0;
-            while i < shard.slots.len() {
-                if shard.slots[i].key.0 == file_id {
-                    let removed = shard.slots.swap_remove(i);
-                    shard.map.remove(&removed.key);
-                    shard.used -= removed.charge;
-                    if let Some(moved) = shard.slots.get(i) {
-                        let k = moved.key;
-                        shard.map.insert(k, i);
-                    }
-                } else {
-                    i += 1;
-                }
-            }
+            s.lock().remove_file(file_id);
         }
     }
 
     /// Hit/miss counts and usage.
     pub fn stats(&self) -> CacheStats {
-        let used: usize = self.shards.iter().map(|s| s.lock().used).sum();
-        CacheStats {
-            hits: self.hits.load(Ordering::Relaxed),
-            misses: self.misses.load(Ordering::Relaxed),
-            used_bytes: used as u64,
+        let mut stats = CacheStats {
             pinned_bytes: self.pinned.load(Ordering::Relaxed) as u64,
             capacity_bytes: (self.shard_capacity * SHARDS) as u64,
+            ..CacheStats::default()
+        };
+        for s in &self.shards {
+            let s = s.lock();
+            stats.hits += s.hits;
+            stats.misses += s.misses;
+            stats.used_bytes += s.used as u64;
         }
+        stats
     }
 }
 
@@ -239,8 +241,12 @@ mod tests {
         assert!(cache.get(3, 0, false).is_none());
         let s = cache.stats();
         assert_eq!((s.hits, s.misses), (1, 1));
+        let before = cache.stats().used_bytes;
         cache.evict_file(2);
         assert!(cache.get(2, 0, true).is_none());
+        assert_eq!(cache.stats().used_bytes, before - block(100).charge() as u64, "the file's block is uncharged");
+        cache.evict_file(1);
+        assert_eq!(cache.stats().used_bytes, 0);
     }
 
     /// Pinned file metadata takes its share of the budget from blocks, and gives it back.
