@@ -307,6 +307,18 @@ impl RowRange {
         }
     }
 
+    /// True if the range may hold rows of the region `[start, end)` (empty = unbounded).
+    /// With an excluded lower bound it may answer true for a region holding none of the range.
+    pub fn overlaps(&self, start: &[u8], end: &[u8]) -> bool {
+        let starts_before_hi = start.is_empty() || self.below_hi(start);
+        let ends_after_lo = end.is_empty()
+            || match &self.lo {
+                Bound::Unbounded => true,
+                Bound::Included(l) | Bound::Excluded(l) => l.as_ref() < end,
+            };
+        starts_before_hi && ends_after_lo
+    }
+
     /// True if `row` lies in the range.
     #[cfg(test)]
     pub fn contains(&self, row: &[u8]) -> bool {
@@ -359,6 +371,22 @@ impl RowResult {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn ranges_overlap_the_regions_that_can_hold_their_rows() {
+        let range = |lo: Bound<&str>, hi: Bound<&str>| RowRange {
+            lo: lo.map(|l| Bytes::copy_from_slice(l.as_bytes())),
+            hi: hi.map(|h| Bytes::copy_from_slice(h.as_bytes())),
+        };
+        let r = range(Bound::Included("c"), Bound::Excluded("m"));
+        assert!(r.overlaps(b"", b""), "the only region");
+        assert!(r.overlaps(b"", b"d") && r.overlaps(b"f", b"g") && r.overlaps(b"l", b""));
+        assert!(!r.overlaps(b"", b"c"), "ends where the range starts");
+        assert!(!r.overlaps(b"m", b""), "starts where the range ends");
+        assert!(range(Bound::Included("c"), Bound::Included("m")).overlaps(b"m", b""), "inclusive end");
+        let open = range(Bound::Unbounded, Bound::Unbounded);
+        assert!(open.overlaps(b"a", b"b"));
+    }
 
     #[test]
     fn successor_of_prefix() {

@@ -1,8 +1,8 @@
 //! [`Scanner`]: a streaming iterator over a scan's rows.
 //!
-//! The scanner takes a read snapshot of every region when it opens, then fills a small buffer
-//! of rows at a time, resuming after the last row it returned, so memory stays bounded however
-//! large the table is.
+//! The scanner takes a read snapshot of every region its range reaches when it opens, then
+//! fills a small buffer of rows at a time, resuming after the last row it returned, so memory
+//! stays bounded however large the table is.
 
 use std::collections::VecDeque;
 use std::ops::Bound;
@@ -53,6 +53,10 @@ fn clamp(range: &RowRange, start: &Bytes, end: &Bytes) -> RowRange {
 
 impl Scanner {
     pub(crate) fn new(mut regions: Vec<Arc<Region>>, scan: Scan, now: u64) -> Scanner {
+        // Only regions the scan's range reaches are snapshotted: a short scan of a table split
+        // into many regions costs the same as one of a single region.
+        let range = scan.row_range();
+        regions.retain(|r| range.overlaps(&r.start, &r.end));
         if scan.reversed {
             regions.reverse();
         }

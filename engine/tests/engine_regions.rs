@@ -58,7 +58,10 @@ fn check_scans(t: &Table, model: &BTreeMap<String, String>) {
     let mut rev = all.clone();
     rev.reverse();
     assert_eq!(rows(t, Scan::new().reversed(true)), rev);
-    for (start, stop) in [("b", "x"), ("k1", "k5"), ("m", "n"), ("", "zz")] {
+    // Ranges that start or end exactly on region boundaries (c, k3, m, t) as well as inside.
+    for (start, stop) in
+        [("b", "x"), ("k1", "k5"), ("m", "n"), ("", "zz"), ("c", "k3"), ("k3", "t"), ("m", "m0"), ("t", "z")]
+    {
         let want: Vec<String> = model.range(start.to_string()..stop.to_string()).map(|(k, _)| k.clone()).collect();
         let scan = if start.is_empty() { Scan::new().stop(stop) } else { Scan::new().start(start).stop(stop) };
         assert_eq!(rows(t, scan), want, "[{start}, {stop})");
@@ -72,6 +75,17 @@ fn check_scans(t: &Table, model: &BTreeMap<String, String>) {
                 .collect();
             assert_eq!(got, want, "reversed from {start} down to {stop}");
         }
+    }
+    // Reversed scans whose ends sit on region boundaries: from `start` (inclusive) down to
+    // `stop` (exclusive).
+    for (start, stop) in [("k3", "c"), ("t", "k3"), ("m", "c"), ("z", "m"), ("k5", "k1")] {
+        let want: Vec<String> = model
+            .range(..=start.to_string())
+            .rev()
+            .filter(|(k, _)| k.as_str() > stop)
+            .map(|(k, _)| k.clone())
+            .collect();
+        assert_eq!(rows(t, Scan::new().reversed(true).start(start).stop(stop)), want, "reversed {start} to {stop}");
     }
     assert_eq!(
         rows(t, Scan::new().prefix("k").limit(7)),
