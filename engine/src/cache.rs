@@ -20,6 +20,11 @@ use crate::sst::block::Block;
 
 const SHARDS: usize = 16;
 
+/// Bytes of bookkeeping per cached block: its map entry (with the table's spare capacity) and
+/// its ring slot.
+const ENTRY_OVERHEAD: usize =
+    2 * (std::mem::size_of::<Key>() + std::mem::size_of::<Entry>()) + std::mem::size_of::<Key>();
+
 /// Cache key: (file id, block offset).
 type Key = (u64, u64);
 
@@ -175,7 +180,9 @@ impl BlockCache {
     }
 
     pub(crate) fn insert(&self, file_id: u64, offset: u64, block: Arc<Block>, in_memory: bool) {
-        let charge = block.charge();
+        // The map entry and ring slot that track the block are charged too: at 4 KiB blocks
+        // they are a few percent of the budget.
+        let charge = block.charge() + ENTRY_OVERHEAD;
         let capacity = self.block_capacity();
         if charge > capacity {
             return;
@@ -244,7 +251,8 @@ mod tests {
         let before = cache.stats().used_bytes;
         cache.evict_file(2);
         assert!(cache.get(2, 0, true).is_none());
-        assert_eq!(cache.stats().used_bytes, before - block(100).charge() as u64, "the file's block is uncharged");
+        let charge = block(100).charge() + ENTRY_OVERHEAD;
+        assert_eq!(cache.stats().used_bytes, before - charge as u64, "the file's block is uncharged");
         cache.evict_file(1);
         assert_eq!(cache.stats().used_bytes, 0);
     }

@@ -174,9 +174,13 @@ impl Block {
         Ok(Block { data: Bytes::from(raw), restarts_at, num_restarts: n })
     }
 
-    /// Bytes the block occupies in memory (its cache charge).
+    /// Bytes the block occupies in memory: its data and the shared `Block` it lives in, each
+    /// with the allocator's per-allocation header.
     pub fn charge(&self) -> usize {
-        self.data.len() + 64
+        const ALLOC_HEADER: usize = 16;
+        // The `Arc` around the block adds two counters.
+        let shell = std::mem::size_of::<Block>() + 2 * std::mem::size_of::<usize>();
+        self.data.len() + shell + 2 * ALLOC_HEADER
     }
 
     fn restart(&self, i: usize) -> usize {
