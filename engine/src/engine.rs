@@ -243,7 +243,7 @@ impl Engine {
 
         let wal_dir = dir.join("wal");
         let wal = Wal::open(&wal_dir, opts.wal_segment_bytes, catalog.last_seq, |record| {
-            let (region_id, edits) = decode_batch(record.payload).ok_or_else(|| {
+            let (region_id, edits) = decode_batch(&record.payload).ok_or_else(|| {
                 Error::corrupt(
                     &wal_dir,
                     0,

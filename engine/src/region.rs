@@ -195,18 +195,18 @@ impl Region {
 
     /// Inserts logged edits with sequence numbers from `first_seq`. Caller holds the write
     /// lock (or is replaying the log alone); families were validated.
-    pub fn apply(&self, first_seq: u64, edits: &[WalEdit]) {
+    pub fn apply(&self, first_seq: u64, edits: &[WalEdit<'_>]) {
         let stores = self.stores();
         for e in edits {
-            if let Some(store) = stores.family(&e.family) {
+            if let Some(store) = stores.family(e.family) {
                 let key = KeyView {
-                    row: &e.row,
-                    qualifier: &e.qualifier,
+                    row: e.row,
+                    qualifier: e.qualifier,
                     ts: e.ts,
                     kind: e.kind,
                     seq: first_seq + u64::from(e.seq_offset),
                 };
-                store.active.insert(&key, &e.value, e.ttl_ms);
+                store.active.insert(&key, e.value, e.ttl_ms);
             }
         }
     }

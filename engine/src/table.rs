@@ -172,25 +172,25 @@ impl Table {
 
     /// Turns a mutation into logged edits: resolves "now" and latest-version deletes. Runs
     /// under the region's write lock.
-    fn resolve(
+    fn resolve<'m>(
         &self,
         region: &Region,
-        desc: &TableDescriptor,
-        m: &Mutation,
+        desc: &'m TableDescriptor,
+        m: &'m Mutation,
         offset: u32,
         now: u64,
-        out: &mut Vec<WalEdit>,
+        out: &mut Vec<WalEdit<'m>>,
     ) -> Result<()> {
         let at = |ts: u64| if ts == LATEST_TIMESTAMP { now } else { ts };
-        let edit = |row: &Bytes, e: &Edit, ts: u64, ttl: Option<u64>| WalEdit {
+        let edit = |row: &'m [u8], e: &'m Edit, ts: u64, ttl: Option<u64>| WalEdit {
             seq_offset: offset,
-            family: e.family.clone(),
-            row: row.clone(),
-            qualifier: e.qualifier.clone(),
+            family: &e.family,
+            row,
+            qualifier: &e.qualifier,
             ts,
             kind: e.kind,
             ttl_ms: ttl,
-            value: e.value.clone(),
+            value: &e.value,
         };
         match m {
             Mutation::Put(p) => {
@@ -202,13 +202,13 @@ impl Table {
                 for f in &desc.families {
                     out.push(WalEdit {
                         seq_offset: offset,
-                        family: Bytes::from(f.name.clone()),
-                        row: d.row.clone(),
-                        qualifier: Bytes::new(),
+                        family: f.name.as_bytes(),
+                        row: &d.row,
+                        qualifier: &[],
                         ts: at(d.ts),
                         kind: CellType::DeleteFamily,
                         ttl_ms: None,
-                        value: Bytes::new(),
+                        value: &[],
                     });
                 }
             }
@@ -297,7 +297,7 @@ impl Table {
 
     /// Logs and applies resolved edits; caller holds the region's write lock. Returns the last
     /// sequence number used.
-    fn commit(&self, region: &Region, edits: &[WalEdit], count: u32, durability: Durability) -> Result<u64> {
+    fn commit(&self, region: &Region, edits: &[WalEdit<'_>], count: u32, durability: Durability) -> Result<u64> {
         if edits.is_empty() {
             return Ok(0);
         }
@@ -507,24 +507,14 @@ impl Table {
     ) -> Result<RowResult> {
         let (region, (cells, last_seq)) = self.locked(row, |region| {
             let now = self.engine.opts.clock.now_ms();
-            let mut edits = Vec::new();
-            let mut cells = Vec::new();
+            let mut cells = Vec::with_capacity(columns.len());
+            let mut ttls = Vec::with_capacity(columns.len());
             for (f, q, arg) in columns {
                 let current = self.read_row_locked(region, row, f, q, now)?;
                 let (value, ttl) = compute(current.as_ref(), f, q, arg)?;
                 check_value(&value)?;
                 // Never write below the current version, or the new value would be hidden.
                 let ts = current.as_ref().map_or(now, |c| c.timestamp.max(now));
-                edits.push(WalEdit {
-                    seq_offset: 0,
-                    family: f.clone(),
-                    row: row.clone(),
-                    qualifier: q.clone(),
-                    ts,
-                    kind: CellType::Put,
-                    ttl_ms: ttl,
-                    value: value.clone(),
-                });
                 cells.push(Cell {
                     row: row.clone(),
                     family: f.clone(),
@@ -533,7 +523,22 @@ impl Table {
                     cell_type: CellType::Put,
                     value,
                 });
+                ttls.push(ttl);
             }
+            let edits: Vec<WalEdit<'_>> = cells
+                .iter()
+                .zip(&ttls)
+                .map(|(c, &ttl_ms)| WalEdit {
+                    seq_offset: 0,
+                    family: &c.family,
+                    row: &c.row,
+                    qualifier: &c.qualifier,
+                    ts: c.timestamp,
+                    kind: CellType::Put,
+                    ttl_ms,
+                    value: &c.value,
+                })
+                .collect();
             let last = self.commit(region, &edits, 1, durability)?;
             Ok((cells, last))
         })?;
