@@ -435,7 +435,8 @@ impl Engine {
         self.inner.flush_regions_locked(to_flush)
     }
 
-    /// Deletes a disabled table and its files.
+    /// Deletes a disabled table and its files. [`Table`] handles still held for it fail every
+    /// operation, and keep the open files' memory (indexes, blooms) until they are dropped.
     ///
     /// # Errors
     /// [`Error::TableNotFound`], [`Error::TableEnabled`] if it was not disabled first.
