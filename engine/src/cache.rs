@@ -5,9 +5,8 @@
 //! in-memory families get a higher counter, so they survive more sweeps.
 //!
 //! The budget also covers what open SSTables keep resident (index, bloom filter, meta): files
-//! [`BlockCache::pin`] those bytes while open, and blocks get what remains. So the block-cache
-//! budget bounds all file-derived memory, as RocksDB's does with index and filter blocks charged
-//! to its cache.
+//! pin those bytes while open, and blocks get what remains. So the block-cache budget bounds
+//! all file-derived memory, as RocksDB's does with index and filter blocks charged to its cache.
 
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};

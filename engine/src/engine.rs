@@ -305,7 +305,7 @@ impl Engine {
     }
 
     /// Creates a table pre-split into `split_keys.len() + 1` regions, so writes spread from the
-    /// start. Keys come from the application or from [`SplitAlgorithm::split_keys`].
+    /// start. Keys come from the application or from [`SplitAlgorithm::split_keys`](crate::SplitAlgorithm::split_keys).
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] for a bad descriptor or split keys that are empty, too long or
