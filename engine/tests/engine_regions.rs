@@ -52,6 +52,13 @@ fn bad_split_keys_are_rejected() {
     assert_eq!(te.engine().regions("t").unwrap().len(), 3);
 }
 
+/// A reversed scan from `start` (inclusive) down to `stop` (exclusive) returns the model's rows.
+fn check_reversed(t: &Table, model: &BTreeMap<String, String>, start: &'static str, stop: &'static str) {
+    let want: Vec<String> =
+        model.range(..=start.to_string()).rev().filter(|(k, _)| k.as_str() > stop).map(|(k, _)| k.clone()).collect();
+    assert_eq!(rows(t, Scan::new().reversed(true).start(start).stop(stop)), want, "reversed {start} down to {stop}");
+}
+
 fn check_scans(t: &Table, model: &BTreeMap<String, String>) {
     let all: Vec<String> = model.keys().cloned().collect();
     assert_eq!(rows(t, Scan::new()), all);
@@ -66,26 +73,12 @@ fn check_scans(t: &Table, model: &BTreeMap<String, String>) {
         let scan = if start.is_empty() { Scan::new().stop(stop) } else { Scan::new().start(start).stop(stop) };
         assert_eq!(rows(t, scan), want, "[{start}, {stop})");
         if !start.is_empty() {
-            let got = rows(t, Scan::new().reversed(true).start(start).stop(stop));
-            let want: Vec<String> = model
-                .range(..=start.to_string())
-                .rev()
-                .filter(|(k, _)| k.as_str() > stop)
-                .map(|(k, _)| k.clone())
-                .collect();
-            assert_eq!(got, want, "reversed from {start} down to {stop}");
+            check_reversed(t, model, start, stop);
         }
     }
-    // Reversed scans whose ends sit on region boundaries: from `start` (inclusive) down to
-    // `stop` (exclusive).
+    // Reversed scans whose ends sit on region boundaries.
     for (start, stop) in [("k3", "c"), ("t", "k3"), ("m", "c"), ("z", "m"), ("k5", "k1")] {
-        let want: Vec<String> = model
-            .range(..=start.to_string())
-            .rev()
-            .filter(|(k, _)| k.as_str() > stop)
-            .map(|(k, _)| k.clone())
-            .collect();
-        assert_eq!(rows(t, Scan::new().reversed(true).start(start).stop(stop)), want, "reversed {start} to {stop}");
+        check_reversed(t, model, start, stop);
     }
     assert_eq!(
         rows(t, Scan::new().prefix("k").limit(7)),
