@@ -1,5 +1,6 @@
 //! Engine micro-benchmarks with 100-byte values: random puts, random gets served from the block
-//! cache, and short (10-row) scans. Run with `cargo bench --bench engine`.
+//! cache, and short (10-row) scans, owned and visited in place. Run with
+//! `cargo bench --bench engine`.
 
 #[path = "workloads/mod.rs"]
 mod workloads;
@@ -79,6 +80,23 @@ fn scans(c: &mut Criterion) {
             || key(rng.next_u64() % ROWS),
             |start| {
                 table.scan(Scan::new().start(start).limit(10)).unwrap().map(|r| r.unwrap().cells.len()).sum::<usize>()
+            },
+            BatchSize::SmallInput,
+        )
+    });
+    // The same rows lent in place (`scan_with`) instead of returned as owned rows.
+    g.bench_function("forward_visit", |b| {
+        b.iter_batched(
+            || key(rng.next_u64() % ROWS),
+            |start| {
+                let mut cells = 0;
+                table
+                    .scan_with(Scan::new().start(start).limit(10), |row| {
+                        cells += row.len();
+                        std::ops::ControlFlow::Continue(())
+                    })
+                    .unwrap();
+                cells
             },
             BatchSize::SmallInput,
         )

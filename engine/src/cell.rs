@@ -100,6 +100,52 @@ pub struct Cell {
     pub value: Bytes,
 }
 
+impl Cell {
+    /// This cell as a [`CellRef`] borrowing its bytes.
+    pub fn view(&self) -> CellRef<'_> {
+        CellRef {
+            row: &self.row,
+            family: &self.family,
+            qualifier: &self.qualifier,
+            timestamp: self.timestamp,
+            cell_type: self.cell_type,
+            value: &self.value,
+        }
+    }
+}
+
+/// One cell as lent to a visitor by [`Table::scan_with`](crate::Table::scan_with): the same
+/// fields as [`Cell`], borrowed from the read's buffer for the duration of one call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CellRef<'a> {
+    /// Row key.
+    pub row: &'a [u8],
+    /// Column family name.
+    pub family: &'a [u8],
+    /// Column qualifier.
+    pub qualifier: &'a [u8],
+    /// Version timestamp in milliseconds.
+    pub timestamp: u64,
+    /// Put or one of the delete markers (markers appear only in raw reads).
+    pub cell_type: CellType,
+    /// The value; empty for delete markers.
+    pub value: &'a [u8],
+}
+
+impl CellRef<'_> {
+    /// An owned copy of the cell.
+    pub fn to_cell(&self) -> Cell {
+        Cell {
+            row: Bytes::copy_from_slice(self.row),
+            family: Bytes::copy_from_slice(self.family),
+            qualifier: Bytes::copy_from_slice(self.qualifier),
+            timestamp: self.timestamp,
+            cell_type: self.cell_type,
+            value: Bytes::copy_from_slice(self.value),
+        }
+    }
+}
+
 /// A borrowed view of a cell's key inside one family.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct KeyView<'a> {

@@ -6,7 +6,7 @@
 
 use bytes::Bytes;
 
-use crate::cell::Cell;
+use crate::cell::CellRef;
 use crate::mutation::CompareOp;
 
 /// A filter over the cells of a row.
@@ -48,46 +48,34 @@ pub enum Filter {
 }
 
 impl Filter {
-    /// Applies the filter to one row's cells, keeping those that pass.
-    pub(crate) fn apply(&self, row: &[u8], cells: &mut Vec<Cell>) {
-        let mask = self.keep_mask(row, cells);
-        let mut i = 0;
-        cells.retain(|_| {
-            let keep = mask[i];
-            i += 1;
-            keep
-        });
-        if self.strips_values() {
-            for c in cells.iter_mut() {
-                c.value = Bytes::new();
-            }
-        }
-    }
-
-    fn keep_mask(&self, row: &[u8], cells: &[Cell]) -> Vec<bool> {
-        let all = |keep: bool| vec![keep; cells.len()];
+    /// Which of a row's `n` cells pass the filter; `cell(i)` lends the i-th. Reads apply the
+    /// mask to the cells they have gathered, before any is copied out.
+    pub(crate) fn keep_mask<'a>(&self, row: &[u8], n: usize, cell: &impl Fn(usize) -> CellRef<'a>) -> Vec<bool> {
+        let all = |keep: bool| vec![keep; n];
+        let each = |test: &dyn Fn(CellRef<'a>) -> bool| (0..n).map(|i| test(cell(i))).collect();
         match self {
             Filter::Prefix(p) => all(row.starts_with(p)),
             Filter::MultiRowRange(ranges) => all(ranges
                 .iter()
                 .any(|(start, stop)| row >= start.as_ref() && (stop.is_empty() || row < stop.as_ref()))),
-            Filter::ColumnPrefix(p) => cells.iter().map(|c| c.qualifier.starts_with(p)).collect(),
-            Filter::Qualifier(op, v) => cells.iter().map(|c| op.matches(&c.qualifier, v)).collect(),
-            Filter::Value(op, v) => cells.iter().map(|c| op.matches(&c.value, v)).collect(),
+            Filter::ColumnPrefix(p) => each(&|c| c.qualifier.starts_with(p)),
+            Filter::Qualifier(op, v) => each(&|c| op.matches(c.qualifier, v)),
+            Filter::Value(op, v) => each(&|c| op.matches(c.value, v)),
             Filter::SingleColumnValue { family, qualifier, op, value, filter_if_missing } => {
-                let latest =
-                    cells.iter().find(|c| c.family == *family && c.qualifier == *qualifier && !c.cell_type.is_delete());
+                let latest = (0..n).map(cell).find(|c| {
+                    c.family == family.as_ref() && c.qualifier == qualifier.as_ref() && !c.cell_type.is_delete()
+                });
                 all(match latest {
-                    Some(c) => op.matches(&c.value, value),
+                    Some(c) => op.matches(c.value, value),
                     None => !filter_if_missing,
                 })
             }
             Filter::Page(_) | Filter::KeyOnly => all(true),
-            Filter::FirstKeyOnly => (0..cells.len()).map(|i| i == 0).collect(),
+            Filter::FirstKeyOnly => (0..n).map(|i| i == 0).collect(),
             Filter::And(fs) => {
                 let mut mask = all(true);
                 for f in fs {
-                    for (m, k) in mask.iter_mut().zip(f.keep_mask(row, cells)) {
+                    for (m, k) in mask.iter_mut().zip(f.keep_mask(row, n, cell)) {
                         *m &= k;
                     }
                 }
@@ -96,7 +84,7 @@ impl Filter {
             Filter::Or(fs) => {
                 let mut mask = all(fs.is_empty());
                 for f in fs {
-                    for (m, k) in mask.iter_mut().zip(f.keep_mask(row, cells)) {
+                    for (m, k) in mask.iter_mut().zip(f.keep_mask(row, n, cell)) {
                         *m |= k;
                     }
                 }
@@ -105,7 +93,8 @@ impl Filter {
         }
     }
 
-    fn strips_values(&self) -> bool {
+    /// True if the filter returns keys with empty values (`KeyOnly`, alone or in a list).
+    pub(crate) fn strips_values(&self) -> bool {
         match self {
             Filter::KeyOnly => true,
             Filter::And(fs) | Filter::Or(fs) => fs.iter().any(Filter::strips_values),
@@ -126,7 +115,7 @@ impl Filter {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cell::CellType;
+    use crate::cell::{Cell, CellType};
 
     fn cell(q: &'static str, v: &'static str) -> Cell {
         Cell {
@@ -140,11 +129,16 @@ mod tests {
     }
 
     fn run(f: &Filter, row: &[u8]) -> Vec<String> {
-        let mut cells = vec![cell("a1", "x"), cell("a2", "y"), cell("b", "z")];
-        f.apply(row, &mut cells);
+        let cells = [cell("a1", "x"), cell("a2", "y"), cell("b", "z")];
+        let mask = f.keep_mask(row, cells.len(), &|i| cells[i].view());
         cells
             .iter()
-            .map(|c| format!("{}={}", String::from_utf8_lossy(&c.qualifier), String::from_utf8_lossy(&c.value)))
+            .zip(mask)
+            .filter(|(_, keep)| *keep)
+            .map(|(c, _)| {
+                let value = if f.strips_values() { "" } else { std::str::from_utf8(&c.value).unwrap() };
+                format!("{}={value}", String::from_utf8_lossy(&c.qualifier))
+            })
             .collect()
     }
 

@@ -53,7 +53,9 @@ mod table;
 mod wal;
 
 pub use cache::CacheStats;
-pub use cell::{to_printable, Cell, CellType, LATEST_TIMESTAMP, MAX_ROW_KEY_LEN, MAX_VALUE_LEN, MAX_WRITE_LEN};
+pub use cell::{
+    to_printable, Cell, CellRef, CellType, LATEST_TIMESTAMP, MAX_ROW_KEY_LEN, MAX_VALUE_LEN, MAX_WRITE_LEN,
+};
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use descriptor::{BloomType, Compression, Durability, FamilyDescriptor, TableDescriptor};
 pub use engine::{Engine, EngineOptions, RegionInfo};
@@ -61,6 +63,7 @@ pub use error::{Error, Result};
 pub use filter::Filter;
 pub use mutation::{Append, CheckAndMutate, CompareOp, Delete, Increment, Mutation, Put, RowMutations};
 pub use query::{prefix_successor, Get, RowResult, Scan, TimeRange};
+pub use read::row_buf::RowView;
 pub use scanner::Scanner;
 pub use split::SplitAlgorithm;
 pub use table::Table;

@@ -1,17 +1,19 @@
-//! [`Scanner`]: a streaming iterator over a scan's rows.
+//! [`Scanner`]: a streaming iterator over a scan's rows, and the visiting scan behind
+//! [`Table::scan_with`](crate::Table::scan_with).
 //!
 //! The scanner takes a read snapshot of every region its range reaches when it opens, then
 //! fills a small buffer of rows at a time, resuming after the last row it returned, so memory
 //! stays bounded however large the table is.
 
 use std::collections::VecDeque;
-use std::ops::Bound;
+use std::ops::{Bound, ControlFlow};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use bytes::Bytes;
 
 use crate::query::{RowRange, RowResult, Scan};
+use crate::read::row_buf::RowView;
 use crate::read::rows::{read_rows, ReadSnapshot, RowRead};
 use crate::region::Region;
 use crate::Result;
@@ -51,27 +53,84 @@ fn clamp(range: &RowRange, start: &Bytes, end: &Bytes) -> RowRange {
     r
 }
 
-impl Scanner {
-    pub(crate) fn new(mut regions: Vec<Arc<Region>>, scan: Scan, now: u64) -> Scanner {
-        // Only regions the scan's range reaches are snapshotted: a short scan of a table split
-        // into many regions costs the same as one of a single region.
-        let range = scan.row_range();
-        regions.retain(|r| range.overlaps(&r.start, &r.end));
-        if scan.reversed {
-            regions.reverse();
-        }
-        let regions = regions.into_iter().map(|r| {
+/// The regions a scan's range reaches, in scan order, each with a read snapshot taken now.
+/// Only those are snapshotted: a short scan of a table split into many regions costs the same
+/// as one of a single region.
+fn snapshot_regions(mut regions: Vec<Arc<Region>>, scan: &Scan) -> Vec<(Arc<Region>, ReadSnapshot)> {
+    let range = scan.row_range();
+    regions.retain(|r| range.overlaps(&r.start, &r.end));
+    if scan.reversed {
+        regions.reverse();
+    }
+    regions
+        .into_iter()
+        .map(|r| {
             let snap = r.snapshot();
             (r, snap)
-        });
-        let limit = [scan.limit, scan.spec.filter.as_ref().and_then(|f| f.page_limit())].into_iter().flatten().min();
+        })
+        .collect()
+}
+
+/// The most rows a scan returns: its limit or a `Page` filter's, whichever is smaller.
+fn row_limit(scan: &Scan) -> usize {
+    [scan.limit, scan.spec.filter.as_ref().and_then(|f| f.page_limit())]
+        .into_iter()
+        .flatten()
+        .min()
+        .unwrap_or(usize::MAX)
+}
+
+/// Runs `scan` over `regions` (in table order), lending each row, or each `batch` of a row's
+/// cells, to `visit` until it breaks or the scan ends; returns how many rows it visited. See
+/// [`Table::scan_with`](crate::Table::scan_with).
+pub(crate) fn visit_rows(
+    regions: Vec<Arc<Region>>,
+    scan: &Scan,
+    now: u64,
+    visit: &mut dyn FnMut(RowView<'_>) -> ControlFlow<()>,
+) -> Result<usize> {
+    let mut rows_left = row_limit(scan);
+    let mut visited = 0;
+    let full = scan.row_range();
+    for (region, snap) in &snapshot_regions(regions, scan) {
+        if rows_left == 0 {
+            break;
+        }
+        let range = clamp(&full, &region.start, &region.end);
+        let read = RowRead { range: &range, reversed: scan.reversed, spec: &scan.spec, now, point_row: None };
+        let mut got = 0;
+        let mut stopped = false;
+        read_rows(snap, &read, |buf| {
+            got += 1;
+            let row = buf.view();
+            let flow = match scan.batch {
+                Some(n) if row.len() > n => {
+                    (0..row.len()).step_by(n).try_for_each(|at| visit(row.slice(at..(at + n).min(row.len()))))
+                }
+                _ => visit(row),
+            };
+            stopped = flow.is_break();
+            !stopped && got < rows_left
+        })?;
+        region.counters.reads.fetch_add(got as u64, Ordering::Relaxed);
+        rows_left -= got;
+        visited += got;
+        if stopped {
+            break;
+        }
+    }
+    Ok(visited)
+}
+
+impl Scanner {
+    pub(crate) fn new(regions: Vec<Arc<Region>>, scan: Scan, now: u64) -> Scanner {
         Scanner {
-            regions: regions.collect(),
+            regions: snapshot_regions(regions, &scan),
             next_region: 0,
             range: None,
             now,
             buffer: VecDeque::new(),
-            rows_left: limit.unwrap_or(usize::MAX),
+            rows_left: row_limit(&scan),
             done: false,
             scan,
         }
@@ -105,8 +164,9 @@ impl Scanner {
             let mut got = 0usize;
             let batch = self.scan.batch;
             let buffer = &mut self.buffer;
-            read_rows(snap, &read, |row| {
+            read_rows(snap, &read, |buf| {
                 got += 1;
+                let row = buf.take();
                 match batch {
                     Some(n) if row.cells.len() > n => {
                         for chunk in row.cells.chunks(n) {

@@ -6,6 +6,7 @@
 //! range. Read-modify-writes (increment, append, check-and-mutate, latest-version deletes) read
 //! under the same lock.
 
+use std::ops::ControlFlow;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
@@ -18,9 +19,10 @@ use crate::descriptor::{Durability, TableDescriptor};
 use crate::engine::EngineInner;
 use crate::mutation::{Append, CheckAndMutate, Edit, Increment, Mutation, Put, RowMutations};
 use crate::query::{Get, ReadSpec, RowRange, RowResult, Scan};
+use crate::read::row_buf::RowView;
 use crate::read::rows::{read_rows, RowRead};
 use crate::region::Region;
-use crate::scanner::Scanner;
+use crate::scanner::{visit_rows, Scanner};
 use crate::wal::{encode_batch, WalEdit};
 use crate::{Delete, Error, Result};
 
@@ -591,8 +593,8 @@ impl Table {
         let range = RowRange::single(get.row.clone());
         let read = RowRead { range: &range, reversed: false, spec: &get.spec, now, point_row: Some(&get.row) };
         let mut out = RowResult { row: get.row.clone(), cells: Vec::new() };
-        read_rows(&snap, &read, |r| {
-            out = r;
+        read_rows(&snap, &read, |buf| {
+            out = buf.take();
             false
         })?;
         Ok(out)
@@ -637,5 +639,45 @@ impl Table {
         let desc = self.check_usable()?;
         self.check_spec(&desc, &scan.spec)?;
         Ok(Scanner::new(self.state.regions(), scan, self.engine.opts.clock.now_ms()))
+    }
+
+    /// Scans like [`Table::scan`], but lends each row to `visit` instead of returning it: the
+    /// row's cells are borrowed from the read's buffer, which is reused for the next row, so a
+    /// row costs no allocation. `visit` returns [`ControlFlow::Break`] to end the scan early.
+    /// Returns how many rows were visited (with a `batch`, a row lent in several parts counts
+    /// once).
+    ///
+    /// The scan sees one snapshot per region, taken when it starts, and holds it until it
+    /// ends: files compacted away meanwhile stay on disk until then. Use [`Table::scan`] to
+    /// keep rows, or to read at your own pace; [`RowView::to_row_result`] copies one out.
+    ///
+    /// ```
+    /// # use cellar_engine::*;
+    /// # use std::ops::ControlFlow;
+    /// # fn main() -> Result<()> {
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let engine = Engine::open(dir.path(), EngineOptions::default())?;
+    /// # engine.create_table(TableDescriptor::new("t").family(FamilyDescriptor::new("f")))?;
+    /// # let t = engine.table("t")?;
+    /// for (row, amount) in [("a", "3"), ("b", "4"), ("c", "5")] {
+    ///     t.put(Put::new(row).add("f", "amount", amount))?;
+    /// }
+    /// let mut total = 0;
+    /// t.scan_with(Scan::new(), |row| {
+    ///     let amount = row.value(b"f", b"amount").unwrap_or(b"0");
+    ///     total += std::str::from_utf8(amount).unwrap().parse::<u64>().unwrap();
+    ///     ControlFlow::Continue(())
+    /// })?;
+    /// assert_eq!(total, 12);
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    /// [`Error::FamilyNotFound`], [`Error::TableDisabled`], [`Error::Corrupt`] if a file read
+    /// is damaged (rows visited before it stay visited).
+    pub fn scan_with(&self, scan: Scan, mut visit: impl FnMut(RowView<'_>) -> ControlFlow<()>) -> Result<usize> {
+        let desc = self.check_usable()?;
+        self.check_spec(&desc, &scan.spec)?;
+        visit_rows(self.state.regions(), &scan, self.engine.opts.clock.now_ms(), &mut visit)
     }
 }

@@ -479,11 +479,7 @@ fn check(te: &TestEngine, model: &Model, step: usize) {
         out
     };
     let scan = |s: Scan| -> Rows {
-        t.scan(s)
-            .unwrap()
-            .map(|r| r.unwrap())
-            .map(|r| (String::from_utf8_lossy(&r.row).into_owned(), cells(&r)))
-            .collect()
+        scan_both(&t, s).iter().map(|r| (String::from_utf8_lossy(&r.row).into_owned(), cells(r))).collect()
     };
     assert_eq!(
         scan(Scan::new().all_versions()),

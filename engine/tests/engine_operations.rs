@@ -79,6 +79,59 @@ fn scans_bound_reverse_limit_and_batch() {
 }
 
 #[test]
+fn scan_with_lends_rows_until_the_visitor_stops() {
+    let te = TestEngine::new(1000);
+    let t = simple(&te, FamilyDescriptor::new("f").max_versions(3));
+    for i in 0..40 {
+        t.put(Put::new(format!("k{i:02}")).add("f", "a", format!("a{i}")).add("f", "b", format!("b{i}"))).unwrap();
+        if i == 19 {
+            te.engine().flush("t").unwrap();
+        }
+    }
+    t.put(Put::new("k05").add_at("f", "a", 500, "older")).unwrap();
+
+    // Stopping early: the visitor sees rows in order and the count includes the row it broke on.
+    let mut seen = Vec::new();
+    let visited = t
+        .scan_with(Scan::new().start("k10"), |row| {
+            seen.push(String::from_utf8_lossy(row.row()).into_owned());
+            if row.row() == b"k12" {
+                std::ops::ControlFlow::Break(())
+            } else {
+                std::ops::ControlFlow::Continue(())
+            }
+        })
+        .unwrap();
+    assert_eq!((visited, seen), (3, vec!["k10".to_string(), "k11".into(), "k12".into()]));
+
+    // Cells and values in place, every version asked for, newest first.
+    let mut versions = Vec::new();
+    t.scan_with(Scan::new().prefix("k05").all_versions(), |row| {
+        assert_eq!(row.value(b"f", b"a"), Some(&b"a5"[..]));
+        assert_eq!(row.value(b"g", b"a"), None);
+        versions.extend(row.cells().map(|c| (c.qualifier.to_vec(), c.timestamp, c.value.to_vec())));
+        std::ops::ControlFlow::Continue(())
+    })
+    .unwrap();
+    let want: Vec<(Vec<u8>, u64, Vec<u8>)> = vec![
+        (b"a".to_vec(), 1000, b"a5".to_vec()),
+        (b"a".to_vec(), 500, b"older".to_vec()),
+        (b"b".to_vec(), 1000, b"b5".to_vec()),
+    ];
+    assert_eq!(versions, want);
+
+    // Limits, batches, reversal and filters agree with the owned scan (checked by `rows`).
+    assert_eq!(rows(&t, Scan::new().limit(4).batch(1)), ["k00", "k00", "k01", "k01", "k02", "k02", "k03", "k03"]);
+    assert_eq!(rows(&t, Scan::new().reversed(true).limit(2)), ["k39", "k38"]);
+    assert_eq!(rows(&t, Scan::new().filter(Filter::Value(CompareOp::Equal, "b7".into()))), ["k07"]);
+    assert_eq!(rows(&t, Scan::new().filter(Filter::And(vec![Filter::Page(3), Filter::KeyOnly]))).len(), 3);
+
+    // Errors come before any row is lent.
+    let err = t.scan_with(Scan::new().column("nope", "q"), |_| std::ops::ControlFlow::Continue(()));
+    assert!(matches!(err, Err(Error::FamilyNotFound { .. })), "{err:?}");
+}
+
+#[test]
 fn scanner_reads_a_snapshot() {
     let te = TestEngine::new(1000);
     let t = simple(&te, FamilyDescriptor::new("f"));

@@ -171,6 +171,20 @@ fn rss_kib(field: &str) -> u64 {
         .unwrap_or(0)
 }
 
+/// What the C heap holds (glibc's `mallinfo2`): bytes in use, bytes free but kept, and bytes
+/// in mmapped chunks, so resident memory can be split into live data and allocator slack.
+fn heap_summary() -> String {
+    // SAFETY: mallinfo2 only reads the allocator's counters.
+    let m = unsafe { libc::mallinfo2() };
+    let mib = |b: usize| b >> 20;
+    format!(
+        "heap {} MiB in use, {} MiB free in arenas, {} MiB mmapped",
+        mib(m.uordblks),
+        mib(m.fordblks),
+        mib(m.hblkhd)
+    )
+}
+
 /// Runs every workload on one engine, printing `RESULT name ops_per_sec` lines.
 fn child(engine: &str, dir: &Path, records: u64, ops: u64) {
     let run = |name: &str, n: u64, s: &dyn Store, f: &mut dyn FnMut()| {
@@ -180,9 +194,10 @@ fn child(engine: &str, dir: &Path, records: u64, ops: u64) {
         println!("RESULT {name}\t{:.0}", n as f64 / secs);
         if std::env::var_os("PEERS_TRACE_RSS").is_some() {
             eprintln!(
-                "{engine} after {name}: {} MiB resident, {} MiB peak {}",
+                "{engine} after {name}: {} MiB resident, {} MiB peak; {}; {}",
                 rss_kib("VmRSS:") / 1024,
                 peak_rss_kib() / 1024,
+                heap_summary(),
                 s.stats()
             );
         }

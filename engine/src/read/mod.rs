@@ -1,6 +1,8 @@
-//! The read path: cursors over memstores and SSTables, their merge, per-row visibility, and
-//! row assembly for Get and Scan (forward and reversed).
+//! The read path: cursors over memstores and SSTables, their merge, per-row visibility, the
+//! buffer a row's cells are gathered in, and row assembly for Get and Scan (forward and
+//! reversed).
 
 pub(crate) mod cursor;
+pub(crate) mod row_buf;
 pub(crate) mod rows;
 pub(crate) mod visibility;

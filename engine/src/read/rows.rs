@@ -8,9 +8,10 @@ use bytes::Bytes;
 
 use crate::cell::{same_bytes, KeyView};
 use crate::masking::DeleteTracker;
-use crate::query::{ReadSpec, RowRange, RowResult};
+use crate::query::{ReadSpec, RowRange};
 use crate::read::cursor::{CellCursor, MergeCursor, Source};
-use crate::read::visibility::{read_row_family, FamilyView, ReadParams, RowScratch};
+use crate::read::row_buf::RowBuf;
+use crate::read::visibility::{read_row_family, FamilyView, ReadParams};
 use crate::region::{RegionStores, Store};
 use crate::Result;
 
@@ -68,12 +69,12 @@ fn open_family<'a>(
     })
 }
 
-/// Reads rows of `snap` in `read.range`, calling `sink` with each non-empty row until it
-/// returns false.
+/// Reads rows of `snap` in `read.range`, handing each non-empty row to `sink` (in `RowBuf`,
+/// for it to take or view) until it returns false.
 pub(crate) fn read_rows(
     snap: &ReadSnapshot,
     read: &RowRead<'_>,
-    mut sink: impl FnMut(RowResult) -> bool,
+    mut sink: impl FnMut(&mut RowBuf) -> bool,
 ) -> Result<()> {
     let mut families = Vec::new();
     for store in &snap.stores.families {
@@ -91,26 +92,8 @@ pub(crate) fn read_rows(
         now: read.now,
     };
     let mut tracker = DeleteTracker::default();
-    let mut scratch = RowScratch::new(if read.point_row.is_some() { 256 } else { 16 * 1024 });
-    let mut cells_hint = 0;
-    let mut emit = |row: Bytes,
-                    families: &mut Vec<FamilyRead<'_>>,
-                    tracker: &mut DeleteTracker,
-                    scratch: &mut RowScratch|
-     -> Result<bool> {
-        let mut cells = Vec::with_capacity(cells_hint);
-        for f in families.iter_mut() {
-            if f.cursor.key().is_some_and(|k| same_bytes(k.row, &row)) {
-                read_row_family(&mut f.cursor, &row, &f.view, &params, tracker, scratch, &mut cells)?;
-            }
-        }
-        cells_hint = cells.len();
-        if let Some(filter) = &read.spec.filter {
-            filter.apply(&row, &mut cells);
-        }
-        Ok(cells.is_empty() || sink(RowResult { row, cells }))
-    };
-
+    let names = families.iter().map(|f| f.view.name.clone()).collect();
+    let mut buf = RowBuf::new(names, if read.point_row.is_some() { 256 } else { 16 * 1024 });
     if !read.reversed {
         let after;
         let start: &[u8] = match &read.range.lo {
@@ -130,8 +113,8 @@ pub(crate) fn read_rows(
             if !read.range.below_hi(row) {
                 break;
             }
-            let row = scratch.bytes(row);
-            if !emit(row, &mut families, &mut tracker, &mut scratch)? {
+            buf.start_row(row);
+            if !gather_row(&mut families, &params, &mut tracker, &mut buf, read, &mut sink)? {
                 break;
             }
         }
@@ -158,10 +141,32 @@ pub(crate) fn read_rows(
                 f.cursor.seek(&KeyView::first_of_row(&row))?;
             }
             bound = Some(row.to_vec());
-            if !emit(row, &mut families, &mut tracker, &mut scratch)? {
+            buf.start_row(&row);
+            if !gather_row(&mut families, &params, &mut tracker, &mut buf, read, &mut sink)? {
                 break;
             }
         }
     }
     Ok(())
+}
+
+/// Reads the row `buf` was started on from every family positioned at it, applies the read's
+/// filter, and hands a non-empty result to `sink`; false when the sink wants no more rows.
+fn gather_row(
+    families: &mut [FamilyRead<'_>],
+    params: &ReadParams,
+    tracker: &mut DeleteTracker,
+    buf: &mut RowBuf,
+    read: &RowRead<'_>,
+    sink: &mut impl FnMut(&mut RowBuf) -> bool,
+) -> Result<bool> {
+    for (i, f) in families.iter_mut().enumerate() {
+        if f.cursor.key().is_some_and(|k| same_bytes(k.row, buf.row())) {
+            read_row_family(&mut f.cursor, i, &f.view, params, tracker, buf)?;
+        }
+    }
+    if let Some(filter) = &read.spec.filter {
+        buf.apply_filter(filter);
+    }
+    Ok(buf.is_empty() || sink(buf))
 }

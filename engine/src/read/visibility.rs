@@ -7,13 +7,14 @@
 //! what is returned. Applying the family limits before the time range makes a read return the
 //! same cells before and after a major compaction.
 
-use bytes::{Buf, Bytes, BytesMut};
+use bytes::Bytes;
 
-use crate::cell::{same_bytes, Cell, CellType, KeyView};
+use crate::cell::{same_bytes, CellType, KeyView};
 use crate::descriptor::FamilyDescriptor;
 use crate::masking::{is_expired, DeleteTracker, Marker};
 use crate::query::TimeRange;
 use crate::read::cursor::CellCursor;
+use crate::read::row_buf::RowBuf;
 use crate::Result;
 
 /// One family as a read sees it.
@@ -39,31 +40,9 @@ pub(crate) struct ReadParams {
     pub now: u64,
 }
 
-/// Buffers a read reuses from row to row. Row keys, qualifiers and values are appended to `arena` and
-/// split off as shared slices, so a row costs no allocation of its own.
-#[derive(Default)]
-pub(crate) struct RowScratch {
-    pub arena: BytesMut,
-    /// Where each returned cell's qualifier and value sit in the arena.
-    cell_ranges: Vec<(std::ops::Range<usize>, std::ops::Range<usize>)>,
-}
-
-impl RowScratch {
-    /// Scratch whose arena grows in chunks of `chunk` bytes (small for a Get, larger for scans).
-    pub fn new(chunk: usize) -> Self {
-        RowScratch { arena: BytesMut::with_capacity(chunk), cell_ranges: Vec::new() }
-    }
-
-    /// `bytes` as shared `Bytes` carved from the arena.
-    pub fn bytes(&mut self, bytes: &[u8]) -> Bytes {
-        self.arena.extend_from_slice(bytes);
-        self.arena.split().freeze()
-    }
-}
-
 /// Per-column progress through the versions of one column.
 struct ColumnState {
-    /// Where the qualifier sits in the row's qualifier buffer.
+    /// Where the qualifier sits in the row buffer.
     qualifier: std::ops::Range<usize>,
     selected: bool,
     last_put_ts: Option<u64>,
@@ -71,39 +50,29 @@ struct ColumnState {
     returned: u32,
 }
 
-/// Reads the cells of `row` in one family from `cur` (positioned at or before the row's first
-/// cell of this family) and appends what the read returns to `out`. Leaves `cur` after the row.
+/// Reads the cells of `buf`'s row in family number `family` from `cur` (positioned at or
+/// before the row's first cell of this family) and appends what the read returns to `buf`.
+/// Leaves `cur` after the row.
 pub(crate) fn read_row_family(
     cur: &mut dyn CellCursor,
-    row: &Bytes,
+    family: usize,
     fam: &FamilyView<'_>,
     p: &ReadParams,
     tracker: &mut DeleteTracker,
-    scratch: &mut RowScratch,
-    out: &mut Vec<Cell>,
+    buf: &mut RowBuf,
 ) -> Result<()> {
     tracker.start_row();
     let ceiling = if fam.desc.keep_deleted_cells { p.time_range.max } else { u64::MAX };
     let ttl = fam.desc.ttl_ms();
     let mut col: Option<ColumnState> = None;
-    // Qualifiers of this row's columns and the values it returns go back to back into the
-    // arena; cells get slices of them once the row is done. Copying values keeps results from
-    // pinning cached blocks or memstore chunks.
-    debug_assert!(scratch.arena.is_empty());
-    let arena = &mut scratch.arena;
-    let first_cell = out.len();
-    let cell_ranges = &mut scratch.cell_ranges;
-    cell_ranges.clear();
     while let Some(k) = cur.key() {
-        if !same_bytes(k.row, row) {
+        if !same_bytes(k.row, buf.row()) {
             break;
         }
-        if col.as_ref().is_none_or(|c| !same_bytes(&arena[c.qualifier.clone()], k.qualifier)) {
+        if col.as_ref().is_none_or(|c| !same_bytes(buf.bytes(c.qualifier.clone()), k.qualifier)) {
             tracker.start_column();
-            let start = arena.len();
-            arena.extend_from_slice(k.qualifier);
             let selected = fam.selects(k.qualifier);
-            let qualifier = start..arena.len();
+            let qualifier = buf.push_bytes(k.qualifier);
             col = Some(ColumnState { qualifier, selected, last_put_ts: None, surviving: 0, returned: 0 });
         }
         let Some(c) = col.as_mut() else { break };
@@ -134,17 +103,7 @@ pub(crate) fn read_row_family(
             }
         }
         if let Some((kind, value)) = emitted {
-            let start = arena.len();
-            arena.extend_from_slice(value);
-            cell_ranges.push((c.qualifier.clone(), start..arena.len()));
-            out.push(Cell {
-                row: row.clone(),
-                family: fam.name.clone(),
-                qualifier: Bytes::new(),
-                timestamp: k.ts,
-                cell_type: kind,
-                value: Bytes::new(),
-            });
+            buf.push_cell(family, c.qualifier.clone(), k.ts, kind, value);
         }
         // Once a column can yield nothing more (or is not asked for), jump past its remaining
         // versions instead of reading them: a hot row may hold thousands of obsolete versions
@@ -153,32 +112,11 @@ pub(crate) fn read_row_family(
             || (!p.raw && (c.surviving >= fam.desc.max_versions || c.returned >= p.max_versions));
         if column_done {
             let qualifier = c.qualifier.clone();
-            skip_column(cur, row, &arena[qualifier])?;
+            skip_column(cur, buf.row(), buf.bytes(qualifier))?;
         } else {
             cur.next()?;
         }
     }
-    // Hand out the pieces in arena order, each split off on its own (one reference count
-    // each, and no handle on the whole row left to drop). Cells of one column share its
-    // qualifier.
-    let mut pos = 0;
-    let mut column = None;
-    for i in first_cell..out.len() {
-        let (q, v) = cell_ranges[i - first_cell].clone();
-        if column.as_ref() == Some(&q) {
-            out[i].qualifier = out[i - 1].qualifier.clone();
-        } else {
-            arena.advance(q.start - pos);
-            out[i].qualifier = arena.split_to(q.len()).freeze();
-            pos = q.end;
-            column = Some(q);
-        }
-        arena.advance(v.start - pos);
-        out[i].value = arena.split_to(v.len()).freeze();
-        pos = v.end;
-    }
-    cell_ranges.clear();
-    arena.clear();
     Ok(())
 }
 

@@ -71,7 +71,26 @@ pub fn cells(r: &RowResult) -> Vec<(String, u64, String)> {
 
 /// Every row key a scan returns.
 pub fn rows(t: &Table, scan: Scan) -> Vec<String> {
-    t.scan(scan).unwrap().map(|r| String::from_utf8_lossy(&r.unwrap().row).into_owned()).collect()
+    scan_both(t, scan).iter().map(|r| String::from_utf8_lossy(&r.row).into_owned()).collect()
+}
+
+/// What `scan` returns, after checking that [`Table::scan_with`] lends exactly the same rows
+/// (or batches of a row's cells), cells and values, and counts each row once.
+pub fn scan_both(t: &Table, scan: Scan) -> Vec<RowResult> {
+    let returned: Vec<RowResult> = t.scan(scan.clone()).unwrap().map(|r| r.unwrap()).collect();
+    let mut lent = Vec::new();
+    let visited = t
+        .scan_with(scan, |row| {
+            assert!(!row.is_empty(), "a lent row has cells");
+            lent.push(row.to_row_result());
+            std::ops::ControlFlow::Continue(())
+        })
+        .unwrap();
+    assert_eq!(lent, returned, "scan_with lends what scan returns");
+    let mut keys: Vec<_> = returned.iter().map(|r| &r.row).collect();
+    keys.dedup();
+    assert_eq!(visited, keys.len(), "scan_with counts rows, not batches");
+    returned
 }
 
 /// A small deterministic generator (xorshift64) for test data.

@@ -1,0 +1,329 @@
+//! [`RowBuf`]: the cells a read returns for one row, gathered in one reused buffer, and the two
+//! ways they leave it — copied out as an owned [`RowResult`], or lent as a [`RowView`].
+//!
+//! The row key, qualifiers and values are copied out of the cursors into the buffer's arena as
+//! the row is read, so results never pin a cached block or a memstore chunk. An owned row then
+//! splits its pieces off the arena (shared slices, no allocation per piece); a view lends them
+//! in place and the buffer is reused for the next row.
+
+use std::ops::Range;
+
+use bytes::{Buf, Bytes, BytesMut};
+
+use crate::cell::{Cell, CellRef, CellType};
+use crate::filter::Filter;
+use crate::query::RowResult;
+
+/// Where one returned cell's bytes sit in the arena.
+#[derive(Debug, Clone)]
+pub(crate) struct CellSpan {
+    /// Index into the read's families.
+    family: usize,
+    qualifier: Range<usize>,
+    value: Range<usize>,
+    timestamp: u64,
+    kind: CellType,
+}
+
+/// One row's returned cells.
+pub(crate) struct RowBuf {
+    /// Names of the families the read covers, indexed by [`CellSpan::family`].
+    families: Vec<Bytes>,
+    /// The row key, then qualifiers and values in the order the row is read.
+    arena: BytesMut,
+    row_len: usize,
+    spans: Vec<CellSpan>,
+}
+
+impl RowBuf {
+    /// A buffer for a read of `families`, whose arena grows in chunks of `chunk` bytes (small
+    /// for a Get, larger for scans).
+    pub fn new(families: Vec<Bytes>, chunk: usize) -> Self {
+        RowBuf { families, arena: BytesMut::with_capacity(chunk), row_len: 0, spans: Vec::new() }
+    }
+
+    /// Starts gathering `row`, dropping whatever the buffer held.
+    pub fn start_row(&mut self, row: &[u8]) {
+        self.arena.clear();
+        self.spans.clear();
+        self.arena.extend_from_slice(row);
+        self.row_len = row.len();
+    }
+
+    /// The row being gathered.
+    pub fn row(&self) -> &[u8] {
+        &self.arena[..self.row_len]
+    }
+
+    /// Appends `bytes` (a qualifier) to the arena, returning where they sit.
+    pub fn push_bytes(&mut self, bytes: &[u8]) -> Range<usize> {
+        let start = self.arena.len();
+        self.arena.extend_from_slice(bytes);
+        start..self.arena.len()
+    }
+
+    /// Bytes pushed earlier.
+    pub fn bytes(&self, at: Range<usize>) -> &[u8] {
+        &self.arena[at]
+    }
+
+    /// Appends a returned cell of family `family` (an index) whose qualifier was pushed at
+    /// `qualifier`.
+    pub fn push_cell(&mut self, family: usize, qualifier: Range<usize>, timestamp: u64, kind: CellType, value: &[u8]) {
+        let value = self.push_bytes(value);
+        self.spans.push(CellSpan { family, qualifier, value, timestamp, kind });
+    }
+
+    /// True if the row has no cells to return.
+    pub fn is_empty(&self) -> bool {
+        self.spans.is_empty()
+    }
+
+    /// Keeps the cells `filter` passes (and empties their values if it strips them).
+    pub fn apply_filter(&mut self, filter: &Filter) {
+        let mask = {
+            let view = self.view();
+            filter.keep_mask(view.row, view.spans.len(), &|i| view.cell(i))
+        };
+        let mut keep = mask.into_iter();
+        self.spans.retain(|_| keep.next().unwrap_or(false));
+        if filter.strips_values() {
+            for s in &mut self.spans {
+                s.value = s.value.start..s.value.start;
+            }
+        }
+    }
+
+    /// The gathered row, lent in place.
+    pub fn view(&self) -> RowView<'_> {
+        RowView { row: self.row(), families: &self.families, arena: &self.arena, spans: &self.spans }
+    }
+
+    /// The gathered row as an owned result, its pieces split off the arena; the buffer is empty
+    /// afterwards.
+    pub fn take(&mut self) -> RowResult {
+        let arena = &mut self.arena;
+        let row = arena.split_to(self.row_len).freeze();
+        // Split the pieces off in arena order, each on its own (one reference count each, and
+        // no handle on the whole row left to drop). Cells of one column share its qualifier.
+        let mut pos = self.row_len;
+        let mut column: Option<(Range<usize>, Bytes)> = None;
+        let mut cells = Vec::with_capacity(self.spans.len());
+        for s in self.spans.drain(..) {
+            let qualifier = match &column {
+                Some((at, q)) if *at == s.qualifier => q.clone(),
+                _ => {
+                    arena.advance(s.qualifier.start - pos);
+                    let q = arena.split_to(s.qualifier.len()).freeze();
+                    pos = s.qualifier.end;
+                    column = Some((s.qualifier, q.clone()));
+                    q
+                }
+            };
+            let value = if s.value.is_empty() {
+                Bytes::new()
+            } else {
+                arena.advance(s.value.start - pos);
+                pos = s.value.end;
+                arena.split_to(s.value.len()).freeze()
+            };
+            cells.push(Cell {
+                row: row.clone(),
+                family: self.families[s.family].clone(),
+                qualifier,
+                timestamp: s.timestamp,
+                cell_type: s.kind,
+                value,
+            });
+        }
+        arena.clear();
+        self.row_len = 0;
+        RowResult { row, cells }
+    }
+}
+
+/// One row of a scan, lent to the visitor of [`Table::scan_with`](crate::Table::scan_with):
+/// the same cells a [`RowResult`] would hold, in the same order, borrowed from the read's
+/// buffer instead of copied out.
+#[derive(Clone, Copy)]
+pub struct RowView<'a> {
+    row: &'a [u8],
+    families: &'a [Bytes],
+    arena: &'a [u8],
+    spans: &'a [CellSpan],
+}
+
+impl std::fmt::Debug for RowView<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RowView").field("row", &self.row).field("cells", &self.cells().collect::<Vec<_>>()).finish()
+    }
+}
+
+impl<'a> RowView<'a> {
+    /// The row key.
+    pub fn row(&self) -> &'a [u8] {
+        self.row
+    }
+
+    /// How many cells the row has.
+    pub fn len(&self) -> usize {
+        self.spans.len()
+    }
+
+    /// True if the row has no cells (a scan never lends such a row).
+    pub fn is_empty(&self) -> bool {
+        self.spans.is_empty()
+    }
+
+    /// The `i`-th cell, in family, qualifier, newest-first order.
+    pub fn get(&self, i: usize) -> Option<CellRef<'a>> {
+        (i < self.spans.len()).then(|| self.cell(i))
+    }
+
+    /// The cells, in family, qualifier, newest-first order.
+    pub fn cells(&self) -> impl ExactSizeIterator<Item = CellRef<'a>> + 'a {
+        let view = *self;
+        (0..self.spans.len()).map(move |i| view.cell(i))
+    }
+
+    /// The newest value of `family:qualifier`.
+    pub fn value(&self, family: &[u8], qualifier: &[u8]) -> Option<&'a [u8]> {
+        self.cells()
+            .find(|c| c.family == family && c.qualifier == qualifier && !c.cell_type.is_delete())
+            .map(|c| c.value)
+    }
+
+    /// An owned copy of the row.
+    pub fn to_row_result(&self) -> RowResult {
+        let row = Bytes::copy_from_slice(self.row);
+        let cells = self.cells().map(|c| Cell { row: row.clone(), ..c.to_cell() }).collect();
+        RowResult { row, cells }
+    }
+
+    /// The cells `range` of this row as a row of their own (a scan's `batch`).
+    pub(crate) fn slice(&self, range: Range<usize>) -> RowView<'a> {
+        RowView { spans: &self.spans[range], ..*self }
+    }
+
+    fn cell(&self, i: usize) -> CellRef<'a> {
+        let s = &self.spans[i];
+        CellRef {
+            row: self.row,
+            family: &self.families[s.family],
+            qualifier: &self.arena[s.qualifier.clone()],
+            timestamp: s.timestamp,
+            cell_type: s.kind,
+            value: &self.arena[s.value.clone()],
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A row of two families: `a:q1` with two versions, `a:q2`, `b:q1`.
+    fn gathered() -> RowBuf {
+        let mut buf = RowBuf::new(vec![Bytes::from_static(b"a"), Bytes::from_static(b"b")], 64);
+        buf.start_row(b"row-1");
+        let q1 = buf.push_bytes(b"q1");
+        buf.push_cell(0, q1.clone(), 20, CellType::Put, b"new");
+        buf.push_cell(0, q1, 10, CellType::Put, b"old");
+        let q2 = buf.push_bytes(b"q2");
+        buf.push_cell(0, q2, 5, CellType::Put, b"v2");
+        let q1 = buf.push_bytes(b"q1");
+        buf.push_cell(1, q1, 7, CellType::Put, b"vb");
+        buf
+    }
+
+    fn describe(cells: impl Iterator<Item = (Vec<u8>, Vec<u8>, u64, Vec<u8>)>) -> Vec<String> {
+        cells
+            .map(|(f, q, ts, v)| {
+                format!(
+                    "{}:{}@{ts}={}",
+                    String::from_utf8_lossy(&f),
+                    String::from_utf8_lossy(&q),
+                    String::from_utf8_lossy(&v)
+                )
+            })
+            .collect()
+    }
+
+    const EXPECTED: [&str; 4] = ["a:q1@20=new", "a:q1@10=old", "a:q2@5=v2", "b:q1@7=vb"];
+
+    #[test]
+    fn a_view_and_an_owned_row_hold_the_same_cells() {
+        let mut buf = gathered();
+        let view = buf.view();
+        assert_eq!(view.row(), b"row-1");
+        assert_eq!(view.len(), 4);
+        assert_eq!(view.value(b"a", b"q1"), Some(&b"new"[..]));
+        assert_eq!(view.value(b"b", b"q2"), None);
+        assert!(view.get(4).is_none());
+        let viewed =
+            describe(view.cells().map(|c| (c.family.to_vec(), c.qualifier.to_vec(), c.timestamp, c.value.to_vec())));
+        assert_eq!(viewed, EXPECTED);
+        let copied = view.to_row_result();
+
+        let owned = buf.take();
+        assert_eq!(owned, copied);
+        assert_eq!(owned.row.as_ref(), b"row-1");
+        assert!(owned.cells.iter().all(|c| c.row == owned.row));
+        let taken = describe(
+            owned.cells.iter().map(|c| (c.family.to_vec(), c.qualifier.to_vec(), c.timestamp, c.value.to_vec())),
+        );
+        assert_eq!(taken, EXPECTED);
+        assert!(buf.is_empty(), "taking empties the buffer");
+    }
+
+    #[test]
+    fn the_buffer_is_reused_row_after_row_without_disturbing_taken_rows() {
+        let mut buf = gathered();
+        let first = buf.take();
+        buf.start_row(b"row-2");
+        let q = buf.push_bytes(b"zz");
+        buf.push_cell(1, q, 1, CellType::Put, b"later");
+        let second = buf.take();
+        assert_eq!(
+            describe(first.cells.iter().map(|c| (
+                c.family.to_vec(),
+                c.qualifier.to_vec(),
+                c.timestamp,
+                c.value.to_vec()
+            ))),
+            EXPECTED
+        );
+        assert_eq!(second.row.as_ref(), b"row-2");
+        assert_eq!(second.cells.len(), 1);
+        assert_eq!(second.cells[0].value.as_ref(), b"later");
+    }
+
+    #[test]
+    fn filters_drop_cells_and_strip_values_before_anything_is_copied_out() {
+        let mut buf = gathered();
+        buf.apply_filter(&Filter::And(vec![Filter::Qualifier(crate::CompareOp::Equal, "q1".into()), Filter::KeyOnly]));
+        let owned = buf.take();
+        let got = describe(
+            owned.cells.iter().map(|c| (c.family.to_vec(), c.qualifier.to_vec(), c.timestamp, c.value.to_vec())),
+        );
+        assert_eq!(got, ["a:q1@20=", "a:q1@10=", "b:q1@7="]);
+
+        let mut buf = gathered();
+        buf.apply_filter(&Filter::Value(crate::CompareOp::Equal, "v2".into()));
+        let view = buf.view();
+        assert_eq!(view.len(), 1);
+        assert_eq!(view.get(0).map(|c| (c.qualifier, c.value)), Some((&b"q2"[..], &b"v2"[..])));
+        let owned = buf.take();
+        assert_eq!(owned.cells[0].qualifier.as_ref(), b"q2");
+        assert_eq!(owned.cells[0].value.as_ref(), b"v2");
+    }
+
+    #[test]
+    fn a_slice_is_a_row_of_its_own() {
+        let buf = gathered();
+        let view = buf.view();
+        let tail = view.slice(2..4);
+        assert_eq!(tail.row(), b"row-1");
+        assert_eq!(tail.cells().map(|c| c.value).collect::<Vec<_>>(), [&b"v2"[..], b"vb"]);
+    }
+}
