@@ -150,6 +150,8 @@ fn worker(engine: &Weak<EngineInner>, bg: &Background) {
                 // A failed task is retried when the next write asks for it again; the data
                 // stays safe in the memstore and the log meanwhile.
                 let _ = engine.run_task(&task);
+                // Flushes and compactions free large buffers; see `heap`.
+                crate::heap::release_free_memory();
             }
             // Buffered AsyncWal records go out at least this often, busy or idle.
             let _ = engine.wal.flush_buffer();

@@ -38,6 +38,7 @@ mod engine;
 mod error;
 pub mod filter;
 mod fsutil;
+mod heap;
 mod masking;
 mod memstore;
 pub mod mutation;
