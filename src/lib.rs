@@ -53,9 +53,9 @@ pub use cellar_orm as orm;
 pub mod prelude {
     pub use cellar_derive::{Entity, Record};
     pub use cellar_engine::{
-        Append, BloomType, Cell, CellType, CheckAndMutate, CompareOp, Compression, Delete, Durability, Engine,
-        EngineOptions, FamilyDescriptor, Filter, Get, Increment, Mutation, Put, RowMutations, RowResult, Scan, Table,
-        TableDescriptor, TimeRange,
+        Append, BloomType, Cell, CellRef, CellType, CheckAndMutate, CompareOp, Compression, Delete, Durability, Engine,
+        EngineOptions, FamilyDescriptor, Filter, Get, Increment, Mutation, Put, RowMutations, RowResult, RowView, Scan,
+        Table, TableDescriptor, TimeRange,
     };
     pub use cellar_orm::{Cursor, Db, Entity as _, Page, Record as _, Records, Repository, Timestamp};
 }
