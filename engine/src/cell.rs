@@ -133,6 +133,11 @@ pub struct CellRef<'a> {
 }
 
 impl CellRef<'_> {
+    /// True if this is a value (not a delete marker) of column `family:qualifier`.
+    pub fn is_value_of(&self, family: &[u8], qualifier: &[u8]) -> bool {
+        self.family == family && self.qualifier == qualifier && !self.cell_type.is_delete()
+    }
+
     /// An owned copy of the cell.
     pub fn to_cell(&self) -> Cell {
         Cell {

@@ -62,9 +62,7 @@ impl Filter {
             Filter::Qualifier(op, v) => each(&|c| op.matches(c.qualifier, v)),
             Filter::Value(op, v) => each(&|c| op.matches(c.value, v)),
             Filter::SingleColumnValue { family, qualifier, op, value, filter_if_missing } => {
-                let latest = (0..n).map(cell).find(|c| {
-                    c.family == family.as_ref() && c.qualifier == qualifier.as_ref() && !c.cell_type.is_delete()
-                });
+                let latest = (0..n).map(cell).find(|c| c.is_value_of(family, qualifier));
                 all(match latest {
                     Some(c) => op.matches(c.value, value),
                     None => !filter_if_missing,

@@ -356,10 +356,7 @@ impl RowResult {
 
     /// The newest value of `family:qualifier`.
     pub fn value(&self, family: &[u8], qualifier: &[u8]) -> Option<&Bytes> {
-        self.cells
-            .iter()
-            .find(|c| c.family.as_ref() == family && c.qualifier.as_ref() == qualifier && !c.cell_type.is_delete())
-            .map(|c| &c.value)
+        self.cells.iter().find(|c| c.view().is_value_of(family, qualifier)).map(|c| &c.value)
     }
 
     /// Every returned version of `family:qualifier`, newest first.

@@ -188,9 +188,7 @@ impl<'a> RowView<'a> {
 
     /// The newest value of `family:qualifier`.
     pub fn value(&self, family: &[u8], qualifier: &[u8]) -> Option<&'a [u8]> {
-        self.cells()
-            .find(|c| c.family == family && c.qualifier == qualifier && !c.cell_type.is_delete())
-            .map(|c| c.value)
+        self.cells().find(|c| c.is_value_of(family, qualifier)).map(|c| c.value)
     }
 
     /// An owned copy of the row.
@@ -236,15 +234,11 @@ mod tests {
         buf
     }
 
-    fn describe(cells: impl Iterator<Item = (Vec<u8>, Vec<u8>, u64, Vec<u8>)>) -> Vec<String> {
+    fn describe<'a>(cells: impl Iterator<Item = CellRef<'a>>) -> Vec<String> {
         cells
-            .map(|(f, q, ts, v)| {
-                format!(
-                    "{}:{}@{ts}={}",
-                    String::from_utf8_lossy(&f),
-                    String::from_utf8_lossy(&q),
-                    String::from_utf8_lossy(&v)
-                )
+            .map(|c| {
+                let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+                format!("{}:{}@{}={}", text(c.family), text(c.qualifier), c.timestamp, text(c.value))
             })
             .collect()
     }
@@ -260,8 +254,7 @@ mod tests {
         assert_eq!(view.value(b"a", b"q1"), Some(&b"new"[..]));
         assert_eq!(view.value(b"b", b"q2"), None);
         assert!(view.get(4).is_none());
-        let viewed =
-            describe(view.cells().map(|c| (c.family.to_vec(), c.qualifier.to_vec(), c.timestamp, c.value.to_vec())));
+        let viewed = describe(view.cells());
         assert_eq!(viewed, EXPECTED);
         let copied = view.to_row_result();
 
@@ -269,9 +262,7 @@ mod tests {
         assert_eq!(owned, copied);
         assert_eq!(owned.row.as_ref(), b"row-1");
         assert!(owned.cells.iter().all(|c| c.row == owned.row));
-        let taken = describe(
-            owned.cells.iter().map(|c| (c.family.to_vec(), c.qualifier.to_vec(), c.timestamp, c.value.to_vec())),
-        );
+        let taken = describe(owned.cells.iter().map(Cell::view));
         assert_eq!(taken, EXPECTED);
         assert!(buf.is_empty(), "taking empties the buffer");
     }
@@ -284,15 +275,7 @@ mod tests {
         let q = buf.push_bytes(b"zz");
         buf.push_cell(1, q, 1, CellType::Put, b"later");
         let second = buf.take();
-        assert_eq!(
-            describe(first.cells.iter().map(|c| (
-                c.family.to_vec(),
-                c.qualifier.to_vec(),
-                c.timestamp,
-                c.value.to_vec()
-            ))),
-            EXPECTED
-        );
+        assert_eq!(describe(first.cells.iter().map(Cell::view)), EXPECTED);
         assert_eq!(second.row.as_ref(), b"row-2");
         assert_eq!(second.cells.len(), 1);
         assert_eq!(second.cells[0].value.as_ref(), b"later");
@@ -303,9 +286,7 @@ mod tests {
         let mut buf = gathered();
         buf.apply_filter(&Filter::And(vec![Filter::Qualifier(crate::CompareOp::Equal, "q1".into()), Filter::KeyOnly]));
         let owned = buf.take();
-        let got = describe(
-            owned.cells.iter().map(|c| (c.family.to_vec(), c.qualifier.to_vec(), c.timestamp, c.value.to_vec())),
-        );
+        let got = describe(owned.cells.iter().map(Cell::view));
         assert_eq!(got, ["a:q1@20=", "a:q1@10=", "b:q1@7="]);
 
         let mut buf = gathered();
