@@ -160,6 +160,7 @@ fn db_advice_checks_the_stored_tables_regions() {
                 .map(|f| FamilySpec { name: f.into(), max_versions: 1, ttl_secs: None })
                 .collect(),
             split_keys: vec![vec![0x40], vec![0x80], vec![0xC0]],
+            split_policy: Default::default(),
         })
         .unwrap();
     let advice = db.advise::<Reading>().unwrap();

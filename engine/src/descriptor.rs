@@ -174,6 +174,9 @@ pub struct TableDescriptor {
     pub durability: Durability,
     /// Region split threshold in bytes.
     pub max_region_size: u64,
+    /// Where regions may split (absent in manifests written before split policies existed).
+    #[serde(default)]
+    pub split_policy: crate::SplitPolicy,
 }
 
 impl TableDescriptor {
@@ -184,6 +187,7 @@ impl TableDescriptor {
             families: Vec::new(),
             durability: Durability::SyncWal,
             max_region_size: 10 * 1024 * 1024 * 1024,
+            split_policy: crate::SplitPolicy::MidKey,
         }
     }
 
@@ -203,6 +207,12 @@ impl TableDescriptor {
     /// Sets the region split threshold.
     pub fn max_region_size(mut self, bytes: u64) -> Self {
         self.max_region_size = bytes;
+        self
+    }
+
+    /// Sets where regions may split.
+    pub fn split_policy(mut self, policy: crate::SplitPolicy) -> Self {
+        self.split_policy = policy;
         self
     }
 

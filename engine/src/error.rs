@@ -97,6 +97,16 @@ pub enum Error {
     /// The engine was closed, or a background failure made it refuse further writes.
     #[error("engine is closed: {0}")]
     Closed(String),
+    /// A [`crate::MultiRowMutation`] names rows of more than one region.
+    #[error("table `{table}`: rows {first} and {other} lie in different regions; a multi-row mutation stays in one")]
+    RowsSpanRegions {
+        /// The table.
+        table: String,
+        /// The first row, printable.
+        first: String,
+        /// A row outside the first row's region, printable.
+        other: String,
+    },
 }
 
 impl Error {

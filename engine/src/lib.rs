@@ -49,6 +49,7 @@ mod retention;
 mod scanner;
 pub mod shell;
 mod split;
+mod split_policy;
 mod sst;
 mod table;
 mod wal;
@@ -62,9 +63,12 @@ pub use descriptor::{BloomType, Compression, Durability, FamilyDescriptor, Table
 pub use engine::{Engine, EngineOptions, RegionInfo};
 pub use error::{Error, Result};
 pub use filter::Filter;
-pub use mutation::{Append, CheckAndMutate, CompareOp, Delete, Increment, Mutation, Put, RowMutations};
+pub use mutation::{
+    Append, CheckAndMutate, CompareOp, Delete, Increment, MultiRowMutation, Mutation, Put, RowCondition, RowMutations,
+};
 pub use query::{prefix_successor, Get, RowResult, Scan, TimeRange};
 pub use read::row_buf::RowView;
 pub use scanner::Scanner;
 pub use split::SplitAlgorithm;
+pub use split_policy::{PrefixField, SplitPolicy};
 pub use table::Table;

@@ -363,3 +363,96 @@ impl CheckAndMutate {
         }
     }
 }
+
+/// A condition of a [`MultiRowMutation`]: one cell's latest visible value compared with an
+/// operand, or its absence, like [`CheckAndMutate`]'s check but naming its row.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RowCondition {
+    pub(crate) row: Bytes,
+    pub(crate) family: Bytes,
+    pub(crate) qualifier: Bytes,
+    pub(crate) op: CompareOp,
+    /// `None` checks that the cell does not exist.
+    pub(crate) expected: Option<Bytes>,
+}
+
+impl RowCondition {
+    /// Holds if `row`'s `family:qualifier` has a visible value and `value OP expected`.
+    pub fn if_value(
+        row: impl Into<Bytes>,
+        family: impl Into<Bytes>,
+        qualifier: impl Into<Bytes>,
+        op: CompareOp,
+        expected: impl Into<Bytes>,
+    ) -> Self {
+        RowCondition {
+            row: row.into(),
+            family: family.into(),
+            qualifier: qualifier.into(),
+            op,
+            expected: Some(expected.into()),
+        }
+    }
+
+    /// Holds if `row`'s `family:qualifier` has no visible value.
+    pub fn if_absent(row: impl Into<Bytes>, family: impl Into<Bytes>, qualifier: impl Into<Bytes>) -> Self {
+        RowCondition {
+            row: row.into(),
+            family: family.into(),
+            qualifier: qualifier.into(),
+            op: CompareOp::Equal,
+            expected: None,
+        }
+    }
+
+    /// The row the condition reads.
+    pub fn row(&self) -> &[u8] {
+        &self.row
+    }
+
+    /// Whether the condition holds for the cell's current state.
+    pub(crate) fn holds(&self, current: Option<&[u8]>) -> bool {
+        match (&self.expected, current) {
+            (None, None) => true,
+            (None, Some(_)) | (Some(_), None) => false,
+            (Some(expected), Some(value)) => self.op.matches(value, expected),
+        }
+    }
+}
+
+/// Mutations of several rows of one region, applied atomically (HBase's MultiRowMutation): a
+/// reader sees all of them or none, and recovery replays all of them or none. Optional
+/// conditions, checked under the same lock, make it a multi-row check-and-mutate.
+///
+/// Every row, conditions' rows included, must lie in one region; a table whose split policy
+/// keeps a key prefix together (see [`crate::SplitPolicy`]) guarantees that for rows sharing
+/// the prefix.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct MultiRowMutation {
+    pub(crate) rows: Vec<RowMutations>,
+    pub(crate) conditions: Vec<RowCondition>,
+}
+
+impl MultiRowMutation {
+    /// No rows and no conditions yet.
+    pub fn new() -> Self {
+        MultiRowMutation::default()
+    }
+
+    /// Adds one row's mutations; they apply after those of the rows added before.
+    pub fn row(mut self, mutations: RowMutations) -> Self {
+        self.rows.push(mutations);
+        self
+    }
+
+    /// Adds a condition: the mutation applies only if every condition holds.
+    pub fn condition(mut self, condition: RowCondition) -> Self {
+        self.conditions.push(condition);
+        self
+    }
+
+    /// The rows' mutations, in order.
+    pub fn rows(&self) -> &[RowMutations] {
+        &self.rows
+    }
+}

@@ -65,6 +65,19 @@ pub enum Error {
         /// What differs.
         reason: String,
     },
+    /// The backend cannot do what was asked (see [`crate::store::Guarantees`]).
+    #[error("the store cannot {0}")]
+    Unsupported(String),
+    /// A write kept losing races with other writers of the same aggregate and gave up.
+    #[error("{entity} at row {row}: gave up after {attempts} attempts, other writers kept changing it")]
+    Contended {
+        /// The aggregate type.
+        entity: &'static str,
+        /// The root row key, printable.
+        row: String,
+        /// Attempts made.
+        attempts: u32,
+    },
     /// A bad argument to a repository call (a malformed page cursor, a zero page size).
     #[error("invalid {arg}: {reason}")]
     InvalidArgument {

@@ -4,12 +4,15 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use cellar_engine::{
-    CheckAndMutate, CompareOp, Delete, Engine, FamilyDescriptor, Get, Increment, Mutation, Put, RowMutations,
-    RowResult, Scan, Table, TableDescriptor,
+    CheckAndMutate, CompareOp, Delete, Engine, FamilyDescriptor, Get, Increment, MultiRowMutation, Mutation, Put,
+    RowCondition, RowMutations, RowResult, Scan, Table, TableDescriptor,
 };
 use parking_lot::RwLock;
 
-use super::{CellMutation, Condition, ReadSpec, Row, RowMutation, RowStream, ScanSpec, Store, StoredCell, TableSpec};
+use super::{
+    CellMutation, Condition, Guarantees, ReadSpec, Row, RowCheck, RowMutation, RowStream, ScanSpec, Store, StoredCell,
+    TableSpec,
+};
 use crate::{Error, Result};
 
 /// The embedded engine as a [`Store`]. Cheap to clone.
@@ -110,7 +113,8 @@ impl Store for EmbeddedStore {
             let desc = spec
                 .families
                 .iter()
-                .fold(TableDescriptor::new(spec.name.clone()), |d, f| d.family(family_descriptor(f)));
+                .fold(TableDescriptor::new(spec.name.clone()), |d, f| d.family(family_descriptor(f)))
+                .split_policy(spec.split_policy.clone());
             let splits = spec.split_keys.iter().map(|k| Bytes::copy_from_slice(k)).collect();
             match self.engine.create_table_with_splits(desc, splits) {
                 // Another thread created it first: check it like any existing table.
@@ -119,6 +123,14 @@ impl Store for EmbeddedStore {
             }
         }
         let existing = self.engine.describe(&spec.name)?;
+        if existing.split_policy != spec.split_policy {
+            // Rows written together must stay in one region from now on.
+            let policy = spec.split_policy.clone();
+            self.engine.alter_table(&spec.name, |d| {
+                d.split_policy = policy;
+                Ok(())
+            })?;
+        }
         for f in &spec.families {
             match existing.get_family(f.name.as_bytes()) {
                 None => self.engine.modify_family(&spec.name, family_descriptor(f))?,
@@ -232,5 +244,23 @@ impl Store for EmbeddedStore {
             .try_into()
             .map_err(|_| Error::Store(format!("counter cell has {} bytes, not 8", cell.value.len())))?;
         Ok(i64::from_be_bytes(bytes))
+    }
+
+    fn guarantees(&self) -> Guarantees {
+        Guarantees { atomic_row_groups: true }
+    }
+
+    fn mutate_group(&self, table: &str, checks: Vec<RowCheck>, rows: Vec<RowMutation>) -> Result<bool> {
+        let t = self.table(table)?;
+        let m = checks.into_iter().fold(MultiRowMutation::new(), |m, check| {
+            m.condition(match check.condition {
+                Condition::Equals { family, qualifier, value } => {
+                    RowCondition::if_value(check.row, family, qualifier, CompareOp::Equal, value)
+                }
+                Condition::Absent { family, qualifier } => RowCondition::if_absent(check.row, family, qualifier),
+            })
+        });
+        let m = rows.into_iter().fold(m, |m, row| m.row(row_mutations(row)));
+        Ok(t.mutate_rows(m)?)
     }
 }

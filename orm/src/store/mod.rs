@@ -5,6 +5,7 @@
 mod embedded;
 
 use bytes::Bytes;
+pub use cellar_engine::{PrefixField, SplitPolicy};
 
 pub use embedded::EmbeddedStore;
 
@@ -30,6 +31,29 @@ pub struct TableSpec {
     pub families: Vec<FamilySpec>,
     /// Row keys at which a new table is pre-split (salt and bucket boundaries).
     pub split_keys: Vec<Vec<u8>>,
+    /// Where the table may split: [`SplitPolicy::MidKey`] anywhere, or never inside a key
+    /// prefix whose rows are mutated together (an aggregate's rows). Backends that cannot keep
+    /// prefixes together ignore it and say so in [`Store::guarantees`].
+    pub split_policy: SplitPolicy,
+}
+
+/// What a backend makes atomic beyond a single row. The layers above branch on this, never on
+/// which backend they talk to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Guarantees {
+    /// [`Store::mutate_group`] applies several rows atomically when they share a prefix that
+    /// the table's [`SplitPolicy`] keeps in one region (HBase's MultiRowMutation).
+    pub atomic_row_groups: bool,
+}
+
+/// A condition on one row, for [`Store::mutate_group`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RowCheck {
+    /// The row.
+    pub row: Bytes,
+    /// What must hold.
+    pub condition: Condition,
 }
 
 /// One change to one row.
@@ -206,4 +230,15 @@ pub trait Store: Send + Sync {
     /// # Errors
     /// A cell that is not an 8-byte counter; overflow; store failures.
     fn increment(&self, table: &str, row: Bytes, family: &str, qualifier: &str, delta: i64) -> Result<i64>;
+
+    /// What this backend makes atomic beyond a single row.
+    fn guarantees(&self) -> Guarantees;
+
+    /// Applies the mutations of several rows atomically if every check holds; returns whether
+    /// it did. A reader sees all of the rows' changes or none.
+    ///
+    /// # Errors
+    /// [`crate::Error::Unsupported`] from a backend without [`Guarantees::atomic_row_groups`];
+    /// an engine error if the rows do not lie in one region; store failures.
+    fn mutate_group(&self, table: &str, checks: Vec<RowCheck>, rows: Vec<RowMutation>) -> Result<bool>;
 }
