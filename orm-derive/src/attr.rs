@@ -32,6 +32,29 @@ pub mod sym {
     pub const VERSION: &str = "version";
     pub const SKIP: &str = "skip";
     pub const SERDE: &str = "serde";
+    pub const STRATEGY: &str = "strategy";
+    pub const CHILDREN: &str = "children";
+}
+
+/// Which derive is parsing.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Kind {
+    /// `#[derive(Entity)]`: a row of its own.
+    Entity,
+    /// `#[derive(Aggregate)]`: the root of an object graph.
+    Aggregate,
+    /// `#[derive(Part)]`: an object inside an aggregate.
+    Part,
+}
+
+impl Kind {
+    pub fn derive_name(self) -> &'static str {
+        match self {
+            Kind::Entity => "Entity",
+            Kind::Aggregate => "Aggregate",
+            Kind::Part => "Part",
+        }
+    }
 }
 
 /// Collects errors; they are emitted together at the end.
@@ -79,6 +102,7 @@ pub struct FamilyAttr {
 
 /// The struct-level attributes.
 pub struct EntityAttr {
+    pub kind: Kind,
     pub ident: Ident,
     pub vis: syn::Visibility,
     pub table: String,
@@ -87,6 +111,13 @@ pub struct EntityAttr {
     pub salt: Option<Spanned<SaltAttr>>,
     pub families: Vec<FamilyAttr>,
     pub fields: Vec<FieldAttr>,
+    /// `strategy = "..."` of an aggregate root.
+    pub strategy: Option<Spanned<String>>,
+    /// Where struct-level attributes a part may not take were written, by name.
+    pub root_only: Vec<Spanned<String>>,
+    /// Every key part is escaped and terminated, never raw: something follows the key (an
+    /// aggregate's child keys).
+    pub all_delimited: bool,
 }
 
 /// Key-part modifiers.
@@ -112,6 +143,10 @@ pub struct FieldAttr {
     pub version: Option<Span>,
     pub skip: Option<Span>,
     pub serde: Option<Span>,
+    /// `children`: a collection of parts.
+    pub children: Option<Span>,
+    /// `record_type = N` on a children field.
+    pub record_type: Option<Spanned<u8>>,
 }
 
 impl FieldAttr {
@@ -126,12 +161,20 @@ impl FieldAttr {
 
     /// Stored in a column: every field but skipped ones and key parts that are not hashed.
     pub fn is_stored(&self) -> bool {
-        self.skip.is_none() && (!self.is_key_part() || self.is_hashed())
+        self.skip.is_none() && self.children.is_none() && (!self.is_key_part() || self.is_hashed())
+    }
+}
+
+/// A literal as written, also when a `macro_rules!` fragment wrapped it in an invisible group.
+fn ungroup(expr: &Expr) -> &Expr {
+    match expr {
+        Expr::Group(g) => ungroup(&g.expr),
+        other => other,
     }
 }
 
 fn lit_str(ctx: &mut Ctx, expr: &Expr) -> Option<LitStr> {
-    match expr {
+    match ungroup(expr) {
         Expr::Lit(ExprLit { lit: Lit::Str(s), .. }) => Some(s.clone()),
         other => {
             ctx.error(other.span(), "expected a string literal");
@@ -144,7 +187,7 @@ fn lit_int<T: std::str::FromStr>(ctx: &mut Ctx, expr: &Expr, what: &str) -> Opti
 where
     T::Err: std::fmt::Display,
 {
-    match expr {
+    match ungroup(expr) {
         Expr::Lit(ExprLit { lit: Lit::Int(i), .. }) => match LitInt::base10_parse::<T>(i) {
             Ok(v) => Some(v),
             Err(e) => {
@@ -210,16 +253,21 @@ fn snake_case(name: &str) -> String {
 }
 
 /// Parses the struct and its fields.
-pub fn parse(ctx: &mut Ctx, input: &DeriveInput) -> Option<EntityAttr> {
+pub fn parse(ctx: &mut Ctx, input: &DeriveInput, kind: Kind) -> Option<EntityAttr> {
+    let only_structs = format!("#[derive({})] supports structs with named fields only", kind.derive_name());
     let syn::Data::Struct(data) = &input.data else {
-        ctx.error(input.ident.span(), "#[derive(Entity)] supports structs with named fields only");
+        ctx.error(input.ident.span(), &only_structs);
         return None;
     };
     let syn::Fields::Named(named) = &data.fields else {
-        ctx.error(input.ident.span(), "#[derive(Entity)] supports structs with named fields only");
+        ctx.error(input.ident.span(), &only_structs);
         return None;
     };
     let mut entity = EntityAttr {
+        kind,
+        strategy: None,
+        root_only: Vec::new(),
+        all_delimited: kind != Kind::Entity,
         ident: input.ident.clone(),
         vis: input.vis.clone(),
         table: snake_case(&input.ident.to_string()),
@@ -232,7 +280,14 @@ pub fn parse(ctx: &mut Ctx, input: &DeriveInput) -> Option<EntityAttr> {
     let mut default_family = FamilyAttr::default();
     for_each_meta(ctx, &input.attrs, |ctx, meta| {
         let name = name_of(&meta);
+        if name != sym::FAMILY {
+            entity.root_only.push(Spanned { value: name.clone(), span: meta.path.span() });
+        }
         match name.as_str() {
+            sym::STRATEGY => {
+                entity.strategy =
+                    lit_str(ctx, &value_expr(&meta)?).map(|s| Spanned { value: s.value(), span: s.span() })
+            }
             sym::TABLE => entity.table = lit_str(ctx, &value_expr(&meta)?).map(|s| s.value()).unwrap_or_default(),
             sym::FAMILY => entity.family = lit_str(ctx, &value_expr(&meta)?).map(|s| s.value()).unwrap_or_default(),
             sym::RECORD_TYPE => entity.record_type = lit_int(ctx, &value_expr(&meta)?, "record_type (0 to 255)"),
@@ -316,6 +371,8 @@ pub fn parse(ctx: &mut Ctx, input: &DeriveInput) -> Option<EntityAttr> {
             version: None,
             skip: None,
             serde: None,
+            children: None,
+            record_type: None,
         };
         for_each_meta(ctx, &field.attrs, |ctx, meta| {
             let span = meta.path.span();
@@ -332,6 +389,12 @@ pub fn parse(ctx: &mut Ctx, input: &DeriveInput) -> Option<EntityAttr> {
                 sym::VERSION => flag(&mut f.version, ctx, &name),
                 sym::SKIP => flag(&mut f.skip, ctx, &name),
                 sym::SERDE => flag(&mut f.serde, ctx, &name),
+                sym::CHILDREN => flag(&mut f.children, ctx, &name),
+                sym::RECORD_TYPE => {
+                    if let Some(n) = lit_int::<u8>(ctx, &value_expr(&meta)?, "record_type (0 to 255)") {
+                        f.record_type = Some(Spanned { value: n, span });
+                    }
+                }
                 sym::DESC => f.modifiers.push(Spanned { value: ModifierAttr::Desc, span }),
                 sym::REVERSE_TS => f.modifiers.push(Spanned { value: ModifierAttr::ReverseTs, span }),
                 sym::REVERSED => f.modifiers.push(Spanned { value: ModifierAttr::Reversed, span }),

@@ -7,7 +7,7 @@ use proc_macro2::Span;
 use syn::spanned::Spanned;
 use syn::Type;
 
-use crate::attr::{Ctx, EntityAttr, FieldAttr, ModifierAttr, SaltAttr};
+use crate::attr::{sym, Ctx, EntityAttr, FieldAttr, Kind, ModifierAttr, SaltAttr};
 
 /// The last path segment of a type (`u64` for `std::primitive::u64`), if it is a path.
 pub fn type_name(ty: &Type) -> Option<String> {
@@ -31,13 +31,33 @@ pub fn column_of(entity: &EntityAttr, f: &FieldAttr) -> (String, String) {
     (family, qualifier)
 }
 
+/// The strategies `#[cellar(strategy = "...")]` takes.
+pub const STRATEGIES: &[&str] = &["normalized", "single_table", "denormalized", "blob"];
+
+/// The element type of `Vec<T>`.
+pub fn vec_element(ty: &Type) -> Option<&Type> {
+    let Type::Path(p) = ty else { return None };
+    let last = p.path.segments.last().filter(|s| s.ident == "Vec")?;
+    let syn::PathArguments::AngleBracketed(args) = &last.arguments else { return None };
+    match args.args.first()? {
+        syn::GenericArgument::Type(t) => Some(t),
+        _ => None,
+    }
+}
+
 pub fn check(ctx: &mut Ctx, e: &EntityAttr) {
-    if e.table.is_empty() {
+    if e.table.is_empty() && e.kind != Kind::Part {
         ctx.error(e.ident.span(), "table name must not be empty");
     }
     if !e.fields.iter().any(FieldAttr::is_key_part) {
-        ctx.error(e.ident.span(), "an entity needs a row key: mark fields #[cellar(partition)] or #[cellar(key)]");
+        let msg = match e.kind {
+            Kind::Entity => "an entity needs a row key: mark fields #[cellar(partition)] or #[cellar(key)]",
+            Kind::Aggregate => "an aggregate root needs a key: mark fields #[cellar(partition)] or #[cellar(key)]",
+            Kind::Part => "a part needs a key, unique among its siblings: mark fields #[cellar(key)]",
+        };
+        ctx.error(e.ident.span(), msg);
     }
+    check_kind(ctx, e);
     let mut versions = 0;
     let mut columns: BTreeMap<(String, String), Span> = BTreeMap::new();
     let mut last_key_seen = false;
@@ -122,6 +142,58 @@ pub fn check(ctx: &mut Ctx, e: &EntityAttr) {
         };
         if buckets == 0 {
             ctx.error(salt.span, "buckets must be 1 to 255");
+        }
+    }
+}
+
+/// What only aggregates and parts take, and what they may not.
+fn check_kind(ctx: &mut Ctx, e: &EntityAttr) {
+    match e.kind {
+        Kind::Entity => {
+            if let Some(s) = &e.strategy {
+                ctx.error(s.span, "`strategy` applies to #[derive(Aggregate)] roots");
+            }
+        }
+        Kind::Part => {
+            for a in e.root_only.iter().filter(|a| a.value != sym::FAMILY) {
+                ctx.error(a.span, format!("`{}` is set on the aggregate root, not on a part", a.value));
+            }
+        }
+        Kind::Aggregate => {
+            if let Some(s) = e.strategy.as_ref().filter(|s| !STRATEGIES.contains(&s.value.as_str())) {
+                ctx.error(s.span, format!("unknown strategy `{}`; one of: {}", s.value, STRATEGIES.join(", ")));
+            }
+            if let Some(salt) = e.salt.as_ref().filter(|s| matches!(s.value, SaltAttr::Random { .. })) {
+                ctx.error(salt.span, "an aggregate cannot take a random salt: its rows must be found again");
+            }
+        }
+    }
+    for f in &e.fields {
+        if let Some(rt) = &f.record_type {
+            if f.children.is_none() {
+                ctx.error(rt.span, "`record_type` on a field names the record type of a `children` collection");
+            }
+        }
+        if let Some(c) = f.children {
+            if e.kind == Kind::Entity {
+                ctx.error(c, "`children` applies to #[derive(Aggregate)] and #[derive(Part)] types");
+            }
+            if vec_element(&f.ty).is_none() {
+                ctx.error(f.ty.span(), "a `children` field is a `Vec` of a #[derive(Part)] type");
+            }
+            let others = f.is_key_part() || f.counter.is_some() || f.version.is_some() || f.column.is_some();
+            if others || f.family.is_some() || f.serde.is_some() || f.skip.is_some() || !f.modifiers.is_empty() {
+                ctx.error(c, "a `children` field takes no other attribute but `record_type`");
+            }
+        }
+        if e.kind == Kind::Entity {
+            continue;
+        }
+        if let Some(p) = f.partition.filter(|_| e.kind == Kind::Part) {
+            ctx.error(p, "a part's key parts are #[cellar(key)]; partition parts belong to the aggregate root");
+        }
+        if let Some(s) = f.counter.or(f.version) {
+            ctx.error(s, "aggregates do not take counters or version fields");
         }
     }
 }

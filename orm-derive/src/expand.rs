@@ -98,7 +98,9 @@ pub fn expand(e: &EntityAttr) -> TokenStream {
     let all_key_fields: Vec<TokenStream> = parts
         .iter()
         .enumerate()
-        .map(|(i, p)| key_field(p, i + 1 == n_parts && (p.list == "key" || e.record_type.is_none())))
+        .map(|(i, p)| {
+            key_field(p, i + 1 == n_parts && !e.all_delimited && (p.list == "key" || e.record_type.is_none()))
+        })
         .collect();
     let (partition_fields, key_fields) = all_key_fields.split_at(partition.len());
 
@@ -326,6 +328,12 @@ pub fn expand(e: &EntityAttr) -> TokenStream {
         quote!(#[doc = #doc] pub const #konst: #orm::Counter<#ident> = #orm::Counter::new(#field);)
     });
 
+    let standalone = (e.kind != crate::attr::Kind::Entity).then(|| {
+        quote!(
+            const STANDALONE: bool = false;
+        )
+    });
+
     quote! {
         #[doc = #key_doc]
         #[derive(::core::fmt::Debug, ::core::clone::Clone, ::core::cmp::PartialEq)]
@@ -362,6 +370,8 @@ pub fn expand(e: &EntityAttr) -> TokenStream {
                     key: &[#(#key_fields),*],
                     columns: &[#(#column_specs),*],
                 };
+
+                #standalone
 
                 fn key(&self) -> #key_ident {
                     #key_ident { #(#key_names: ::core::clone::Clone::clone(&self.#key_names),)* }

@@ -7,6 +7,7 @@
 //! each at the tokens at fault. Use it through the `cellar` facade (`cellar::Entity`); the
 //! attributes are documented on [`macro@Entity`].
 
+mod aggregate;
 mod attr;
 mod check;
 mod expand;
@@ -68,15 +69,55 @@ pub fn derive_record(input: TokenStream) -> TokenStream {
     record::derive(&input).unwrap_or_else(syn::Error::into_compile_error).into()
 }
 
+/// Derives `cellar::orm::aggregate::Aggregate` for the root of an object graph: its own row
+/// as an entity (key struct `<Name>Key`, prefix builders), the `Part` impl over its
+/// `#[cellar(children)]` collections, a `ChildField` constant per collection (`Order::SHIP_TO`)
+/// and a compile-time check that the strategy can hold the tree.
+///
+/// Takes the struct attributes of [`macro@Entity`] (but no counters, versions or random
+/// salts) and `strategy = "normalized" | "single_table" | "denormalized" | "blob"` (default
+/// `single_table`). Every key part — `partition` or `key` — is part of the aggregate's key
+/// prefix, which every row of the aggregate starts with. `record_type = N` overrides the root's
+/// record type (default 1; typed strategies only).
+///
+/// On fields, besides the attributes of entities: `children` marks a `Vec<T>` of a
+/// `#[derive(Part)]` type; `children, record_type = N` overrides its record type (default:
+/// numbered breadth first after the root).
+#[proc_macro_derive(Aggregate, attributes(cellar))]
+pub fn derive_aggregate(input: TokenStream) -> TokenStream {
+    let input = parse_macro_input!(input as DeriveInput);
+    derive(&input, attr::Kind::Aggregate).unwrap_or_else(syn::Error::into_compile_error).into()
+}
+
+/// Derives `cellar::orm::aggregate::Part` for an object inside an aggregate: `#[cellar(key)]`
+/// fields identify it among its siblings, other fields are its columns, `#[cellar(children)]`
+/// fields hold nested collections. Table, salt and family options are the root's to set.
+#[proc_macro_derive(Part, attributes(cellar))]
+pub fn derive_part(input: TokenStream) -> TokenStream {
+    let input = parse_macro_input!(input as DeriveInput);
+    derive(&input, attr::Kind::Part).unwrap_or_else(syn::Error::into_compile_error).into()
+}
+
 fn entity(input: &DeriveInput) -> syn::Result<proc_macro2::TokenStream> {
+    derive(input, attr::Kind::Entity)
+}
+
+fn derive(input: &DeriveInput, kind: attr::Kind) -> syn::Result<proc_macro2::TokenStream> {
     let mut ctx = attr::Ctx::default();
-    let parsed = attr::parse(&mut ctx, input);
+    let parsed = attr::parse(&mut ctx, input, kind);
     if let Some(e) = &parsed {
         check::check(&mut ctx, e);
     }
     ctx.finish()?;
     // Parsing succeeded whenever no error was recorded.
-    parsed.map(|e| expand::expand(&e)).ok_or_else(|| syn::Error::new_spanned(&input.ident, "cannot derive Entity"))
+    let mut e = parsed.ok_or_else(|| syn::Error::new_spanned(&input.ident, "cannot derive Entity"))?;
+    if kind == attr::Kind::Entity {
+        return Ok(expand::expand(&e));
+    }
+    aggregate::as_entity(&mut e);
+    let row = expand::expand(&e);
+    let part = aggregate::expand(&e);
+    Ok(quote::quote!(#row #part))
 }
 
 #[cfg(test)]

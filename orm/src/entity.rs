@@ -143,6 +143,10 @@ pub trait Entity: Sized + 'static {
     /// The physical layout.
     const SCHEMA: Schema;
 
+    /// False for the rows of an aggregate's objects, which are written only through its
+    /// repository ([`crate::Db::aggregates`]).
+    const STANDALONE: bool = true;
+
     /// This entity's key.
     fn key(&self) -> Self::Key;
 

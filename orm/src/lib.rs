@@ -10,6 +10,7 @@
 //! are the API. Applications use all of it through the `cellar` facade.
 
 pub mod advice;
+pub mod aggregate;
 mod db;
 pub mod entity;
 mod error;
@@ -21,6 +22,7 @@ pub mod store;
 pub mod value;
 
 pub use advice::Advice;
+pub use aggregate::{Aggregate, AggregateRepository, Part};
 pub use db::Db;
 pub use entity::{Entity, KeyPrefix, Schema};
 pub use error::{Error, Result};

@@ -36,6 +36,13 @@ impl RowKey {
         RowKey { salt: self.salt, body, partition_len: self.partition_len }
     }
 
+    /// The smallest key after every key that starts with this one: the exclusive end of its
+    /// rows; `None` for a key of nothing but `0xFF` bytes, which nothing follows.
+    pub(crate) fn group_end(&self) -> Option<RowKey> {
+        let body = super::prefix_end(&self.body)?;
+        Some(RowKey { salt: self.salt, body, partition_len: self.partition_len })
+    }
+
     /// The encoded partition parts, if the key has any and reaches past them.
     pub(crate) fn partition(&self) -> Option<&[u8]> {
         self.partition_len.filter(|&n| n > 0).map(|n| &self.body[..n])

@@ -18,14 +18,22 @@ use crate::{Error, Result};
 /// short string (for URLs and APIs) and parses back with [`str::parse`].
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Cursor {
-    reverse: bool,
+    pub(crate) reverse: bool,
     /// The last key returned, without its salt byte.
-    after: Vec<u8>,
+    pub(crate) after: Vec<u8>,
+    /// `after` is a key prefix: the scan resumes past every key that starts with it (an
+    /// aggregate's rows), not just past the key itself.
+    pub(crate) group: bool,
 }
 
 impl fmt::Display for Cursor {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(if self.reverse { "r" } else { "f" })?;
+        f.write_str(match (self.reverse, self.group) {
+            (false, false) => "f",
+            (true, false) => "r",
+            (false, true) => "F",
+            (true, true) => "R",
+        })?;
         self.after.iter().try_for_each(|b| write!(f, "{b:02x}"))
     }
 }
@@ -35,9 +43,11 @@ impl FromStr for Cursor {
 
     fn from_str(s: &str) -> Result<Cursor> {
         let bad = |reason: &str| Error::InvalidArgument { arg: "cursor", reason: reason.to_string() };
-        let (reverse, hex) = match s.split_at_checked(1) {
-            Some(("f", hex)) => (false, hex),
-            Some(("r", hex)) => (true, hex),
+        let (reverse, group, hex) = match s.split_at_checked(1) {
+            Some(("f", hex)) => (false, false, hex),
+            Some(("r", hex)) => (true, false, hex),
+            Some(("F", hex)) => (false, true, hex),
+            Some(("R", hex)) => (true, true, hex),
             _ => return Err(bad("not a page cursor")),
         };
         if hex.len() % 2 != 0 || !hex.is_ascii() {
@@ -48,7 +58,7 @@ impl FromStr for Cursor {
             .map(|i| u8::from_str_radix(&hex[i..i + 2], 16))
             .collect::<std::result::Result<_, _>>()
             .map_err(|_| bad("not a page cursor"))?;
-        Ok(Cursor { reverse, after })
+        Ok(Cursor { reverse, after, group })
     }
 }
 
@@ -161,13 +171,40 @@ impl<R: Record> Query<'_, R> {
 impl<E: Entity> Query<'_, E> {
     /// Only entities whose key starts with `prefix` (built with the generated
     /// `<Entity>Key::<first part>(..)` methods).
-    pub fn prefix(mut self, prefix: impl KeyPrefix<E>) -> Self {
-        self.prefix = self.keep(prefix.encode_prefix());
-        self
+    pub fn prefix(self, prefix: impl KeyPrefix<E>) -> Self {
+        self.with_prefix(prefix.encode_prefix())
     }
 
     /// Only entities with `from <= key < to`; either end may be left open with `..`.
-    pub fn range(mut self, range: impl std::ops::RangeBounds<E::Key>) -> Self {
+    pub fn range(self, range: impl std::ops::RangeBounds<E::Key>) -> Self {
+        self.with_range::<E>(range)
+    }
+}
+
+impl<'a, T> Query<'a, T> {
+    /// A scan of raw rows of `schema`'s table (for aggregates): items are decoded by the
+    /// caller from [`EntityIter::next_row`]. `mixed` if rows of other record types share the
+    /// range, so the store cannot apply the limit.
+    pub(crate) fn rows(store: &'a dyn Store, schema: &'static crate::Schema, mixed: bool) -> Query<'a, ()> {
+        let target = Target {
+            name: schema.entity,
+            table: schema.table,
+            salt: schema.salt,
+            own: None,
+            mixed,
+            decode: |_| Ok(()),
+        };
+        Query::new(store, target)
+    }
+
+    /// Only rows whose key starts with `prefix`.
+    pub(crate) fn with_prefix(mut self, prefix: std::result::Result<RowKey, crate::key::KeyError>) -> Self {
+        self.prefix = self.keep(prefix);
+        self
+    }
+
+    /// Only rows with keys of `E` in `range`.
+    pub(crate) fn with_range<E: Entity>(mut self, range: impl std::ops::RangeBounds<E::Key>) -> Self {
         use std::ops::Bound;
         self.from = match range.start_bound() {
             Bound::Included(k) => self.keep(E::row_key(k)),
@@ -180,6 +217,27 @@ impl<E: Entity> Query<'_, E> {
             Bound::Unbounded => None,
         };
         self
+    }
+
+    /// Only rows with `from <= key < to`, bounds already encoded.
+    pub(crate) fn with_bounds(
+        mut self,
+        from: Option<std::result::Result<RowKey, crate::key::KeyError>>,
+        to: Option<std::result::Result<RowKey, crate::key::KeyError>>,
+    ) -> Self {
+        self.from = from.and_then(|k| self.keep(k));
+        self.to = to.and_then(|k| self.keep(k));
+        self
+    }
+
+    /// Whether the scan runs backwards.
+    pub(crate) fn is_reverse(&self) -> bool {
+        self.reverse
+    }
+
+    /// The limit set, if any.
+    pub(crate) fn limit_set(&self) -> Option<usize> {
+        self.limit
     }
 }
 
@@ -221,6 +279,12 @@ impl<'a, E> Query<'a, E> {
         if let Some(c) = &self.after {
             if self.reverse {
                 hi = Some(hi.map_or(c.after.clone(), |h| h.min(c.after.clone())));
+            } else if c.group {
+                match prefix_end(&c.after) {
+                    Some(end) => lo = lo.max(end),
+                    // Nothing sorts after a prefix of 0xFF bytes.
+                    None => hi = Some(lo.clone()),
+                }
             } else {
                 let mut next = c.after.clone();
                 next.push(0);
@@ -294,7 +358,7 @@ impl<'a, E> Query<'a, E> {
             }
         }
         let more = iter.next_with_key().transpose()?.is_some();
-        Ok(Page { items, next: last.filter(|_| more).map(|after| Cursor { reverse, after }) })
+        Ok(Page { items, next: last.filter(|_| more).map(|after| Cursor { reverse, after, group: false }) })
     }
 
     /// The one bucket a range lies in, if its ends share a hash-salted partition.
@@ -348,7 +412,7 @@ pub struct EntityIter<'a, E> {
 
 impl<E> EntityIter<'_, E> {
     /// A row key without its salt byte: the order buckets merge in, and what cursors hold.
-    fn body<'k>(&self, key: &'k [u8]) -> &'k [u8] {
+    pub(crate) fn body<'k>(&self, key: &'k [u8]) -> &'k [u8] {
         if self.salted {
             key.get(1..).unwrap_or_default()
         } else {
@@ -357,7 +421,7 @@ impl<E> EntityIter<'_, E> {
     }
 
     /// The next row in merged key order.
-    fn next_row(&mut self) -> Option<Result<Row>> {
+    pub(crate) fn next_row(&mut self) -> Option<Result<Row>> {
         let mut best: Option<usize> = None;
         for (i, (_, head)) in self.streams.iter().enumerate() {
             match head {
