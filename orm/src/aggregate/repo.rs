@@ -262,7 +262,10 @@ impl<A: Aggregate> AggregateRepository<A> {
         for _ in 0..MAX_ATTEMPTS {
             let old = self.read(&root, &prefix)?;
             let current = rows::from_rows(&self.shape, &prefix, &old)?;
-            let next = change(current)?;
+            let mut next = change(current)?;
+            if let Some(n) = &mut next {
+                rows::sort_children(&self.shape, 0, n)?;
+            }
             if let Some(n) = &next {
                 if n.row.key != root {
                     return Err(Error::InvalidArgument {

@@ -63,10 +63,37 @@ fn insert(shape: &Shape, rows: &mut RowSet, slot: usize, key: Bytes, cells: Vec<
     Ok(())
 }
 
-/// The rows `root` is stored as.
+/// Puts every collection of the tree in key order, as reads return it.
 ///
 /// # Errors
-/// [`Error::InvalidArgument`] for two children with one key.
+/// [`Error::InvalidArgument`] for two children with one key in a collection.
+pub(crate) fn sort_children(shape: &Shape, level: usize, node: &mut Node) -> Result<()> {
+    for (collection, children) in node.children.iter_mut().enumerate() {
+        children.sort_by(|a, b| a.row.key.cmp(&b.row.key));
+        let Some(&child_level) = shape.levels[level].child_levels.get(collection) else { continue };
+        if let Some(pair) = children.windows(2).find(|w| w[0].row.key == w[1].row.key) {
+            return Err(Error::InvalidArgument {
+                arg: "aggregate",
+                reason: format!(
+                    "{} holds two {} with the key {}; keys are unique within a collection",
+                    shape.root.entity,
+                    shape.levels[child_level].schema.entity,
+                    printable(&pair[0].row.key)
+                ),
+            });
+        }
+        for child in children {
+            sort_children(shape, child_level, child)?;
+        }
+    }
+    Ok(())
+}
+
+/// The rows `root` is stored as; its collections must be in key order
+/// ([`sort_children`]).
+///
+/// # Errors
+/// [`Error::InvalidArgument`] for children a strategy cannot tell apart.
 pub(crate) fn to_rows(shape: &Shape, root: &Node) -> Result<RowSet> {
     let mut rows = RowSet::new();
     let prefix = prefix_of(shape, &root.row.key);
