@@ -59,6 +59,6 @@ pub mod prelude {
     };
     pub use cellar_orm::aggregate::{Aggregate as _, Part as _};
     pub use cellar_orm::{
-        AggregateRepository, Cursor, Db, Entity as _, Page, Record as _, Records, Repository, Timestamp,
+        AggregateRepository, Costs, Cursor, Db, Entity as _, Page, Record as _, Records, Repository, Timestamp,
     };
 }

@@ -1,4 +1,8 @@
-//! [`Db`]: a store plus the repositories over it.
+//! [`Db`]: a store plus the repositories over it, and what the calls to the store cost.
+//!
+//! Every `Db` meters its store ([`Metered`]), so that [`Db::costs`] and [`Db::measure`] can
+//! tell how many round trips, rows, cells and bytes an operation took — the numbers tests,
+//! examples and benches compare storage strategies on.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -8,13 +12,17 @@ use cellar_engine::{Engine, EngineOptions};
 use crate::entity::Entity;
 use crate::record::Record;
 use crate::repo::{Records, Repository};
-use crate::store::{EmbeddedStore, FamilySpec, Store, TableSpec};
+use crate::store::{Costs, EmbeddedStore, FamilySpec, Metered, Store, TableSpec};
 use crate::Result;
 
-/// A database: the entry point of the object mapper. Cheap to clone; clones share the store.
+/// A database: the entry point of the object mapper. Cheap to clone; clones share the store
+/// and its cost counters.
 #[derive(Clone)]
 pub struct Db {
+    /// `metered`, as the store every repository calls.
     store: Arc<dyn Store>,
+    /// Counts the calls to the backend.
+    metered: Arc<Metered>,
     /// Keeps a temporary database's directory alive as long as the `Db`.
     _temp: Option<Arc<tempfile::TempDir>>,
 }
@@ -40,7 +48,7 @@ impl Db {
     /// As [`Db::open`].
     pub fn open_with(dir: impl AsRef<Path>, options: EngineOptions) -> Result<Db> {
         let engine = Engine::open(dir, options)?;
-        Ok(Db { store: Arc::new(EmbeddedStore::new(engine)), _temp: None })
+        Ok(Db::metered(Arc::new(EmbeddedStore::new(engine)), None))
     }
 
     /// An embedded database in a fresh temporary directory, removed when the last clone is
@@ -52,21 +60,44 @@ impl Db {
         let dir =
             tempfile::tempdir().map_err(|e| cellar_engine::Error::Io { path: std::env::temp_dir(), source: e })?;
         let engine = Engine::open(dir.path(), EngineOptions::default())?;
-        Ok(Db { store: Arc::new(EmbeddedStore::new(engine)), _temp: Some(Arc::new(dir)) })
+        Ok(Db::metered(Arc::new(EmbeddedStore::new(engine)), Some(Arc::new(dir))))
     }
 
-    /// A database over any [`Store`] backend.
+    /// A database over any [`Store`] backend, metered like every `Db`.
     pub fn with_store(store: Arc<dyn Store>) -> Db {
-        Db { store, _temp: None }
+        Db::metered(store, None)
     }
 
-    /// The store underneath.
+    fn metered(backend: Arc<dyn Store>, temp: Option<Arc<tempfile::TempDir>>) -> Db {
+        let metered = Arc::new(Metered::new(backend));
+        Db { store: metered.clone(), metered, _temp: temp }
+    }
+
+    /// The store underneath, metered: calls made through it count in [`Db::costs`].
     pub fn store(&self) -> &Arc<dyn Store> {
         &self.store
     }
 
+    /// What the calls to the store have cost since this `Db` was opened (by it and by all its
+    /// clones, repositories and streams). The counting rules are on [`Costs`].
+    pub fn costs(&self) -> Costs {
+        self.metered.costs()
+    }
+
+    /// Runs `f` and returns its result with what the calls to the store cost meanwhile: the
+    /// difference of [`Db::costs`] after and before. The counters belong to the `Db`, not to
+    /// the thread, so work other threads do on this `Db` (or its clones) while `f` runs is
+    /// included; and scan rows count when they are pulled, so a stream `f` returns unread
+    /// counts its rows later, outside the measurement.
+    pub fn measure<T>(&self, f: impl FnOnce() -> T) -> (T, Costs) {
+        let before = self.costs();
+        let value = f();
+        (value, self.costs() - before)
+    }
+
     /// The repository of entity `E`: creates its table and families if missing, and checks
-    /// that an existing table fits.
+    /// that an existing table fits. That check is one admin call to the store each time
+    /// ([`Costs::admin`]); keep the repository (it is cheap to clone) rather than asking again.
     ///
     /// # Errors
     /// [`crate::Error::SchemaMismatch`]; store errors.

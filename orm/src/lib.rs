@@ -30,4 +30,4 @@ pub use key::Timestamp;
 pub use layout::Layout;
 pub use record::{Member, Record};
 pub use repo::{Counter, Cursor, EntityIter, Page, Query, Records, Repository};
-pub use store::{EmbeddedStore, Store};
+pub use store::{Costs, EmbeddedStore, Metered, Store};

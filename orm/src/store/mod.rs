@@ -3,11 +3,13 @@
 //! the embedded engine ([`EmbeddedStore`]) and a Bigtable client can both implement it.
 
 mod embedded;
+mod metered;
 
 use bytes::Bytes;
 pub use cellar_engine::{PrefixField, SplitPolicy};
 
 pub use embedded::EmbeddedStore;
+pub use metered::{Costs, Metered, TIMESTAMP_BYTES};
 
 use crate::Result;
 

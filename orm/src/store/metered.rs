@@ -1,0 +1,618 @@
+//! Cost accounting: [`Metered`] wraps any [`Store`] and counts every call made through it, and
+//! [`Costs`] is a snapshot of those counts.
+//!
+//! Why: how many round trips a design costs, and how many rows, cells and bytes it moves, is
+//! what decides between storage strategies (one wide row or many narrow ones, normalized or
+//! denormalized aggregates, a read-modify-write or a counter). Tests, examples and benches
+//! compare strategies on these numbers, so they are exact, and their rules are documented
+//! once, on [`Costs`].
+//!
+//! The counters are relaxed atomics: a call costs a handful of uncontended additions and one
+//! pass over the lengths of what it already holds; no row or cell is copied, and only `scan`
+//! allocates (the small box of the stream that counts its rows).
+
+use std::fmt;
+use std::ops::Sub;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use bytes::Bytes;
+
+use super::{
+    CellMutation, Condition, Guarantees, ReadSpec, Row, RowCheck, RowMutation, RowStream, ScanSpec, Store, TableSpec,
+};
+use crate::Result;
+
+/// Bytes a cell's timestamp adds to a read or a written put.
+pub const TIMESTAMP_BYTES: u64 = 8;
+
+/// What store calls cost: round trips by kind, and rows, cells and bytes read and written.
+/// Compare two snapshots with `-`; [`crate::Db::costs`] and [`crate::Db::measure`] give them.
+///
+/// **Round trips** — one per call to the backend, whatever it carries:
+/// - `read_rows` with N keys is one *get*, reading up to N rows;
+/// - `scan` is one *scan*, however many rows it streams (counted when the scan starts, even if
+///   it fails or is never read);
+/// - `mutate` with N rows is one *mutate*, writing N rows;
+/// - `check_and_mutate` is one *check-and-mutate*;
+/// - `mutate_group` is one *group mutate*;
+/// - `increment` is one *increment*;
+/// - `ensure_table` and `split_keys` are *admin* calls, counted apart and never in reads or
+///   writes; [`Costs::round_trips`] leaves them out. `guarantees` asks the backend nothing and
+///   is not counted.
+///
+/// A call that fails still counts its round trip, and nothing read or written — even a failed
+/// `mutate` that applied some of its rows before the failure.
+///
+/// **Reads** — what the backend returned:
+/// - rows read: rows returned (`Some` entries of `read_rows`; scan rows as the stream yields
+///   them, so rows a caller never pulls are not counted);
+/// - cells read: [`StoredCell`](super::StoredCell)s in those rows;
+/// - bytes read: per cell returned, `row key + family + qualifier + value + 8` (the 8-byte
+///   timestamp), all lengths in bytes — the cell as HBase would put it on the wire, framing
+///   left out.
+///
+/// **Writes** — what the call carried, counted only when it took effect (`mutate` succeeded,
+/// `check_and_mutate` or `mutate_group` applied):
+/// - rows written: [`RowMutation`]s in the call (a `mutate_group`'s checks are not rows
+///   written);
+/// - cells written: one per [`CellMutation`] — a `Put` is one cell, a `DeleteColumn` one cell
+///   and a `DeleteRow` one;
+/// - bytes written: per `Put`, `row key + family + qualifier + value + 8` (the timestamp, given
+///   or assigned by the store); per `DeleteColumn`, `row key + family + qualifier`; per
+///   `DeleteRow`, `row key`.
+///
+/// **Increments** — a successful `increment` reads and writes one row and one cell, of
+/// `row key + family + qualifier + 8 (the counter) + 8 (the timestamp)` bytes each way.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub struct Costs {
+    /// `read_rows` calls (one per call, however many keys).
+    pub gets: u64,
+    /// `scan` calls (one per call, however many rows it streams).
+    pub scans: u64,
+    /// `mutate` calls (one per call, however many rows).
+    pub mutates: u64,
+    /// `check_and_mutate` calls, applied or not.
+    pub check_and_mutates: u64,
+    /// `mutate_group` calls (atomic multi-row mutations), applied or not.
+    pub group_mutates: u64,
+    /// `increment` calls.
+    pub increments: u64,
+    /// `ensure_table` and `split_keys` calls; not in [`Costs::round_trips`].
+    pub admin: u64,
+    /// Rows returned by gets and scans, and rows of successful increments.
+    pub rows_read: u64,
+    /// Cells returned.
+    pub cells_read: u64,
+    /// Per cell returned: row key + family + qualifier + value + 8 (timestamp).
+    pub bytes_read: u64,
+    /// Rows of mutations that took effect.
+    pub rows_written: u64,
+    /// Cell mutations that took effect: each put, each column delete, each row delete.
+    pub cells_written: u64,
+    /// Per put: row key + family + qualifier + value + 8 (timestamp); per column delete: row
+    /// key + family + qualifier; per row delete: row key.
+    pub bytes_written: u64,
+}
+
+impl Costs {
+    /// Data round trips: gets, scans, mutates, check-and-mutates, group mutates and increments
+    /// (admin calls left out).
+    pub fn round_trips(&self) -> u64 {
+        self.gets + self.scans + self.mutates + self.check_and_mutates + self.group_mutates + self.increments
+    }
+}
+
+/// The difference of two snapshots, field by field (saturating at zero, so a snapshot taken
+/// before another never makes a negative count).
+impl Sub for Costs {
+    type Output = Costs;
+
+    fn sub(self, earlier: Costs) -> Costs {
+        Costs {
+            gets: self.gets.saturating_sub(earlier.gets),
+            scans: self.scans.saturating_sub(earlier.scans),
+            mutates: self.mutates.saturating_sub(earlier.mutates),
+            check_and_mutates: self.check_and_mutates.saturating_sub(earlier.check_and_mutates),
+            group_mutates: self.group_mutates.saturating_sub(earlier.group_mutates),
+            increments: self.increments.saturating_sub(earlier.increments),
+            admin: self.admin.saturating_sub(earlier.admin),
+            rows_read: self.rows_read.saturating_sub(earlier.rows_read),
+            cells_read: self.cells_read.saturating_sub(earlier.cells_read),
+            bytes_read: self.bytes_read.saturating_sub(earlier.bytes_read),
+            rows_written: self.rows_written.saturating_sub(earlier.rows_written),
+            cells_written: self.cells_written.saturating_sub(earlier.cells_written),
+            bytes_written: self.bytes_written.saturating_sub(earlier.bytes_written),
+        }
+    }
+}
+
+/// `n` and the singular or plural noun.
+fn count(f: &mut fmt::Formatter<'_>, n: u64, one: &str, many: &str) -> fmt::Result {
+    write!(f, "{n} {}", if n == 1 { one } else { many })
+}
+
+/// Bytes in binary units: `512 B`, `1.2 KiB`, `3.0 MiB`, `1.5 GiB` (one decimal above bytes).
+struct ByteSize(u64);
+
+impl fmt::Display for ByteSize {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        const UNITS: [&str; 4] = ["KiB", "MiB", "GiB", "TiB"];
+        if self.0 < 1024 {
+            return write!(f, "{} B", self.0);
+        }
+        let mut size = self.0 as f64 / 1024.0;
+        let mut unit = 0;
+        while size >= 1024.0 && unit + 1 < UNITS.len() {
+            size /= 1024.0;
+            unit += 1;
+        }
+        write!(f, "{size:.1} {}", UNITS[unit])
+    }
+}
+
+/// One line, every part always present and in this order:
+/// `3 round trips (1 get, 1 scan, 1 mutate), 12 rows / 40 cells / 1.2 KiB read, 4 rows / 9 cells / 300 B written`.
+/// The parenthesis lists the kinds with a nonzero count (gets, scans, mutates,
+/// check-and-mutates, group mutates, increments) and is left out with no round trip; admin
+/// calls, if any, follow it as ` + 1 admin call`. Byte sizes are in bytes below 1 KiB, else in
+/// KiB, MiB, GiB or TiB with one decimal.
+impl fmt::Display for Costs {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        count(f, self.round_trips(), "round trip", "round trips")?;
+        let kinds = [
+            (self.gets, "get", "gets"),
+            (self.scans, "scan", "scans"),
+            (self.mutates, "mutate", "mutates"),
+            (self.check_and_mutates, "check-and-mutate", "check-and-mutates"),
+            (self.group_mutates, "group mutate", "group mutates"),
+            (self.increments, "increment", "increments"),
+        ];
+        let mut first = true;
+        for (n, one, many) in kinds {
+            if n == 0 {
+                continue;
+            }
+            f.write_str(if first { " (" } else { ", " })?;
+            first = false;
+            count(f, n, one, many)?;
+        }
+        if !first {
+            f.write_str(")")?;
+        }
+        if self.admin > 0 {
+            f.write_str(" + ")?;
+            count(f, self.admin, "admin call", "admin calls")?;
+        }
+        f.write_str(", ")?;
+        count(f, self.rows_read, "row", "rows")?;
+        f.write_str(" / ")?;
+        count(f, self.cells_read, "cell", "cells")?;
+        write!(f, " / {} read, ", ByteSize(self.bytes_read))?;
+        count(f, self.rows_written, "row", "rows")?;
+        f.write_str(" / ")?;
+        count(f, self.cells_written, "cell", "cells")?;
+        write!(f, " / {} written", ByteSize(self.bytes_written))
+    }
+}
+
+/// The live counters behind [`Costs`].
+#[derive(Debug, Default)]
+struct Counters {
+    gets: AtomicU64,
+    scans: AtomicU64,
+    mutates: AtomicU64,
+    check_and_mutates: AtomicU64,
+    group_mutates: AtomicU64,
+    increments: AtomicU64,
+    admin: AtomicU64,
+    rows_read: AtomicU64,
+    cells_read: AtomicU64,
+    bytes_read: AtomicU64,
+    rows_written: AtomicU64,
+    cells_written: AtomicU64,
+    bytes_written: AtomicU64,
+}
+
+/// Adds `n` to a counter; relaxed, as the counts order nothing else.
+fn add(counter: &AtomicU64, n: u64) {
+    if n != 0 {
+        counter.fetch_add(n, Ordering::Relaxed);
+    }
+}
+
+/// A length as a count.
+fn len(b: &Bytes) -> u64 {
+    b.len() as u64
+}
+
+/// Rows, cells and bytes of a read or a write.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+struct Volume {
+    rows: u64,
+    cells: u64,
+    bytes: u64,
+}
+
+impl Volume {
+    /// A row as returned: one row, its cells, and per cell row key + family + qualifier +
+    /// value + timestamp bytes.
+    fn read(row: &Row) -> Volume {
+        let key = len(&row.key);
+        let bytes =
+            row.cells.iter().map(|c| key + len(&c.family) + len(&c.qualifier) + len(&c.value) + TIMESTAMP_BYTES).sum();
+        Volume { rows: 1, cells: row.cells.len() as u64, bytes }
+    }
+
+    /// A row mutation as carried: one row, one cell per cell mutation, and per put row key +
+    /// family + qualifier + value + timestamp bytes, per column delete row key + family +
+    /// qualifier, per row delete the row key.
+    fn written(m: &RowMutation) -> Volume {
+        let key = len(&m.row);
+        let bytes = m
+            .mutations
+            .iter()
+            .map(|c| match c {
+                CellMutation::Put { family, qualifier, value, .. } => {
+                    key + len(family) + len(qualifier) + len(value) + TIMESTAMP_BYTES
+                }
+                CellMutation::DeleteColumn { family, qualifier } => key + len(family) + len(qualifier),
+                CellMutation::DeleteRow => key,
+            })
+            .sum();
+        Volume { rows: 1, cells: m.mutations.len() as u64, bytes }
+    }
+
+    /// An increment's cell: the row key, family, qualifier, the 8-byte counter and the
+    /// timestamp.
+    fn counter(row: &Bytes, family: &str, qualifier: &str) -> Volume {
+        let bytes = len(row) + family.len() as u64 + qualifier.len() as u64 + 8 + TIMESTAMP_BYTES;
+        Volume { rows: 1, cells: 1, bytes }
+    }
+
+    fn sum<'a>(rows: impl IntoIterator<Item = &'a RowMutation>) -> Volume {
+        rows.into_iter().map(Volume::written).fold(Volume::default(), |a, b| Volume {
+            rows: a.rows + b.rows,
+            cells: a.cells + b.cells,
+            bytes: a.bytes + b.bytes,
+        })
+    }
+}
+
+impl Counters {
+    fn read(&self, v: Volume) {
+        add(&self.rows_read, v.rows);
+        add(&self.cells_read, v.cells);
+        add(&self.bytes_read, v.bytes);
+    }
+
+    fn written(&self, v: Volume) {
+        add(&self.rows_written, v.rows);
+        add(&self.cells_written, v.cells);
+        add(&self.bytes_written, v.bytes);
+    }
+
+    fn snapshot(&self) -> Costs {
+        let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        Costs {
+            gets: get(&self.gets),
+            scans: get(&self.scans),
+            mutates: get(&self.mutates),
+            check_and_mutates: get(&self.check_and_mutates),
+            group_mutates: get(&self.group_mutates),
+            increments: get(&self.increments),
+            admin: get(&self.admin),
+            rows_read: get(&self.rows_read),
+            cells_read: get(&self.cells_read),
+            bytes_read: get(&self.bytes_read),
+            rows_written: get(&self.rows_written),
+            cells_written: get(&self.cells_written),
+            bytes_written: get(&self.bytes_written),
+        }
+    }
+}
+
+/// A [`Store`] that delegates every call to another and counts it (rules on [`Costs`]).
+/// [`crate::Db`] puts one around every store it opens.
+pub struct Metered {
+    inner: Arc<dyn Store>,
+    counters: Counters,
+}
+
+impl fmt::Debug for Metered {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Metered").field("costs", &self.costs()).finish_non_exhaustive()
+    }
+}
+
+impl Metered {
+    /// Counts the calls made to `inner`, starting from zero.
+    pub fn new(inner: Arc<dyn Store>) -> Self {
+        Metered { inner, counters: Counters::default() }
+    }
+
+    /// The store being metered; calls made directly to it are not counted.
+    pub fn inner(&self) -> &Arc<dyn Store> {
+        &self.inner
+    }
+
+    /// The counts so far. Each counter is read on its own: while other threads are calling
+    /// the store, a snapshot may hold part of a call (its round trip but not yet its rows).
+    pub fn costs(&self) -> Costs {
+        self.counters.snapshot()
+    }
+}
+
+/// A scan's rows, counted as they are yielded.
+struct MeteredStream<'a> {
+    rows: RowStream<'a>,
+    counters: &'a Counters,
+}
+
+impl Iterator for MeteredStream<'_> {
+    type Item = Result<Row>;
+
+    fn next(&mut self) -> Option<Result<Row>> {
+        let item = self.rows.next();
+        if let Some(Ok(row)) = &item {
+            self.counters.read(Volume::read(row));
+        }
+        item
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        self.rows.size_hint()
+    }
+}
+
+impl Store for Metered {
+    fn ensure_table(&self, spec: &TableSpec) -> Result<()> {
+        add(&self.counters.admin, 1);
+        self.inner.ensure_table(spec)
+    }
+
+    fn mutate(&self, table: &str, rows: Vec<RowMutation>) -> Result<()> {
+        add(&self.counters.mutates, 1);
+        let volume = Volume::sum(&rows);
+        self.inner.mutate(table, rows)?;
+        self.counters.written(volume);
+        Ok(())
+    }
+
+    fn read_rows(&self, table: &str, rows: &[Bytes], read: &ReadSpec) -> Result<Vec<Option<Row>>> {
+        add(&self.counters.gets, 1);
+        let found = self.inner.read_rows(table, rows, read)?;
+        for row in found.iter().flatten() {
+            self.counters.read(Volume::read(row));
+        }
+        Ok(found)
+    }
+
+    fn scan<'a>(&'a self, table: &str, scan: &ScanSpec) -> Result<RowStream<'a>> {
+        add(&self.counters.scans, 1);
+        let rows = self.inner.scan(table, scan)?;
+        Ok(Box::new(MeteredStream { rows, counters: &self.counters }))
+    }
+
+    fn check_and_mutate(&self, table: &str, condition: Condition, mutation: RowMutation) -> Result<bool> {
+        add(&self.counters.check_and_mutates, 1);
+        let volume = Volume::written(&mutation);
+        let applied = self.inner.check_and_mutate(table, condition, mutation)?;
+        if applied {
+            self.counters.written(volume);
+        }
+        Ok(applied)
+    }
+
+    fn split_keys(&self, table: &str) -> Result<Option<Vec<Bytes>>> {
+        add(&self.counters.admin, 1);
+        self.inner.split_keys(table)
+    }
+
+    fn increment(&self, table: &str, row: Bytes, family: &str, qualifier: &str, delta: i64) -> Result<i64> {
+        add(&self.counters.increments, 1);
+        let volume = Volume::counter(&row, family, qualifier);
+        let value = self.inner.increment(table, row, family, qualifier, delta)?;
+        self.counters.read(volume);
+        self.counters.written(volume);
+        Ok(value)
+    }
+
+    fn guarantees(&self) -> Guarantees {
+        self.inner.guarantees()
+    }
+
+    fn mutate_group(&self, table: &str, checks: Vec<RowCheck>, rows: Vec<RowMutation>) -> Result<bool> {
+        add(&self.counters.group_mutates, 1);
+        let volume = Volume::sum(&rows);
+        let applied = self.inner.mutate_group(table, checks, rows)?;
+        if applied {
+            self.counters.written(volume);
+        }
+        Ok(applied)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::StoredCell;
+
+    fn b(s: &str) -> Bytes {
+        Bytes::copy_from_slice(s.as_bytes())
+    }
+
+    fn put(family: &str, qualifier: &str, value: &str) -> CellMutation {
+        CellMutation::Put { family: b(family), qualifier: b(qualifier), value: b(value), timestamp: None }
+    }
+
+    #[test]
+    fn metered_bytes_read_per_cell_are_key_family_qualifier_value_and_timestamp() {
+        let cell = |q: &str, v: &str| StoredCell { family: b("d"), qualifier: b(q), timestamp: 7, value: b(v) };
+        let row = Row { key: b("row1"), cells: vec![cell("n", "Ada"), cell("city", ""), cell("", "xy")] };
+        // (4 + 1 + 1 + 3 + 8) + (4 + 1 + 4 + 0 + 8) + (4 + 1 + 0 + 2 + 8)
+        assert_eq!(Volume::read(&row), Volume { rows: 1, cells: 3, bytes: 17 + 17 + 15 });
+    }
+
+    #[test]
+    fn metered_bytes_written_count_puts_with_timestamp_and_deletes_without_value() {
+        let m = RowMutation {
+            row: b("k1"),
+            mutations: vec![
+                put("d", "n", "Ada"),
+                CellMutation::Put { family: b("d"), qualifier: b("q"), value: b("12345678"), timestamp: Some(9) },
+                CellMutation::DeleteColumn { family: b("a"), qualifier: b("city") },
+                CellMutation::DeleteRow,
+            ],
+        };
+        // put: 2 + 1 + 1 + 3 + 8; put: 2 + 1 + 1 + 8 + 8; column delete: 2 + 1 + 4; row delete: 2
+        assert_eq!(Volume::written(&m), Volume { rows: 1, cells: 4, bytes: 15 + 20 + 7 + 2 });
+        let other = RowMutation { row: b("k22"), mutations: vec![put("d", "", "")] };
+        assert_eq!(Volume::sum([&m, &other]), Volume { rows: 2, cells: 5, bytes: 44 + 12 });
+    }
+
+    #[test]
+    fn metered_increment_moves_one_eight_byte_cell_each_way() {
+        // row key 3 + family 1 + qualifier 2 + counter 8 + timestamp 8
+        assert_eq!(Volume::counter(&b("abc"), "d", "oc"), Volume { rows: 1, cells: 1, bytes: 22 });
+    }
+
+    #[test]
+    fn metered_costs_subtract_field_by_field_and_sum_round_trips_without_admin() {
+        let later =
+            Costs { gets: 3, scans: 2, mutates: 4, increments: 1, admin: 5, bytes_read: 100, ..Costs::default() };
+        let earlier = Costs { gets: 1, mutates: 4, admin: 2, bytes_read: 40, ..Costs::default() };
+        let diff = later - earlier;
+        assert_eq!(diff, Costs { gets: 2, scans: 2, increments: 1, admin: 3, bytes_read: 60, ..Costs::default() });
+        assert_eq!(diff.round_trips(), 5);
+        assert_eq!(earlier - later, Costs { ..Costs::default() });
+    }
+
+    #[test]
+    fn metered_display_is_one_stable_line() {
+        assert_eq!(
+            Costs::default().to_string(),
+            "0 round trips, 0 rows / 0 cells / 0 B read, 0 rows / 0 cells / 0 B written"
+        );
+        let c = Costs {
+            gets: 1,
+            scans: 2,
+            mutates: 1,
+            check_and_mutates: 1,
+            group_mutates: 3,
+            increments: 1,
+            admin: 1,
+            rows_read: 12,
+            cells_read: 40,
+            bytes_read: 1229,
+            rows_written: 1,
+            cells_written: 1,
+            bytes_written: 1023,
+        };
+        assert_eq!(
+            c.to_string(),
+            "9 round trips (1 get, 2 scans, 1 mutate, 1 check-and-mutate, 3 group mutates, 1 increment) \
+             + 1 admin call, 12 rows / 40 cells / 1.2 KiB read, 1 row / 1 cell / 1023 B written"
+        );
+        let big = Costs { mutates: 2, admin: 2, bytes_written: 3 * 1024 * 1024 + 512 * 1024, ..Costs::default() };
+        assert_eq!(
+            big.to_string(),
+            "2 round trips (2 mutates) + 2 admin calls, 0 rows / 0 cells / 0 B read, 0 rows / 0 cells / 3.5 MiB written"
+        );
+    }
+
+    /// A store that returns fixed rows and applies nothing, for the call-level rules.
+    struct Fixed;
+
+    impl Store for Fixed {
+        fn ensure_table(&self, _: &TableSpec) -> Result<()> {
+            Ok(())
+        }
+        fn mutate(&self, _: &str, _: Vec<RowMutation>) -> Result<()> {
+            Ok(())
+        }
+        fn read_rows(&self, _: &str, rows: &[Bytes], _: &ReadSpec) -> Result<Vec<Option<Row>>> {
+            let cell = StoredCell { family: b("d"), qualifier: b("n"), timestamp: 1, value: b("v") };
+            Ok(rows.iter().map(|k| (k.len() > 1).then(|| Row { key: k.clone(), cells: vec![cell.clone()] })).collect())
+        }
+        fn scan<'a>(&'a self, _: &str, _: &ScanSpec) -> Result<RowStream<'a>> {
+            let rows = self.read_rows("", &[b("aa"), b("bb"), b("cc")], &ReadSpec::default())?;
+            Ok(Box::new(rows.into_iter().flatten().map(Ok)))
+        }
+        fn check_and_mutate(&self, _: &str, condition: Condition, _: RowMutation) -> Result<bool> {
+            Ok(matches!(condition, Condition::Absent { .. }))
+        }
+        fn split_keys(&self, _: &str) -> Result<Option<Vec<Bytes>>> {
+            Ok(None)
+        }
+        fn increment(&self, _: &str, _: Bytes, _: &str, _: &str, delta: i64) -> Result<i64> {
+            Ok(delta)
+        }
+        fn guarantees(&self) -> Guarantees {
+            Guarantees { atomic_row_groups: true }
+        }
+        fn mutate_group(&self, _: &str, checks: Vec<RowCheck>, _: Vec<RowMutation>) -> Result<bool> {
+            Ok(checks.is_empty())
+        }
+    }
+
+    #[test]
+    fn metered_counts_round_trips_and_only_what_was_returned_or_applied() {
+        let store = Metered::new(Arc::new(Fixed));
+        let row = || RowMutation { row: b("k"), mutations: vec![put("d", "n", "v")] }; // 1 + 1 + 1 + 1 + 8
+        let absent = Condition::Absent { family: b("d"), qualifier: b("n") };
+        let equals = Condition::Equals { family: b("d"), qualifier: b("n"), value: b("x") };
+
+        // Three keys, two found: one get, two rows of one 13-byte cell each (2 + 1 + 1 + 1 + 8).
+        let found = store.read_rows("t", &[b("aa"), b("x"), b("bb")], &ReadSpec::default()).unwrap();
+        assert_eq!(found.iter().flatten().count(), 2);
+        let c = store.costs();
+        assert_eq!((c.gets, c.rows_read, c.cells_read, c.bytes_read), (1, 2, 2, 26));
+
+        // A scan counts its rows as they are pulled.
+        let mut stream = store.scan("t", &ScanSpec::default()).unwrap();
+        assert_eq!(store.costs().scans, 1);
+        assert_eq!(store.costs().rows_read, 2);
+        assert!(stream.next().is_some());
+        assert_eq!(store.costs().rows_read, 3);
+        drop(stream);
+
+        let before = store.costs();
+        store.mutate("t", vec![row(), row()]).unwrap();
+        assert!(!store.check_and_mutate("t", equals.clone(), row()).unwrap());
+        assert!(store.check_and_mutate("t", absent, row()).unwrap());
+        assert!(!store.mutate_group("t", vec![RowCheck { row: b("k"), condition: equals }], vec![row()]).unwrap());
+        assert!(store.mutate_group("t", Vec::new(), vec![row(), row()]).unwrap());
+        store.increment("t", b("k"), "d", "c", 1).unwrap(); // 1 + 1 + 1 + 8 + 8
+        store
+            .ensure_table(&TableSpec {
+                name: "t".into(),
+                families: Vec::new(),
+                split_keys: Vec::new(),
+                split_policy: Default::default(),
+            })
+            .unwrap();
+        store.split_keys("t").unwrap();
+        let _ = store.guarantees();
+        assert_eq!(
+            store.costs() - before,
+            Costs {
+                mutates: 1,
+                check_and_mutates: 2,
+                group_mutates: 2,
+                increments: 1,
+                admin: 2,
+                rows_read: 1,
+                cells_read: 1,
+                bytes_read: 19,
+                // 2 (mutate) + 1 (applied check-and-mutate) + 2 (applied group) rows of 12
+                // bytes, and the increment's 19.
+                rows_written: 6,
+                cells_written: 6,
+                bytes_written: 5 * 12 + 19,
+                ..Costs::default()
+            }
+        );
+        assert_eq!((store.costs() - before).round_trips(), 6);
+    }
+}
