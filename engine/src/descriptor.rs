@@ -239,7 +239,7 @@ impl TableDescriptor {
         if self.max_region_size < 1024 * 1024 {
             return Err(Error::invalid("MAX_FILESIZE", "max region size must be at least 1 MiB"));
         }
-        Ok(())
+        self.split_policy.validate()
     }
 }
 

@@ -23,6 +23,7 @@ use crate::fsutil::sync_dir;
 use crate::memstore::MemAccount;
 use crate::region::{FileContext, Region};
 use crate::split::check_split_keys;
+use crate::split_policy::SplitPolicy;
 use crate::sst::reader::sst_path;
 use crate::sst::SstReader;
 use crate::table::{Table, TableState};
@@ -526,7 +527,15 @@ impl Engine {
 
     /// Splits regions: with `at`, the region holding that row, at that row; without, every
     /// region at its data's middle (regions too small to cut are left alone). Daughters share
-    /// the parent's files until compaction rewrites them, so a split writes no data.
+    /// the parent's files until compaction rewrites them, so a split writes no data. Returns
+    /// the number of regions split.
+    ///
+    /// The table's [`SplitPolicy`](crate::SplitPolicy) applies to every split, explicit ones
+    /// included (as HBase applies its split restriction to user split points): under a
+    /// key-prefix policy the cut moves to the first key of the group holding the cut row
+    /// (`at`, or the middle row), or to the first key after that group when the group starts
+    /// at or before the region's start. A region the group fills from end to end is not split;
+    /// nor, without `at`, one whose data is a single group.
     ///
     /// # Errors
     /// [`Error::TableNotFound`]; [`Error::InvalidArgument`] if `at` is a region's start key.
@@ -834,13 +843,21 @@ impl EngineInner {
         }
         // Flush while writes continue, so the flush under the write lock below is short.
         self.wal.flush_buffer()?;
-        region.flush_maintained(&ctx)?;
+        let flushed = region.flush_maintained(&ctx)?;
+        let policy = state.descriptor().split_policy;
         let at = match at {
-            Some(at) => at,
-            None => match region.split_point()? {
-                Some(at) => at,
-                None => return Ok(false),
-            },
+            Some(at) if policy == SplitPolicy::MidKey => Some(at),
+            // The policy applies to explicit split points too: snapped to a group boundary.
+            Some(at) => region.snap(&policy, &at, false)?,
+            None => region.split_point(&policy)?,
+        };
+        let Some(at) = at else {
+            // No split, but the flush stands: the catalog must name its file before anyone
+            // trims the log that held its rows.
+            if flushed {
+                self.persist_locked()?;
+            }
+            return Ok(false);
         };
         let _w = region.write_lock.lock();
         region.flush_write_locked(&ctx)?;

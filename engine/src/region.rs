@@ -20,6 +20,7 @@ use crate::memstore::{MemAccount, Memstore};
 use crate::read::cursor::{BoundedCursor, CellCursor, MergeCursor, Source};
 use crate::read::rows::ReadSnapshot;
 use crate::retention::{write_retained, Retention};
+use crate::split_policy::SplitPolicy;
 use crate::sst::reader::sst_path;
 use crate::sst::{SstReader, SstWriter};
 use crate::wal::WalEdit;
@@ -249,10 +250,51 @@ impl Region {
         self.stores().families.iter().map(|s| s.files.len()).sum()
     }
 
-    /// A row near the middle of the region's data, strictly inside its range: where a split
-    /// should cut. Large regions are cut at the block boundary that halves their bytes; regions
-    /// of a few blocks are cut at their middle row. `None` if there is nothing to cut.
-    pub fn split_point(&self) -> Result<Option<Bytes>> {
+    /// Where a split should cut: near the middle of the region's data, strictly inside its
+    /// range, moved by `policy` to a group boundary with data on both sides (see
+    /// [`SplitPolicy::group_prefix`]). `None` if there is nothing to cut — too little data, or
+    /// under a key-prefix policy a region holding a single group.
+    pub fn split_point(&self, policy: &SplitPolicy) -> Result<Option<Bytes>> {
+        let Some((row, cut)) = self.middle()? else {
+            return Ok(None);
+        };
+        if *policy == SplitPolicy::MidKey {
+            return Ok(Some(cut));
+        }
+        // Snap the middle row itself, not a block-boundary cut `row + [0]` just after it: under
+        // a delimiter policy `row` may be a group's first row without the delimiter, and
+        // `row\0` would separate it from the group's other rows (`row#…`).
+        self.snap(policy, &row, true)
+    }
+
+    /// `row` moved to a group boundary by `policy`: its group's first key, or the first key
+    /// after its group, whichever first lies strictly inside the region (and, with
+    /// `keep_both_halves`, leaves data on both sides). `None` if neither does.
+    pub fn snap(&self, policy: &SplitPolicy, row: &[u8], keep_both_halves: bool) -> Result<Option<Bytes>> {
+        policy.snap(row, (&self.start, &self.end), |cut| {
+            Ok(!keep_both_halves
+                || (self.files_hold_rows(&self.start, cut)? && self.files_hold_rows(cut, &self.end)?))
+        })
+    }
+
+    /// True if some SSTable holds a cell of a row in `[from, to)` (empty `to` = unbounded).
+    fn files_hold_rows(&self, from: &[u8], to: &[u8]) -> Result<bool> {
+        let stores = self.stores();
+        for f in stores.families.iter().flat_map(|s| &s.files) {
+            let mut cursor = f.one_pass_cursor();
+            cursor.seek(&KeyView::first_of_row(from))?;
+            if cursor.key().is_some_and(|k| to.is_empty() || k.row < to) {
+                return Ok(true);
+            }
+        }
+        Ok(false)
+    }
+
+    /// The region's middle row and the cut the mid-key policy makes there, strictly inside the
+    /// range with data on both sides: large regions are cut just after the last row of the
+    /// block that halves their bytes (`row + [0]`); regions of a few blocks at their middle row
+    /// itself. `None` for fewer than two rows.
+    fn middle(&self) -> Result<Option<(Bytes, Bytes)>> {
         let inside = |cut: &Bytes| cut > &self.start && (self.end.is_empty() || cut < &self.end);
         let stores = self.stores();
         let files: Vec<&Arc<SstReader>> = stores.families.iter().flat_map(|s| &s.files).collect();
@@ -266,8 +308,9 @@ impl Region {
             if acc * 2 >= total {
                 // The block's last row ends the lower half; the cut is just after it.
                 let cut = Bytes::from([row.as_ref(), &[0u8]].concat());
-                if inside(&cut) && blocks.len() >= 4 {
-                    return Ok(Some(cut));
+                // (A huge last block can hold the middle: then no data lies after the cut.)
+                if inside(&cut) && blocks.len() >= 4 && self.files_hold_rows(&cut, &self.end)? {
+                    return Ok(Some((row.clone(), cut)));
                 }
                 break;
             }
@@ -283,7 +326,11 @@ impl Region {
             }
             merged.next()?;
         }
-        Ok(rows.get(rows.len() / 2).cloned().filter(inside))
+        // A single row cannot be cut: one daughter would be empty.
+        if rows.len() < 2 {
+            return Ok(None);
+        }
+        Ok(Some(rows.swap_remove(rows.len() / 2)).filter(inside).map(|row| (row.clone(), row)))
     }
 
     /// Moves non-empty active memstores to `frozen`; the caller holds the write lock, so the

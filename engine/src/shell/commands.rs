@@ -7,7 +7,7 @@ use super::parse::{Command, Value};
 use super::Output;
 use crate::cell::to_printable;
 use crate::descriptor::{BloomType, Compression, Durability, FamilyDescriptor, TableDescriptor};
-use crate::{Delete, Engine, Get, Increment, Put, Scan, SplitAlgorithm};
+use crate::{Delete, Engine, Get, Increment, PrefixField, Put, Scan, SplitAlgorithm, SplitPolicy};
 
 type CmdResult = Result<Output, String>;
 
@@ -171,6 +171,153 @@ fn apply_table_option(t: &mut TableDescriptor, key: &str, v: &Value) -> Result<b
     Ok(true)
 }
 
+/// Canonical name of a table option that sets the split policy: ours (`SPLIT_POLICY`,
+/// `PREFIX_LENGTH`, `DELIMITER`, `PREFIX_FIELDS`) and HBase's metadata and configuration keys
+/// for the same settings.
+fn policy_key(key: &str) -> Option<&'static str> {
+    match key {
+        "SPLIT_POLICY" | "HBASE.REGIONSERVER.REGION.SPLIT_RESTRICTION.TYPE" => Some("SPLIT_POLICY"),
+        "PREFIX_LENGTH"
+        | "KEYPREFIXREGIONSPLITPOLICY.PREFIX_LENGTH"
+        | "PREFIX_SPLIT_KEY_POLICY.PREFIX_LENGTH"
+        | "HBASE.REGIONSERVER.REGION.SPLIT_RESTRICTION.PREFIX_LENGTH" => Some("PREFIX_LENGTH"),
+        "DELIMITER"
+        | "DELIMITEDKEYPREFIXREGIONSPLITPOLICY.DELIMITER"
+        | "HBASE.REGIONSERVER.REGION.SPLIT_RESTRICTION.DELIMITER" => Some("DELIMITER"),
+        "PREFIX_FIELDS" => Some("PREFIX_FIELDS"),
+        _ => None,
+    }
+}
+
+/// True for the table options [`split_policy_option`] reads.
+fn is_policy_option(key: &str) -> bool {
+    policy_key(key).is_some() || matches!(key, "METADATA" | "CONFIGURATION")
+}
+
+/// The split-policy settings of a table-options hash, `METADATA => {...}` and
+/// `CONFIGURATION => {...}` looked into, by canonical name.
+fn policy_settings<'a>(h: &'a [(Value, Value)], out: &mut Vec<(&'static str, &'a Value)>) -> Result<(), String> {
+    for (k, v) in h {
+        let key = key_name(k).ok_or("option names must be strings")?;
+        match (policy_key(&key), v) {
+            (Some(name), _) => out.push((name, v)),
+            (None, Value::Hash(inner)) if matches!(key.as_str(), "METADATA" | "CONFIGURATION") => {
+                for (ik, _) in inner {
+                    let ikey = key_name(ik).ok_or("option names must be strings")?;
+                    if policy_key(&ikey).is_none() {
+                        return Err(format!("unknown {key} key {}", ik.as_text().unwrap_or_default()));
+                    }
+                }
+                policy_settings(inner, out)?;
+            }
+            (None, _) if matches!(key.as_str(), "METADATA" | "CONFIGURATION") => {
+                return Err(format!("{key} must be a hash"));
+            }
+            (None, _) => {}
+        }
+    }
+    Ok(())
+}
+
+/// The kinds of split policy, with the names the shell accepts for each (HBase's class names,
+/// plain or fully qualified, and its split-restriction types), matched case-insensitively.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum PolicyKind {
+    MidKey,
+    KeyPrefix,
+    Delimited,
+    Fields,
+}
+
+const POLICY_NAMES: [(&str, PolicyKind); 11] = [
+    ("KeyPrefixRegionSplitPolicy", PolicyKind::KeyPrefix),
+    ("DelimitedKeyPrefixRegionSplitPolicy", PolicyKind::Delimited),
+    ("FieldsKeyPrefixRegionSplitPolicy", PolicyKind::Fields),
+    ("ConstantSizeRegionSplitPolicy", PolicyKind::MidKey),
+    ("SteppingSplitPolicy", PolicyKind::MidKey),
+    ("SteppingRegionSplitPolicy", PolicyKind::MidKey),
+    ("IncreasingToUpperBoundRegionSplitPolicy", PolicyKind::MidKey),
+    ("KeyPrefix", PolicyKind::KeyPrefix),
+    ("DelimitedKeyPrefix", PolicyKind::Delimited),
+    ("NoRestriction", PolicyKind::MidKey),
+    ("MidKey", PolicyKind::MidKey),
+];
+
+fn policy_kind(v: &Value) -> Result<PolicyKind, String> {
+    let name = v.as_text().ok_or("SPLIT_POLICY must be a string")?;
+    let short = name.rsplit('.').next().unwrap_or_default();
+    POLICY_NAMES.iter().find(|(n, _)| n.eq_ignore_ascii_case(short)).map(|(_, k)| *k).ok_or_else(|| {
+        format!(
+            "unknown SPLIT_POLICY {name}; use KeyPrefixRegionSplitPolicy (with PREFIX_LENGTH), \
+             DelimitedKeyPrefixRegionSplitPolicy (with DELIMITER), FieldsKeyPrefixRegionSplitPolicy (with \
+             PREFIX_FIELDS) or ConstantSizeRegionSplitPolicy"
+        )
+    })
+}
+
+fn prefix_fields(v: &Value) -> Result<Vec<PrefixField>, String> {
+    let Value::Array(items) = v else {
+        return Err("PREFIX_FIELDS must be an array of byte counts and terminator strings".into());
+    };
+    items
+        .iter()
+        .map(|i| match i {
+            Value::Str(t) => Ok(PrefixField::Terminated(t.clone())),
+            other => as_u32(other, "PREFIX_FIELDS").map(PrefixField::Fixed),
+        })
+        .collect()
+}
+
+/// The split policy a table-options hash sets, if any. Settings given without `SPLIT_POLICY`
+/// change the `current` policy's parameters (`alter 't', PREFIX_LENGTH => 4`).
+fn split_policy_option(h: &[(Value, Value)], current: &SplitPolicy) -> Result<Option<SplitPolicy>, String> {
+    let mut settings = Vec::new();
+    policy_settings(h, &mut settings)?;
+    if settings.is_empty() {
+        return Ok(None);
+    }
+    let get = |name: &str| settings.iter().rev().find(|(n, _)| *n == name).map(|(_, v)| *v);
+    let current_kind = match current {
+        SplitPolicy::KeyPrefix { .. } => PolicyKind::KeyPrefix,
+        SplitPolicy::DelimitedKeyPrefix { .. } => PolicyKind::Delimited,
+        SplitPolicy::Fields(_) => PolicyKind::Fields,
+        _ => PolicyKind::MidKey,
+    };
+    let kind = match get("SPLIT_POLICY") {
+        Some(v) => policy_kind(v)?,
+        None => current_kind,
+    };
+    let (needed, class) = match kind {
+        PolicyKind::MidKey => (None, "ConstantSizeRegionSplitPolicy"),
+        PolicyKind::KeyPrefix => (Some("PREFIX_LENGTH"), "KeyPrefixRegionSplitPolicy"),
+        PolicyKind::Delimited => (Some("DELIMITER"), "DelimitedKeyPrefixRegionSplitPolicy"),
+        PolicyKind::Fields => (Some("PREFIX_FIELDS"), "FieldsKeyPrefixRegionSplitPolicy"),
+    };
+    for (name, _) in &settings {
+        if *name != "SPLIT_POLICY" && Some(*name) != needed {
+            return Err(match needed {
+                Some(n) => format!("{name} does not apply to {class}, which takes {n}"),
+                None => format!("{name} needs a key-prefix SPLIT_POLICY (e.g. KeyPrefixRegionSplitPolicy)"),
+            });
+        }
+    }
+    let param = match (needed, needed.and_then(get)) {
+        (None, _) => return Ok(Some(SplitPolicy::MidKey)),
+        (Some(_), Some(v)) => v,
+        // `SPLIT_POLICY` repeated without its parameter keeps the current one.
+        (Some(_), None) if kind == current_kind => return Ok(Some(current.clone())),
+        (Some(n), None) => return Err(format!("{class} needs {n}")),
+    };
+    let policy = match kind {
+        PolicyKind::KeyPrefix => SplitPolicy::KeyPrefix { length: as_u32(param, "PREFIX_LENGTH")? },
+        PolicyKind::Delimited => SplitPolicy::DelimitedKeyPrefix { delimiter: bytes_of(param, "DELIMITER")? },
+        PolicyKind::Fields => SplitPolicy::Fields(prefix_fields(param)?),
+        PolicyKind::MidKey => SplitPolicy::MidKey,
+    };
+    policy.validate().map_err(|e| e.to_string())?;
+    Ok(Some(policy))
+}
+
 /// Split keys from `SPLITS => [...]`, or `NUMREGIONS => n, SPLITALGO => 'HexStringSplit'`.
 fn create_splits(h: &[(Value, Value)]) -> Result<Vec<Bytes>, String> {
     if let Some(v) = lookup(h, "SPLITS") {
@@ -205,10 +352,13 @@ fn create(engine: &Engine, a: &Args<'_>) -> CmdResult {
                 }
                 None => {
                     splits = create_splits(h)?;
+                    if let Some(policy) = split_policy_option(h, &desc.split_policy)? {
+                        desc.split_policy = policy;
+                    }
                     for (k, v) in h {
                         let key = key_name(k).ok_or("option names must be strings")?;
                         let split_option = matches!(key.as_str(), "SPLITS" | "NUMREGIONS" | "SPLITALGO");
-                        if !split_option && !apply_table_option(&mut desc, &key, v)? {
+                        if !split_option && !is_policy_option(&key) && !apply_table_option(&mut desc, &key, v)? {
                             return Err(format!("unknown table option {key}"));
                         }
                     }
@@ -250,9 +400,13 @@ fn alter(engine: &Engine, a: &Args<'_>) -> CmdResult {
             }
             None => {
                 let mut changed = desc.clone();
+                if let Some(policy) = split_policy_option(h, &desc.split_policy)? {
+                    changed.split_policy = policy;
+                }
                 for (k, v) in h {
                     let key = key_name(k).ok_or("option names must be strings")?;
-                    if !apply_table_option(&mut changed, &key, v)? {
+                    let table_att = key == "METHOD" && upper(v).as_deref() == Some("TABLE_ATT");
+                    if !table_att && !is_policy_option(&key) && !apply_table_option(&mut changed, &key, v)? {
                         return Err(format!("unknown table option {key}"));
                     }
                 }
@@ -598,5 +752,149 @@ pub(crate) fn execute(engine: &Engine, cmd: &Command) -> CmdResult {
         "status" => status(engine),
         "help" => Ok(Output { text: HELP.into(), rows: None, ret: None }),
         other => Err(format!("Unknown command '{other}'. Try 'help'.")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::Shell;
+    use crate::{EngineOptions, SplitPolicy};
+
+    /// Runs `lines` in a fresh shell; returns the engine and everything printed.
+    fn run(lines: &[&str]) -> (crate::Engine, String, tempfile::TempDir) {
+        let dir = tempfile::tempdir().unwrap();
+        let engine = crate::Engine::open(dir.path(), EngineOptions::default()).unwrap();
+        let mut shell = Shell::new(engine.clone());
+        let mut out = Vec::new();
+        for l in lines {
+            shell.run_line(l, &mut out).unwrap();
+        }
+        (engine, String::from_utf8(out).unwrap(), dir)
+    }
+
+    fn policy(engine: &crate::Engine, table: &str) -> SplitPolicy {
+        engine.describe(table).unwrap().split_policy
+    }
+
+    #[test]
+    fn create_sets_key_prefix_policies() {
+        let (engine, out, _dir) = run(&[
+            "create 'a', 'f', {SPLIT_POLICY => 'KeyPrefixRegionSplitPolicy', PREFIX_LENGTH => 8}",
+            "create 'b', 'f', {SPLIT_POLICY => 'DelimitedKeyPrefixRegionSplitPolicy', DELIMITER => '#'}",
+            "create 'c', 'f', SPLIT_POLICY => 'org.apache.hadoop.hbase.regionserver.KeyPrefixRegionSplitPolicy', PREFIX_LENGTH => '4'",
+            "create 'd', 'f', {SPLIT_POLICY => 'SteppingSplitPolicy'}",
+            "create 'e', 'f', {SPLIT_POLICY => 'ConstantSizeRegionSplitPolicy', MAX_FILESIZE => 2097152}",
+            "create 'g', 'f', {SPLIT_POLICY => 'FieldsKeyPrefixRegionSplitPolicy', PREFIX_FIELDS => [1, \"\\x00\\x01\"]}",
+            "create 'h', 'f', {METADATA => {'SPLIT_POLICY' => 'org.apache.hadoop.hbase.regionserver.KeyPrefixRegionSplitPolicy', 'KeyPrefixRegionSplitPolicy.prefix_length' => '2'}}",
+            "create 'i', 'f', {CONFIGURATION => {'hbase.regionserver.region.split_restriction.type' => 'DelimitedKeyPrefix', 'hbase.regionserver.region.split_restriction.delimiter' => ','}}",
+        ]);
+        assert!(!out.contains("ERROR"), "{out}");
+        assert_eq!(policy(&engine, "a"), SplitPolicy::KeyPrefix { length: 8 });
+        assert_eq!(policy(&engine, "b"), SplitPolicy::DelimitedKeyPrefix { delimiter: b"#".to_vec() });
+        assert_eq!(policy(&engine, "c"), SplitPolicy::KeyPrefix { length: 4 });
+        assert_eq!(policy(&engine, "d"), SplitPolicy::MidKey);
+        assert_eq!(policy(&engine, "e"), SplitPolicy::MidKey);
+        assert_eq!(engine.describe("e").unwrap().max_region_size, 2097152);
+        assert_eq!(
+            policy(&engine, "g"),
+            SplitPolicy::Fields(vec![crate::PrefixField::Fixed(1), crate::PrefixField::Terminated(vec![0, 1])])
+        );
+        assert_eq!(policy(&engine, "h"), SplitPolicy::KeyPrefix { length: 2 });
+        assert_eq!(policy(&engine, "i"), SplitPolicy::DelimitedKeyPrefix { delimiter: b",".to_vec() });
+    }
+
+    #[test]
+    fn describe_shows_the_policy_and_reads_back() {
+        let (engine, out, _dir) = run(&[
+            "create 'a', 'f', {SPLIT_POLICY => 'KeyPrefixRegionSplitPolicy', PREFIX_LENGTH => 8}",
+            "describe 'a'",
+            "create 'b', 'f', {SPLIT_POLICY => 'DelimitedKeyPrefixRegionSplitPolicy', DELIMITER => '#'}",
+            "describe 'b'",
+            "create 'c', 'f'",
+            "describe 'c'",
+            "create 'g', 'f', {SPLIT_POLICY => 'FieldsKeyPrefixRegionSplitPolicy', PREFIX_FIELDS => [1, \"\\x00'\"]}",
+            "describe 'g'",
+        ]);
+        assert!(!out.contains("ERROR"), "{out}");
+        assert!(
+            out.contains(
+                "TABLE ATTRIBUTES => {DURABILITY => 'SYNC_WAL', MAX_FILESIZE => '10737418240', SPLIT_POLICY => \
+             'KeyPrefixRegionSplitPolicy', PREFIX_LENGTH => '8'}\n"
+            ),
+            "{out}"
+        );
+        assert!(out.contains(", SPLIT_POLICY => 'DelimitedKeyPrefixRegionSplitPolicy', DELIMITER => '#'}\n"), "{out}");
+        assert!(
+            out.contains("TABLE ATTRIBUTES => {DURABILITY => 'SYNC_WAL', MAX_FILESIZE => '10737418240'}\n"),
+            "{out}"
+        );
+        let fields = ", SPLIT_POLICY => 'FieldsKeyPrefixRegionSplitPolicy', PREFIX_FIELDS => [1, \"\\x00'\"]}";
+        assert!(out.contains(fields), "{out}");
+        // What describe prints is valid input for create.
+        let (again, out, _dir2) = run(&[&format!("create 'g', 'f', {{{}}}", &fields[2..fields.len() - 1])]);
+        assert!(!out.contains("ERROR"), "{out}");
+        assert_eq!(policy(&again, "g"), policy(&engine, "g"));
+    }
+
+    #[test]
+    fn alter_changes_the_policy() {
+        let (engine, out, _dir) =
+            run(&["create 't', 'f'", "alter 't', {SPLIT_POLICY => 'KeyPrefixRegionSplitPolicy', PREFIX_LENGTH => 8}"]);
+        assert!(!out.contains("ERROR"), "{out}");
+        assert_eq!(policy(&engine, "t"), SplitPolicy::KeyPrefix { length: 8 });
+        let mut shell = Shell::new(engine.clone());
+        let mut out = Vec::new();
+        for l in [
+            "alter 't', PREFIX_LENGTH => 3",
+            "alter 't', METHOD => 'table_att', MAX_FILESIZE => 4194304",
+            "alter 't', {SPLIT_POLICY => 'DelimitedKeyPrefixRegionSplitPolicy', DELIMITER => ':'}",
+        ] {
+            shell.run_line(l, &mut out).unwrap();
+        }
+        assert_eq!(shell.errors(), 0, "{}", String::from_utf8_lossy(&out));
+        assert_eq!(policy(&engine, "t"), SplitPolicy::DelimitedKeyPrefix { delimiter: b":".to_vec() });
+        assert_eq!(engine.describe("t").unwrap().max_region_size, 4194304);
+        shell.run_line("alter 't', SPLIT_POLICY => 'ConstantSizeRegionSplitPolicy'", &mut out).unwrap();
+        assert_eq!(policy(&engine, "t"), SplitPolicy::MidKey);
+    }
+
+    #[test]
+    fn bad_policies_name_the_argument() {
+        let (engine, out, _dir) = run(&[
+            "create 'a', 'f', {SPLIT_POLICY => 'NoSuchPolicy'}",
+            "create 'b', 'f', {SPLIT_POLICY => 'KeyPrefixRegionSplitPolicy'}",
+            "create 'c', 'f', {SPLIT_POLICY => 'KeyPrefixRegionSplitPolicy', PREFIX_LENGTH => 0}",
+            "create 'd', 'f', {SPLIT_POLICY => 'KeyPrefixRegionSplitPolicy', PREFIX_LENGTH => 'x'}",
+            "create 'e', 'f', {SPLIT_POLICY => 'DelimitedKeyPrefixRegionSplitPolicy', DELIMITER => ''}",
+            "create 'g', 'f', {SPLIT_POLICY => 'KeyPrefixRegionSplitPolicy', DELIMITER => '#'}",
+            "create 'h', 'f', {PREFIX_LENGTH => 4}",
+            "create 'i', 'f', {METADATA => {'OTHER' => 'x'}}",
+            "create 'j', 'f', {SPLIT_POLICY => 'FieldsKeyPrefixRegionSplitPolicy', PREFIX_FIELDS => []}",
+            "create 'k', 'f', {SPLIT_POLICY => 'DelimitedKeyPrefixRegionSplitPolicy', DELIMITER => 5}",
+            "create 't', 'f'",
+            "alter 't', PREFIX_LENGTH => 4",
+            "alter 't', {SPLIT_POLICY => 'KeyPrefixRegionSplitPolicy', PREFIX_LENGTH => -1}",
+        ]);
+        let errors: Vec<&str> = out.lines().filter(|l| l.starts_with("ERROR: ")).collect();
+        assert_eq!(errors.len(), 12, "{out}");
+        let expect = [
+            "SPLIT_POLICY",
+            "needs PREFIX_LENGTH",
+            "PREFIX_LENGTH",
+            "PREFIX_LENGTH",
+            "DELIMITER",
+            "DELIMITER does not apply to KeyPrefixRegionSplitPolicy",
+            "PREFIX_LENGTH needs a key-prefix SPLIT_POLICY",
+            "unknown METADATA key OTHER",
+            "PREFIX_FIELDS",
+            "DELIMITER must be a string",
+            "PREFIX_LENGTH needs a key-prefix SPLIT_POLICY",
+            "PREFIX_LENGTH",
+        ];
+        for (e, want) in errors.iter().zip(expect) {
+            assert!(e.contains(want), "{e} lacks {want}");
+        }
+        assert_eq!(engine.list_tables(), ["t"], "no table was created by a bad command");
+        assert_eq!(policy(&engine, "t"), SplitPolicy::MidKey);
     }
 }

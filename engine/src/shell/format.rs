@@ -2,6 +2,7 @@
 
 use crate::cell::{to_printable, Cell};
 use crate::descriptor::{BloomType, Compression, Durability, FamilyDescriptor, TableDescriptor};
+use crate::{PrefixField, SplitPolicy};
 
 /// Width of the left column (ROW / COLUMN) in scan and get output.
 const LEFT: usize = 34;
@@ -80,6 +81,48 @@ pub fn family_line(f: &FamilyDescriptor) -> String {
     )
 }
 
+/// Bytes as a shell string literal that reads back as the same bytes: single-quoted when
+/// printable, else double-quoted with `\xNN` escapes.
+fn literal(bytes: &[u8]) -> String {
+    if bytes.iter().all(|b| (0x20..0x7f).contains(b) && !matches!(b, b'\'' | b'\\')) {
+        return format!("'{}'", String::from_utf8_lossy(bytes));
+    }
+    let mut out = String::from("\"");
+    for &b in bytes {
+        if (0x20..0x7f).contains(&b) && !matches!(b, b'"' | b'\\') {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("\\x{b:02X}"));
+        }
+    }
+    out.push('"');
+    out
+}
+
+/// `, SPLIT_POLICY => '…', PREFIX_LENGTH => '…'` for a key-prefix policy, in the option
+/// names `create` and `alter` accept; nothing for the default mid-key policy.
+fn split_policy_attributes(p: &SplitPolicy) -> String {
+    match p {
+        SplitPolicy::KeyPrefix { length } => {
+            format!(", SPLIT_POLICY => 'KeyPrefixRegionSplitPolicy', PREFIX_LENGTH => '{length}'")
+        }
+        SplitPolicy::DelimitedKeyPrefix { delimiter } => {
+            format!(", SPLIT_POLICY => 'DelimitedKeyPrefixRegionSplitPolicy', DELIMITER => {}", literal(delimiter))
+        }
+        SplitPolicy::Fields(fields) => {
+            let fields: Vec<String> = fields
+                .iter()
+                .map(|f| match f {
+                    PrefixField::Fixed(n) => n.to_string(),
+                    PrefixField::Terminated(t) => literal(t),
+                })
+                .collect();
+            format!(", SPLIT_POLICY => 'FieldsKeyPrefixRegionSplitPolicy', PREFIX_FIELDS => [{}]", fields.join(", "))
+        }
+        _ => String::new(),
+    }
+}
+
 /// The body of `describe`.
 pub fn describe(t: &TableDescriptor, enabled: bool) -> String {
     let mut out = format!("Table {} is {}\n{}\n", t.name, if enabled { "ENABLED" } else { "DISABLED" }, t.name);
@@ -90,8 +133,9 @@ pub fn describe(t: &TableDescriptor, enabled: bool) -> String {
         Durability::FsyncWal => "FSYNC_WAL",
     };
     out.push_str(&format!(
-        "TABLE ATTRIBUTES => {{DURABILITY => '{durability}', MAX_FILESIZE => '{}'}}\n",
-        t.max_region_size
+        "TABLE ATTRIBUTES => {{DURABILITY => '{durability}', MAX_FILESIZE => '{}'{}}}\n",
+        t.max_region_size,
+        split_policy_attributes(&t.split_policy)
     ));
     out.push_str("COLUMN FAMILIES DESCRIPTION\n");
     for f in &t.families {
