@@ -1,0 +1,38 @@
+use cellar::prelude::*;
+
+#[derive(Aggregate)]
+#[cellar(table = "orders", strategy = "nested")]
+struct Order {
+    #[cellar(key)]
+    id: u64,
+}
+
+// The rows of an aggregate must be found again by its key.
+#[derive(Aggregate)]
+#[cellar(table = "events", salt(buckets = 4, random))]
+struct Log {
+    #[cellar(key)]
+    id: u64,
+}
+
+// No counters or versions, neither in the root nor in a part.
+#[derive(Aggregate)]
+#[cellar(table = "carts")]
+struct Cart {
+    #[cellar(key)]
+    id: u64,
+    #[cellar(version)]
+    version: u64,
+    #[cellar(children)]
+    items: Vec<CartItem>,
+}
+
+#[derive(Part)]
+struct CartItem {
+    #[cellar(key)]
+    sku: String,
+    #[cellar(counter)]
+    qty: i64,
+}
+
+fn main() {}
