@@ -49,7 +49,8 @@ fn line() -> impl Strategy<Value = Line> {
 }
 
 fn loc() -> impl Strategy<Value = Loc> {
-    ("[A-Z][a-z]{0,5}", prop::collection::btree_map(1u16..9, line(), 0..4)).prop_map(|(city, items)| Loc { city, items })
+    ("[A-Z][a-z]{0,5}", prop::collection::btree_map(1u16..9, line(), 0..4))
+        .prop_map(|(city, items)| Loc { city, items })
 }
 
 fn order() -> impl Strategy<Value = Order> {
@@ -190,8 +191,12 @@ macro_rules! runner {
                         note: v.note.clone(),
                         ship_to: v.ship_to.iter().map(|(k, l)| Self::to_loc(*k, l)).collect(),
                     }),
-                    Op::PutLocation(o, k, l) => self.0.children(Self::key(*o), m::Order::SHIP_TO).put(&Self::to_loc(*k, l)),
-                    Op::RemoveLocation(o, k) => self.0.children(Self::key(*o), m::Order::SHIP_TO).remove(*k).map(|_| ()),
+                    Op::PutLocation(o, k, l) => {
+                        self.0.children(Self::key(*o), m::Order::SHIP_TO).put(&Self::to_loc(*k, l))
+                    }
+                    Op::RemoveLocation(o, k) => {
+                        self.0.children(Self::key(*o), m::Order::SHIP_TO).remove(*k).map(|_| ())
+                    }
                     Op::PutLine(o, k, n, l) => self
                         .0
                         .children(Self::key(*o), m::Order::SHIP_TO)
@@ -235,7 +240,11 @@ macro_rules! runner {
                             .ship_to
                             .into_iter()
                             .map(|l| {
-                                let items = l.items.into_iter().map(|i| (i.line, Line { sku: i.sku, qty: i.qty, price: i.price_cents })).collect();
+                                let items = l
+                                    .items
+                                    .into_iter()
+                                    .map(|i| (i.line, Line { sku: i.sku, qty: i.qty, price: i.price_cents }))
+                                    .collect();
                                 (l.loc, Loc { city: l.city, items })
                             })
                             .collect(),

@@ -68,7 +68,12 @@ macro_rules! sample {
                     items: (0..$lines)
                         .map(|_| {
                             line += 1;
-                            $m::LineItem { line, sku: format!("sku-{line}"), qty: u32::from(line), price_cents: 100 * i64::from(line) }
+                            $m::LineItem {
+                                line,
+                                sku: format!("sku-{line}"),
+                                qty: u32::from(line),
+                                price_cents: 100 * i64::from(line),
+                            }
                         })
                         .collect(),
                 })
@@ -92,7 +97,13 @@ fn child_level_writes_and_reads_in_every_strategy() {
         moved.items.truncate(1);
         locations.put(&moved).unwrap();
         expected.ship_to[0] = moved;
-        let added = m::ShippingLocation { loc: 7, line1: "7 Quay".into(), city: "Stavanger".into(), zip: "4006".into(), items: vec![] };
+        let added = m::ShippingLocation {
+            loc: 7,
+            line1: "7 Quay".into(),
+            city: "Stavanger".into(),
+            zip: "4006".into(),
+            items: vec![],
+        };
         locations.put(&added).unwrap();
         expected.ship_to.push(added.clone());
         let lines = locations.child(2u16, m::ShippingLocation::ITEMS).unwrap();
@@ -146,7 +157,8 @@ fn scans_by_prefix_range_and_pages_in_every_strategy() {
         reversed.reverse();
         assert_eq!(orders.scan().prefix(m::OrderKey::customer(2)).reverse().to_vec().unwrap(), reversed);
         assert_eq!(orders.scan().prefix(m::OrderKey::customer(2)).limit(3).to_vec().unwrap(), of_two[..3]);
-        let range: Vec<_> = orders.scan().range(m::OrderKey::from((1, 3))..=m::OrderKey::from((2, 2))).to_vec().unwrap();
+        let range: Vec<_> =
+            orders.scan().range(m::OrderKey::from((1, 3))..=m::OrderKey::from((2, 2))).to_vec().unwrap();
         assert_eq!(range, all[2..6]);
         let exclusive = orders.scan().range(m::OrderKey::from((1, 3))..m::OrderKey::from((2, 2))).to_vec().unwrap();
         assert_eq!(exclusive, all[2..5]);
@@ -177,7 +189,10 @@ fn scans_by_prefix_range_and_pages_in_every_strategy() {
             }
             assert_eq!(seen, expected, "paging reverse={reverse}");
         }
-        assert_eq!(orders.get_many([(1, 1), (9, 9), (3, 4)]).unwrap(), vec![Some(all[0].clone()), None, Some(all[11].clone())]);
+        assert_eq!(
+            orders.get_many([(1, 1), (9, 9), (3, 4)]).unwrap(),
+            vec![Some(all[0].clone()), None, Some(all[11].clone())]
+        );
     });
 }
 

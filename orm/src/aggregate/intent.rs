@@ -21,7 +21,7 @@
 //! Rolling forward is idempotent (puts and deletes of the same cells), and a roll-forward
 //! whose lease has passed stops before its next store call, so a stalled writer does not
 //! overwrite a later write. The protocol assumes no single store call stalls longer than the
-//! lease ([`LEASE`]).
+//! lease ([`LEASE`] by default).
 
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -36,7 +36,8 @@ use crate::repo::printable;
 use crate::store::{CellMutation, Condition, ReadSpec, RowMutation, ScanSpec};
 use crate::{Error, Result};
 
-/// How long a writer owns its intent before readers may roll it forward for it.
+/// How long a writer owns its intent before readers may roll it forward for it, by default
+/// ([`AggregateRepository::with_lease`] changes it).
 pub const LEASE: Duration = Duration::from_secs(5);
 /// Longest a reader keeps trying to get a consistent read before giving up.
 const READ_PATIENCE: Duration = Duration::from_secs(30);
@@ -165,7 +166,7 @@ pub(super) fn write<A: Aggregate>(
             _ => None,
         })
         .unwrap_or_else(|| Bytes::from_static(&[0; TOKEN_LEN]));
-    let intent = Intent { deadline_ms: now_ms() + LEASE.as_millis() as u64, root: root_mutations, rows };
+    let intent = Intent { deadline_ms: now_ms() + repo.lease.as_millis() as u64, root: root_mutations, rows };
     let pending = encode_pending(&token, &intent);
     let start = RowMutation { row: root.clone(), mutations: vec![generation_put(repo, pending.clone())] };
     if !repo.store.check_and_mutate(&table, condition, start)? {
@@ -230,7 +231,7 @@ fn take_over<A: Aggregate>(repo: &AggregateRepository<A>, root: &Bytes, pending:
         column: Some(format!("{}:\\x00g", repo.shape.family())),
         reason,
     })?;
-    intent.deadline_ms = now_ms() + LEASE.as_millis() as u64;
+    intent.deadline_ms = now_ms() + repo.lease.as_millis() as u64;
     let renewed = encode_pending(&pending[..TOKEN_LEN], &intent);
     let m = RowMutation { row: root.clone(), mutations: vec![generation_put(repo, renewed.clone())] };
     if repo.store.check_and_mutate(repo.table(0), generation_condition(repo, Some(pending.clone())), m)? {

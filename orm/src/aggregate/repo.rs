@@ -40,6 +40,8 @@ pub struct AggregateRepository<A> {
     pub(super) shape: Arc<Shape>,
     /// Writes go out as one atomic multi-row mutation (else through the intent protocol).
     pub(super) atomic: bool,
+    /// How long a write through the intent protocol owns its intent.
+    pub(super) lease: std::time::Duration,
     _aggregate: PhantomData<fn() -> A>,
 }
 
@@ -49,6 +51,7 @@ impl<A> Clone for AggregateRepository<A> {
             store: self.store.clone(),
             shape: self.shape.clone(),
             atomic: self.atomic,
+            lease: self.lease,
             _aggregate: PhantomData,
         }
     }
@@ -81,7 +84,13 @@ impl Db {
         for spec in table_specs(&shape) {
             self.store().ensure_table(&spec)?;
         }
-        Ok(AggregateRepository { store: self.store().clone(), shape: Arc::new(shape), atomic, _aggregate: PhantomData })
+        Ok(AggregateRepository {
+            store: self.store().clone(),
+            shape: Arc::new(shape),
+            atomic,
+            lease: super::LEASE,
+            _aggregate: PhantomData,
+        })
     }
 }
 
@@ -430,6 +439,15 @@ impl<A: Aggregate> AggregateRepository<A> {
     pub fn scan(&self) -> AggregateQuery<'_, A> {
         let one_row_each = !self.shape.strategy.typed_rows();
         AggregateQuery { repo: self, rows: Query::<()>::rows(&*self.store, &A::SCHEMA, !one_row_each), limit: None }
+    }
+
+    /// Sets how long a write that spans rows the store cannot mutate together (the
+    /// `normalized` strategy) owns its intent before readers finish it for the writer: the
+    /// longest a reader waits for a crashed writer, and the longest a single store call may
+    /// stall without risk (see the intent protocol in the crate docs). Default [`super::LEASE`].
+    pub fn with_lease(mut self, lease: std::time::Duration) -> Self {
+        self.lease = lease;
+        self
     }
 
     /// The physical layout: every table and row shape under the strategy.

@@ -301,7 +301,6 @@ fn attach(
     Err(decode_error(shape, key, "row does not fit the aggregate's shape".into()))
 }
 
-
 /// `denormalized`: regroups each child row under a middle object rebuilt from its copies.
 fn attach_denormalized(shape: &Shape, root: &mut Node, by_level: LevelRows<'_>) -> Result<()> {
     // Middle objects by level and key: their cells and children, from rows of their own or
