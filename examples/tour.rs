@@ -1,13 +1,17 @@
 //! A tour of the object mapper on the embedded engine: the single-table customer/order design,
-//! the follower graph, and time-series events — each example in turn, every result asserted.
+//! the follower graph, time-series events, and one order aggregate in all four storage
+//! strategies with what each operation costs — each example in turn, every result asserted.
 //!
 //! Run with `cargo run --release --example tour`; each part also runs on its own
-//! (`--example customer_orders`, `--example followers`, `--example timeseries`).
+//! (`--example customer_orders`, `--example followers`, `--example timeseries`,
+//! `--example order_strategies`).
 
 #[path = "customer_orders.rs"]
 mod customer_orders;
 #[path = "followers.rs"]
 mod followers;
+#[path = "order_strategies.rs"]
+mod order_strategies;
 #[path = "timeseries.rs"]
 mod timeseries;
 
@@ -18,6 +22,8 @@ fn main() -> cellar::orm::Result<()> {
     followers::main()?;
     println!("\n== timeseries ==");
     timeseries::main()?;
+    println!("\n== order_strategies ==");
+    order_strategies::main()?;
     println!("\ntour: ok");
     Ok(())
 }

@@ -4,6 +4,8 @@
 mod customer_orders;
 #[path = "../examples/followers.rs"]
 mod followers;
+#[path = "../examples/order_strategies.rs"]
+mod order_strategies;
 #[path = "../examples/timeseries.rs"]
 mod timeseries;
 
@@ -20,4 +22,9 @@ fn followers_example() {
 #[test]
 fn timeseries_example() {
     timeseries::main().unwrap();
+}
+
+#[test]
+fn order_strategies_example() {
+    order_strategies::main().unwrap();
 }

@@ -238,9 +238,12 @@ pub fn expand(e: &EntityAttr) -> TokenStream {
         let types = &key_types[..k];
         let doc = lit(&format!("The first {k} key part(s) of [`{ident}`]: a scan prefix."));
         let encode = encode_parts(k);
+        // Only the user's prefix scans build these: an entity never scanned by prefix would
+        // otherwise warn about a type it did not write.
         prefixes.push(quote! {
             #[doc = #doc]
             #[derive(::core::fmt::Debug, ::core::clone::Clone, ::core::cmp::PartialEq)]
+            #[allow(dead_code)]
             #vis struct #this { #(#have: #types,)* }
             impl #this { #method }
             #[automatically_derived]

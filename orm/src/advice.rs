@@ -32,6 +32,8 @@ pub enum Rule {
     NumberAsString,
     /// A pre-split region no key of the entity can fall into.
     UnreachableRegion,
+    /// What an aggregate's storage strategy costs for its common operations.
+    StrategyCost,
 }
 
 /// One finding.

@@ -68,7 +68,8 @@ pub enum Error {
     /// The backend cannot do what was asked (see [`crate::store::Guarantees`]).
     #[error("the store cannot {0}")]
     Unsupported(String),
-    /// A write kept losing races with other writers of the same aggregate and gave up.
+    /// A write, or a consistent read, kept losing races with writers of the same aggregate and
+    /// gave up.
     #[error("{entity} at row {row}: gave up after {attempts} attempts, other writers kept changing it")]
     Contended {
         /// The aggregate type.

@@ -112,7 +112,8 @@ pub(crate) fn decode(cell: &[u8], row_key: Bytes, type_name: &str) -> Result<Nod
         return Err(format!("blob flags {:#04x} are not supported", h.flags));
     }
     if h.schema_version != SCHEMA_VERSION {
-        return Err(format!("blob schema version {} is newer than this code ({SCHEMA_VERSION})", h.schema_version));
+        let relation = if h.schema_version > SCHEMA_VERSION { "newer than" } else { "not readable by" };
+        return Err(format!("blob schema version {} is {relation} this code ({SCHEMA_VERSION})", h.schema_version));
     }
     if h.type_tag != type_tag(type_name) {
         return Err(format!("the blob holds another type than {type_name} (type tag {:#010x})", h.type_tag));

@@ -3,8 +3,8 @@
 //!
 //! A child write is a read-modify-write of the aggregate like any other (see `repo.rs`), so
 //! it is atomic and ordered with every other write of the aggregate; only the rows that
-//! change are written: one row for a line item under `single_table`, every copy of a location
-//! under `denormalized`, the whole blob under `blob`.
+//! change are written, with the root row's new generation: a line item's row under
+//! `single_table`, every copy of a location under `denormalized`, the whole blob under `blob`.
 
 use std::marker::PhantomData;
 

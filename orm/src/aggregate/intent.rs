@@ -14,18 +14,31 @@
 //!
 //! Readers read the root, then the other rows, then the root's generation again; if it moved,
 //! they read again. A reader that meets a pending state waits for the writer, and once the
-//! lease has passed takes the intent over (a new deadline, by check-and-mutate) and rolls it
-//! forward itself — so a writer killed at any step leaves the aggregate as the version before
-//! its write (killed before step 2) or the version it wrote (after): never a mix.
+//! writer is known to be gone takes the intent over (a new owner, by check-and-mutate) and
+//! rolls it forward itself — so a writer killed at any step leaves the aggregate as the
+//! version before its write (killed before step 2) or the version it wrote (after): never a
+//! mix. Rolling forward is idempotent (puts and deletes of the same cells).
 //!
-//! Rolling forward is idempotent (puts and deletes of the same cells), and a roll-forward
-//! whose lease has passed stops before its next store call, so a stalled writer does not
-//! overwrite a later write. The protocol assumes no single store call stalls longer than the
-//! lease ([`LEASE`] by default).
+//! When is a writer gone? The pending state names its owner: a process instance and a writer
+//! within it. On a store only this process writes ([`Guarantees::single_process`], the
+//! embedded engine), an intent of another instance was left by a process that has exited, and
+//! an intent of this instance by a writer no longer running: either is taken over at once, and
+//! a live writer is never taken over however long it stalls — so no call of a deposed writer
+//! can land after a later write. On a store shared by several processes, liveness cannot be
+//! seen, and the owner holds a lease instead ([`LEASE`] by default): readers take over once it
+//! has passed, and a writer whose lease has passed stops before its next store call. There the
+//! protocol assumes no single store call stalls longer than the lease.
+//!
+//! [`Guarantees::single_process`]: crate::store::Guarantees::single_process
 
+use std::collections::HashSet;
+use std::hash::{BuildHasher, Hasher};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::OnceLock;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
+use parking_lot::Mutex;
 
 use super::blob::{get_bytes, get_len, get_varint, put_bytes, put_varint};
 use super::repo::{diff, generation_of};
@@ -36,21 +49,63 @@ use crate::repo::printable;
 use crate::store::{CellMutation, Condition, ReadSpec, RowMutation, ScanSpec};
 use crate::{Error, Result};
 
-/// How long a writer owns its intent before readers may roll it forward for it, by default
-/// ([`AggregateRepository::with_lease`] changes it).
+/// On a store several processes write: how long a writer owns its intent before readers may
+/// roll it forward for it, by default ([`AggregateRepository::with_lease`] changes it).
 pub const LEASE: Duration = Duration::from_secs(5);
 /// Longest a reader keeps trying to get a consistent read before giving up.
 const READ_PATIENCE: Duration = Duration::from_secs(30);
 /// Length of a committed generation: the token alone.
-const TOKEN_LEN: usize = 8;
+pub(super) const TOKEN_LEN: usize = 8;
 
 fn now_ms() -> u64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
 }
 
+/// This process among all that write the store: random per process.
+fn instance() -> u64 {
+    static ID: OnceLock<u64> = OnceLock::new();
+    *ID.get_or_init(|| {
+        let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+        h.write_u32(std::process::id());
+        h.write_u128(SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_nanos()));
+        h.finish()
+    })
+}
+
+/// Writers of this process rolling an intent forward right now, by serial.
+static LIVE: Mutex<Option<HashSet<u64>>> = Mutex::new(None);
+
+/// A writer of this process, live while the value is: registered on creation, gone on drop
+/// (also when its thread unwinds).
+struct Owner(u64);
+
+impl Owner {
+    fn new() -> Owner {
+        static NEXT: AtomicU64 = AtomicU64::new(1);
+        let serial = NEXT.fetch_add(1, Ordering::Relaxed);
+        LIVE.lock().get_or_insert_with(HashSet::new).insert(serial);
+        Owner(serial)
+    }
+}
+
+impl Drop for Owner {
+    fn drop(&mut self) {
+        if let Some(live) = LIVE.lock().as_mut() {
+            live.remove(&self.0);
+        }
+    }
+}
+
+/// True if the writer `(instance, serial)` is a thread of this process still at work.
+fn is_live(instance_id: u64, serial: u64) -> bool {
+    instance_id == instance() && LIVE.lock().as_ref().is_some_and(|live| live.contains(&serial))
+}
+
 /// A pending write, decoded from the root's generation cell.
 struct Intent {
     deadline_ms: u64,
+    /// The process instance and writer rolling it forward.
+    owner: (u64, u64),
     /// The root row's own mutation, applied at commit.
     root: Vec<CellMutation>,
     /// Every other row's mutation, by table slot.
@@ -98,11 +153,13 @@ fn get_mutations(input: &mut &[u8]) -> std::result::Result<Vec<CellMutation>, St
     Ok(out)
 }
 
-/// The pending state: new token, deadline, then the intent.
+/// The pending state: new token, deadline, owner, then the intent.
 fn encode_pending(token: &[u8], intent: &Intent) -> Bytes {
     let mut out = Vec::with_capacity(64);
     out.extend_from_slice(token);
     out.extend_from_slice(&intent.deadline_ms.to_be_bytes());
+    out.extend_from_slice(&intent.owner.0.to_be_bytes());
+    out.extend_from_slice(&intent.owner.1.to_be_bytes());
     put_mutations(&mut out, &intent.root);
     put_varint(&mut out, intent.rows.len() as u64);
     for (slot, m) in &intent.rows {
@@ -114,9 +171,12 @@ fn encode_pending(token: &[u8], intent: &Intent) -> Bytes {
 }
 
 fn decode_pending(value: &[u8]) -> std::result::Result<Intent, String> {
-    let deadline = value.get(TOKEN_LEN..TOKEN_LEN + 8).ok_or("pending generation is truncated")?;
-    let deadline_ms = u64::from_be_bytes(deadline.try_into().map_err(|_| "pending generation is truncated")?);
-    let mut input = &value[TOKEN_LEN + 8..];
+    let word = |at: usize| -> std::result::Result<u64, String> {
+        let bytes = value.get(at..at + 8).ok_or("pending generation is truncated")?;
+        Ok(u64::from_be_bytes(bytes.try_into().map_err(|_| "pending generation is truncated")?))
+    };
+    let (deadline_ms, owner) = (word(TOKEN_LEN)?, (word(TOKEN_LEN + 8)?, word(TOKEN_LEN + 16)?));
+    let mut input = &value[TOKEN_LEN + 24..];
     let root = get_mutations(&mut input)?;
     let n = get_len(&mut input)?;
     let mut rows = Vec::with_capacity(n);
@@ -128,7 +188,7 @@ fn decode_pending(value: &[u8]) -> std::result::Result<Intent, String> {
     if !input.is_empty() {
         return Err("bytes after the intent".into());
     }
-    Ok(Intent { deadline_ms, root, rows })
+    Ok(Intent { deadline_ms, owner, root, rows })
 }
 
 fn generation_condition<A>(repo: &AggregateRepository<A>, value: Option<Bytes>) -> Condition {
@@ -166,13 +226,16 @@ pub(super) fn write<A: Aggregate>(
             _ => None,
         })
         .unwrap_or_else(|| Bytes::from_static(&[0; TOKEN_LEN]));
-    let intent = Intent { deadline_ms: now_ms() + repo.lease.as_millis() as u64, root: root_mutations, rows };
+    let owner = Owner::new();
+    let deadline_ms = now_ms() + repo.lease.as_millis() as u64;
+    let intent = Intent { deadline_ms, owner: (instance(), owner.0), root: root_mutations, rows };
     let pending = encode_pending(&token, &intent);
     let start = RowMutation { row: root.clone(), mutations: vec![generation_put(repo, pending.clone())] };
     if !repo.store.check_and_mutate(&table, condition, start)? {
         return Ok(false);
     }
     roll_forward(repo, root, &pending, intent)?;
+    drop(owner);
     Ok(true)
 }
 
@@ -185,8 +248,8 @@ fn generation_put<A>(repo: &AggregateRepository<A>, value: Bytes) -> CellMutatio
     }
 }
 
-/// Applies an intent's row mutations and commits it. Stops quietly once its lease has
-/// passed: whoever takes the intent over finishes it.
+/// Applies an intent's row mutations and commits it. On a store shared by several processes,
+/// stops quietly once its lease has passed: whoever takes the intent over finishes it.
 fn roll_forward<A: Aggregate>(
     repo: &AggregateRepository<A>,
     root: &Bytes,
@@ -196,9 +259,11 @@ fn roll_forward<A: Aggregate>(
     let mut slots: Vec<usize> = intent.rows.iter().map(|(s, _)| *s).collect();
     slots.sort_unstable();
     slots.dedup();
+    let leased = !repo.store.guarantees().single_process;
+    let lapsed = || leased && now_ms() >= intent.deadline_ms;
     let mut rows = intent.rows;
     for slot in slots {
-        if now_ms() >= intent.deadline_ms {
+        if lapsed() {
             return Ok(());
         }
         let batch: Vec<RowMutation> = {
@@ -214,7 +279,7 @@ fn roll_forward<A: Aggregate>(
         })?;
         repo.store.mutate(&table, batch)?;
     }
-    if now_ms() >= intent.deadline_ms {
+    if lapsed() {
         return Ok(());
     }
     let commit = RowMutation { row: root.clone(), mutations: intent.root };
@@ -223,14 +288,33 @@ fn roll_forward<A: Aggregate>(
     Ok(())
 }
 
-/// Takes over an intent whose lease has passed (a new deadline) and rolls it forward.
-fn take_over<A: Aggregate>(repo: &AggregateRepository<A>, root: &Bytes, pending: &Bytes) -> Result<()> {
-    let mut intent = decode_pending(pending).map_err(|reason| Error::Decode {
+fn pending_error<A: Aggregate>(repo: &AggregateRepository<A>, root: &Bytes, reason: String) -> Error {
+    Error::Decode {
         table: A::SCHEMA.table,
         row: printable(root),
         column: Some(format!("{}:\\x00g", repo.shape.family())),
         reason,
-    })?;
+    }
+}
+
+/// True if the writer of `intent` is gone (see the module docs): readers finish its write.
+fn abandoned<A: Aggregate>(repo: &AggregateRepository<A>, intent: &Intent) -> bool {
+    if repo.store.guarantees().single_process {
+        !is_live(intent.owner.0, intent.owner.1)
+    } else {
+        now_ms() >= intent.deadline_ms
+    }
+}
+
+/// Takes over an abandoned intent (a new owner and deadline) and rolls it forward.
+fn take_over<A: Aggregate>(
+    repo: &AggregateRepository<A>,
+    root: &Bytes,
+    pending: &Bytes,
+    mut intent: Intent,
+) -> Result<()> {
+    let owner = Owner::new();
+    intent.owner = (instance(), owner.0);
     intent.deadline_ms = now_ms() + repo.lease.as_millis() as u64;
     let renewed = encode_pending(&pending[..TOKEN_LEN], &intent);
     let m = RowMutation { row: root.clone(), mutations: vec![generation_put(repo, renewed.clone())] };
@@ -262,13 +346,15 @@ fn root_generation<A: Aggregate>(
 pub(super) fn read<A: Aggregate>(repo: &AggregateRepository<A>, root: &Bytes, prefix: &Bytes) -> Result<RowSet> {
     let started = Instant::now();
     let mut pause = Duration::from_millis(1);
+    let mut attempts = 0;
     loop {
+        attempts += 1;
         let (first, generation) = root_generation(repo, root)?;
         let Some(mut set) = first else { return Ok(RowSet::new()) };
         if let Some(pending) = generation.as_ref().filter(|g| g.len() > TOKEN_LEN) {
-            let expired = decode_pending(pending).map_or(true, |i| now_ms() >= i.deadline_ms);
-            if expired {
-                take_over(repo, root, pending)?;
+            let intent = decode_pending(pending).map_err(|reason| pending_error(repo, root, reason))?;
+            if abandoned(repo, &intent) {
+                take_over(repo, root, pending, intent)?;
             } else {
                 std::thread::sleep(pause);
                 pause = (pause * 2).min(Duration::from_millis(50));
@@ -296,7 +382,7 @@ pub(super) fn read<A: Aggregate>(repo: &AggregateRepository<A>, root: &Bytes, pr
             }
         }
         if started.elapsed() > READ_PATIENCE {
-            return Err(Error::Contended { entity: A::SCHEMA.entity, row: printable(root), attempts: 0 });
+            return Err(Error::Contended { entity: A::SCHEMA.entity, row: printable(root), attempts });
         }
     }
 }
@@ -321,6 +407,7 @@ mod tests {
         let del = CellMutation::DeleteColumn { family: Bytes::from_static(b"d"), qualifier: Bytes::from_static(b"x") };
         let intent = Intent {
             deadline_ms: 123,
+            owner: (5, 6),
             root: vec![put.clone()],
             rows: vec![
                 (1, RowMutation { row: Bytes::from_static(b"r1"), mutations: vec![put, del] }),
@@ -329,7 +416,7 @@ mod tests {
         };
         let pending = encode_pending(&[9; 8], &intent);
         let back = decode_pending(&pending).unwrap();
-        assert_eq!(back.deadline_ms, 123);
+        assert_eq!((back.deadline_ms, back.owner), (123, (5, 6)));
         assert_eq!(back.root, intent.root);
         assert_eq!(back.rows, intent.rows);
         assert!(decode_pending(&pending[..pending.len() - 1]).is_err());

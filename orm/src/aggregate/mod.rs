@@ -4,14 +4,17 @@
 //! `#[derive(Aggregate)]` on the root and `#[derive(Part)]` on every child type implement
 //! [`Aggregate`] and [`Part`]. Each object also implements [`Entity`] for the row it maps to on
 //! its own (its key parts and columns; the child collections are not part of that row), so
-//! keys, values and record-type bytes are encoded by the same code as plain entities, and the
-//! rows of a `single_table` aggregate are what `#[derive(Record)]` reads.
+//! keys, values and record-type bytes are encoded by the same code as plain entities: the
+//! typed rows of `single_table` and `denormalized` carry their record-type byte exactly where
+//! a `#[derive(Record)]` member's rows do, after the partition (the root's key).
 //!
 //! The strategies ([`Strategy`]) differ only in how a tree of [`Node`]s becomes rows
 //! (`rows.rs`); the repository ([`AggregateRepository`]) reads, diffs and writes those rows
-//! with the atomicity the store offers (`repo.rs`), and `shape.rs` numbers the record types
-//! and checks at compile time that a strategy can hold the nesting.
+//! with the atomicity the store offers (`repo.rs`, and `intent.rs` where the store cannot
+//! mutate the rows together), `shape.rs` numbers the record types and checks at compile time
+//! that a strategy can hold the nesting, and `advice.rs` says what the strategy costs.
 
+mod advice;
 mod blob;
 mod children;
 mod intent;
@@ -21,7 +24,8 @@ mod shape;
 
 use std::marker::PhantomData;
 
-pub use blob::{BlobHeader, BLOB_MAGIC};
+pub use advice::ADVICE_SAMPLE;
+pub use blob::{read_header, BlobHeader, BLOB_MAGIC};
 pub use children::Children;
 pub use intent::LEASE;
 pub use repo::{AggregateIter, AggregateQuery, AggregateRepository};

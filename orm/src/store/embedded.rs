@@ -5,7 +5,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 use cellar_engine::{
     CheckAndMutate, CompareOp, Delete, Engine, FamilyDescriptor, Get, Increment, MultiRowMutation, Mutation, Put,
-    RowCondition, RowMutations, RowResult, Scan, Table, TableDescriptor,
+    RowCondition, RowMutations, RowResult, Scan, SplitPolicy, Table, TableDescriptor,
 };
 use parking_lot::RwLock;
 
@@ -123,13 +123,26 @@ impl Store for EmbeddedStore {
             }
         }
         let existing = self.engine.describe(&spec.name)?;
-        if existing.split_policy != spec.split_policy {
-            // Rows written together must stay in one region from now on.
-            let policy = spec.split_policy.clone();
-            self.engine.alter_table(&spec.name, |d| {
-                d.split_policy = policy;
-                Ok(())
-            })?;
+        match (&spec.split_policy, &existing.split_policy) {
+            // No requirement, or already kept.
+            (SplitPolicy::MidKey, _) => {}
+            (wanted, have) if wanted == have => {}
+            (wanted, SplitPolicy::MidKey) => {
+                // Rows written together must stay in one region from now on.
+                let policy = wanted.clone();
+                self.engine.alter_table(&spec.name, |d| {
+                    d.split_policy = policy;
+                    Ok(())
+                })?;
+            }
+            (wanted, have) => {
+                return Err(Error::SchemaMismatch {
+                    table: spec.name.clone(),
+                    reason: format!(
+                        "the table keeps rows together by split policy {have:?}; this type needs {wanted:?}"
+                    ),
+                })
+            }
         }
         for f in &spec.families {
             match existing.get_family(f.name.as_bytes()) {
@@ -247,7 +260,7 @@ impl Store for EmbeddedStore {
     }
 
     fn guarantees(&self) -> Guarantees {
-        Guarantees { atomic_row_groups: true }
+        Guarantees::new(true, true)
     }
 
     fn mutate_group(&self, table: &str, checks: Vec<RowCheck>, rows: Vec<RowMutation>) -> Result<bool> {

@@ -133,7 +133,7 @@ fn count(f: &mut fmt::Formatter<'_>, n: u64, one: &str, many: &str) -> fmt::Resu
 }
 
 /// Bytes in binary units: `512 B`, `1.2 KiB`, `3.0 MiB`, `1.5 GiB` (one decimal above bytes).
-struct ByteSize(u64);
+pub(crate) struct ByteSize(pub(crate) u64);
 
 impl fmt::Display for ByteSize {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -549,7 +549,7 @@ mod tests {
             Ok(delta)
         }
         fn guarantees(&self) -> Guarantees {
-            Guarantees { atomic_row_groups: true }
+            Guarantees::new(true, true)
         }
         fn mutate_group(&self, _: &str, checks: Vec<RowCheck>, _: Vec<RowMutation>) -> Result<bool> {
             Ok(checks.is_empty())

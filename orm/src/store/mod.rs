@@ -9,6 +9,7 @@ use bytes::Bytes;
 pub use cellar_engine::{PrefixField, SplitPolicy};
 
 pub use embedded::EmbeddedStore;
+pub(crate) use metered::ByteSize;
 pub use metered::{Costs, Metered, TIMESTAMP_BYTES};
 
 use crate::Result;
@@ -33,9 +34,10 @@ pub struct TableSpec {
     pub families: Vec<FamilySpec>,
     /// Row keys at which a new table is pre-split (salt and bucket boundaries).
     pub split_keys: Vec<Vec<u8>>,
-    /// Where the table may split: [`SplitPolicy::MidKey`] anywhere, or never inside a key
-    /// prefix whose rows are mutated together (an aggregate's rows). Backends that cannot keep
-    /// prefixes together ignore it and say so in [`Store::guarantees`].
+    /// Where the table may split: never inside a key prefix whose rows are mutated together
+    /// (an aggregate's rows), or [`SplitPolicy::MidKey`]: no requirement, which leaves an
+    /// existing table's policy as it is. Backends that cannot keep prefixes together ignore it
+    /// and say so in [`Store::guarantees`].
     pub split_policy: SplitPolicy,
 }
 
@@ -47,6 +49,18 @@ pub struct Guarantees {
     /// [`Store::mutate_group`] applies several rows atomically when they share a prefix that
     /// the table's [`SplitPolicy`] keeps in one region (HBase's MultiRowMutation).
     pub atomic_row_groups: bool,
+    /// Only this process writes the store while it has it open (the embedded engine holds its
+    /// directory's lock), so a write left unfinished by another process can have no call still
+    /// on its way: the writer is gone. Protocols that must tell a stalled writer from a dead
+    /// one (the aggregate intent protocol) rely on this instead of a lease where they can.
+    pub single_process: bool,
+}
+
+impl Guarantees {
+    /// A backend's guarantees (fields as documented on [`Guarantees`]).
+    pub const fn new(atomic_row_groups: bool, single_process: bool) -> Self {
+        Guarantees { atomic_row_groups, single_process }
+    }
 }
 
 /// A condition on one row, for [`Store::mutate_group`].

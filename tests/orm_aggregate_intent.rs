@@ -1,0 +1,140 @@
+//! The intent protocol (normalized aggregates, and every strategy on stores without atomic row
+//! groups) when a writer stalls or fails between its steps.
+//!
+//! - On a store only this process writes, a stalled writer is never taken over, however long
+//!   it stalls: a later write waits for it, so the stalled call cannot land on top of the later
+//!   write. A writer that failed mid-way is finished by the next reader at once.
+//! - On a store shared by several processes, the writer holds a lease: readers wait for it to
+//!   pass, then finish the write.
+
+mod common;
+
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use cellar::orm::store::{
+    Condition, Guarantees, ReadSpec, Row, RowCheck, RowMutation, RowStream, ScanSpec, Store, TableSpec,
+};
+use cellar::orm::{EmbeddedStore, Error, Result};
+use cellar::prelude::*;
+use common::orders::normalized::Order;
+use common::versions::normalized::{version, version_of};
+
+/// The embedded store, with the guarantees a test chooses, and batches (`mutate`) that can be
+/// made to stall or fail.
+struct Faulty {
+    inner: EmbeddedStore,
+    guarantees: Guarantees,
+    /// The next batch sleeps this long first.
+    stall_next: AtomicU32,
+    /// The next batch fails without being applied.
+    fail_next: AtomicBool,
+}
+
+impl Faulty {
+    fn new(single_process: bool) -> (Arc<Faulty>, tempfile::TempDir) {
+        let dir = tempfile::tempdir().unwrap();
+        let engine = Engine::open(dir.path(), EngineOptions::default()).unwrap();
+        let store = Faulty {
+            inner: EmbeddedStore::new(engine),
+            // A store several processes share has no atomic row groups either (like Bigtable).
+            guarantees: Guarantees::new(single_process, single_process),
+            stall_next: AtomicU32::new(0),
+            fail_next: AtomicBool::new(false),
+        };
+        (Arc::new(store), dir)
+    }
+}
+
+impl Store for Faulty {
+    fn ensure_table(&self, spec: &TableSpec) -> Result<()> {
+        self.inner.ensure_table(spec)
+    }
+    fn mutate(&self, table: &str, rows: Vec<RowMutation>) -> Result<()> {
+        let stall = self.stall_next.swap(0, Ordering::SeqCst);
+        std::thread::sleep(Duration::from_millis(stall.into()));
+        if self.fail_next.swap(false, Ordering::SeqCst) {
+            return Err(Error::InvalidArgument { arg: "test", reason: "injected failure".into() });
+        }
+        self.inner.mutate(table, rows)
+    }
+    fn read_rows(&self, table: &str, rows: &[Bytes], read: &ReadSpec) -> Result<Vec<Option<Row>>> {
+        self.inner.read_rows(table, rows, read)
+    }
+    fn scan<'a>(&'a self, table: &str, scan: &ScanSpec) -> Result<RowStream<'a>> {
+        self.inner.scan(table, scan)
+    }
+    fn check_and_mutate(&self, table: &str, condition: Condition, mutation: RowMutation) -> Result<bool> {
+        self.inner.check_and_mutate(table, condition, mutation)
+    }
+    fn split_keys(&self, table: &str) -> Result<Option<Vec<Bytes>>> {
+        self.inner.split_keys(table)
+    }
+    fn increment(&self, table: &str, row: Bytes, family: &str, qualifier: &str, delta: i64) -> Result<i64> {
+        self.inner.increment(table, row, family, qualifier, delta)
+    }
+    fn guarantees(&self) -> Guarantees {
+        self.guarantees
+    }
+    fn mutate_group(&self, table: &str, checks: Vec<RowCheck>, rows: Vec<RowMutation>) -> Result<bool> {
+        self.inner.mutate_group(table, checks, rows)
+    }
+}
+
+const LEASE: Duration = Duration::from_millis(50);
+
+#[test]
+fn a_stalled_writer_is_waited_for_not_overwritten() {
+    let (store, _dir) = Faulty::new(true);
+    let db = Db::with_store(store.clone());
+    let orders = db.aggregates::<Order>().unwrap().with_lease(LEASE);
+    orders.put(&version(1, 1, 1)).unwrap();
+    std::thread::scope(|s| {
+        // Version 2's first child batch stalls six leases long.
+        store.stall_next.store(6 * LEASE.as_millis() as u32, Ordering::SeqCst);
+        s.spawn(|| orders.put(&version(1, 1, 2)).unwrap());
+        std::thread::sleep(2 * LEASE);
+        // Past the lease, with version 2 still in flight: version 3 waits for it instead of
+        // taking its intent over, so version 2's stalled batch lands before, not on top.
+        let started = Instant::now();
+        orders.put(&version(1, 1, 3)).unwrap();
+        assert!(started.elapsed() >= 2 * LEASE, "version 3 did not wait for version 2");
+    });
+    assert_eq!(orders.get((1, 1)).unwrap(), Some(version(1, 1, 3)));
+}
+
+#[test]
+fn a_failed_writer_is_finished_by_the_next_reader_at_once() {
+    let (store, _dir) = Faulty::new(true);
+    let db = Db::with_store(store.clone());
+    // A lease far longer than the test: only the writer's absence lets readers finish its write.
+    let orders = db.aggregates::<Order>().unwrap().with_lease(Duration::from_secs(3600));
+    orders.put(&version(1, 1, 1)).unwrap();
+    store.fail_next.store(true, Ordering::SeqCst);
+    assert!(orders.put(&version(1, 1, 2)).is_err(), "the injected failure reaches the caller");
+    // The intent was recorded before the failure: the write is finished, whole, by the reader.
+    let read = orders.get((1, 1)).unwrap().unwrap();
+    assert_eq!(version_of(&read), Some(2));
+}
+
+#[test]
+fn on_a_shared_store_readers_wait_out_the_lease_then_finish_the_write() {
+    let (store, _dir) = Faulty::new(false);
+    let db = Db::with_store(store.clone());
+    let orders = db.aggregates::<Order>().unwrap().with_lease(LEASE);
+    orders.put(&version(1, 1, 1)).unwrap();
+    store.fail_next.store(true, Ordering::SeqCst);
+    let failed_at = Instant::now();
+    assert!(orders.put(&version(1, 1, 2)).is_err());
+    // Another process cannot see that the writer is gone: the reader waits for the lease.
+    let read = orders.get((1, 1)).unwrap().unwrap();
+    assert!(failed_at.elapsed() >= LEASE, "read {:?} after the failure", failed_at.elapsed());
+    assert_eq!(version_of(&read), Some(2));
+    // Every strategy works through the intent protocol on such a store.
+    let single = db.aggregates::<common::orders::single_table::Order>().unwrap();
+    let order = common::versions::single_table::version(4, 4, 5);
+    single.put(&order).unwrap();
+    assert_eq!(single.get((4, 4)).unwrap(), Some(order));
+}
