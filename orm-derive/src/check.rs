@@ -166,6 +166,17 @@ fn check_kind(ctx: &mut Ctx, e: &EntityAttr) {
             if let Some(salt) = e.salt.as_ref().filter(|s| matches!(s.value, SaltAttr::Random { .. })) {
                 ctx.error(salt.span, "an aggregate cannot take a random salt: its rows must be found again");
             }
+            // Only typed strategies put record-type bytes in their rows; elsewhere one would be ignored.
+            let untyped = e.strategy.as_ref().filter(|s| matches!(s.value.as_str(), "normalized" | "blob"));
+            if let Some(s) = untyped {
+                let what = format!("record types apply to single_table and denormalized aggregates, not `{}`", s.value);
+                if e.record_type.is_some() {
+                    ctx.error(s.span, format!("{what}: remove `record_type`"));
+                }
+                for rt in e.fields.iter().filter_map(|f| f.record_type.as_ref()) {
+                    ctx.error(rt.span, what.clone());
+                }
+            }
         }
     }
     for f in &e.fields {

@@ -35,4 +35,20 @@ struct CartItem {
     qty: i64,
 }
 
+// Record types exist only where rows carry them.
+#[derive(Aggregate)]
+#[cellar(table = "invoices", strategy = "normalized", record_type = 4)]
+struct Invoice {
+    #[cellar(key)]
+    id: u64,
+    #[cellar(children, record_type = 5)]
+    lines: Vec<InvoiceLine>,
+}
+
+#[derive(Part)]
+struct InvoiceLine {
+    #[cellar(key)]
+    n: u16,
+}
+
 fn main() {}

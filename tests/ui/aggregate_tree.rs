@@ -109,4 +109,22 @@ struct Remark {
     text: String,
 }
 
+// A record type deep in the tree of a strategy whose rows carry none.
+#[derive(Aggregate)]
+#[cellar(table = "shipments", strategy = "blob")]
+struct Shipment {
+    #[cellar(key)]
+    id: u64,
+    #[cellar(children)]
+    parcels: Vec<Parcel>,
+}
+
+#[derive(Part)]
+struct Parcel {
+    #[cellar(key)]
+    n: u16,
+    #[cellar(children, record_type = 7)]
+    contents: Vec<Item>,
+}
+
 fn main() {}

@@ -341,9 +341,15 @@ fn root_generation<A: Aggregate>(
     }
 }
 
-/// A consistent read of the aggregate's rows: root, other rows, root again until they agree;
-/// pending writes are waited for or rolled forward.
-pub(super) fn read<A: Aggregate>(repo: &AggregateRepository<A>, root: &Bytes, prefix: &Bytes) -> Result<RowSet> {
+/// A consistent read of the aggregate's rows in the table slots `keep` selects (the root's
+/// row always): root, other rows, root again until they agree; pending writes are waited for
+/// or rolled forward.
+pub(super) fn read<A: Aggregate>(
+    repo: &AggregateRepository<A>,
+    root: &Bytes,
+    prefix: &Bytes,
+    keep: &dyn Fn(usize) -> bool,
+) -> Result<RowSet> {
     let started = Instant::now();
     let mut pause = Duration::from_millis(1);
     let mut attempts = 0;
@@ -362,7 +368,7 @@ pub(super) fn read<A: Aggregate>(repo: &AggregateRepository<A>, root: &Bytes, pr
         } else {
             let end = prefix_end(prefix).map(Bytes::from);
             let slots: Vec<usize> = match repo.shape.strategy {
-                Strategy::Normalized => (1..repo.shape.levels.len()).collect(),
+                Strategy::Normalized => (1..repo.shape.levels.len()).filter(|&slot| keep(slot)).collect(),
                 Strategy::Blob => Vec::new(),
                 _ => vec![0],
             };

@@ -246,7 +246,7 @@ impl<A: Aggregate> AggregateRepository<A> {
         if self.atomic {
             self.read_atomic(root, prefix)
         } else {
-            intent::read(self, root, prefix)
+            intent::read(self, root, prefix, &|_| true)
         }
     }
 
@@ -351,7 +351,8 @@ impl<A: Aggregate> AggregateRepository<A> {
 
     /// Reads the aggregate down to `depth` levels (1: the root alone, 2: with its
     /// collections, …); deeper collections come back empty. Under `single_table` only the rows
-    /// of those levels are read; the other strategies read everything and drop the rest.
+    /// of those levels are read, under `normalized` only their tables; `denormalized` and
+    /// `blob` read everything and drop the rest.
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] for depth 0; as [`AggregateRepository::get`].
@@ -373,6 +374,10 @@ impl<A: Aggregate> AggregateRepository<A> {
                     let row = row?;
                     set.insert((0, row.key), row.cells);
                 }
+                rows::from_rows(&self.shape, &prefix, &set)?
+            }
+            None if self.shape.strategy == Strategy::Normalized => {
+                let set = intent::read(self, &root, &prefix, &|slot| shallow(&self.shape.levels[slot]))?;
                 rows::from_rows(&self.shape, &prefix, &set)?
             }
             None => self.load(&root, &prefix)?,

@@ -112,6 +112,9 @@ pub const fn check_aggregate(agg: &AggregateSchema) {
                 if has_internal_qualifier(c.schema) {
                     panic!("qualifiers starting with a zero byte are reserved for Cellar");
                 }
+                if c.record_type.is_some() && !agg.strategy.typed_rows() {
+                    panic!("record types apply to single_table and denormalized aggregates only");
+                }
                 if matches!(agg.strategy, Strategy::Denormalized) {
                     if depth == 1 && c.children.len() > 1 {
                         panic!("a denormalized aggregate collapses a middle level onto ONE child collection; this part has several (use single_table or normalized)");
