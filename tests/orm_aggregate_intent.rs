@@ -4,8 +4,8 @@
 //! - On a store only this process writes, a stalled writer is never taken over, however long
 //!   it stalls: a later write waits for it, so the stalled call cannot land on top of the later
 //!   write. A writer that failed mid-way is finished by the next reader at once.
-//! - On a store shared by several processes, the writer holds a lease: readers wait for it to
-//!   pass, then finish the write.
+//! - On a store shared by several processes, another process's writer holds a lease: readers
+//!   wait for it to pass, then finish the write. A writer of this process is known to be gone.
 
 mod common;
 
@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use cellar::orm::store::{
-    Condition, Guarantees, ReadSpec, Row, RowCheck, RowMutation, RowStream, ScanSpec, Store, TableSpec,
+    CellMutation, Condition, Guarantees, ReadSpec, Row, RowCheck, RowMutation, RowStream, ScanSpec, Store, TableSpec,
 };
 use cellar::orm::{EmbeddedStore, Error, Result};
 use cellar::prelude::*;
@@ -119,8 +119,25 @@ fn a_failed_writer_is_finished_by_the_next_reader_at_once() {
     assert_eq!(version_of(&read), Some(2));
 }
 
+/// Makes the intent pending on the order's root row look like another process's: the owner's
+/// process instance is bytes 16..24 of the pending state (token, deadline, instance, serial, …).
+fn hand_intent_to_another_process(store: &Faulty) {
+    let root = store.scan("orders_n", &ScanSpec::default()).unwrap().next().unwrap().unwrap();
+    let cell = root.cells.iter().find(|c| c.qualifier.as_ref() == b"\x00g").unwrap();
+    assert!(cell.value.len() > 24, "a pending state, not a committed token");
+    let mut pending = cell.value.to_vec();
+    pending[16..24].iter_mut().for_each(|b| *b = !*b);
+    let put = CellMutation::Put {
+        family: cell.family.clone(),
+        qualifier: cell.qualifier.clone(),
+        value: pending.into(),
+        timestamp: None,
+    };
+    store.inner.mutate("orders_n", vec![RowMutation { row: root.key, mutations: vec![put] }]).unwrap();
+}
+
 #[test]
-fn on_a_shared_store_readers_wait_out_the_lease_then_finish_the_write() {
+fn on_a_shared_store_readers_wait_out_another_processs_lease_then_finish_its_write() {
     let (store, _dir) = Faulty::new(false);
     let db = Db::with_store(store.clone());
     let orders = db.aggregates::<Order>().unwrap().with_lease(LEASE);
@@ -128,10 +145,17 @@ fn on_a_shared_store_readers_wait_out_the_lease_then_finish_the_write() {
     store.fail_next.store(true, Ordering::SeqCst);
     let failed_at = Instant::now();
     assert!(orders.put(&version(1, 1, 2)).is_err());
-    // Another process cannot see that the writer is gone: the reader waits for the lease.
+    hand_intent_to_another_process(&store);
+    // The writer's process cannot be seen to be gone: the reader waits for its lease.
     let read = orders.get((1, 1)).unwrap().unwrap();
     assert!(failed_at.elapsed() >= LEASE, "read {:?} after the failure", failed_at.elapsed());
     assert_eq!(version_of(&read), Some(2));
+    // A failed writer of this process is known to be gone, on any store: with a lease longer
+    // than a reader's patience, only that knowledge lets the read finish its write.
+    let orders = orders.with_lease(Duration::from_secs(3600));
+    store.fail_next.store(true, Ordering::SeqCst);
+    assert!(orders.put(&version(1, 1, 3)).is_err());
+    assert_eq!(version_of(&orders.get((1, 1)).unwrap().unwrap()), Some(3));
     // Every strategy works through the intent protocol on such a store.
     let single = db.aggregates::<common::orders::single_table::Order>().unwrap();
     let order = common::versions::single_table::version(4, 4, 5);

@@ -74,15 +74,18 @@ impl<A: Aggregate> AggregateRepository<A> {
     pub fn advice(&self) -> Result<Vec<Advice>> {
         let shape = &self.shape;
         let mut out = A::SCHEMA.advice();
+        let root_families: Vec<String> =
+            out.iter().filter(|a| a.rule == Rule::LongFamilyName).map(|a| a.subject.clone()).collect();
         for level in &shape.levels[1..] {
-            let own = level.schema.advice().into_iter().filter(|a| {
-                matches!(a.rule, Rule::LongFamilyName | Rule::LongQualifier | Rule::NumberAsString)
-                    && !out.iter().any(|o| o.subject == a.subject)
+            let own = level.schema.advice().into_iter().filter(|a| match a.rule {
+                // Families are shared across levels: reported once, at the root if it has it.
+                Rule::LongFamilyName => !root_families.contains(&a.subject),
+                Rule::LongQualifier | Rule::NumberAsString => true,
+                _ => false,
             });
-            let own: Vec<Advice> = own.collect();
-            out.extend(
-                own.into_iter().map(|a| Advice { subject: format!("{}: {}", level.field_path, a.subject), ..a }),
-            );
+            let prefixed = own.map(|a| Advice { subject: format!("{}: {}", level.field_path, a.subject), ..a });
+            let prefixed: Vec<Advice> = prefixed.filter(|a| !out.contains(a)).collect();
+            out.extend(prefixed);
         }
         let mut sample = Sample::default();
         for aggregate in self.scan().limit(ADVICE_SAMPLE).iter()? {
@@ -102,25 +105,28 @@ fn strategy_cost(shape: &Shape, sample: &Sample) -> Advice {
     let levels = shape.levels.len();
     let size = sample.average(sample.bytes, |b| ByteSize(b).to_string());
     let rows = sample.average(sample.rows, |r| format!("{r} rows"));
+    let largest = match sample.aggregates {
+        0 => String::new(),
+        _ => format!(", the largest stored is {}", ByteSize(sample.largest)),
+    };
     let reason = match shape.strategy {
         Strategy::Blob => format!(
-            "every write, even of one field of one child, rewrites the whole aggregate in one cell{size}, \
-             the largest {}; every read decodes all of it. Cheap while aggregates are small and read \
-             whole; prefer single_table when children change one at a time or aggregates grow large",
-            ByteSize(sample.largest)
+            "every write, even of one field of one child, rewrites the whole aggregate in one cell{size}\
+             {largest}; every read decodes all of it. Cheap while aggregates are small and read whole; \
+             prefer single_table when children change one at a time or aggregates grow large"
         ),
         Strategy::Normalized => format!(
-            "a whole read is one get and {} prefix scans, one per child table{rows}; a write that spans \
-             tables goes through the intent protocol — two check-and-mutates of the root and one batch \
-             per table it changes — and readers of an aggregate mid-write wait for it. single_table \
-             reads it with one scan and writes it with one atomic mutation",
+            "a whole read is two gets of the root (before and after) and {} prefix scans, one per child \
+             table{rows}; a write that spans tables goes through the intent protocol — two \
+             check-and-mutates of the root and one batch per table it changes — and readers of an \
+             aggregate mid-write wait for it. single_table reads it with one scan and, on a store with \
+             atomic row groups, writes it with one atomic mutation",
             levels - 1
         ),
         Strategy::SingleTable => format!(
             "a whole read is one prefix scan{rows}, a read of the upper levels scans only their record \
              types, and a child change writes only its rows. The table never splits inside an \
-             aggregate, so one aggregate must fit a region: the largest stored is {}",
-            ByteSize(sample.largest)
+             aggregate, so one aggregate must fit a region{largest}"
         ),
         Strategy::Denormalized => denormalized_cost(shape, sample, &rows),
     };

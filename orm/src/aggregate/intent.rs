@@ -20,14 +20,15 @@
 //! mix. Rolling forward is idempotent (puts and deletes of the same cells).
 //!
 //! When is a writer gone? The pending state names its owner: a process instance and a writer
-//! within it. On a store only this process writes ([`Guarantees::single_process`], the
-//! embedded engine), an intent of another instance was left by a process that has exited, and
-//! an intent of this instance by a writer no longer running: either is taken over at once, and
-//! a live writer is never taken over however long it stalls — so no call of a deposed writer
-//! can land after a later write. On a store shared by several processes, liveness cannot be
-//! seen, and the owner holds a lease instead ([`LEASE`] by default): readers take over once it
-//! has passed, and a writer whose lease has passed stops before its next store call. There the
-//! protocol assumes no single store call stalls longer than the lease.
+//! within it. An intent of this process is taken over once its writer is no longer running,
+//! and never while it runs, however long it stalls. On a store only this process writes
+//! ([`Guarantees::single_process`], the embedded engine), an intent of another instance was
+//! left by a process that has exited, and is taken over at once — so there no call of a
+//! deposed writer can land after a later write. On a store shared by several processes, the
+//! liveness of another process's writer cannot be seen, and it holds a lease instead ([`LEASE`]
+//! by default): readers take over once it has passed, and a writer whose lease has passed stops
+//! before its next store call. There the protocol assumes no single store call stalls longer
+//! than the lease.
 //!
 //! [`Guarantees::single_process`]: crate::store::Guarantees::single_process
 
@@ -299,8 +300,13 @@ fn pending_error<A: Aggregate>(repo: &AggregateRepository<A>, root: &Bytes, reas
 
 /// True if the writer of `intent` is gone (see the module docs): readers finish its write.
 fn abandoned<A: Aggregate>(repo: &AggregateRepository<A>, intent: &Intent) -> bool {
-    if repo.store.guarantees().single_process {
-        !is_live(intent.owner.0, intent.owner.1)
+    let (owner_instance, serial) = intent.owner;
+    if owner_instance == instance() {
+        // A writer of this process: its liveness is known, whatever the store.
+        !is_live(owner_instance, serial)
+    } else if repo.store.guarantees().single_process {
+        // Another process wrote this store: it has exited.
+        true
     } else {
         now_ms() >= intent.deadline_ms
     }

@@ -446,10 +446,15 @@ impl<A: Aggregate> AggregateRepository<A> {
         AggregateQuery { repo: self, rows: Query::<()>::rows(&*self.store, &A::SCHEMA, !one_row_each), limit: None }
     }
 
-    /// Sets how long a write that spans rows the store cannot mutate together (the
-    /// `normalized` strategy) owns its intent before readers finish it for the writer: the
-    /// longest a reader waits for a crashed writer, and the longest a single store call may
-    /// stall without risk (see the intent protocol in the crate docs). Default [`super::LEASE`].
+    /// On a store several processes write (no [`Guarantees::single_process`]), sets how long
+    /// a write through the intent protocol (the `normalized` strategy, or any strategy without
+    /// atomic row groups) owns its intent before another process's readers finish it for the
+    /// writer: the longest they wait for a crashed writer, and the longest a single store call
+    /// may stall without risk. Default [`super::LEASE`]. On the embedded engine readers can
+    /// tell a live writer from a gone one, and the lease plays no part. The protocol is
+    /// described in the `docs/aggregates.md` guide.
+    ///
+    /// [`Guarantees::single_process`]: crate::store::Guarantees::single_process
     pub fn with_lease(mut self, lease: std::time::Duration) -> Self {
         self.lease = lease;
         self
