@@ -6,11 +6,13 @@
 //! type, which reads and writes through the [`Store`] trait, the only thing this crate asks of
 //! a backend. The embedded engine ([`cellar_engine`]) is the default store.
 //!
-//! Layers: `key` and `value` encode; `entity` describes; `store` persists; `repo` and `db`
-//! are the API. Applications use all of it through the `cellar` facade.
+//! Layers: `key`, `value` and `blob` (versioned blob cells) encode; `entity` describes;
+//! `store` persists; `repo`, `aggregate` and `db` are the API. Applications use all of it
+//! through the `cellar` facade.
 
 pub mod advice;
 pub mod aggregate;
+pub mod blob;
 mod db;
 pub mod entity;
 mod error;

@@ -24,8 +24,8 @@ mod shape;
 
 use std::marker::PhantomData;
 
+pub use crate::blob::{read_header, BlobHeader, BLOB_MAGIC};
 pub use advice::ADVICE_SAMPLE;
-pub use blob::{read_header, BlobHeader, BLOB_MAGIC};
 pub use children::Children;
 pub use intent::LEASE;
 pub use repo::{AggregateIter, AggregateQuery, AggregateRepository};

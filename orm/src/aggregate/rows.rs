@@ -103,7 +103,9 @@ pub(crate) fn to_rows(shape: &Shape, root: &Node) -> Result<RowSet> {
                 family: Bytes::from_static(shape.family().as_bytes()),
                 qualifier: Bytes::from_static(BLOB),
                 timestamp: 0,
-                value: blob::encode(root, shape.root.entity).into(),
+                value: blob::encode(root, shape.root.entity)
+                    .map_err(|reason| Error::InvalidArgument { arg: "aggregate", reason })?
+                    .into(),
             };
             rows.insert((0, root.row.key.clone()), vec![cell]);
         }
