@@ -5,18 +5,21 @@
 //!
 //! [`seal`] wraps a payload (compressed when it is larger than the format's threshold) and
 //! [`open`] checks and unwraps it; [`encode`] and [`decode`] do the same for serde values
-//! with a [`Codec`]. The `blob` aggregate strategy keeps its tree of objects in the same
+//! with a [`Codec`]; [`versioned`] reads a value written at any earlier version of its type and
+//! migrates it to the current one. The `blob` aggregate strategy keeps its tree of objects in the same
 //! envelope ([`Codec::NodeTree`]). The header's bytes are tabled in `header.rs` and in
 //! `docs/aggregates.md`.
 
 mod codec;
 mod header;
+pub mod versioned;
 
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
 pub use codec::{Codec, Compression, MAX_PAYLOAD};
 pub use header::{read_header, BlobHeader, BLOB_MAGIC, HEADER_LEN, HEADER_VERSION};
+pub use versioned::{HistoricVersion, Read, VersionError, Versioned};
 
 /// Why a blob could not be written or read.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
