@@ -44,20 +44,21 @@
 //! # Ok(()) }
 //! ```
 
-pub use cellar_derive::{Aggregate, Entity, Part, Record};
+pub use cellar_derive::{Aggregate, Entity, Part, Record, Versioned};
 pub use cellar_engine as engine;
 pub use cellar_engine::{Error, Result};
 pub use cellar_orm as orm;
 
 /// Everything an application needs in scope.
 pub mod prelude {
-    pub use cellar_derive::{Aggregate, Entity, Part, Record};
+    pub use cellar_derive::{Aggregate, Entity, Part, Record, Versioned};
     pub use cellar_engine::{
         Append, BloomType, Cell, CellRef, CellType, CheckAndMutate, CompareOp, Compression, Delete, Durability, Engine,
         EngineOptions, FamilyDescriptor, Filter, Get, Increment, Mutation, Put, RowMutations, RowResult, RowView, Scan,
         Table, TableDescriptor, TimeRange,
     };
     pub use cellar_orm::aggregate::{Aggregate as _, Part as _};
+    pub use cellar_orm::blob::Versioned as _;
     pub use cellar_orm::{
         AggregateRepository, Costs, Cursor, Db, Entity as _, Page, Record as _, Records, Repository, Timestamp,
     };

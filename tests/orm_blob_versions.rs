@@ -1,12 +1,13 @@
-//! Version chains of blob values: a cell written at any version a type declares reads as the
+//! Version chains of blob values, declared with `#[derive(Versioned)]`: a cell written at any version a type declares reads as the
 //! current version through its `From`/`TryFrom` steps, in whatever codec it was written; what
 //! cannot be read — a newer version, an undeclared one, a refused step, a headerless cell of a
 //! type without a legacy version — is an error naming the versions.
 
 use std::path::PathBuf;
 
-use cellar::orm::blob::versioned::{self, decode_version, step};
+use cellar::orm::blob::versioned;
 use cellar::orm::blob::{self, BlobFormat, Codec, Compression, HistoricVersion, VersionError, Versioned};
+use cellar::Versioned;
 use proptest::prelude::*;
 use serde::{Deserialize, Serialize};
 
@@ -28,7 +29,8 @@ struct OrderV2 {
 }
 
 /// The current order (version 3): lines instead of a total, MessagePack with zstd.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Versioned)]
+#[cellar(blob(version = 3, codec = "msgpack", compress = "zstd", history(1 = OrderV1 via "bincode", 2 = OrderV2)))]
 struct Order {
     id: u64,
     customer: String,
@@ -56,26 +58,6 @@ impl TryFrom<OrderV2> for Order {
             currency: v.currency,
             lines: vec![("total".into(), 1, v.total_cents)],
         })
-    }
-}
-
-/// What the derive generates from `blob(version = 3, codec = "msgpack", compress = "zstd",
-/// history(1 = OrderV1 via "bincode", 2 = OrderV2))`, written out by hand.
-impl Versioned for Order {
-    const TYPE_NAME: &'static str = "Order";
-    const FORMAT: BlobFormat = BlobFormat::new(3, Codec::MessagePack).compressed(Compression::Zstd(3), 256);
-    const HISTORY: &'static [HistoricVersion] = &[
-        HistoricVersion { version: 1, codec: Codec::Bincode, type_name: "OrderV1" },
-        HistoricVersion { version: 2, codec: Codec::MessagePack, type_name: "OrderV2" },
-    ];
-
-    fn migrate(version: u32, codec: Codec, payload: &[u8]) -> Result<Self, VersionError> {
-        let v2: OrderV2 = match version {
-            1 => step(1, 2, decode_version::<OrderV1>("OrderV1", 1, codec, payload)?)?,
-            2 => decode_version("OrderV2", 2, codec, payload)?,
-            found => return Err(VersionError::Unknown { type_name: "Order", found, known: "1, 2, 3".into() }),
-        };
-        step(2, 3, v2)
     }
 }
 
@@ -149,7 +131,8 @@ struct NoteV1 {
     text: String,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Versioned)]
+#[cellar(blob(version = 2, legacy = 1, history(1 = NoteV1)))]
 struct Note {
     text: String,
     pinned: bool,
@@ -158,18 +141,6 @@ struct Note {
 impl From<NoteV1> for Note {
     fn from(v: NoteV1) -> Self {
         Note { text: v.text, pinned: false }
-    }
-}
-
-impl Versioned for Note {
-    const TYPE_NAME: &'static str = "Note";
-    const FORMAT: BlobFormat = BlobFormat::new(2, Codec::MessagePack);
-    const HISTORY: &'static [HistoricVersion] =
-        &[HistoricVersion { version: 1, codec: Codec::MessagePack, type_name: "NoteV1" }];
-    const LEGACY: Option<u32> = Some(1);
-
-    fn migrate(version: u32, codec: Codec, payload: &[u8]) -> Result<Self, VersionError> {
-        step(version, 2, decode_version::<NoteV1>("NoteV1", version, codec, payload)?)
     }
 }
 
@@ -200,4 +171,18 @@ proptest! {
         let read = versioned::read::<Order>(&cell).unwrap();
         prop_assert_eq!(Ok(read.value), in_memory(v1));
     }
+}
+
+#[test]
+fn the_derive_declares_the_format_and_the_history() {
+    assert_eq!(<Order as Versioned>::TYPE_NAME, "Order");
+    assert_eq!(Order::FORMAT, BlobFormat::new(3, Codec::MessagePack).compressed(Compression::Zstd(3), 256));
+    assert_eq!(
+        Order::HISTORY,
+        [
+            HistoricVersion { version: 1, codec: Codec::Bincode, type_name: "OrderV1" },
+            HistoricVersion { version: 2, codec: Codec::MessagePack, type_name: "OrderV2" },
+        ]
+    );
+    assert_eq!((Order::LEGACY, Note::LEGACY), (None, Some(1)));
 }

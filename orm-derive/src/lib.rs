@@ -12,6 +12,7 @@ mod attr;
 mod check;
 mod expand;
 mod record;
+mod versioned;
 
 use proc_macro::TokenStream;
 use syn::{parse_macro_input, DeriveInput};
@@ -96,6 +97,33 @@ pub fn derive_aggregate(input: TokenStream) -> TokenStream {
 pub fn derive_part(input: TokenStream) -> TokenStream {
     let input = parse_macro_input!(input as DeriveInput);
     derive(&input, attr::Kind::Part).unwrap_or_else(syn::Error::into_compile_error).into()
+}
+
+/// Derives `cellar::orm::blob::Versioned`: the type is stored as a versioned blob, and values
+/// written by its earlier versions are read through a chain of conversions.
+///
+/// ```text
+/// #[derive(Versioned, Serialize, Deserialize)]
+/// #[cellar(blob(version = 3, codec = "msgpack", compress = "zstd",
+///               history(1 = OrderV1 via "bincode", 2 = OrderV2)))]
+/// struct Order { ... }
+/// ```
+///
+/// | key | meaning |
+/// |---|---|
+/// | `version = N` | the version this code writes (required) |
+/// | `codec = "..."` | `msgpack` (default), `bincode` or `json` |
+/// | `compress = "..."`, `compress_above = BYTES` | `lz4` or `zstd` above a size (default 256) |
+/// | `history(N = Type via "codec", ...)` | the earlier versions, each held by a frozen type; `via` names the codec it was written in (default `msgpack`) |
+/// | `legacy = N` | headerless cells (written before the type was versioned) hold version N |
+/// | `tag = "Name"` | the name blobs are tagged with (default: the type's name) |
+///
+/// Each version converts into the next with `From` or `TryFrom` (`OrderV2: From<OrderV1>`,
+/// `Order: TryFrom<OrderV2>`); a missing conversion is a compile error at its history entry.
+#[proc_macro_derive(Versioned, attributes(cellar))]
+pub fn derive_versioned(input: TokenStream) -> TokenStream {
+    let input = parse_macro_input!(input as DeriveInput);
+    versioned::derive(&input).unwrap_or_else(syn::Error::into_compile_error).into()
 }
 
 fn entity(input: &DeriveInput) -> syn::Result<proc_macro2::TokenStream> {

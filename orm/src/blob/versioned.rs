@@ -144,7 +144,7 @@ fn known_codec<T: Versioned>(version: u32) -> Result<Codec, VersionError> {
     if version == T::FORMAT.schema_version {
         return Ok(T::FORMAT.codec);
     }
-    T::HISTORY.iter().find(|h| h.version == version).map(|h| h.codec).ok_or_else(|| unknown::<T>(version))
+    T::HISTORY.iter().find(|h| h.version == version).map(|h| h.codec).ok_or_else(|| unknown_version::<T>(version))
 }
 
 fn migrate_from<T: Versioned>(version: u32, codec: Codec, payload: &[u8]) -> Result<T, VersionError> {
@@ -156,12 +156,13 @@ fn migrate_from<T: Versioned>(version: u32, codec: Codec, payload: &[u8]) -> Res
         return Err(VersionError::Newer { type_name: T::TYPE_NAME, found: version, current });
     }
     if !T::HISTORY.iter().any(|h| h.version == version) {
-        return Err(unknown::<T>(version));
+        return Err(unknown_version::<T>(version));
     }
     T::migrate(version, codec, payload)
 }
 
-fn unknown<T: Versioned>(found: u32) -> VersionError {
+/// The error for a stored version the type does not declare (for generated code too).
+pub fn unknown_version<T: Versioned>(found: u32) -> VersionError {
     let versions = T::HISTORY.iter().map(|h| h.version).chain([T::FORMAT.schema_version]);
     let known = versions.map(|v| v.to_string()).collect::<Vec<_>>().join(", ");
     VersionError::Unknown { type_name: T::TYPE_NAME, found, known }
