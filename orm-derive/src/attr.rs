@@ -32,6 +32,7 @@ pub mod sym {
     pub const VERSION: &str = "version";
     pub const SKIP: &str = "skip";
     pub const SERDE: &str = "serde";
+    pub const BLOB: &str = "blob";
     pub const STRATEGY: &str = "strategy";
     pub const CHILDREN: &str = "children";
 }
@@ -143,6 +144,8 @@ pub struct FieldAttr {
     pub version: Option<Span>,
     pub skip: Option<Span>,
     pub serde: Option<Span>,
+    /// `blob`: the value as a versioned blob (the field's type is `Versioned`).
+    pub blob: Option<Span>,
     /// `children`: a collection of parts.
     pub children: Option<Span>,
     /// `record_type = N` on a children field.
@@ -371,6 +374,7 @@ pub fn parse(ctx: &mut Ctx, input: &DeriveInput, kind: Kind) -> Option<EntityAtt
             version: None,
             skip: None,
             serde: None,
+            blob: None,
             children: None,
             record_type: None,
         };
@@ -389,6 +393,7 @@ pub fn parse(ctx: &mut Ctx, input: &DeriveInput, kind: Kind) -> Option<EntityAtt
                 sym::VERSION => flag(&mut f.version, ctx, &name),
                 sym::SKIP => flag(&mut f.skip, ctx, &name),
                 sym::SERDE => flag(&mut f.serde, ctx, &name),
+                sym::BLOB => flag(&mut f.blob, ctx, &name),
                 sym::CHILDREN => flag(&mut f.children, ctx, &name),
                 sym::RECORD_TYPE => {
                     if let Some(n) = lit_int::<u8>(ctx, &value_expr(&meta)?, "record_type (0 to 255)") {

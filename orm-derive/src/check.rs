@@ -105,6 +105,11 @@ pub fn check(ctx: &mut Ctx, e: &EntityAttr) {
                 ctx.error(v, "an entity has at most one version field");
             }
         }
+        if let Some(b) = f.blob {
+            if f.serde.is_some() || f.counter.is_some() || f.version.is_some() || f.is_key_part() {
+                ctx.error(b, "a blob field is a column of its own: not a key part, counter, version or serde");
+            }
+        }
         if f.is_key_part() && (f.family.is_some() || f.column.is_some() || f.serde.is_some()) && !f.is_hashed() {
             ctx.error(span, "a key part is stored in the row key, not in a column (except a hashed one)");
         }
@@ -193,7 +198,13 @@ fn check_kind(ctx: &mut Ctx, e: &EntityAttr) {
                 ctx.error(f.ty.span(), "a `children` field is a `Vec` of a #[derive(Part)] type");
             }
             let others = f.is_key_part() || f.counter.is_some() || f.version.is_some() || f.column.is_some();
-            if others || f.family.is_some() || f.serde.is_some() || f.skip.is_some() || !f.modifiers.is_empty() {
+            if others
+                || f.family.is_some()
+                || f.serde.is_some()
+                || f.blob.is_some()
+                || f.skip.is_some()
+                || !f.modifiers.is_empty()
+            {
                 ctx.error(c, "a `children` field takes no other attribute but `record_type`");
             }
         }

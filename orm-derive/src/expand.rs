@@ -34,6 +34,8 @@ fn kind_of(f: &FieldAttr) -> TokenStream {
         quote!(Version)
     } else if f.serde.is_some() {
         quote!(Serde)
+    } else if f.blob.is_some() {
+        quote!(Blob)
     } else {
         quote!(Value)
     };
@@ -115,6 +117,8 @@ pub fn expand(e: &EntityAttr) -> TokenStream {
         let ty = &f.ty;
         let encoding = if f.serde.is_some() {
             quote!("MessagePack")
+        } else if f.blob.is_some() {
+            quote!("versioned blob")
         } else {
             quote!(<#ty as #orm::value::Column>::ENCODING)
         };
@@ -261,13 +265,15 @@ pub fn expand(e: &EntityAttr) -> TokenStream {
         let i = column_index(f).unwrap_or_default();
         let name = &f.ident;
         let field = lit(&name.to_string());
-        let value = if f.serde.is_some() && is_option(&f.ty) {
+        // serde and blob fields encode through a helper; the others through `Column`.
+        let helper = if f.serde.is_some() { Some(quote!(encode_serde)) } else { f.blob.map(|_| quote!(encode_blob)) };
+        let value = if let Some(helper) = helper.as_ref().filter(|_| is_option(&f.ty)) {
             quote!(match &self.#name {
-                ::core::option::Option::Some(v) => ::core::option::Option::Some(#orm::entity::encode_serde(#entity_name, #field, v)?),
+                ::core::option::Option::Some(v) => ::core::option::Option::Some(#orm::entity::#helper(#entity_name, #field, v)?),
                 ::core::option::Option::None => ::core::option::Option::None,
             })
-        } else if f.serde.is_some() {
-            quote!(::core::option::Option::Some(#orm::entity::encode_serde(#entity_name, #field, &self.#name)?))
+        } else if let Some(helper) = helper {
+            quote!(::core::option::Option::Some(#orm::entity::#helper(#entity_name, #field, &self.#name)?))
         } else {
             quote!(#orm::value::Column::encode_cell(&self.#name))
         };
@@ -311,6 +317,10 @@ pub fn expand(e: &EntityAttr) -> TokenStream {
             quote!(let #name: #ty = #orm::entity::decode_serde_opt(row, &S.columns[#i], as_of)?;)
         } else if f.serde.is_some() {
             quote!(let #name: #ty = #orm::entity::decode_serde(row, &S.columns[#i], as_of)?;)
+        } else if f.blob.is_some() && is_option(ty) {
+            quote!(let #name: #ty = #orm::entity::decode_blob_opt(row, &S.columns[#i], as_of)?;)
+        } else if f.blob.is_some() {
+            quote!(let #name: #ty = #orm::entity::decode_blob(row, &S.columns[#i], as_of)?;)
         } else {
             quote!(let #name: #ty = #orm::entity::decode_column(row, &S.columns[#i], as_of)?;)
         }

@@ -50,6 +50,7 @@ use syn::{parse_macro_input, DeriveInput};
 /// | `counter` | an `i64` changed only by `Repository::increment` |
 /// | `version` | a `u64` for optimistic writes (`Repository::save`) |
 /// | `serde` | the value as MessagePack (any `Serialize + Deserialize` type) |
+/// | `blob` | the value as a versioned blob (a `#[derive(Versioned)]` type): cells of earlier versions are migrated on read |
 /// | `skip` | not stored; `Default` on read |
 ///
 /// Key parts take integers, floats, `bool`, `Timestamp`, `String` and `Vec<u8>`; plain cells

@@ -26,6 +26,8 @@ pub enum ColumnKind {
     Value,
     /// Serialized with serde as MessagePack.
     Serde,
+    /// A versioned blob ([`crate::blob::Versioned`]): header, codec, schema version.
+    Blob,
     /// An 8-byte counter, changed only by increments.
     Counter,
     /// The optimistic-concurrency version.
@@ -231,6 +233,48 @@ pub fn decode_serde_opt<T: serde::de::DeserializeOwned>(
     row.value_at(spec.family, spec.qualifier, as_of)
         .map(|cell| crate::value::from_msgpack(cell).map_err(|e| FieldError::column(spec, e)))
         .transpose()
+}
+
+/// Decodes a versioned-blob column written at any version its type reads (helper for
+/// generated code).
+///
+/// # Errors
+/// A [`FieldError`] naming the column, with what is wrong and the versions involved.
+pub fn decode_blob<T: crate::blob::Versioned>(row: &Row, spec: &ColumnSpec, as_of: u64) -> Result<T, FieldError> {
+    let cell = row
+        .value_at(spec.family, spec.qualifier, as_of)
+        .ok_or_else(|| FieldError::column(spec, ValueError::Missing))?;
+    read_blob(spec, cell)
+}
+
+/// Decodes an optional versioned-blob column (helper for generated code).
+///
+/// # Errors
+/// As [`decode_blob`].
+pub fn decode_blob_opt<T: crate::blob::Versioned>(
+    row: &Row,
+    spec: &ColumnSpec,
+    as_of: u64,
+) -> Result<Option<T>, FieldError> {
+    row.value_at(spec.family, spec.qualifier, as_of).map(|cell| read_blob(spec, cell)).transpose()
+}
+
+fn read_blob<T: crate::blob::Versioned>(spec: &ColumnSpec, cell: &[u8]) -> Result<T, FieldError> {
+    crate::blob::versioned::read::<T>(cell)
+        .map(|read| read.value)
+        .map_err(|e| FieldError::column(spec, ValueError::Malformed(e.to_string())))
+}
+
+/// Encodes a versioned-blob column at the type's current version (helper for generated code).
+///
+/// # Errors
+/// [`crate::Error::Encode`] naming the field.
+pub fn encode_blob<T: crate::blob::Versioned>(
+    entity: &'static str,
+    field: &'static str,
+    v: &T,
+) -> crate::Result<Vec<u8>> {
+    crate::blob::versioned::write(v).map_err(|e| crate::Error::Encode { entity, field, reason: e.to_string() })
 }
 
 /// Encodes a MessagePack column (helper for generated code).

@@ -115,7 +115,7 @@ impl fmt::Display for Layout {
         for (c, name) in s.columns.iter().zip(&names) {
             let field = format!("{}: {}", c.field, c.type_name);
             let role = match c.kind {
-                ColumnKind::Value | ColumnKind::Serde => "",
+                ColumnKind::Value | ColumnKind::Serde | ColumnKind::Blob => "",
                 ColumnKind::Counter => ", counter (changed by increments only)",
                 ColumnKind::Version => ", version (optimistic writes)",
                 ColumnKind::HashedKey => ", original of a hashed key part",

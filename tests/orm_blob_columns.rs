@@ -1,0 +1,160 @@
+//! Entity fields stored as versioned blobs (`#[cellar(blob)]` on a `Versioned` type): written
+//! at the current version, read at any version the type declares — including cells written
+//! before the field was versioned, as a plain `#[cellar(serde)]` column — and a cell that
+//! cannot be read is an error naming the column and the versions.
+
+use std::path::PathBuf;
+
+use bytes::Bytes;
+use cellar::orm::blob::{self, BlobFormat, Codec};
+use cellar::orm::store::{CellMutation, RowMutation};
+use cellar::prelude::*;
+use serde::{Deserialize, Serialize};
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+struct OrderV1 {
+    id: u64,
+    customer: String,
+    total_cents: i64,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+struct OrderV2 {
+    id: u64,
+    customer: String,
+    total_cents: i64,
+    currency: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Versioned)]
+#[cellar(blob(version = 3, codec = "msgpack", compress = "zstd", history(1 = OrderV1 via "bincode", 2 = OrderV2)))]
+struct Order {
+    id: u64,
+    customer: String,
+    currency: String,
+    lines: Vec<(String, u32, i64)>,
+}
+
+impl From<OrderV1> for OrderV2 {
+    fn from(v: OrderV1) -> Self {
+        OrderV2 { id: v.id, customer: v.customer, total_cents: v.total_cents, currency: "EUR".into() }
+    }
+}
+
+impl From<OrderV2> for Order {
+    fn from(v: OrderV2) -> Self {
+        Order { id: v.id, customer: v.customer, currency: v.currency, lines: vec![("total".into(), 1, v.total_cents)] }
+    }
+}
+
+/// An archive row holding an order document and, optionally, its predecessor.
+#[derive(Entity, Debug, Clone, PartialEq)]
+#[cellar(table = "archive")]
+struct Archived {
+    #[cellar(key)]
+    id: u64,
+    #[cellar(blob, column = "o")]
+    order: Order,
+    #[cellar(blob, column = "p")]
+    previous: Option<Order>,
+}
+
+fn sample(id: u64) -> Order {
+    Order { id, customer: "Ada".into(), currency: "NOK".into(), lines: vec![("tea".into(), 2, 450)] }
+}
+
+fn put_cell(db: &Db, table: &str, row: Vec<u8>, qualifier: &'static [u8], value: Vec<u8>) {
+    let put = CellMutation::Put {
+        family: Bytes::from_static(b"d"),
+        qualifier: Bytes::from_static(qualifier),
+        value: value.into(),
+        timestamp: None,
+    };
+    db.store().mutate(table, vec![RowMutation { row: row.into(), mutations: vec![put] }]).unwrap();
+}
+
+#[test]
+fn blob_columns_are_written_current_and_read_from_any_version() {
+    let db = Db::open_temporary().unwrap();
+    let archive = db.repo::<Archived>().unwrap();
+    let row = Archived { id: 1, order: sample(1), previous: None };
+    archive.put(&row).unwrap();
+    assert_eq!(archive.get(1).unwrap(), Some(row));
+    // The cell is a blob of the current version; `None` wrote no cell.
+    let stored = db.store().scan("archive", &Default::default()).unwrap().next().unwrap().unwrap();
+    assert_eq!(stored.cells.len(), 1);
+    let header = blob::read_header(&stored.cells[0].value).unwrap();
+    assert_eq!((header.schema_version, header.codec().unwrap()), (3, Codec::MessagePack));
+
+    // A version-1 order, as it was checked in, read through the chain.
+    let fixture = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/blob/order_v1_bincode.blob");
+    put_cell(&db, "archive", 2u64.to_be_bytes().to_vec(), b"o", std::fs::read(fixture).unwrap());
+    let old = archive.get(2).unwrap().unwrap();
+    assert_eq!(old.order.lines, [("total".to_string(), 1, 4250)]);
+    assert_eq!(old.order.currency, "EUR");
+}
+
+#[test]
+fn an_unreadable_blob_names_the_column_and_the_versions() {
+    let db = Db::open_temporary().unwrap();
+    let archive = db.repo::<Archived>().unwrap();
+    let newer = blob::encode(&sample(3), &BlobFormat::new(4, Codec::MessagePack), blob::type_tag("Order")).unwrap();
+    put_cell(&db, "archive", 3u64.to_be_bytes().to_vec(), b"o", newer);
+    let err = archive.get(3).unwrap_err().to_string();
+    assert_eq!(
+        err,
+        "table `archive`, row \\x00\\x00\\x00\\x00\\x00\\x00\\x00\\x03, column d:o: field `order` (Order): \
+         Order version 4 is newer than this code's version 3"
+    );
+}
+
+/// A note as it was first stored: a plain MessagePack column.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+struct NoteV1 {
+    text: String,
+}
+
+#[derive(Entity, Debug, Clone, PartialEq)]
+#[cellar(table = "notes")]
+struct StickyBefore {
+    #[cellar(key)]
+    id: u64,
+    #[cellar(serde, column = "n")]
+    note: NoteV1,
+}
+
+/// The note now: versioned, its first version the headerless column.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Versioned)]
+#[cellar(blob(version = 2, legacy = 1, history(1 = NoteV1)))]
+struct Note {
+    text: String,
+    pinned: bool,
+}
+
+impl From<NoteV1> for Note {
+    fn from(v: NoteV1) -> Self {
+        Note { text: v.text, pinned: false }
+    }
+}
+
+#[derive(Entity, Debug, Clone, PartialEq)]
+#[cellar(table = "notes")]
+struct Sticky {
+    #[cellar(key)]
+    id: u64,
+    #[cellar(blob, column = "n")]
+    note: Note,
+}
+
+#[test]
+fn serde_columns_migrate_as_a_declared_legacy_version() {
+    let db = Db::open_temporary().unwrap();
+    db.repo::<StickyBefore>().unwrap().put(&StickyBefore { id: 1, note: NoteV1 { text: "call Ada".into() } }).unwrap();
+    let notes = db.repo::<Sticky>().unwrap();
+    let read = notes.get(1).unwrap().unwrap();
+    assert_eq!(read.note, Note { text: "call Ada".into(), pinned: false });
+    notes.put(&read).unwrap();
+    let stored = db.store().scan("notes", &Default::default()).unwrap().next().unwrap().unwrap();
+    assert_eq!(blob::read_header(&stored.cells[0].value).unwrap().schema_version, 2, "rewritten as a blob");
+    assert_eq!(notes.get(1).unwrap(), Some(read));
+}
