@@ -76,6 +76,11 @@ pub fn expand(e: &EntityAttr) -> TokenStream {
         quote!(#[doc = #doc] pub const #konst: #agg::ChildField<#ident, #ty> = #agg::ChildField::new(#i);)
     });
     let root = e.kind == Kind::Aggregate;
+    // A versioned blob aggregate also derives Versioned, which reads the `blob(...)` contents.
+    let blob = match e.versioned_blob {
+        Some(_) => quote!(::core::option::Option::Some(#agg::versioned_codec::<#ident>())),
+        None => quote!(::core::option::Option::None),
+    };
     let aggregate_impl = root.then(|| {
         let strategy = match strategy(e) {
             "normalized" => quote!(Normalized),
@@ -90,6 +95,7 @@ pub fn expand(e: &EntityAttr) -> TokenStream {
                     strategy: #agg::Strategy::#strategy,
                     root: &<#ident as #orm::Entity>::SCHEMA,
                     children: <#ident as #agg::Part>::CHILDREN,
+                    blob: #blob,
                 };
             }
             // A tree its strategy cannot hold, or duplicate record types, fail to compile here.

@@ -119,6 +119,9 @@ pub struct EntityAttr {
     /// Every key part is escaped and terminated, never raw: something follows the key (an
     /// aggregate's child keys).
     pub all_delimited: bool,
+    /// `blob(...)` on the struct: a `blob` aggregate stored as its `Versioned` value (the
+    /// contents are `#[derive(Versioned)]`'s to read).
+    pub versioned_blob: Option<Span>,
 }
 
 /// Key-part modifiers.
@@ -271,6 +274,7 @@ pub fn parse(ctx: &mut Ctx, input: &DeriveInput, kind: Kind) -> Option<EntityAtt
         strategy: None,
         root_only: Vec::new(),
         all_delimited: kind != Kind::Entity,
+        versioned_blob: None,
         ident: input.ident.clone(),
         vis: input.vis.clone(),
         table: snake_case(&input.ident.to_string()),
@@ -349,6 +353,13 @@ pub fn parse(ctx: &mut Ctx, input: &DeriveInput, kind: Kind) -> Option<EntityAtt
                     Ok(())
                 })?;
                 entity.families.push(fam);
+            }
+            sym::BLOB => {
+                entity.versioned_blob = Some(meta.path.span());
+                // `history(1 = V1, ...)` is not meta syntax: skip the group whole.
+                let contents;
+                syn::parenthesized!(contents in meta.input);
+                contents.parse::<proc_macro2::TokenStream>()?;
             }
             other => {
                 ctx.error(meta.path.span(), format!("unknown entity attribute `{other}`"));

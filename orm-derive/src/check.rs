@@ -158,6 +158,12 @@ fn check_kind(ctx: &mut Ctx, e: &EntityAttr) {
             if let Some(s) = &e.strategy {
                 ctx.error(s.span, "`strategy` applies to #[derive(Aggregate)] roots");
             }
+            if let Some(b) = e.versioned_blob {
+                ctx.error(
+                    b,
+                    "`blob(...)` on an entity: mark the field #[cellar(blob)] and derive Versioned on its type",
+                );
+            }
         }
         Kind::Part => {
             for a in e.root_only.iter().filter(|a| a.value != sym::FAMILY) {
@@ -165,6 +171,10 @@ fn check_kind(ctx: &mut Ctx, e: &EntityAttr) {
             }
         }
         Kind::Aggregate => {
+            let blob_strategy = e.strategy.as_ref().is_some_and(|s| s.value == "blob");
+            if let Some(b) = e.versioned_blob.filter(|_| !blob_strategy) {
+                ctx.error(b, "`blob(...)` versions a `blob` aggregate: set strategy = \"blob\"");
+            }
             if let Some(s) = e.strategy.as_ref().filter(|s| !STRATEGIES.contains(&s.value.as_str())) {
                 ctx.error(s.span, format!("unknown strategy `{}`; one of: {}", s.value, STRATEGIES.join(", ")));
             }

@@ -60,7 +60,14 @@ fn parse_blob(ctx: &mut Ctx, input: &DeriveInput) -> Option<BlobAttr> {
     for attr in input.attrs.iter().filter(|a| a.path().is_ident("cellar")) {
         let result = attr.parse_nested_meta(|meta| {
             if !meta.path.is_ident("blob") {
-                ctx.error(meta.path.span(), "#[derive(Versioned)] takes `blob(...)`");
+                // Another derive's key (an aggregate root's `table`, `strategy`, ...): theirs to check.
+                if meta.input.peek(Token![=]) {
+                    meta.value()?.parse::<syn::Expr>()?;
+                } else if meta.input.peek(syn::token::Paren) {
+                    let skipped;
+                    syn::parenthesized!(skipped in meta.input);
+                    skipped.parse::<TokenStream>()?;
+                }
                 return Ok(());
             }
             let mut blob = BlobAttr::default();
@@ -102,8 +109,9 @@ fn parse_blob(ctx: &mut Ctx, input: &DeriveInput) -> Option<BlobAttr> {
                         if inner.input.peek(Token![=]) {
                             inner.value()?.parse::<syn::Expr>()?;
                         } else if inner.input.peek(syn::token::Paren) {
-                            let _skipped;
-                            syn::parenthesized!(_skipped in inner.input);
+                            let skipped;
+                            syn::parenthesized!(skipped in inner.input);
+                            skipped.parse::<TokenStream>()?;
                         }
                     }
                 }

@@ -90,6 +90,35 @@ pub struct AggregateSchema {
     pub root: &'static Schema,
     /// The root's collections.
     pub children: &'static [ChildSchema],
+    /// A `blob` aggregate that is [`crate::blob::Versioned`]: its cell is the versioned value
+    /// rather than Cellar's node tree.
+    pub blob: Option<BlobCodec>,
+}
+
+/// How a `blob` aggregate declared `blob(...)` writes and reads its cell (generated code).
+#[derive(Debug, Clone, Copy)]
+pub struct BlobCodec {
+    /// The aggregate's tree as a blob cell of the current version.
+    pub encode: fn(&Node) -> Result<Vec<u8>, String>,
+    /// A blob cell of any version the type reads, as the tree; true if it was the current
+    /// version in the current codec.
+    pub decode: fn(&[u8]) -> Result<(Node, bool), String>,
+}
+
+/// The [`BlobCodec`] of a versioned aggregate.
+pub const fn versioned_codec<A: Aggregate + crate::blob::Versioned>() -> BlobCodec {
+    BlobCodec { encode: encode_versioned::<A>, decode: decode_versioned::<A> }
+}
+
+fn encode_versioned<A: Aggregate + crate::blob::Versioned>(node: &Node) -> Result<Vec<u8>, String> {
+    let value = A::from_node(node.clone()).map_err(|e| e.reason)?;
+    crate::blob::versioned::write(&value).map_err(|e| e.to_string())
+}
+
+fn decode_versioned<A: Aggregate + crate::blob::Versioned>(cell: &[u8]) -> Result<(Node, bool), String> {
+    let read = crate::blob::versioned::read::<A>(cell).map_err(|e| e.to_string())?;
+    let current = read.is_current();
+    Ok((read.value.to_node().map_err(|e| e.to_string())?, current))
 }
 
 /// One object of an aggregate in storage terms: its own row (the root's full row key, or a

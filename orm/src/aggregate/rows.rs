@@ -103,9 +103,12 @@ pub(crate) fn to_rows(shape: &Shape, root: &Node) -> Result<RowSet> {
                 family: Bytes::from_static(shape.family().as_bytes()),
                 qualifier: Bytes::from_static(BLOB),
                 timestamp: 0,
-                value: blob::encode(root, shape.root.entity)
-                    .map_err(|reason| Error::InvalidArgument { arg: "aggregate", reason })?
-                    .into(),
+                value: match shape.blob {
+                    Some(codec) => (codec.encode)(root),
+                    None => blob::encode(root, shape.root.entity),
+                }
+                .map_err(|reason| Error::InvalidArgument { arg: "aggregate", reason })?
+                .into(),
             };
             rows.insert((0, root.row.key.clone()), vec![cell]);
         }
@@ -215,13 +218,19 @@ pub(crate) fn from_rows(shape: &Shape, prefix: &[u8], rows: &RowSet) -> Result<O
             .iter()
             .find(|c| c.qualifier == BLOB)
             .ok_or_else(|| decode_error(shape, &root_key, "the aggregate's row has no blob cell".into()))?;
-        return blob::decode(&cell.value, root_key.clone(), shape.root.entity).map(Some).map_err(|reason| {
-            Error::Decode {
-                table: shape.root.table,
-                row: printable(&root_key),
-                column: Some(format!("{}:b", shape.family())),
-                reason,
-            }
+        let node = match shape.blob {
+            // The key fields come from the row key, as under every strategy.
+            Some(codec) => (codec.decode)(&cell.value).map(|(mut node, _)| {
+                node.row.key = root_key.clone();
+                node
+            }),
+            None => blob::decode(&cell.value, root_key.clone(), shape.root.entity),
+        };
+        return node.map(Some).map_err(|reason| Error::Decode {
+            table: shape.root.table,
+            row: printable(&root_key),
+            column: Some(format!("{}:b", shape.family())),
+            reason,
         });
     }
     let mut root = Node {

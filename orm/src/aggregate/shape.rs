@@ -192,6 +192,8 @@ pub(crate) struct Shape {
     pub strategy: Strategy,
     pub root: &'static Schema,
     pub levels: Vec<Level>,
+    /// The versioned cell of a `blob` aggregate that declares one.
+    pub blob: Option<super::BlobCodec>,
 }
 
 impl Shape {
@@ -247,7 +249,7 @@ impl Shape {
             depth_start = depth_end;
             depth += 1;
         }
-        Shape { strategy: agg.strategy, root: agg.root, levels }
+        Shape { strategy: agg.strategy, root: agg.root, levels, blob: agg.blob }
     }
 
     /// The level whose rows carry `record_type`.
