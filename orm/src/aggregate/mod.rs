@@ -100,9 +100,17 @@ pub struct AggregateSchema {
 pub struct BlobCodec {
     /// The aggregate's tree as a blob cell of the current version.
     pub encode: fn(&Node) -> Result<Vec<u8>, String>,
-    /// A blob cell of any version the type reads, as the tree; true if it was the current
-    /// version in the current codec.
-    pub decode: fn(&[u8]) -> Result<(Node, bool), String>,
+    /// A blob cell of any version the type reads, as the tree.
+    pub decode: fn(&[u8]) -> Result<DecodedBlob, String>,
+}
+
+/// A versioned blob cell, read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DecodedBlob {
+    /// The aggregate's tree.
+    pub node: Node,
+    /// True if the cell held the current version in the current codec.
+    pub current: bool,
 }
 
 /// The [`BlobCodec`] of a versioned aggregate.
@@ -115,10 +123,10 @@ fn encode_versioned<A: Aggregate + crate::blob::Versioned>(node: &Node) -> Resul
     crate::blob::versioned::write(&value).map_err(|e| e.to_string())
 }
 
-fn decode_versioned<A: Aggregate + crate::blob::Versioned>(cell: &[u8]) -> Result<(Node, bool), String> {
+fn decode_versioned<A: Aggregate + crate::blob::Versioned>(cell: &[u8]) -> Result<DecodedBlob, String> {
     let read = crate::blob::versioned::read::<A>(cell).map_err(|e| e.to_string())?;
     let current = read.is_current();
-    Ok((read.value.to_node().map_err(|e| e.to_string())?, current))
+    Ok(DecodedBlob { node: read.value.to_node().map_err(|e| e.to_string())?, current })
 }
 
 /// One object of an aggregate in storage terms: its own row (the root's full row key, or a

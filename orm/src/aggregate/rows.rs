@@ -220,7 +220,8 @@ pub(crate) fn from_rows(shape: &Shape, prefix: &[u8], rows: &RowSet) -> Result<O
             .ok_or_else(|| decode_error(shape, &root_key, "the aggregate's row has no blob cell".into()))?;
         let node = match shape.blob {
             // The key fields come from the row key, as under every strategy.
-            Some(codec) => (codec.decode)(&cell.value).map(|(mut node, _)| {
+            Some(codec) => (codec.decode)(&cell.value).map(|decoded| {
+                let mut node = decoded.node;
                 node.row.key = root_key.clone();
                 node
             }),
