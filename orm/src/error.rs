@@ -47,6 +47,20 @@ pub enum Error {
         /// What is wrong.
         reason: String,
     },
+    /// A versioned blob cell that cannot be read as its type (damaged, newer, undeclared, or
+    /// refused by a migration step).
+    #[error("table `{table}`, row {row}, column {column}: {source}")]
+    Blob {
+        /// The table.
+        table: String,
+        /// The row key, printable.
+        row: String,
+        /// `family:qualifier`.
+        column: String,
+        /// What is wrong, with the versions involved.
+        #[source]
+        source: crate::blob::VersionError,
+    },
     /// An optimistic write found a different version than the one it was based on.
     #[error("{entity} at row {row} was changed by another writer (expected version {expected})")]
     VersionConflict {

@@ -18,6 +18,7 @@ pub mod entity;
 mod error;
 pub mod key;
 mod layout;
+pub mod migrate;
 pub mod record;
 pub mod repo;
 pub mod store;

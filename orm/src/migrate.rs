@@ -1,0 +1,348 @@
+//! Bulk migration of versioned blobs: rewrite every cell of a column that holds an older
+//! version (or another codec) at the type's current version, while the application keeps
+//! writing.
+//!
+//! - Each rewrite is a check-and-mutate on the exact bytes read, so a value the application
+//!   wrote meanwhile (always at the current version) is never reverted.
+//! - The job checkpoints the last row it finished in the database (table [`JOBS_TABLE`]), so
+//!   a killed or interrupted migration resumes after it instead of starting over; a finished
+//!   one removes its checkpoint.
+//! - Progress goes to a callback; cells that cannot be read are counted and reported, and the
+//!   job goes on (or stops, if asked).
+//! - A census counts the cells per codec × version (and the unreadable ones); a dry run only
+//!   takes it and checks that every cell reads.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::marker::PhantomData;
+
+use bytes::Bytes;
+
+use crate::aggregate::Aggregate;
+use crate::blob::{versioned, Versioned};
+use crate::repo::printable;
+use crate::store::{CellMutation, Condition, FamilySpec, ReadSpec, RowMutation, ScanSpec, SplitPolicy, TableSpec};
+use crate::{Db, Error, Result};
+
+/// The table where jobs keep their checkpoints.
+pub const JOBS_TABLE: &str = "cellar_jobs";
+const JOBS_FAMILY: &str = "j";
+/// Rows between checkpoints (and progress reports).
+const CHECKPOINT_EVERY: u64 = 1000;
+/// Unreadable cells reported by name; more are only counted.
+const MAX_REPORTED: usize = 100;
+
+/// Cells of one format in a census: the codec and the schema version they hold (`None`: a
+/// headerless legacy cell).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Format {
+    /// The codec's name (`msgpack`, `bincode`, ...), or `unknown codec N`.
+    pub codec: &'static str,
+    /// The schema version; `None` for a headerless legacy cell.
+    pub version: Option<u32>,
+}
+
+impl fmt::Display for Format {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.version {
+            Some(v) => write!(f, "v{v} {}", self.codec),
+            None => write!(f, "legacy {}", self.codec),
+        }
+    }
+}
+
+/// How many cells of a column hold each format, and how many cannot be read.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Census {
+    /// Readable cells per format.
+    pub formats: BTreeMap<Format, u64>,
+    /// Cells that do not read as the type (damaged, newer, undeclared, refused by a step).
+    pub unreadable: u64,
+}
+
+impl Census {
+    /// Readable cells in all.
+    pub fn readable(&self) -> u64 {
+        self.formats.values().sum()
+    }
+}
+
+impl fmt::Display for Census {
+    /// `v1 bincode: 120, v2 msgpack: 80, unreadable: 1`
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut parts: Vec<String> = self.formats.iter().map(|(k, n)| format!("{k}: {n}")).collect();
+        parts.push(format!("unreadable: {}", self.unreadable));
+        f.write_str(&parts.join(", "))
+    }
+}
+
+/// Where a running migration is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Progress {
+    /// Rows read so far in this run (after the checkpoint it resumed from).
+    pub rows: u64,
+    /// Cells rewritten at the current version.
+    pub rewritten: u64,
+    /// Cells that could not be read.
+    pub failed: u64,
+    /// The last row finished.
+    pub last_row: Bytes,
+}
+
+/// A cell that could not be migrated.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Failure {
+    /// The row, printable.
+    pub row: String,
+    /// Why.
+    pub reason: String,
+}
+
+/// What a migration (or dry run) did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Report {
+    /// The checkpoint this run resumed after, printable; `None` for a run from the start.
+    pub resumed_after: Option<String>,
+    /// Rows read.
+    pub rows: u64,
+    /// Cells already at the current version in the current codec.
+    pub current: u64,
+    /// Cells rewritten (a dry run: cells that would be).
+    pub rewritten: u64,
+    /// Cells the application changed between the read and the rewrite: left as written.
+    pub raced: u64,
+    /// The cells as found (of the rows this run read).
+    pub census: Census,
+    /// Unreadable cells, the first [`MAX_REPORTED`] by name.
+    pub failures: Vec<Failure>,
+}
+
+/// A migration of one blob column to the current version of `T`; see the module docs.
+pub struct Migration<'a, T> {
+    db: &'a Db,
+    table: String,
+    family: Bytes,
+    qualifier: Bytes,
+    dry_run: bool,
+    stop_on_error: bool,
+    progress: Option<Box<dyn FnMut(&Progress) + 'a>>,
+    _type: PhantomData<fn() -> T>,
+}
+
+impl Db {
+    /// A migration of the blobs of aggregate `A` (the `blob` strategy, declared `Versioned`).
+    pub fn migrate<A: Aggregate + Versioned>(&self) -> Migration<'_, A> {
+        let family = A::SCHEMA.families.first().map_or("d", |f| f.name);
+        Migration::new(self, A::SCHEMA.table, family, "b")
+    }
+
+    /// A migration of the `Versioned` values of `T` in column `family:qualifier` of `table`
+    /// (an entity's `#[cellar(blob)]` field).
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for a column without a `:`.
+    pub fn migrate_column<T: Versioned>(&self, table: &str, column: &str) -> Result<Migration<'_, T>> {
+        let (family, qualifier) = column.split_once(':').ok_or_else(|| Error::InvalidArgument {
+            arg: "column",
+            reason: format!("`{column}` is not `family:qualifier`"),
+        })?;
+        Ok(Migration::new(self, table, family, qualifier))
+    }
+}
+
+impl<'a, T: Versioned> Migration<'a, T> {
+    fn new(db: &'a Db, table: &str, family: &str, qualifier: &str) -> Self {
+        Migration {
+            db,
+            table: table.to_string(),
+            family: Bytes::copy_from_slice(family.as_bytes()),
+            qualifier: Bytes::copy_from_slice(qualifier.as_bytes()),
+            dry_run: false,
+            stop_on_error: false,
+            progress: None,
+            _type: PhantomData,
+        }
+    }
+
+    /// Only counts and checks: writes nothing, keeps no checkpoint.
+    pub fn dry_run(mut self) -> Self {
+        self.dry_run = true;
+        self
+    }
+
+    /// Stops at the first cell that cannot be read, with its error, instead of reporting it
+    /// and going on.
+    pub fn stop_on_error(mut self) -> Self {
+        self.stop_on_error = true;
+        self
+    }
+
+    /// Calls `f` every [`CHECKPOINT_EVERY`] rows and at the end.
+    pub fn on_progress(mut self, f: impl FnMut(&Progress) + 'a) -> Self {
+        self.progress = Some(Box::new(f));
+        self
+    }
+
+    /// The census of the whole column: one scan, nothing written.
+    ///
+    /// # Errors
+    /// Store errors.
+    pub fn census(&self) -> Result<Census> {
+        let mut census = Census::default();
+        for row in self.db.store().scan(&self.table, &ScanSpec::default())? {
+            let row = row?;
+            if let Some(cell) = self.cell_of(&row) {
+                match versioned::read::<T>(cell) {
+                    Ok(read) => *census.formats.entry(format_of(&read)).or_default() += 1,
+                    Err(_) => census.unreadable += 1,
+                }
+            }
+        }
+        Ok(census)
+    }
+
+    /// The job's name: where its checkpoint is kept.
+    fn job_key(&self) -> Bytes {
+        let mut key = format!("migrate/{}/", self.table).into_bytes();
+        key.extend_from_slice(&self.family);
+        key.push(b':');
+        key.extend_from_slice(&self.qualifier);
+        key.into()
+    }
+
+    fn column(&self) -> String {
+        format!("{}:{}", printable(&self.family), printable(&self.qualifier))
+    }
+
+    fn cell_of<'r>(&self, row: &'r crate::store::Row) -> Option<&'r [u8]> {
+        row.cells.iter().find(|c| c.family == self.family && c.qualifier == self.qualifier).map(|c| &c.value[..])
+    }
+
+    fn checkpoint(&self) -> Result<Option<Bytes>> {
+        let rows = self.db.store().read_rows(JOBS_TABLE, &[self.job_key()], &ReadSpec::default())?;
+        Ok(rows.into_iter().flatten().next().and_then(|row| row.cells.into_iter().next()).map(|c| c.value))
+    }
+
+    fn save_checkpoint(&self, last: &Bytes) -> Result<()> {
+        let put = CellMutation::Put {
+            family: Bytes::from_static(JOBS_FAMILY.as_bytes()),
+            qualifier: Bytes::from_static(b"last"),
+            value: last.clone(),
+            timestamp: None,
+        };
+        self.db.store().mutate(JOBS_TABLE, vec![RowMutation { row: self.job_key(), mutations: vec![put] }])
+    }
+
+    /// Runs the migration (or the dry run) from its checkpoint to the end of the table.
+    ///
+    /// # Errors
+    /// Store errors; with [`Migration::stop_on_error`], [`Error::Decode`] for the first cell
+    /// that cannot be read. Rows finished before an error stay finished: running again
+    /// resumes after the last checkpoint.
+    pub fn run(mut self) -> Result<Report> {
+        let jobs = TableSpec {
+            name: JOBS_TABLE.into(),
+            families: vec![FamilySpec { name: JOBS_FAMILY.into(), max_versions: 1, ttl_secs: None }],
+            split_keys: Vec::new(),
+            split_policy: SplitPolicy::MidKey,
+        };
+        self.db.store().ensure_table(&jobs)?;
+        let resume = if self.dry_run { None } else { self.checkpoint()? };
+        let mut report = Report { resumed_after: resume.as_deref().map(printable), ..Report::default() };
+        // After the checkpoint's row: its smallest successor.
+        let start = resume.map(|last| Bytes::from([&last[..], &[0]].concat())).unwrap_or_default();
+        let mut last = Bytes::new();
+        let store = self.db.store().clone();
+        for row in store.scan(&self.table, &ScanSpec { start, ..ScanSpec::default() })? {
+            let row = row?;
+            report.rows += 1;
+            if let Some(cell) = self.cell_of(&row) {
+                self.migrate_cell(&row.key, cell, &mut report)?;
+            }
+            last = row.key;
+            if report.rows % CHECKPOINT_EVERY == 0 {
+                self.finish_stretch(&last, &report)?;
+            }
+        }
+        if !self.dry_run {
+            // Done: the next run starts from the beginning.
+            let done = RowMutation { row: self.job_key(), mutations: vec![CellMutation::DeleteRow] };
+            self.db.store().mutate(JOBS_TABLE, vec![done])?;
+        }
+        self.report_progress(&last, &report);
+        Ok(report)
+    }
+
+    fn finish_stretch(&mut self, last: &Bytes, report: &Report) -> Result<()> {
+        if !self.dry_run {
+            self.save_checkpoint(last)?;
+        }
+        self.report_progress(last, report);
+        Ok(())
+    }
+
+    fn report_progress(&mut self, last: &Bytes, report: &Report) {
+        if let Some(f) = self.progress.as_mut() {
+            let failed = report.census.unreadable;
+            f(&Progress { rows: report.rows, rewritten: report.rewritten, failed, last_row: last.clone() });
+        }
+    }
+
+    fn migrate_cell(&self, row: &Bytes, cell: &[u8], report: &mut Report) -> Result<()> {
+        let read = match versioned::read::<T>(cell) {
+            Ok(read) => read,
+            Err(source) => {
+                report.census.unreadable += 1;
+                if self.stop_on_error {
+                    return Err(Error::Blob {
+                        table: self.table.clone(),
+                        row: printable(row),
+                        column: self.column(),
+                        source,
+                    });
+                }
+                if report.failures.len() < MAX_REPORTED {
+                    report.failures.push(Failure { row: printable(row), reason: source.to_string() });
+                }
+                return Ok(());
+            }
+        };
+        *report.census.formats.entry(format_of(&read)).or_default() += 1;
+        if read.is_current() {
+            report.current += 1;
+            return Ok(());
+        }
+        if self.dry_run {
+            report.rewritten += 1;
+            return Ok(());
+        }
+        let rewritten = versioned::write(&read.value).map_err(|e| Error::Blob {
+            table: self.table.clone(),
+            row: printable(row),
+            column: self.column(),
+            source: e.into(),
+        })?;
+        let condition = Condition::Equals {
+            family: self.family.clone(),
+            qualifier: self.qualifier.clone(),
+            value: cell.to_vec().into(),
+        };
+        let put = CellMutation::Put {
+            family: self.family.clone(),
+            qualifier: self.qualifier.clone(),
+            value: rewritten.into(),
+            timestamp: None,
+        };
+        let mutation = RowMutation { row: row.clone(), mutations: vec![put] };
+        if self.db.store().check_and_mutate(&self.table, condition, mutation)? {
+            report.rewritten += 1;
+        } else {
+            report.raced += 1;
+        }
+        Ok(())
+    }
+}
+
+fn format_of<T>(read: &versioned::Read<T>) -> Format {
+    Format { codec: read.stored_codec.name(), version: read.stored_version }
+}
