@@ -59,7 +59,7 @@ pub enum Error {
         column: String,
         /// What is wrong, with the versions involved.
         #[source]
-        source: crate::blob::VersionError,
+        source: Box<crate::blob::VersionError>,
     },
     /// An optimistic write found a different version than the one it was based on.
     #[error("{entity} at row {row} was changed by another writer (expected version {expected})")]

@@ -320,7 +320,7 @@ impl<'a, T: Versioned> Migration<'a, T> {
             table: self.table.clone(),
             row: printable(row),
             column: self.column(),
-            source: e.into(),
+            source: Box::new(e.into()),
         })?;
         let condition = Condition::Equals {
             family: self.family.clone(),
