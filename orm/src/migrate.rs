@@ -117,6 +117,9 @@ pub struct Report {
     pub failures: Vec<Failure>,
 }
 
+/// Where progress reports go.
+type ProgressFn<'a> = Box<dyn FnMut(&Progress) + 'a>;
+
 /// A migration of one blob column to the current version of `T`; see the module docs.
 pub struct Migration<'a, T> {
     db: &'a Db,
@@ -125,7 +128,7 @@ pub struct Migration<'a, T> {
     qualifier: Bytes,
     dry_run: bool,
     stop_on_error: bool,
-    progress: Option<Box<dyn FnMut(&Progress) + 'a>>,
+    progress: Option<ProgressFn<'a>>,
     _type: PhantomData<fn() -> T>,
 }
 
@@ -260,7 +263,7 @@ impl<'a, T: Versioned> Migration<'a, T> {
                 self.migrate_cell(&row.key, cell, &mut report)?;
             }
             last = row.key;
-            if report.rows % CHECKPOINT_EVERY == 0 {
+            if report.rows.is_multiple_of(CHECKPOINT_EVERY) {
                 self.finish_stretch(&last, &report)?;
             }
         }
@@ -298,7 +301,7 @@ impl<'a, T: Versioned> Migration<'a, T> {
                         table: self.table.clone(),
                         row: printable(row),
                         column: self.column(),
-                        source,
+                        source: Box::new(source),
                     });
                 }
                 if report.failures.len() < MAX_REPORTED {
