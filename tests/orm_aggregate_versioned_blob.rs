@@ -95,3 +95,24 @@ fn a_cell_of_the_first_version_reads_through_the_chain() {
     orders.put(&read).unwrap();
     assert_eq!(blob::read_header(&blob_cell(&db)).unwrap().schema_version, 2);
 }
+
+#[test]
+fn reads_write_an_old_blob_back_when_asked() {
+    let db = Db::open_temporary().unwrap();
+    let orders = db.aggregates::<Order>().unwrap().with_write_back();
+    let v1 = OrderV1 { customer: 7, order_no: 3, skus: vec!["oats".into()] };
+    let cell = blob::encode(&v1, &BlobFormat::new(1, Codec::Bincode), blob::type_tag("Order")).unwrap();
+    let key = [7u64.to_be_bytes(), 3u64.to_be_bytes()].concat();
+    let put = |q: &'static [u8], v: Vec<u8>| CellMutation::Put {
+        family: Bytes::from_static(b"d"),
+        qualifier: Bytes::from_static(q),
+        value: v.into(),
+        timestamp: None,
+    };
+    let row = RowMutation { row: key.into(), mutations: vec![put(b"b", cell), put(b"\x00g", vec![4; 8])] };
+    db.store().mutate("vorders", vec![row]).unwrap();
+    assert_eq!(orders.get((7, 3)).unwrap(), Some(Order::from(v1.clone())));
+    let header = blob::read_header(&blob_cell(&db)).unwrap();
+    assert_eq!((header.schema_version, header.codec().unwrap()), (2, Codec::MessagePack));
+    assert_eq!(orders.get((7, 3)).unwrap(), Some(Order::from(v1)));
+}

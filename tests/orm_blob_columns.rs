@@ -158,3 +158,33 @@ fn serde_columns_migrate_as_a_declared_legacy_version() {
     assert_eq!(blob::read_header(&stored.cells[0].value).unwrap().schema_version, 2, "rewritten as a blob");
     assert_eq!(notes.get(1).unwrap(), Some(read));
 }
+
+#[test]
+fn reads_write_old_blobs_back_at_the_current_version_when_asked() {
+    let db = Db::open_temporary().unwrap();
+    let plain = db.repo::<Archived>().unwrap();
+    let fixture = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/blob/order_v1_bincode.blob");
+    let v1 = std::fs::read(fixture).unwrap();
+    put_cell(&db, "archive", 5u64.to_be_bytes().to_vec(), b"o", v1.clone());
+    put_cell(&db, "archive", 6u64.to_be_bytes().to_vec(), b"o", v1);
+    let stored_version = |id: u64| {
+        let row = db.store().read_rows("archive", &[Bytes::copy_from_slice(&id.to_be_bytes())], &Default::default());
+        let row = row.unwrap().into_iter().next().flatten().unwrap();
+        blob::read_header(&row.cells[0].value).unwrap().schema_version
+    };
+    // Without write-back a read leaves the cell as it is.
+    let read = plain.get(5).unwrap().unwrap();
+    assert_eq!(stored_version(5), 1);
+    // With it, get and get_many rewrite what they read, and the value does not change.
+    let archive = db.repo::<Archived>().unwrap().with_write_back();
+    assert_eq!(archive.get(5).unwrap(), Some(read.clone()));
+    assert_eq!(stored_version(5), 3);
+    archive.get_many([6u64]).unwrap();
+    assert_eq!(stored_version(6), 3);
+    assert_eq!(plain.get(5).unwrap(), Some(read));
+    // A current cell is not rewritten: the read costs no write.
+    let ((), costs) = db.measure(|| {
+        archive.get(5).unwrap();
+    });
+    assert_eq!(costs.check_and_mutates, 0);
+}

@@ -36,8 +36,18 @@ pub const STRATEGIES: &[&str] = &["normalized", "single_table", "denormalized", 
 
 /// The element type of `Vec<T>`.
 pub fn vec_element(ty: &Type) -> Option<&Type> {
+    type_argument(ty, "Vec")
+}
+
+/// `T` of `Option<T>`.
+pub fn option_element(ty: &Type) -> Option<&Type> {
+    type_argument(ty, "Option")
+}
+
+/// The one type argument of `wrapper<T>`.
+fn type_argument<'t>(ty: &'t Type, wrapper: &str) -> Option<&'t Type> {
     let Type::Path(p) = ty else { return None };
-    let last = p.path.segments.last().filter(|s| s.ident == "Vec")?;
+    let last = p.path.segments.last().filter(|s| s.ident == wrapper)?;
     let syn::PathArguments::AngleBracketed(args) = &last.arguments else { return None };
     match args.args.first()? {
         syn::GenericArgument::Type(t) => Some(t),

@@ -122,8 +122,17 @@ pub fn expand(e: &EntityAttr) -> TokenStream {
         } else {
             quote!(<#ty as #orm::value::Column>::ENCODING)
         };
+        // A blob column knows its type's current format, so reads can tell an old cell.
+        let current_blob = match f.blob {
+            Some(_) => {
+                let inner = crate::check::option_element(ty).unwrap_or(ty);
+                quote!(::core::option::Option::Some(<#inner as #orm::blob::Versioned>::FORMAT))
+            }
+            None => quote!(::core::option::Option::None),
+        };
         quote!(#orm::entity::ColumnSpec {
             field: #field, family: #family, qualifier: #qualifier, type_name: #ty_name, kind: #kind, encoding: #encoding,
+            current_blob: #current_blob,
         })
     });
 

@@ -51,6 +51,8 @@ pub struct ColumnSpec {
     pub kind: ColumnKind,
     /// The value's encoding, in words.
     pub encoding: &'static str,
+    /// A `#[cellar(blob)]` column: the current format of its `Versioned` type.
+    pub current_blob: Option<crate::blob::BlobFormat>,
 }
 
 /// A family an entity uses, with the settings it declares.

@@ -98,6 +98,8 @@ pub struct AggregateSchema {
 /// How a `blob` aggregate declared `blob(...)` writes and reads its cell (generated code).
 #[derive(Debug, Clone, Copy)]
 pub struct BlobCodec {
+    /// The format the current version is written in.
+    pub format: crate::blob::BlobFormat,
     /// The aggregate's tree as a blob cell of the current version.
     pub encode: fn(&Node) -> Result<Vec<u8>, String>,
     /// A blob cell of any version the type reads, as the tree.
@@ -115,7 +117,7 @@ pub struct DecodedBlob {
 
 /// The [`BlobCodec`] of a versioned aggregate.
 pub const fn versioned_codec<A: Aggregate + crate::blob::Versioned>() -> BlobCodec {
-    BlobCodec { encode: encode_versioned::<A>, decode: decode_versioned::<A> }
+    BlobCodec { format: A::FORMAT, encode: encode_versioned::<A>, decode: decode_versioned::<A> }
 }
 
 fn encode_versioned<A: Aggregate + crate::blob::Versioned>(node: &Node) -> Result<Vec<u8>, String> {

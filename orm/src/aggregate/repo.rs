@@ -42,6 +42,8 @@ pub struct AggregateRepository<A> {
     pub(super) atomic: bool,
     /// How long a write through the intent protocol owns its intent.
     pub(super) lease: std::time::Duration,
+    /// Reads rewrite a versioned blob of an older version at the current one.
+    pub(super) write_back: bool,
     _aggregate: PhantomData<fn() -> A>,
 }
 
@@ -52,6 +54,7 @@ impl<A> Clone for AggregateRepository<A> {
             shape: self.shape.clone(),
             atomic: self.atomic,
             lease: self.lease,
+            write_back: self.write_back,
             _aggregate: PhantomData,
         }
     }
@@ -89,6 +92,7 @@ impl Db {
             shape: Arc::new(shape),
             atomic,
             lease: super::LEASE,
+            write_back: false,
             _aggregate: PhantomData,
         })
     }
@@ -346,7 +350,49 @@ impl<A: Aggregate> AggregateRepository<A> {
     /// [`Error::Decode`] for rows that do not form a valid `A`; store errors.
     pub fn get(&self, key: impl Into<A::Key>) -> Result<Option<A>> {
         let (root, prefix) = self.locate(&key.into())?;
-        self.load(&root, &prefix)?.map(Self::decode).transpose()
+        let stored = self.read(&root, &prefix)?;
+        let node = rows::from_rows(&self.shape, &prefix, &stored)?;
+        if let Some(node) = &node {
+            self.write_back_blob(&root, &stored, node)?;
+        }
+        node.map(Self::decode).transpose()
+    }
+
+    /// Makes [`AggregateRepository::get`] rewrite a versioned blob (a `blob` aggregate that
+    /// derives `Versioned`) found at an older version or in another codec at the current one,
+    /// with a check-and-mutate on the bytes read, so a write made meanwhile is kept.
+    pub fn with_write_back(mut self) -> Self {
+        self.write_back = true;
+        self
+    }
+
+    /// With write-back on: rewrites the root's blob cell if it is not current.
+    fn write_back_blob(&self, root: &Bytes, stored: &RowSet, node: &Node) -> Result<()> {
+        let Some(codec) = self.shape.blob.filter(|_| self.write_back) else { return Ok(()) };
+        let cells = stored.get(&(0, root.clone())).map(Vec::as_slice).unwrap_or_default();
+        let Some(old) = cells.iter().find(|c| c.qualifier == rows::BLOB) else { return Ok(()) };
+        if crate::blob::is_current(&old.value, &codec.format) {
+            return Ok(());
+        }
+        let fresh = (codec.encode)(node).map_err(|reason| Error::InvalidArgument { arg: "aggregate", reason })?;
+        let condition = Condition::Equals {
+            family: old.family.clone(),
+            qualifier: old.qualifier.clone(),
+            value: old.value.clone(),
+        };
+        let put = CellMutation::Put {
+            family: old.family.clone(),
+            qualifier: old.qualifier.clone(),
+            value: fresh.into(),
+            timestamp: None,
+        };
+        // False: a write came in since the read; it is at the current version already.
+        self.store.check_and_mutate(
+            self.table(0),
+            condition,
+            RowMutation { row: root.clone(), mutations: vec![put] },
+        )?;
+        Ok(())
     }
 
     /// Reads the aggregate down to `depth` levels (1: the root alone, 2: with its

@@ -132,6 +132,12 @@ impl BlobFormat {
     }
 }
 
+/// True if `cell` holds `format`'s schema version in its codec: nothing a rewrite at the
+/// current version would change. Headerless and unreadable cells are not current.
+pub fn is_current(cell: &[u8], format: &BlobFormat) -> bool {
+    read_header(cell).is_ok_and(|h| h.schema_version == format.schema_version && h.codec == format.codec.id())
+}
+
 /// The tag that blobs of the type named `name` carry: CRC32C of the name.
 pub fn type_tag(name: &str) -> u32 {
     crc32c::crc32c(name.as_bytes())

@@ -46,12 +46,14 @@ impl<E: Entity> Counter<E> {
 /// Reads and writes entities of type `E`. Cheap to clone.
 pub struct Repository<E> {
     store: Arc<dyn Store>,
+    /// Reads rewrite blob columns of older versions at the current one.
+    write_back: bool,
     _entity: PhantomData<fn() -> E>,
 }
 
 impl<E> Clone for Repository<E> {
     fn clone(&self) -> Self {
-        Repository { store: self.store.clone(), _entity: PhantomData }
+        Repository { store: self.store.clone(), write_back: self.write_back, _entity: PhantomData }
     }
 }
 
@@ -95,7 +97,7 @@ pub(crate) fn printable(row: &[u8]) -> String {
 
 impl<E: Entity> Repository<E> {
     pub(crate) fn new(store: Arc<dyn Store>) -> Self {
-        Repository { store, _entity: PhantomData }
+        Repository { store, write_back: false, _entity: PhantomData }
     }
 
     fn table(&self) -> &'static str {
@@ -213,7 +215,52 @@ impl<E: Entity> Repository<E> {
     /// # Errors
     /// [`Error::Decode`] for a stored row that is not a valid `E`; store errors.
     pub fn get(&self, key: impl Into<E::Key>) -> Result<Option<E>> {
-        self.read_one(key, &ReadSpec::default())?.map(|row| Self::decode(&row, u64::MAX)).transpose()
+        let Some(row) = self.read_one(key, &ReadSpec::default())? else { return Ok(None) };
+        let entity = Self::decode(&row, u64::MAX)?;
+        self.write_back_blobs(&row, &entity)?;
+        Ok(Some(entity))
+    }
+
+    /// Makes [`Repository::get`] and [`Repository::get_many`] rewrite `#[cellar(blob)]`
+    /// columns they find at an older version (or in another codec) at the current one: each
+    /// with a check-and-mutate on the bytes read, so a value written meanwhile is kept.
+    pub fn with_write_back(mut self) -> Self {
+        self.write_back = true;
+        self
+    }
+
+    /// With write-back on: rewrites the stale blob columns of `row`, which decoded as `entity`.
+    fn write_back_blobs(&self, row: &Row, entity: &E) -> Result<()> {
+        if !self.write_back {
+            return Ok(());
+        }
+        let stale: Vec<(&ColumnSpec, &[u8])> = E::SCHEMA
+            .columns
+            .iter()
+            .filter_map(|c| Some((c, c.current_blob?, row.value(c.family, c.qualifier)?)))
+            .filter(|(_, format, cell)| !crate::blob::is_current(cell, format))
+            .map(|(c, _, cell)| (c, cell))
+            .collect();
+        if stale.is_empty() {
+            return Ok(());
+        }
+        let cells = entity.cells()?;
+        for (spec, old) in stale {
+            let fresh = cells.iter().find(|c| c.family == spec.family && c.qualifier == spec.qualifier);
+            let Some(value) = fresh.and_then(|c| c.value.clone()) else { continue };
+            let (family, qualifier) =
+                (Bytes::from_static(spec.family.as_bytes()), Bytes::from_static(spec.qualifier.as_bytes()));
+            let condition =
+                Condition::Equals { family: family.clone(), qualifier: qualifier.clone(), value: old.to_vec().into() };
+            let put = CellMutation::Put { family, qualifier, value: value.into(), timestamp: None };
+            // False: the cell changed since the read; the newer value stays.
+            self.store.check_and_mutate(
+                self.table(),
+                condition,
+                RowMutation { row: row.key.clone(), mutations: vec![put] },
+            )?;
+        }
+        Ok(())
     }
 
     /// Reads many entities in one round trip; `None` where there is none.
@@ -228,8 +275,10 @@ impl<E: Entity> Repository<E> {
         candidates
             .iter()
             .map(|c| {
-                let found = rows.by_ref().take(c.len()).flatten().next();
-                found.map(|row| Self::decode(&row, u64::MAX)).transpose()
+                let Some(row) = rows.by_ref().take(c.len()).flatten().next() else { return Ok(None) };
+                let entity = Self::decode(&row, u64::MAX)?;
+                self.write_back_blobs(&row, &entity)?;
+                Ok(Some(entity))
             })
             .collect()
     }
