@@ -116,3 +116,28 @@ fn reads_write_an_old_blob_back_when_asked() {
     assert_eq!((header.schema_version, header.codec().unwrap()), (2, Codec::MessagePack));
     assert_eq!(orders.get((7, 3)).unwrap(), Some(Order::from(v1)));
 }
+
+#[test]
+fn an_aggregate_scan_can_set_unreadable_ones_aside() {
+    let db = Db::open_temporary().unwrap();
+    let orders = db.aggregates::<Order>().unwrap();
+    for order_no in 1..=3 {
+        orders.put(&Order { order_no, ..order() }).unwrap();
+    }
+    // Order 2's blob says version 9.
+    let newer = blob::encode(&order(), &BlobFormat::new(9, Codec::MessagePack), blob::type_tag("Order")).unwrap();
+    let key = [7u64.to_be_bytes(), 2u64.to_be_bytes()].concat();
+    let put = CellMutation::Put {
+        family: Bytes::from_static(b"d"),
+        qualifier: Bytes::from_static(b"b"),
+        value: newer.into(),
+        timestamp: None,
+    };
+    db.store().mutate("vorders", vec![RowMutation { row: key.into(), mutations: vec![put] }]).unwrap();
+    assert!(orders.scan().to_vec().is_err());
+    let mut iter = orders.scan().skip_unreadable().iter().unwrap();
+    let found: Vec<u64> = iter.by_ref().map(|o| o.unwrap().order_no).collect();
+    assert_eq!(found, [1, 3]);
+    assert_eq!(iter.skipped().len(), 1);
+    assert!(iter.skipped()[0].error.to_string().contains("version 9 is newer"), "{}", iter.skipped()[0].error);
+}

@@ -188,3 +188,28 @@ fn reads_write_old_blobs_back_at_the_current_version_when_asked() {
     });
     assert_eq!(costs.check_and_mutates, 0);
 }
+
+#[test]
+fn a_scan_can_set_unreadable_rows_aside_and_go_on() {
+    let db = Db::open_temporary().unwrap();
+    let archive = db.repo::<Archived>().unwrap();
+    for id in 1..=4 {
+        archive.put(&Archived { id, order: sample(id), previous: None }).unwrap();
+    }
+    let newer = blob::encode(&sample(3), &BlobFormat::new(4, Codec::MessagePack), blob::type_tag("Order")).unwrap();
+    put_cell(&db, "archive", 3u64.to_be_bytes().to_vec(), b"o", newer);
+    // By default the scan stops at the row it cannot read.
+    let err = archive.scan().to_vec().unwrap_err().to_string();
+    assert!(err.contains("newer than this code's version 3"), "{err}");
+    // Asked to, it returns the others and reports the row.
+    let mut iter = archive.scan().skip_unreadable().iter().unwrap();
+    let ids: Vec<u64> = iter.by_ref().map(|a| a.unwrap().id).collect();
+    assert_eq!(ids, [1, 2, 4]);
+    let skipped = iter.skipped();
+    assert_eq!(skipped.len(), 1);
+    assert_eq!(skipped[0].row, "\\x00\\x00\\x00\\x00\\x00\\x00\\x00\\x03");
+    assert!(skipped[0].error.to_string().contains("column d:o"), "{}", skipped[0].error);
+    // A limit counts what is returned.
+    let limited: Vec<u64> = archive.scan().skip_unreadable().limit(3).iter().unwrap().map(|a| a.unwrap().id).collect();
+    assert_eq!(limited, [1, 2, 4]);
+}

@@ -32,5 +32,5 @@ pub use error::{Error, Result};
 pub use key::Timestamp;
 pub use layout::Layout;
 pub use record::{Member, Record};
-pub use repo::{Counter, Cursor, EntityIter, Page, Query, Records, Repository};
+pub use repo::{Counter, Cursor, EntityIter, Page, Query, Records, Repository, Skipped};
 pub use store::{Costs, EmbeddedStore, Metered, Store};

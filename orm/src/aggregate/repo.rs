@@ -574,6 +574,13 @@ impl<'a, A: Aggregate> AggregateQuery<'a, A> {
         self
     }
 
+    /// Sets aggregates that do not decode aside instead of ending the scan with their error;
+    /// [`AggregateIter::skipped`] reports them.
+    pub fn skip_unreadable(mut self) -> Self {
+        self.rows = self.rows.skip_unreadable();
+        self
+    }
+
     /// At most `n` aggregates.
     pub fn limit(mut self, n: usize) -> Self {
         self.limit = Some(n);
@@ -675,6 +682,7 @@ impl<A: Aggregate> AggregateIter<'_, A> {
             Ok(row) => row,
             Err(e) => return Some(Err(e)),
         };
+        let first_key = first.key.clone();
         let result = (|| {
             let prefix = Bytes::copy_from_slice(&first.key[..self.prefix_len(&first.key)?]);
             let shape = &self.repo.shape;
@@ -708,15 +716,28 @@ impl<A: Aggregate> AggregateIter<'_, A> {
             let body = self.rows.body(&prefix).to_vec();
             Ok(node.map(|n| (body, n)))
         })();
-        match result {
-            Ok(Some((body, node))) => {
-                self.left -= 1;
-                Some(AggregateRepository::<A>::decode(node).map(|a| (body, a)))
-            }
+        let decoded = match result {
+            Ok(Some((body, node))) => AggregateRepository::<A>::decode(node).map(|a| Some((body, a))),
             // Rows of an aggregate deleted between reads: go on with the next.
+            Ok(None) => Ok(None),
+            Err(e) => Err(e),
+        };
+        match decoded {
+            Ok(Some(found)) => {
+                self.left -= 1;
+                Some(Ok(found))
+            }
             Ok(None) => self.next_with_prefix(),
-            Err(e) => Some(Err(e)),
+            Err(e) => match self.rows.set_aside(&first_key, e) {
+                Some(e) => Some(Err(e)),
+                None => self.next_with_prefix(),
+            },
         }
+    }
+
+    /// The aggregates set aside so far, with [`AggregateQuery::skip_unreadable`].
+    pub fn skipped(&self) -> &[crate::repo::Skipped] {
+        self.rows.skipped()
     }
 
     fn root_of(&self, prefix: &Bytes) -> (Bytes, Bytes) {

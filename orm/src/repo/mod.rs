@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 
-pub use query::{Cursor, EntityIter, Page, Query};
+pub use query::{Cursor, EntityIter, Page, Query, Skipped};
 
 use crate::entity::{ColumnKind, ColumnSpec, Entity, FieldError};
 use crate::key::RowKey;

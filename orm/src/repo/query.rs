@@ -97,6 +97,8 @@ pub struct Query<'a, E> {
     limit: Option<usize>,
     after: Option<Cursor>,
     error: Option<Error>,
+    /// Rows that do not decode are set aside instead of ending the scan.
+    skip_unreadable: bool,
 }
 
 impl<E: Entity> Repository<E> {
@@ -144,6 +146,7 @@ impl<'a, T> Query<'a, T> {
             limit: None,
             after: None,
             error: None,
+            skip_unreadable: false,
         }
     }
 
@@ -311,7 +314,7 @@ impl<'a, E> Query<'a, E> {
                 reverse: self.reverse,
                 // Rows of other record types are skipped after reading, so only a table
                 // without them can let the store stop early.
-                limit: self.limit.filter(|_| !self.target.mixed),
+                limit: self.limit.filter(|_| !self.target.mixed && !self.skip_unreadable),
                 read: Default::default(),
             };
             let mut stream = self.store.scan(self.target.table, &spec)?;
@@ -324,7 +327,17 @@ impl<'a, E> Query<'a, E> {
             salted,
             reverse: self.reverse,
             left: self.limit.unwrap_or(usize::MAX),
+            skip_unreadable: self.skip_unreadable,
+            skipped: Vec::new(),
         })
+    }
+
+    /// Sets rows that do not decode (a damaged or newer blob, a malformed cell) aside instead
+    /// of ending the scan with their error: the iterator goes on, and
+    /// [`EntityIter::skipped`] reports them. A limit then counts the entities returned.
+    pub fn skip_unreadable(mut self) -> Self {
+        self.skip_unreadable = true;
+        self
     }
 
     /// Collects the entities into a vector.
@@ -408,9 +421,34 @@ pub struct EntityIter<'a, E> {
     salted: bool,
     reverse: bool,
     left: usize,
+    skip_unreadable: bool,
+    skipped: Vec<Skipped>,
+}
+
+/// A row a scan set aside because it does not decode ([`Query::skip_unreadable`]).
+#[derive(Debug)]
+pub struct Skipped {
+    /// The row key, printable.
+    pub row: String,
+    /// Why it does not decode, naming table, row, column and (for blobs) versions.
+    pub error: Error,
 }
 
 impl<E> EntityIter<'_, E> {
+    /// The rows set aside so far, with [`Query::skip_unreadable`].
+    pub fn skipped(&self) -> &[Skipped] {
+        &self.skipped
+    }
+
+    /// Sets an undecodable row aside, if the scan was asked to; else hands its error back.
+    pub(crate) fn set_aside(&mut self, key: &[u8], error: Error) -> Option<Error> {
+        if !self.skip_unreadable {
+            return Some(error);
+        }
+        self.skipped.push(Skipped { row: crate::repo::printable(key), error });
+        None
+    }
+
     /// A row key without its salt byte: the order buckets merge in, and what cursors hold.
     pub(crate) fn body<'k>(&self, key: &'k [u8]) -> &'k [u8] {
         if self.salted {
@@ -467,7 +505,11 @@ impl<E> EntityIter<'_, E> {
                     return Some(Ok((self.body(&row.key).to_vec(), e)));
                 }
                 Err(e) if e.other_record_type => continue,
-                Err(e) => return Some(Err(super::decode_error(self.target.table, &row.key, e))),
+                Err(e) => {
+                    if let Some(e) = self.set_aside(&row.key, super::decode_error(self.target.table, &row.key, e)) {
+                        return Some(Err(e));
+                    }
+                }
             }
         }
         None
