@@ -1,11 +1,14 @@
 //! A tour of the object mapper on the embedded engine: the single-table customer/order design,
-//! the follower graph, time-series events, and one order aggregate in all four storage
-//! strategies with what each operation costs — each example in turn, every result asserted.
+//! the follower graph, time-series events, one order aggregate in all four storage strategies
+//! with what each operation costs, and the bulk migration of an order store's versioned blobs
+//! from two old versions to the current one — each example in turn, every result asserted.
 //!
 //! Run with `cargo run --release --example tour`; each part also runs on its own
 //! (`--example customer_orders`, `--example followers`, `--example timeseries`,
-//! `--example order_strategies`).
+//! `--example order_strategies`, `--example blob_migration`).
 
+#[path = "blob_migration.rs"]
+mod blob_migration;
 #[path = "customer_orders.rs"]
 mod customer_orders;
 #[path = "followers.rs"]
@@ -24,6 +27,8 @@ fn main() -> cellar::orm::Result<()> {
     timeseries::main()?;
     println!("\n== order_strategies ==");
     order_strategies::main()?;
+    println!("\n== blob_migration ==");
+    blob_migration::main()?;
     println!("\ntour: ok");
     Ok(())
 }

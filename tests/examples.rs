@@ -1,5 +1,7 @@
 //! The examples run as tests, so what they print and assert stays true.
 
+#[path = "../examples/blob_migration.rs"]
+mod blob_migration;
 #[path = "../examples/customer_orders.rs"]
 mod customer_orders;
 #[path = "../examples/followers.rs"]
@@ -27,4 +29,9 @@ fn timeseries_example() {
 #[test]
 fn order_strategies_example() {
     order_strategies::main().unwrap();
+}
+
+#[test]
+fn blob_migration_example() {
+    blob_migration::main().unwrap();
 }

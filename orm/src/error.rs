@@ -47,6 +47,10 @@ pub enum Error {
         /// What is wrong.
         reason: String,
     },
+    /// A blob that cannot be written or read, outside a table (`cellar::orm::blob` called
+    /// directly).
+    #[error("blob: {0}")]
+    BlobFormat(#[from] crate::blob::BlobError),
     /// A versioned blob cell that cannot be read as its type (damaged, newer, undeclared, or
     /// refused by a migration step).
     #[error("table `{table}`, row {row}, column {column}: {source}")]

@@ -180,7 +180,8 @@ impl<'a, T: Versioned> Migration<'a, T> {
         self
     }
 
-    /// Calls `f` every [`CHECKPOINT_EVERY`] rows and at the end.
+    /// Calls `f` every [`CHECKPOINT_EVERY`] rows and once at the end (not twice when the end
+    /// is a checkpoint).
     pub fn on_progress(mut self, f: impl FnMut(&Progress) + 'a) -> Self {
         self.progress = Some(Box::new(f));
         self
@@ -272,7 +273,10 @@ impl<'a, T: Versioned> Migration<'a, T> {
             let done = RowMutation { row: self.job_key(), mutations: vec![CellMutation::DeleteRow] };
             self.db.store().mutate(JOBS_TABLE, vec![done])?;
         }
-        self.report_progress(&last, &report);
+        // The last stretch, unless a checkpoint just reported it.
+        if report.rows == 0 || !report.rows.is_multiple_of(CHECKPOINT_EVERY) {
+            self.report_progress(&last, &report);
+        }
         Ok(report)
     }
 
