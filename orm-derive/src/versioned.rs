@@ -177,12 +177,13 @@ fn check(ctx: &mut Ctx, blob: &mut BlobAttr, ident: &Ident) {
 pub fn derive(input: &DeriveInput) -> syn::Result<TokenStream> {
     let mut ctx = Ctx::default();
     let ident = &input.ident;
-    let parsed = parse_blob(&mut ctx, input);
-    let mut blob = parsed.unwrap_or_default();
-    if blob.version.is_some() || !blob.history.is_empty() || blob.codec.is_some() {
-        check(&mut ctx, &mut blob, ident);
+    let mut parsed = parse_blob(&mut ctx, input);
+    if let Some(blob) = parsed.as_mut() {
+        check(&mut ctx, blob, ident);
     }
+    // Without a parsed `blob(...)`, parsing has recorded why.
     ctx.finish()?;
+    let blob = parsed.ok_or_else(|| syn::Error::new(ident.span(), "#[derive(Versioned)] needs blob(...)"))?;
     Ok(expand(ident, &blob))
 }
 

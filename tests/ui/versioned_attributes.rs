@@ -33,4 +33,10 @@ struct Legacy {
     id: u64,
 }
 
+#[derive(Serialize, Deserialize, Versioned)]
+#[cellar(blob())]
+struct Empty {
+    id: u64,
+}
+
 fn main() {}
