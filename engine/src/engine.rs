@@ -4,7 +4,7 @@
 //! Directory layout: `MANIFEST` (the catalog), `LOCK` (held while open), `wal/` (log
 //! segments), `sst/` (every SSTable, named by a unique id).
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fs::{self, File};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -121,10 +121,47 @@ pub(crate) struct EngineInner {
     pub apply_gate: RwLock<()>,
     pub next_file_id: AtomicU64,
     next_region_id: AtomicU64,
+    /// What the manifest on disk lists; see [`Durable`].
+    durable: Mutex<Durable>,
     /// Bytes in all memstores (the global memstore budget's meter).
     pub memstore_bytes: MemAccount,
     pub background: Arc<Background>,
     _lock: File,
+}
+
+/// What the manifest on disk lists: its files and each region's flushed sequence number.
+///
+/// Flushes and compactions change a region's files in memory before they take `ddl` to write
+/// the catalog, so the in-memory state runs ahead of the manifest: it may already have
+/// dropped a compaction's inputs, or moved a flush's rows from the memstore to a file the
+/// manifest does not name yet. Whatever a crash would recover from must stay until a manifest
+/// that no longer needs it is durable: a file is deleted only when neither a region nor the
+/// manifest lists it, and a log segment only when the manifest's flushed sequence numbers
+/// cover its edits. Updated by every catalog write; read under `ddl`.
+#[derive(Default)]
+struct Durable {
+    files: HashSet<u64>,
+    /// Region id to the flushed sequence number the manifest records for it.
+    flushed: HashMap<u64, u64>,
+}
+
+impl Durable {
+    fn of(catalog: &CatalogState) -> Durable {
+        let regions = || catalog.tables.iter().flat_map(|t| &t.regions);
+        Durable {
+            files: regions().flat_map(|r| r.files.iter().map(|f| f.id)).collect(),
+            flushed: regions().map(|r| (r.id, r.flushed_seq)).collect(),
+        }
+    }
+
+    /// After a failed catalog write, either manifest may be the one on disk: keep the files
+    /// of both and the older flushed sequence numbers.
+    fn merge(&mut self, other: Durable) {
+        self.files.extend(other.files);
+        for (region, seq) in other.flushed {
+            self.flushed.entry(region).and_modify(|s| *s = (*s).min(seq)).or_insert(seq);
+        }
+    }
 }
 
 impl Drop for EngineInner {
@@ -226,7 +263,7 @@ impl Engine {
 
         let mut tables = BTreeMap::new();
         let mut regions_by_id: HashMap<u64, Arc<Region>> = HashMap::new();
-        let mut referenced = std::collections::HashSet::new();
+        let mut referenced = HashSet::new();
         let mut open_files = HashMap::new();
         for t in &catalog.tables {
             let mut regions = Vec::new();
@@ -276,6 +313,7 @@ impl Engine {
             apply_gate: RwLock::new(()),
             next_file_id: AtomicU64::new(max_file_id + 1),
             next_region_id: AtomicU64::new(catalog.next_region_id.max(1)),
+            durable: Mutex::new(Durable::of(&catalog)),
             memstore_bytes: account,
             background: Arc::new(Background::default()),
             _lock: lock,
@@ -603,7 +641,7 @@ impl Engine {
 
 /// Deletes SSTables the catalog does not list (left by a crash mid-flush or mid-compaction);
 /// returns the highest file id seen.
-fn remove_orphan_files(sst_dir: &Path, referenced: &std::collections::HashSet<u64>) -> Result<u64> {
+fn remove_orphan_files(sst_dir: &Path, referenced: &HashSet<u64>) -> Result<u64> {
     let mut max_id = referenced.iter().copied().max().unwrap_or(0);
     let mut removed = false;
     for entry in fs::read_dir(sst_dir).map_err(|e| Error::io(sst_dir, e))? {
@@ -826,7 +864,14 @@ impl EngineInner {
             state.tables.push(TableEntry { descriptor: t.descriptor(), enabled: t.is_enabled(), regions });
         }
         drop(tables);
-        state.store(&self.dir.join("MANIFEST"))
+        let listed = Durable::of(&state);
+        let stored = state.store(&self.dir.join("MANIFEST"));
+        let mut durable = self.durable.lock();
+        match stored {
+            Ok(()) => *durable = listed,
+            Err(_) => durable.merge(listed),
+        }
+        stored
     }
 
     /// Splits one region (the caller holds `ddl`). Returns false if there was no point to
@@ -876,15 +921,30 @@ impl EngineInner {
         Ok(true)
     }
 
-    /// Deletes log segments whose edits are all in SSTables.
+    /// Deletes log segments whose edits are all in SSTables the manifest lists; the caller
+    /// holds `ddl`.
     pub fn trim_wal(&self) -> Result<()> {
         let keep_from = {
             let _gate = self.apply_gate.write();
+            let durable = self.durable.lock();
             let mut oldest_unflushed = self.wal.last_seq();
             for t in self.tables.read().values() {
                 for r in t.regions() {
-                    if r.has_unflushed() {
-                        oldest_unflushed = oldest_unflushed.min(r.flushed_seq());
+                    // One snapshot: a flush swaps its file in and empties its memstore at once.
+                    let stores = r.stores();
+                    let in_memstore = stores.families.iter().any(|s| !s.active.is_empty() || s.frozen.is_some());
+                    let in_unlisted_file =
+                        stores.families.iter().flat_map(|s| &s.files).any(|f| !durable.files.contains(&f.id()));
+                    match durable.flushed.get(&r.id) {
+                        // A recovery replays this region's log from the manifest's sequence
+                        // number: keep it while rows past it are in a memstore, or only in a
+                        // file that a flush has not yet written to the catalog.
+                        Some(&seq) if in_memstore || in_unlisted_file => {
+                            oldest_unflushed = oldest_unflushed.min(seq);
+                        }
+                        Some(_) => {}
+                        None if in_memstore => oldest_unflushed = oldest_unflushed.min(r.flushed_seq()),
+                        None => {}
                     }
                 }
             }
@@ -893,21 +953,160 @@ impl EngineInner {
         self.wal.remove_segments_below(keep_from)
     }
 
-    /// Deletes replaced files that no region lists any more (split siblings share files).
+    /// Deletes replaced files that neither a region (split siblings share files) nor the
+    /// manifest on disk lists any more; the caller holds `ddl` and has written the catalog.
+    ///
+    /// A file kept only because the manifest still lists it was dropped from memory by a
+    /// compaction whose catalog write is pending: that compaction deletes it afterwards.
     fn delete_files(&self, files: impl Iterator<Item = Arc<SstReader>>) {
-        let live: std::collections::HashSet<u64> = self
+        let mut live: HashSet<u64> = self
             .tables
             .read()
             .values()
             .flat_map(|t| t.regions())
             .flat_map(|r| r.stores().families.iter().flat_map(|s| s.files.iter().map(|f| f.id())).collect::<Vec<_>>())
             .collect();
-        let mut seen = std::collections::HashSet::new();
+        live.extend(self.durable.lock().files.iter().copied());
+        let mut seen = HashSet::new();
         for f in files.filter(|f| !live.contains(&f.id()) && seen.insert(f.id())) {
             self.cache.evict_file(f.id());
             // A failed removal leaves an orphan that the next open deletes.
             let _ = fs::remove_file(f.path());
         }
         let _ = sync_dir(&self.sst_dir);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{Get, Put};
+
+    fn options() -> EngineOptions {
+        EngineOptions { auto_compact: false, flush_on_close: false, ..EngineOptions::default() }
+    }
+
+    /// What a process killed at this moment leaves for the next open: a copy of the files.
+    fn crash_copy(from: &Path) -> tempfile::TempDir {
+        let to = tempfile::tempdir().unwrap();
+        for sub in ["", "sst", "wal"] {
+            let (src, dst) = (from.join(sub), to.path().join(sub));
+            fs::create_dir_all(&dst).unwrap();
+            for entry in fs::read_dir(&src).unwrap() {
+                let entry = entry.unwrap();
+                if entry.file_type().unwrap().is_file() {
+                    fs::copy(entry.path(), dst.join(entry.file_name())).unwrap();
+                }
+            }
+        }
+        to
+    }
+
+    fn row(i: u32) -> String {
+        format!("row-{i:04}")
+    }
+
+    fn assert_rows(engine: &Engine, table: &str, rows: std::ops::Range<u32>) {
+        let t = engine.table(table).unwrap();
+        for i in rows {
+            let found = t.get(Get::new(row(i))).unwrap();
+            assert_eq!(
+                found.value(b"f", b"v").map(|v| v.to_vec()),
+                Some(format!("value-{i}").into_bytes()),
+                "{table}: {} lost",
+                row(i)
+            );
+        }
+    }
+
+    fn create(engine: &Engine, table: &str, rows: std::ops::Range<u32>) -> Arc<Region> {
+        engine.create_table(TableDescriptor::new(table).family(FamilyDescriptor::new("f"))).unwrap();
+        let t = engine.table(table).unwrap();
+        for i in rows {
+            t.put(Put::new(row(i)).add("f", "v", format!("value-{i}"))).unwrap();
+        }
+        engine.inner.table_state(table).unwrap().regions()[0].clone()
+    }
+
+    /// Split daughters compacting their shared file on two workers: the upper one writes the
+    /// catalog, the lower one swaps its output in (in memory only: its catalog write waits for
+    /// `ddl`), then the upper one deletes its inputs. The manifest on disk still lists the
+    /// shared file for the lower daughter, so the file must stay until the lower daughter's
+    /// catalog write.
+    #[test]
+    fn a_compaction_deletes_no_file_the_manifest_on_disk_lists() {
+        let dir = tempfile::tempdir().unwrap();
+        let engine = Engine::open(dir.path(), options()).unwrap();
+        create(&engine, "t", 0..200);
+        engine.flush("t").unwrap();
+        assert_eq!(engine.split("t", Some(row(100).as_bytes())).unwrap(), 1);
+        let inner = &engine.inner;
+        let regions = inner.table_state("t").unwrap().regions();
+        let (lower, upper) = (&regions[0], &regions[1]);
+        assert!(lower.has_shared_files() && upper.has_shared_files());
+
+        // The steps of `run_task`'s compaction, interleaved as two workers can run them.
+        let now = inner.opts.clock.now_ms();
+        let upper_inputs = upper.compact(&inner.file_context(), false, now).unwrap();
+        let ddl = inner.ddl.lock();
+        inner.persist_locked().unwrap();
+        let lower_inputs = lower.compact(&inner.file_context(), false, now).unwrap();
+        inner.delete_files(upper_inputs.into_iter());
+        drop(ddl);
+        {
+            let copy = crash_copy(dir.path());
+            let recovered = Engine::open(copy.path(), options()).unwrap();
+            assert_rows(&recovered, "t", 0..200);
+        }
+        assert!(lower_inputs.iter().all(|f| f.path().exists()), "a file the manifest lists was deleted");
+
+        // The lower daughter's catalog write; now nothing lists the shared file.
+        let ddl = inner.ddl.lock();
+        inner.persist_locked().unwrap();
+        inner.delete_files(lower_inputs.iter().cloned());
+        drop(ddl);
+        assert!(lower_inputs.iter().all(|f| !f.path().exists()), "a replaced file was left behind");
+        let copy = crash_copy(dir.path());
+        let recovered = Engine::open(copy.path(), options()).unwrap();
+        assert_rows(&recovered, "t", 0..200);
+    }
+
+    /// `Engine::flush` of one table (flush, catalog write, log trim) while a background flush
+    /// of another table swaps its file in between the catalog write and the trim, its own
+    /// catalog write waiting for `ddl`: the log must keep that table's rows, which neither a
+    /// memstore nor the manifest on disk holds any more.
+    #[test]
+    fn the_log_keeps_rows_whose_flush_the_manifest_does_not_list_yet() {
+        let dir = tempfile::tempdir().unwrap();
+        let opts = EngineOptions { wal_segment_bytes: 4096, ..options() };
+        let engine = Engine::open(dir.path(), opts.clone()).unwrap();
+        let x = create(&engine, "x", 0..200);
+        let y = create(&engine, "y", 0..10);
+        assert!(engine.wal_segments() > 2);
+
+        let inner = &engine.inner;
+        let ddl = inner.ddl.lock();
+        inner.flush_region(&y).unwrap();
+        inner.persist_locked().unwrap();
+        inner.flush_region(&x).unwrap();
+        inner.trim_wal().unwrap();
+        drop(ddl);
+        {
+            let copy = crash_copy(dir.path());
+            let recovered = Engine::open(copy.path(), opts.clone()).unwrap();
+            assert_rows(&recovered, "x", 0..200);
+            assert_rows(&recovered, "y", 0..10);
+        }
+
+        // The background flush's catalog write and trim: now the log can go.
+        let ddl = inner.ddl.lock();
+        inner.persist_locked().unwrap();
+        inner.trim_wal().unwrap();
+        drop(ddl);
+        assert_eq!(engine.wal_segments(), 1);
+        let copy = crash_copy(dir.path());
+        let recovered = Engine::open(copy.path(), opts).unwrap();
+        assert_rows(&recovered, "x", 0..200);
+        assert_rows(&recovered, "y", 0..10);
     }
 }

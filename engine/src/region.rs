@@ -413,7 +413,7 @@ impl Region {
     /// Merges each family's files into one, keeping only rows inside the region (files shared
     /// after a split are rewritten even when alone). Major compaction applies the full
     /// retention rules at time `now`; minor keeps delete markers. Returns the replaced files,
-    /// which the caller deletes once no region lists them.
+    /// which the caller deletes once neither a region nor the manifest on disk lists them.
     pub fn compact(&self, ctx: &FileContext<'_>, major: bool, now: u64) -> Result<Vec<Arc<SstReader>>> {
         let _m = self.maintenance.lock();
         let current = self.stores();
