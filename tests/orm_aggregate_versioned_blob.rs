@@ -2,47 +2,13 @@
 //! serde value (codec, schema version in the header), cells of earlier versions read through
 //! the chain, and the repository API — child-level writes included — works as for any blob.
 
+mod common;
+
 use bytes::Bytes;
 use cellar::orm::blob::{self, BlobFormat, Codec};
 use cellar::orm::store::{CellMutation, RowMutation};
 use cellar::prelude::*;
-use serde::{Deserialize, Serialize};
-
-/// The order as first shipped: one flat list of skus, in bincode.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-struct OrderV1 {
-    customer: u64,
-    order_no: u64,
-    skus: Vec<String>,
-}
-
-#[derive(Aggregate, Versioned, Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[cellar(table = "vorders", strategy = "blob", blob(version = 2, codec = "msgpack", history(1 = OrderV1 via "bincode")))]
-struct Order {
-    #[cellar(partition)]
-    customer: u64,
-    #[cellar(key)]
-    order_no: u64,
-    #[cellar(column = "s")]
-    status: String,
-    #[cellar(children)]
-    lines: Vec<Line>,
-}
-
-#[derive(Part, Debug, Clone, PartialEq, Serialize, Deserialize)]
-struct Line {
-    #[cellar(key)]
-    n: u16,
-    #[cellar(column = "k")]
-    sku: String,
-}
-
-impl From<OrderV1> for Order {
-    fn from(v: OrderV1) -> Self {
-        let lines = (1..).zip(v.skus).map(|(n, sku)| Line { n, sku }).collect();
-        Order { customer: v.customer, order_no: v.order_no, status: "migrated".into(), lines }
-    }
-}
+use common::blob_orders::aggregate::{Line, Order, OrderV1};
 
 fn order() -> Order {
     Order {

@@ -3,49 +3,16 @@
 //! before the field was versioned, as a plain `#[cellar(serde)]` column — and a cell that
 //! cannot be read is an error naming the column and the versions.
 
+mod common;
+
 use std::path::PathBuf;
 
 use bytes::Bytes;
 use cellar::orm::blob::{self, BlobFormat, Codec};
 use cellar::orm::store::{CellMutation, RowMutation};
 use cellar::prelude::*;
+use common::blob_orders::document::Order;
 use serde::{Deserialize, Serialize};
-
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-struct OrderV1 {
-    id: u64,
-    customer: String,
-    total_cents: i64,
-}
-
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-struct OrderV2 {
-    id: u64,
-    customer: String,
-    total_cents: i64,
-    currency: String,
-}
-
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Versioned)]
-#[cellar(blob(version = 3, codec = "msgpack", compress = "zstd", history(1 = OrderV1 via "bincode", 2 = OrderV2)))]
-struct Order {
-    id: u64,
-    customer: String,
-    currency: String,
-    lines: Vec<(String, u32, i64)>,
-}
-
-impl From<OrderV1> for OrderV2 {
-    fn from(v: OrderV1) -> Self {
-        OrderV2 { id: v.id, customer: v.customer, total_cents: v.total_cents, currency: "EUR".into() }
-    }
-}
-
-impl From<OrderV2> for Order {
-    fn from(v: OrderV2) -> Self {
-        Order { id: v.id, customer: v.customer, currency: v.currency, lines: vec![("total".into(), 1, v.total_cents)] }
-    }
-}
 
 /// An archive row holding an order document and, optionally, its predecessor.
 #[derive(Entity, Debug, Clone, PartialEq)]

@@ -3,6 +3,8 @@
 //! cannot read, resumption after an interruption from the checkpoint kept in the database, and
 //! values written by the application meanwhile never reverted.
 
+mod common;
+
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use bytes::Bytes;
@@ -10,42 +12,7 @@ use cellar::orm::blob::{self, BlobFormat, Codec};
 use cellar::orm::migrate::{Census, Format};
 use cellar::orm::store::{CellMutation, RowMutation};
 use cellar::prelude::*;
-use serde::{Deserialize, Serialize};
-
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-struct OrderV1 {
-    customer: u64,
-    order_no: u64,
-    skus: Vec<String>,
-}
-
-#[derive(Aggregate, Versioned, Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[cellar(table = "morders", strategy = "blob", blob(version = 2, codec = "msgpack", history(1 = OrderV1 via "bincode")))]
-struct Order {
-    #[cellar(partition)]
-    customer: u64,
-    #[cellar(key)]
-    order_no: u64,
-    #[cellar(column = "s")]
-    status: String,
-    #[cellar(children)]
-    lines: Vec<Line>,
-}
-
-#[derive(Part, Debug, Clone, PartialEq, Serialize, Deserialize)]
-struct Line {
-    #[cellar(key)]
-    n: u16,
-    #[cellar(column = "k")]
-    sku: String,
-}
-
-impl From<OrderV1> for Order {
-    fn from(v: OrderV1) -> Self {
-        let lines = (1..).zip(v.skus).map(|(n, sku)| Line { n, sku }).collect();
-        Order { customer: v.customer, order_no: v.order_no, status: "migrated".into(), lines }
-    }
-}
+use common::blob_orders::aggregate::{Order, OrderV1};
 
 fn v1(order_no: u64) -> OrderV1 {
     OrderV1 { customer: 1, order_no, skus: vec![format!("sku-{order_no}"), "tea".into()] }
@@ -64,7 +31,7 @@ fn store_raw(db: &Db, order_no: u64, cell: Vec<u8>) {
         timestamp: None,
     };
     let row = RowMutation { row: key(order_no).into(), mutations: vec![put(b"b", cell), put(b"\x00g", vec![9; 8])] };
-    db.store().mutate("morders", vec![row]).unwrap();
+    db.store().mutate("vorders", vec![row]).unwrap();
 }
 
 fn v1_cell(order_no: u64) -> Vec<u8> {
@@ -131,7 +98,7 @@ fn a_migration_moves_every_readable_cell_to_the_current_version() {
     // Asked to, a run stops at the damaged cell with an error naming it.
     let err = db.migrate::<Order>().stop_on_error().run().unwrap_err().to_string();
     assert!(
-        err.starts_with("table `morders`, row \\x00") && err.contains("column d:b: blob payload checksum"),
+        err.starts_with("table `vorders`, row \\x00") && err.contains("column d:b: blob payload checksum"),
         "{err}"
     );
 }

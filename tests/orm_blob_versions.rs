@@ -1,65 +1,19 @@
-//! Version chains of blob values, declared with `#[derive(Versioned)]`: a cell written at any version a type declares reads as the
-//! current version through its `From`/`TryFrom` steps, in whatever codec it was written; what
-//! cannot be read — a newer version, an undeclared one, a refused step, a headerless cell of a
-//! type without a legacy version — is an error naming the versions.
+//! Version chains of blob values, declared with `#[derive(Versioned)]`: a cell written at any
+//! version a type declares reads as the current version through its `From`/`TryFrom` steps,
+//! in whatever codec it was written; what cannot be read — a newer version, an undeclared one,
+//! a refused step, a headerless cell of a type without a legacy version — is an error naming
+//! the versions.
+
+mod common;
 
 use std::path::PathBuf;
 
 use cellar::orm::blob::versioned;
 use cellar::orm::blob::{self, BlobFormat, Codec, Compression, HistoricVersion, VersionError, Versioned};
 use cellar::Versioned;
+use common::blob_orders::document::{Order, OrderV1, OrderV2};
 use proptest::prelude::*;
 use serde::{Deserialize, Serialize};
-
-/// As first shipped (bincode).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-struct OrderV1 {
-    id: u64,
-    customer: String,
-    total_cents: i64,
-}
-
-/// Version 2 added the currency (MessagePack).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-struct OrderV2 {
-    id: u64,
-    customer: String,
-    total_cents: i64,
-    currency: String,
-}
-
-/// The current order (version 3): lines instead of a total, MessagePack with zstd.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Versioned)]
-#[cellar(blob(version = 3, codec = "msgpack", compress = "zstd", history(1 = OrderV1 via "bincode", 2 = OrderV2)))]
-struct Order {
-    id: u64,
-    customer: String,
-    currency: String,
-    lines: Vec<(String, u32, i64)>,
-}
-
-impl From<OrderV1> for OrderV2 {
-    fn from(v: OrderV1) -> Self {
-        // Everything sold before version 2 was in euros.
-        OrderV2 { id: v.id, customer: v.customer, total_cents: v.total_cents, currency: "EUR".into() }
-    }
-}
-
-impl TryFrom<OrderV2> for Order {
-    type Error = String;
-
-    fn try_from(v: OrderV2) -> Result<Self, String> {
-        if v.currency.len() != 3 {
-            return Err(format!("order {} has currency {:?}, not an ISO code", v.id, v.currency));
-        }
-        Ok(Order {
-            id: v.id,
-            customer: v.customer,
-            currency: v.currency,
-            lines: vec![("total".into(), 1, v.total_cents)],
-        })
-    }
-}
 
 fn fixture(name: &str) -> Vec<u8> {
     let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/blob").join(name);

@@ -1,5 +1,6 @@
 //! Helpers shared by the integration tests.
 #![allow(dead_code)]
 
+pub mod blob_orders;
 pub mod orders;
 pub mod versions;
