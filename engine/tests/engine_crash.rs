@@ -4,8 +4,6 @@
 //!
 //! `CELLAR_CRASH_ROUNDS` sets the number of kills (default 12).
 
-use std::io::{BufRead, BufReader};
-use std::process::{Command, Stdio};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 mod common;
@@ -66,40 +64,10 @@ fn killed_writer_loses_no_acknowledged_write() {
     let mut rng = Rng(seed);
     let mut acked: Vec<u32> = Vec::new();
     for round in 0..rounds {
-        let mut child = Command::new(std::env::current_exe().unwrap())
-            .args(["--exact", "crash_child", "--nocapture", "--test-threads=1"])
-            .env(CHILD_ENV, dir.path())
-            .env("CELLAR_CRASH_ROUND", round.to_string())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
         let kill_after = 1 + rng.below(1500) as u32;
-        let mut last_ack: Option<u32> = None;
-        let parse = |line: std::io::Result<String>| {
-            line.ok().and_then(|l| l.strip_prefix("ack ").and_then(|n| n.parse::<u32>().ok()))
-        };
-        for line in lines.by_ref() {
-            if let Some(n) = parse(line) {
-                last_ack = Some(n);
-                if n + 1 >= kill_after {
-                    break;
-                }
-            }
-        }
-        if rng.below(2) == 0 {
-            std::thread::sleep(Duration::from_micros(rng.below(3000)));
-        }
-        child.kill().unwrap();
-        child.wait().unwrap();
-        // The child runs ahead of our reads: every ack it printed before dying counts.
-        for line in lines {
-            if let Some(n) = parse(line) {
-                last_ack = Some(n);
-            }
-        }
-        acked.push(last_ack.map_or(0, |n| n + 1));
+        let delay = if rng.below(2) == 0 { Duration::from_micros(rng.below(3000)) } else { Duration::ZERO };
+        let env = [(CHILD_ENV, dir.path().display().to_string()), ("CELLAR_CRASH_ROUND", round.to_string())];
+        acked.push(common::kill_child("crash_child", &env, kill_after, delay, false).acknowledged);
 
         let engine = Engine::open(dir.path(), options()).unwrap();
         let t = engine.table("t").unwrap();

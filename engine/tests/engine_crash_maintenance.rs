@@ -10,8 +10,6 @@
 //!
 //! `CELLAR_MAINTENANCE_CRASH_ROUNDS` sets the number of kills (default 8).
 
-use std::io::{BufRead, BufReader};
-use std::process::{Command, Stdio};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 mod common;
@@ -136,42 +134,17 @@ fn killed_maintenance_leaves_a_consistent_directory() {
     let mut rng = Rng(seed);
     let mut acked: Vec<u32> = Vec::new();
     for round in 0..rounds {
-        let mut child = Command::new(std::env::current_exe().unwrap())
-            .args(["--exact", "maintenance_crash_child", "--nocapture", "--test-threads=1"])
-            .env(CHILD_ENV, dir.path())
-            .env("CELLAR_MAINTENANCE_CRASH_ROUND", round.to_string())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .unwrap();
-        let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
         // Half the kills come in the child's first 100 ms, while it compacts the daughters of
         // past splits (an open requests that), the others anywhere in its first few splits.
         let early = rng.below(2) == 0;
         let kill_after = if early { 1 } else { 1 + rng.below(700) as u32 };
-        let mut last_ack: Option<u32> = None;
-        let parse =
-            |line: std::io::Result<String>| line.ok().and_then(|l| l.strip_prefix("ack ").and_then(|n| n.parse().ok()));
-        for line in lines.by_ref() {
-            if let Some(n) = parse(line) {
-                last_ack = Some(n);
-                if n + 1 >= kill_after {
-                    break;
-                }
-            }
-        }
-        std::thread::sleep(Duration::from_micros(rng.below(if early { 100_000 } else { 4000 })));
+        let delay = Duration::from_micros(rng.below(if early { 100_000 } else { 4000 }));
+        let env =
+            [(CHILD_ENV, dir.path().display().to_string()), ("CELLAR_MAINTENANCE_CRASH_ROUND", round.to_string())];
+        let killed = common::kill_child("maintenance_crash_child", &env, kill_after, delay, true);
         // The child writes forever: if it stopped, it failed (its stderr says why).
-        assert!(child.try_wait().unwrap().is_none(), "round {round}: the child stopped before it was killed");
-        child.kill().unwrap();
-        child.wait().unwrap();
-        // The child runs ahead of our reads: every ack it printed before dying counts.
-        for line in lines {
-            if let Some(n) = parse(line) {
-                last_ack = Some(n);
-            }
-        }
-        acked.push(last_ack.map_or(0, |n| n + 1));
+        assert!(killed.was_running, "round {round}: the child stopped before it was killed");
+        acked.push(killed.acknowledged);
 
         // Every other round, this side compacts nothing, and leaves it all to the next child.
         let auto_compact = round % 2 == 0;

@@ -109,3 +109,55 @@ impl Rng {
         self.next() % n.max(1)
     }
 }
+
+/// How a crash-test child ended.
+pub struct Killed {
+    /// Writes it acknowledged: one past the last `ack N` it printed before it died.
+    pub acknowledged: u32,
+    /// True if it was still running when killed (the children write until killed).
+    pub was_running: bool,
+}
+
+/// Runs `test` of this test binary in a child process with `env`; the child prints `ack N`
+/// after each acknowledged write. Once it has acknowledged `kill_after` writes (or stopped),
+/// waits `delay` and kills it with SIGKILL. Every ack it printed before dying counts: the child
+/// runs ahead of our reads.
+pub fn kill_child(
+    test: &str,
+    env: &[(&str, String)],
+    kill_after: u32,
+    delay: std::time::Duration,
+    show_stderr: bool,
+) -> Killed {
+    use std::io::{BufRead, BufReader};
+    use std::process::{Command, Stdio};
+
+    let mut command = Command::new(std::env::current_exe().unwrap());
+    command.args(["--exact", test, "--nocapture", "--test-threads=1"]).stdout(Stdio::piped());
+    command.stderr(if show_stderr { Stdio::inherit() } else { Stdio::null() });
+    for (key, value) in env {
+        command.env(key, value);
+    }
+    let mut child = command.spawn().unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let parse = |line: std::io::Result<String>| line.ok().and_then(|l| l.strip_prefix("ack ")?.parse::<u32>().ok());
+    let mut last_ack: Option<u32> = None;
+    for line in lines.by_ref() {
+        if let Some(n) = parse(line) {
+            last_ack = Some(n);
+            if n + 1 >= kill_after {
+                break;
+            }
+        }
+    }
+    std::thread::sleep(delay);
+    let was_running = child.try_wait().unwrap().is_none();
+    child.kill().unwrap();
+    child.wait().unwrap();
+    for line in lines {
+        if let Some(n) = parse(line) {
+            last_ack = Some(n);
+        }
+    }
+    Killed { acknowledged: last_ack.map_or(0, |n| n + 1), was_running }
+}
