@@ -6,7 +6,6 @@ mod common;
 
 use bytes::Bytes;
 use cellar::orm::blob::{self, BlobFormat, Codec};
-use cellar::orm::store::{CellMutation, RowMutation};
 use cellar::prelude::*;
 use common::blob_orders::aggregate::{Line, Order, OrderV1};
 
@@ -47,14 +46,7 @@ fn a_cell_of_the_first_version_reads_through_the_chain() {
     let v1 = OrderV1 { customer: 7, order_no: 2, skus: vec!["salt".into(), "pepper".into()] };
     let cell = blob::encode(&v1, &BlobFormat::new(1, Codec::Bincode), blob::type_tag("Order")).unwrap();
     let key = [7u64.to_be_bytes(), 2u64.to_be_bytes()].concat();
-    let put = |q: &'static [u8], v: Vec<u8>| CellMutation::Put {
-        family: Bytes::from_static(b"d"),
-        qualifier: Bytes::from_static(q),
-        value: v.into(),
-        timestamp: None,
-    };
-    let row = RowMutation { row: key.into(), mutations: vec![put(b"b", cell), put(b"\x00g", vec![3; 8])] };
-    db.store().mutate("vorders", vec![row]).unwrap();
+    common::raw::put_blob_row(&db, "vorders", key, cell);
     let read = orders.get((7, 2)).unwrap().unwrap();
     assert_eq!(read, Order::from(v1));
     // The next write stores it at the current version.
@@ -69,14 +61,7 @@ fn reads_write_an_old_blob_back_when_asked() {
     let v1 = OrderV1 { customer: 7, order_no: 3, skus: vec!["oats".into()] };
     let cell = blob::encode(&v1, &BlobFormat::new(1, Codec::Bincode), blob::type_tag("Order")).unwrap();
     let key = [7u64.to_be_bytes(), 3u64.to_be_bytes()].concat();
-    let put = |q: &'static [u8], v: Vec<u8>| CellMutation::Put {
-        family: Bytes::from_static(b"d"),
-        qualifier: Bytes::from_static(q),
-        value: v.into(),
-        timestamp: None,
-    };
-    let row = RowMutation { row: key.into(), mutations: vec![put(b"b", cell), put(b"\x00g", vec![4; 8])] };
-    db.store().mutate("vorders", vec![row]).unwrap();
+    common::raw::put_blob_row(&db, "vorders", key, cell);
     assert_eq!(orders.get((7, 3)).unwrap(), Some(Order::from(v1.clone())));
     let header = blob::read_header(&blob_cell(&db)).unwrap();
     assert_eq!((header.schema_version, header.codec().unwrap()), (2, Codec::MessagePack));
@@ -93,13 +78,7 @@ fn an_aggregate_scan_can_set_unreadable_ones_aside() {
     // Order 2's blob says version 9.
     let newer = blob::encode(&order(), &BlobFormat::new(9, Codec::MessagePack), blob::type_tag("Order")).unwrap();
     let key = [7u64.to_be_bytes(), 2u64.to_be_bytes()].concat();
-    let put = CellMutation::Put {
-        family: Bytes::from_static(b"d"),
-        qualifier: Bytes::from_static(b"b"),
-        value: newer.into(),
-        timestamp: None,
-    };
-    db.store().mutate("vorders", vec![RowMutation { row: key.into(), mutations: vec![put] }]).unwrap();
+    common::raw::put_cells(&db, "vorders", key, &[(b"b", newer)]);
     assert!(orders.scan().to_vec().is_err());
     let mut iter = orders.scan().skip_unreadable().iter().unwrap();
     let found: Vec<u64> = iter.by_ref().map(|o| o.unwrap().order_no).collect();

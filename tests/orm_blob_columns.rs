@@ -9,10 +9,9 @@ use std::path::PathBuf;
 
 use bytes::Bytes;
 use cellar::orm::blob::{self, BlobFormat, Codec};
-use cellar::orm::store::{CellMutation, RowMutation};
 use cellar::prelude::*;
 use common::blob_orders::document::Order;
-use serde::{Deserialize, Serialize};
+use common::blob_orders::note::{Note, NoteV1};
 
 /// An archive row holding an order document and, optionally, its predecessor.
 #[derive(Entity, Debug, Clone, PartialEq)]
@@ -31,13 +30,7 @@ fn sample(id: u64) -> Order {
 }
 
 fn put_cell(db: &Db, table: &str, row: Vec<u8>, qualifier: &'static [u8], value: Vec<u8>) {
-    let put = CellMutation::Put {
-        family: Bytes::from_static(b"d"),
-        qualifier: Bytes::from_static(qualifier),
-        value: value.into(),
-        timestamp: None,
-    };
-    db.store().mutate(table, vec![RowMutation { row: row.into(), mutations: vec![put] }]).unwrap();
+    common::raw::put_cells(db, table, row, &[(qualifier, value)]);
 }
 
 #[test]
@@ -75,12 +68,6 @@ fn an_unreadable_blob_names_the_column_and_the_versions() {
     );
 }
 
-/// A note as it was first stored: a plain MessagePack column.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-struct NoteV1 {
-    text: String,
-}
-
 #[derive(Entity, Debug, Clone, PartialEq)]
 #[cellar(table = "notes")]
 struct StickyBefore {
@@ -88,20 +75,6 @@ struct StickyBefore {
     id: u64,
     #[cellar(serde, column = "n")]
     note: NoteV1,
-}
-
-/// The note now: versioned, its first version the headerless column.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Versioned)]
-#[cellar(blob(version = 2, legacy = 1, history(1 = NoteV1)))]
-struct Note {
-    text: String,
-    pinned: bool,
-}
-
-impl From<NoteV1> for Note {
-    fn from(v: NoteV1) -> Self {
-        Note { text: v.text, pinned: false }
-    }
 }
 
 #[derive(Entity, Debug, Clone, PartialEq)]

@@ -10,9 +10,7 @@ mod common;
 
 use std::path::PathBuf;
 
-use bytes::Bytes;
 use cellar::orm::blob::{self, BlobFormat, Codec, Compression};
-use cellar::orm::store::{CellMutation, RowMutation};
 use cellar::prelude::*;
 use serde::{Deserialize, Serialize};
 
@@ -145,14 +143,7 @@ fn aggregate_blobs_of_the_first_layout_still_read() {
     let fresh = Db::open_temporary().unwrap();
     let orders = fresh.aggregates::<common::orders::blob::Order>().unwrap();
     let key = [7u64.to_be_bytes(), 9u64.to_be_bytes()].concat();
-    let put = |qualifier: &'static [u8], value: Vec<u8>| CellMutation::Put {
-        family: Bytes::from_static(b"d"),
-        qualifier: Bytes::from_static(qualifier),
-        value: value.into(),
-        timestamp: None,
-    };
-    let row = RowMutation { row: key.into(), mutations: vec![put(b"b", cell), put(b"\x00g", vec![1; 8])] };
-    fresh.store().mutate("orders_b", vec![row]).unwrap();
+    common::raw::put_blob_row(&fresh, "orders_b", key, cell);
     assert_eq!(orders.get((7, 9)).unwrap(), Some(order.clone()));
     // A write upgrades it to the current layout.
     let mut changed = order;

@@ -7,10 +7,8 @@ mod common;
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
-use bytes::Bytes;
 use cellar::orm::blob::{self, BlobFormat, Codec};
 use cellar::orm::migrate::{Census, Format};
-use cellar::orm::store::{CellMutation, RowMutation};
 use cellar::prelude::*;
 use common::blob_orders::aggregate::{Order, OrderV1};
 
@@ -24,14 +22,7 @@ fn key(order_no: u64) -> Vec<u8> {
 
 /// Stores a blob cell (and a generation token) as an earlier build would have.
 fn store_raw(db: &Db, order_no: u64, cell: Vec<u8>) {
-    let put = |q: &'static [u8], v: Vec<u8>| CellMutation::Put {
-        family: Bytes::from_static(b"d"),
-        qualifier: Bytes::from_static(q),
-        value: v.into(),
-        timestamp: None,
-    };
-    let row = RowMutation { row: key(order_no).into(), mutations: vec![put(b"b", cell), put(b"\x00g", vec![9; 8])] };
-    db.store().mutate("vorders", vec![row]).unwrap();
+    common::raw::put_blob_row(db, "vorders", key(order_no), cell);
 }
 
 fn v1_cell(order_no: u64) -> Vec<u8> {

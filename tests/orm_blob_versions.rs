@@ -10,10 +10,9 @@ use std::path::PathBuf;
 
 use cellar::orm::blob::versioned;
 use cellar::orm::blob::{self, BlobFormat, Codec, Compression, HistoricVersion, VersionError, Versioned};
-use cellar::Versioned;
 use common::blob_orders::document::{Order, OrderV1, OrderV2};
+use common::blob_orders::note::{Note, NoteV1};
 use proptest::prelude::*;
-use serde::{Deserialize, Serialize};
 
 fn fixture(name: &str) -> Vec<u8> {
     let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/blob").join(name);
@@ -77,25 +76,6 @@ fn what_cannot_be_read_names_the_versions() {
     // Not a blob at all, and the type declares no legacy version.
     let err = versioned::read::<Order>(b"\x93\x01\xa1x\x05").unwrap_err();
     assert!(matches!(err, VersionError::Blob(blob::BlobError::TooShort { .. })), "{err}");
-}
-
-/// A type whose first version was a plain MessagePack column, before blobs had headers.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-struct NoteV1 {
-    text: String,
-}
-
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Versioned)]
-#[cellar(blob(version = 2, legacy = 1, history(1 = NoteV1)))]
-struct Note {
-    text: String,
-    pinned: bool,
-}
-
-impl From<NoteV1> for Note {
-    fn from(v: NoteV1) -> Self {
-        Note { text: v.text, pinned: false }
-    }
 }
 
 #[test]

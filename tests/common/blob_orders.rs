@@ -1,5 +1,6 @@
-//! Versioned order types shared by the blob tests: an order document with three versions
-//! (`document`) and a `blob` aggregate with two (`aggregate`).
+//! Versioned types shared by the blob tests: an order document with three versions
+//! (`document`), a `blob` aggregate with two (`aggregate`), and a note whose first version was
+//! a headerless `serde` column (`note`).
 
 /// An order document: v1 in bincode, v2 added the currency, v3 (current, MessagePack with
 /// zstd) keeps lines instead of a total and refuses currencies that are not ISO codes.
@@ -96,6 +97,32 @@ pub mod aggregate {
         fn from(v: OrderV1) -> Self {
             let lines = (1..).zip(v.skus).map(|(n, sku)| Line { n, sku }).collect();
             Order { customer: v.customer, order_no: v.order_no, status: "migrated".into(), lines }
+        }
+    }
+}
+
+/// A note whose first version was a plain MessagePack column, before blobs had headers.
+pub mod note {
+    use cellar::prelude::*;
+    use serde::{Deserialize, Serialize};
+
+    /// As first stored: a `#[cellar(serde)]` column.
+    #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+    pub struct NoteV1 {
+        pub text: String,
+    }
+
+    /// The note now: versioned, its first version the headerless column.
+    #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Versioned)]
+    #[cellar(blob(version = 2, legacy = 1, history(1 = NoteV1)))]
+    pub struct Note {
+        pub text: String,
+        pub pinned: bool,
+    }
+
+    impl From<NoteV1> for Note {
+        fn from(v: NoteV1) -> Self {
+            Note { text: v.text, pinned: false }
         }
     }
 }

@@ -3,4 +3,5 @@
 
 pub mod blob_orders;
 pub mod orders;
+pub mod raw;
 pub mod versions;
