@@ -233,12 +233,16 @@ fn value_expr(meta: &syn::meta::ParseNestedMeta<'_>) -> syn::Result<Expr> {
     meta.value()?.parse()
 }
 
-/// Consumes the `= value` or `(...)` of an unknown key, so parsing goes on after it.
-fn skip_value(meta: &syn::meta::ParseNestedMeta<'_>) -> syn::Result<()> {
+/// Consumes the `= value` or `(...)` of a key (unknown, or another derive's), so parsing goes
+/// on after it. A group is skipped whole: its contents need not be meta syntax
+/// (`history(1 = V1, ...)` is not).
+pub fn skip_value(meta: &syn::meta::ParseNestedMeta<'_>) -> syn::Result<()> {
     if meta.input.peek(syn::Token![=]) {
         value_expr(meta)?;
     } else if meta.input.peek(syn::token::Paren) {
-        meta.parse_nested_meta(|inner| skip_value(&inner))?;
+        let contents;
+        syn::parenthesized!(contents in meta.input);
+        contents.parse::<proc_macro2::TokenStream>()?;
     }
     Ok(())
 }
@@ -355,11 +359,9 @@ pub fn parse(ctx: &mut Ctx, input: &DeriveInput, kind: Kind) -> Option<EntityAtt
                 entity.families.push(fam);
             }
             sym::BLOB => {
+                // The contents are `#[derive(Versioned)]`'s to read.
                 entity.versioned_blob = Some(meta.path.span());
-                // `history(1 = V1, ...)` is not meta syntax: skip the group whole.
-                let contents;
-                syn::parenthesized!(contents in meta.input);
-                contents.parse::<proc_macro2::TokenStream>()?;
+                skip_value(&meta)?;
             }
             other => {
                 ctx.error(meta.path.span(), format!("unknown entity attribute `{other}`"));

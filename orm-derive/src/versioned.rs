@@ -13,7 +13,7 @@ use syn::punctuated::Punctuated;
 use syn::spanned::Spanned as _;
 use syn::{DeriveInput, Ident, LitInt, LitStr, Path, Token};
 
-use crate::attr::Ctx;
+use crate::attr::{skip_value, Ctx};
 
 const CODEC_NAMES: [&str; 3] = ["msgpack", "bincode", "json"];
 const COMPRESSIONS: [&str; 3] = ["none", "lz4", "zstd"];
@@ -61,14 +61,7 @@ fn parse_blob(ctx: &mut Ctx, input: &DeriveInput) -> Option<BlobAttr> {
         let result = attr.parse_nested_meta(|meta| {
             if !meta.path.is_ident("blob") {
                 // Another derive's key (an aggregate root's `table`, `strategy`, ...): theirs to check.
-                if meta.input.peek(Token![=]) {
-                    meta.value()?.parse::<syn::Expr>()?;
-                } else if meta.input.peek(syn::token::Paren) {
-                    let skipped;
-                    syn::parenthesized!(skipped in meta.input);
-                    skipped.parse::<TokenStream>()?;
-                }
-                return Ok(());
+                return skip_value(&meta);
             }
             let mut blob = BlobAttr::default();
             meta.parse_nested_meta(|inner| {
@@ -106,13 +99,7 @@ fn parse_blob(ctx: &mut Ctx, input: &DeriveInput) -> Option<BlobAttr> {
                             ),
                         );
                         // Skip its value so the keys after it are still read.
-                        if inner.input.peek(Token![=]) {
-                            inner.value()?.parse::<syn::Expr>()?;
-                        } else if inner.input.peek(syn::token::Paren) {
-                            let skipped;
-                            syn::parenthesized!(skipped in inner.input);
-                            skipped.parse::<TokenStream>()?;
-                        }
+                        skip_value(&inner)?;
                     }
                 }
                 Ok(())
