@@ -135,8 +135,8 @@ pub struct Migration<'a, T> {
 impl Db {
     /// A migration of the blobs of aggregate `A` (the `blob` strategy, declared `Versioned`).
     pub fn migrate<A: Aggregate + Versioned>(&self) -> Migration<'_, A> {
-        let family = A::SCHEMA.families.first().map_or("d", |f| f.name);
-        Migration::new(self, A::SCHEMA.table, family, "b")
+        let (family, qualifier) = crate::aggregate::blob_column(&A::SCHEMA);
+        Migration::new(self, A::SCHEMA.table, family, qualifier)
     }
 
     /// A migration of the `Versioned` values of `T` in column `family:qualifier` of `table`
@@ -149,17 +149,17 @@ impl Db {
             arg: "column",
             reason: format!("`{column}` is not `family:qualifier`"),
         })?;
-        Ok(Migration::new(self, table, family, qualifier))
+        Ok(Migration::new(self, table, family, qualifier.as_bytes()))
     }
 }
 
 impl<'a, T: Versioned> Migration<'a, T> {
-    fn new(db: &'a Db, table: &str, family: &str, qualifier: &str) -> Self {
+    fn new(db: &'a Db, table: &str, family: &str, qualifier: &[u8]) -> Self {
         Migration {
             db,
             table: table.to_string(),
             family: Bytes::copy_from_slice(family.as_bytes()),
-            qualifier: Bytes::copy_from_slice(qualifier.as_bytes()),
+            qualifier: Bytes::copy_from_slice(qualifier),
             dry_run: false,
             stop_on_error: false,
             progress: None,

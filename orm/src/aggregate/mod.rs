@@ -34,6 +34,11 @@ pub use shape::{check_aggregate, AggregateLayout};
 use crate::entity::{Entity, FieldError, Schema};
 use crate::store::Row;
 
+/// The column a `blob` aggregate's cell is stored in: the root's default family, qualifier `b`.
+pub(crate) fn blob_column(root: &Schema) -> (&'static str, &'static [u8]) {
+    (shape::default_family(root), rows::BLOB)
+}
+
 /// How an aggregate's objects are laid out in rows.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Strategy {

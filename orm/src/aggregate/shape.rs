@@ -260,8 +260,13 @@ impl Shape {
     /// The default family of the root: where the aggregate's own cells (generation, blob,
     /// copied keys) live.
     pub fn family(&self) -> &'static str {
-        self.root.families.first().map_or("d", |f| f.name)
+        default_family(self.root)
     }
+}
+
+/// The first family the root declares (`d` if none): where an aggregate's own cells live.
+pub(crate) fn default_family(root: &Schema) -> &'static str {
+    root.families.first().map_or("d", |f| f.name)
 }
 
 /// Length of the part `field` at the front of `input`, without decoding it: fixed widths as
