@@ -115,8 +115,8 @@ fn main() {
         "<!-- migrate:begin -->\n## Blob migration\n\n`cargo bench --bench migrate` (`benches/migrate.rs`): {n} blobs of {avg} bytes on \
          average, written at version 1 (bincode) straight into the store, migrated to version 2 (MessagePack) \
          by `Db::migrate_column` — one scan, a version-1 decode, a `From` step and a MessagePack encode per \
-         blob, and one conditional write (check-and-mutate on the bytes read) per blob, checkpoints every 1000 \
-         rows; embedded engine (SyncWal), release build, {} cores ({}), once with the default 64 MiB memstore \
+         blob on a reading thread, and one conditional write (check-and-mutate on the bytes read) per blob, \
+         sent in batches of 1000 with a checkpoint after each, on the calling thread; embedded engine (SyncWal), release build, {} cores ({}), once with the default 64 MiB memstore \
          flush size and once with 512 MiB.\n\n\
          | memstore flush size | blobs | seconds | blobs/s | MiB/s read |\n|---:|---:|---:|---:|---:|\n{rows}\n\
          {censuses}\n<!-- migrate:end -->",

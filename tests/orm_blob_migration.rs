@@ -6,9 +6,16 @@
 mod common;
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::{Arc, Mutex};
 
+use bytes::Bytes;
+use cellar::engine::{Engine, EngineOptions};
 use cellar::orm::blob::{self, BlobFormat, Codec};
 use cellar::orm::migrate::{Census, Format};
+use cellar::orm::store::{
+    Condition, EmbeddedStore, Guarantees, ReadSpec, Row, RowCheck, RowMutation, RowStream, ScanSpec, Store, TableSpec,
+};
+use cellar::orm::Result;
 use cellar::prelude::*;
 use common::blob_orders::aggregate::{Order, OrderV1};
 
@@ -95,6 +102,22 @@ fn a_migration_moves_every_readable_cell_to_the_current_version() {
 }
 
 #[test]
+fn a_run_stopped_by_a_damaged_cell_finishes_the_rows_before_it() {
+    let db = Db::open_temporary().unwrap();
+    db.aggregates::<Order>().unwrap();
+    for n in 1..=200 {
+        let mut cell = v1_cell(n);
+        if n == 100 {
+            *cell.last_mut().unwrap() ^= 0xFF;
+        }
+        store_raw(&db, n, cell);
+    }
+    let err = db.migrate::<Order>().stop_on_error().run().unwrap_err().to_string();
+    assert!(err.contains("checksum"), "{err}");
+    assert_eq!(db.migrate::<Order>().census().unwrap(), census(100, 99, 1), "orders 1 to 99 migrated");
+}
+
+#[test]
 fn an_interrupted_migration_resumes_after_its_checkpoint() {
     let (db, orders) = mixed(2500, 0);
     // The run dies (here: its progress callback panics) right after its first checkpoint.
@@ -131,4 +154,75 @@ fn values_the_application_writes_meanwhile_are_never_reverted() {
         assert_eq!(got.status, expected, "order {n}");
     }
     assert_eq!(db.migrate::<Order>().census().unwrap(), census(0, 3000, 1));
+}
+
+/// The embedded store, but a migration's batch of rewrites first runs a hook: the application
+/// writing between the migration's read and its rewrite, at the worst moment.
+struct Racing {
+    inner: EmbeddedStore,
+    before_rewrites: Mutex<Option<Box<dyn FnOnce() + Send>>>,
+}
+
+impl Store for Racing {
+    fn ensure_table(&self, spec: &TableSpec) -> Result<()> {
+        self.inner.ensure_table(spec)
+    }
+    fn mutate(&self, table: &str, rows: Vec<RowMutation>) -> Result<()> {
+        self.inner.mutate(table, rows)
+    }
+    fn read_rows(&self, table: &str, rows: &[Bytes], read: &ReadSpec) -> Result<Vec<Option<Row>>> {
+        self.inner.read_rows(table, rows, read)
+    }
+    fn scan<'a>(&'a self, table: &str, scan: &ScanSpec) -> Result<RowStream<'a>> {
+        self.inner.scan(table, scan)
+    }
+    fn check_and_mutate(&self, table: &str, condition: Condition, mutation: RowMutation) -> Result<bool> {
+        self.inner.check_and_mutate(table, condition, mutation)
+    }
+    fn check_and_mutate_many(&self, table: &str, entries: Vec<(Condition, RowMutation)>) -> Result<Vec<bool>> {
+        if let Some(hook) = self.before_rewrites.lock().unwrap().take() {
+            hook();
+        }
+        self.inner.check_and_mutate_many(table, entries)
+    }
+    fn split_keys(&self, table: &str) -> Result<Option<Vec<Bytes>>> {
+        self.inner.split_keys(table)
+    }
+    fn increment(&self, table: &str, row: Bytes, family: &str, qualifier: &str, delta: i64) -> Result<i64> {
+        self.inner.increment(table, row, family, qualifier, delta)
+    }
+    fn guarantees(&self) -> Guarantees {
+        self.inner.guarantees()
+    }
+    fn mutate_group(&self, table: &str, checks: Vec<RowCheck>, rows: Vec<RowMutation>) -> Result<bool> {
+        self.inner.mutate_group(table, checks, rows)
+    }
+}
+
+#[test]
+fn a_rewrite_that_loses_the_race_leaves_the_application_value() {
+    let dir = tempfile::tempdir().unwrap();
+    let inner = EmbeddedStore::new(Engine::open(dir.path(), EngineOptions::default()).unwrap());
+    let app = Db::with_store(Arc::new(inner.clone()));
+    let app_orders = app.aggregates::<Order>().unwrap();
+    for n in 1..=1500 {
+        store_raw(&app, n, v1_cell(n));
+    }
+    let changed = [3, 500, 999];
+    let hook = move || {
+        for n in changed {
+            let mut order = Order::from(v1(n));
+            order.status = "changed by the application".into();
+            app_orders.put(&order).unwrap();
+        }
+    };
+    let racing = Db::with_store(Arc::new(Racing { inner, before_rewrites: Mutex::new(Some(Box::new(hook))) }));
+    let report = racing.migrate::<Order>().run().unwrap();
+    // The application changed three rows of the first batch after the migration read them.
+    assert_eq!((report.rows, report.rewritten, report.raced), (1500, 1497, 3));
+    let orders = racing.aggregates::<Order>().unwrap();
+    for n in 1..=1500 {
+        let expected = if changed.contains(&n) { "changed by the application" } else { "migrated" };
+        assert_eq!(orders.get((1, n)).unwrap().unwrap().status, expected, "order {n}");
+    }
 }

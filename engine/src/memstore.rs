@@ -265,11 +265,13 @@ impl Memstore {
         self.map.is_empty()
     }
 
-    /// A cursor that shows only cells with `seq <= read_point`.
+    /// A cursor that shows only cells with `seq <= read_point`. Like an SSTable cursor it
+    /// starts unpositioned: `seek` (or `prev_row`) first. Positioning at the front eagerly
+    /// would walk every newer cell there, and a scan reopens its cursors every few rows: a
+    /// scan running behind a writer (a migration rewriting the rows it just read) went
+    /// quadratic in the memstore's size.
     pub fn cursor(&self, read_point: u64) -> MemCursor<'_> {
-        let mut c = MemCursor { map: &self.map, cur: self.map.front(), read_point };
-        c.skip_invisible();
-        c
+        MemCursor { map: &self.map, cur: None, read_point }
     }
 }
 
@@ -358,6 +360,8 @@ mod tests {
         put(&m, "a", "q", 2, 3);
         put(&m, "c", "q", 1, 9);
         let mut c = m.cursor(3);
+        assert_eq!(c.key(), None, "unpositioned until a seek");
+        c.seek(&KeyView::first_of_row(b"")).unwrap();
         let mut seen = Vec::new();
         while let Some(k) = c.key() {
             seen.push((String::from_utf8(k.row.to_vec()).unwrap(), k.ts));
@@ -388,6 +392,7 @@ mod tests {
         m.insert(&marker, b"", None);
         assert!(m.size() >= big.len() + 2 * CELL_OVERHEAD, "the oversized chunk is charged");
         let mut c = m.cursor(u64::MAX);
+        c.seek(&KeyView::first_of_row(b"")).unwrap();
         assert_eq!(c.key(), Some(marker));
         assert_eq!((c.value(), c.ttl_ms()), (&b""[..], None));
         c.next().unwrap();

@@ -361,6 +361,7 @@ impl Region {
         for s in &frozen.families {
             if let Some(mem) = &s.frozen {
                 let mut cursor = mem.cursor(u64::MAX);
+                cursor.seek(&KeyView::first_of_row(&[]))?;
                 let file = ctx.write_file(&mut cursor, &s.desc, Retention::KeepMarkers)?;
                 new_files.push((s.name.clone(), file));
             }

@@ -3,7 +3,10 @@
 //! writing.
 //!
 //! - Each rewrite is a check-and-mutate on the exact bytes read, so a value the application
-//!   wrote meanwhile (always at the current version) is never reverted.
+//!   wrote meanwhile (always at the current version) is never reverted. The rewrites of a
+//!   stretch of rows go to the store as one batch ([`Store::check_and_mutate_many`]).
+//! - Reading and writing overlap: one thread scans and converts the next stretch while the
+//!   calling thread writes the last one (decoding and re-encoding cost as much as the writes).
 //! - The job checkpoints the last row it finished in the database (table [`JOBS_TABLE`]), so
 //!   a killed or interrupted migration resumes after it instead of starting over; a finished
 //!   one removes its checkpoint.
@@ -15,19 +18,22 @@
 use std::collections::BTreeMap;
 use std::fmt;
 use std::marker::PhantomData;
+use std::sync::mpsc::{sync_channel, SyncSender};
 
 use bytes::Bytes;
 
 use crate::aggregate::Aggregate;
 use crate::blob::{versioned, Versioned};
 use crate::repo::printable;
-use crate::store::{CellMutation, Condition, FamilySpec, ReadSpec, RowMutation, ScanSpec, SplitPolicy, TableSpec};
+use crate::store::{
+    CellMutation, Condition, FamilySpec, ReadSpec, RowMutation, ScanSpec, SplitPolicy, Store, TableSpec,
+};
 use crate::{Db, Error, Result};
 
 /// The table where jobs keep their checkpoints.
 pub const JOBS_TABLE: &str = "cellar_jobs";
 const JOBS_FAMILY: &str = "j";
-/// Rows between checkpoints (and progress reports).
+/// Rows between checkpoints (and progress reports); their rewrites go as one batch.
 const CHECKPOINT_EVERY: u64 = 1000;
 /// Unreadable cells reported by name; more are only counted.
 const MAX_REPORTED: usize = 100;
@@ -123,13 +129,19 @@ type ProgressFn<'a> = Box<dyn FnMut(&Progress) + 'a>;
 /// A migration of one blob column to the current version of `T`; see the module docs.
 pub struct Migration<'a, T> {
     db: &'a Db,
-    table: String,
-    family: Bytes,
-    qualifier: Bytes,
+    column: Column,
     dry_run: bool,
     stop_on_error: bool,
     progress: Option<ProgressFn<'a>>,
     _type: PhantomData<fn() -> T>,
+}
+
+/// The column a migration reads and rewrites.
+#[derive(Clone)]
+struct Column {
+    table: String,
+    family: Bytes,
+    qualifier: Bytes,
 }
 
 impl Db {
@@ -157,9 +169,11 @@ impl<'a, T: Versioned> Migration<'a, T> {
     fn new(db: &'a Db, table: &str, family: &str, qualifier: &[u8]) -> Self {
         Migration {
             db,
-            table: table.to_string(),
-            family: Bytes::copy_from_slice(family.as_bytes()),
-            qualifier: Bytes::copy_from_slice(qualifier),
+            column: Column {
+                table: table.to_string(),
+                family: Bytes::copy_from_slice(family.as_bytes()),
+                qualifier: Bytes::copy_from_slice(qualifier),
+            },
             dry_run: false,
             stop_on_error: false,
             progress: None,
@@ -193,9 +207,9 @@ impl<'a, T: Versioned> Migration<'a, T> {
     /// Store errors.
     pub fn census(&self) -> Result<Census> {
         let mut census = Census::default();
-        for row in self.db.store().scan(&self.table, &ScanSpec::default())? {
+        for row in self.db.store().scan(&self.column.table, &ScanSpec::default())? {
             let row = row?;
-            if let Some(cell) = self.cell_of(&row) {
+            if let Some(cell) = self.column.cell_of(&row) {
                 match versioned::read::<T>(cell) {
                     Ok(read) => *census.formats.entry(format_of(&read)).or_default() += 1,
                     Err(_) => census.unreadable += 1,
@@ -207,19 +221,11 @@ impl<'a, T: Versioned> Migration<'a, T> {
 
     /// The job's name: where its checkpoint is kept.
     fn job_key(&self) -> Bytes {
-        let mut key = format!("migrate/{}/", self.table).into_bytes();
-        key.extend_from_slice(&self.family);
+        let mut key = format!("migrate/{}/", self.column.table).into_bytes();
+        key.extend_from_slice(&self.column.family);
         key.push(b':');
-        key.extend_from_slice(&self.qualifier);
+        key.extend_from_slice(&self.column.qualifier);
         key.into()
-    }
-
-    fn column(&self) -> String {
-        format!("{}:{}", printable(&self.family), printable(&self.qualifier))
-    }
-
-    fn cell_of<'r>(&self, row: &'r crate::store::Row) -> Option<&'r [u8]> {
-        row.cells.iter().find(|c| c.family == self.family && c.qualifier == self.qualifier).map(|c| &c.value[..])
     }
 
     fn checkpoint(&self) -> Result<Option<Bytes>> {
@@ -240,9 +246,9 @@ impl<'a, T: Versioned> Migration<'a, T> {
     /// Runs the migration (or the dry run) from its checkpoint to the end of the table.
     ///
     /// # Errors
-    /// Store errors; with [`Migration::stop_on_error`], [`Error::Decode`] for the first cell
+    /// Store errors; with [`Migration::stop_on_error`], [`Error::Blob`] for the first cell
     /// that cannot be read. Rows finished before an error stay finished: running again
-    /// resumes after the last checkpoint.
+    /// resumes after the last checkpoint. A panic of a conversion step reaches the caller.
     pub fn run(mut self) -> Result<Report> {
         let jobs = TableSpec {
             name: JOBS_TABLE.into(),
@@ -255,98 +261,190 @@ impl<'a, T: Versioned> Migration<'a, T> {
         let mut report = Report { resumed_after: resume.as_deref().map(printable), ..Report::default() };
         // After the checkpoint's row: its smallest successor.
         let start = resume.map(|last| Bytes::from([&last[..], &[0]].concat())).unwrap_or_default();
-        let mut last = Bytes::new();
         let store = self.db.store().clone();
-        for row in store.scan(&self.table, &ScanSpec { start, ..ScanSpec::default() })? {
-            let row = row?;
-            report.rows += 1;
-            if let Some(cell) = self.cell_of(&row) {
-                self.migrate_cell(&row.key, cell, &mut report)?;
+        let reader = Reader { column: self.column.clone(), dry_run: self.dry_run, stop_on_error: self.stop_on_error };
+        let mut found = Tally::default();
+        let mut last = Bytes::new();
+        std::thread::scope(|s| {
+            // The channel lives in this closure: if the writing side stops early, dropping the
+            // receiver stops the reader before the scope waits for it.
+            let (tx, rx) = sync_channel(1);
+            let reading = s.spawn(|| reader.read::<T>(&*store, start, tx));
+            for stretch in rx.iter() {
+                self.rewrite(stretch.rewrites, &mut report)?;
+                (found, last) = (stretch.found, stretch.last);
+                if stretch.checkpoint {
+                    if !self.dry_run {
+                        self.save_checkpoint(&last)?;
+                    }
+                    self.report_progress(&last, &found, &report);
+                }
             }
-            last = row.key;
-            if report.rows.is_multiple_of(CHECKPOINT_EVERY) {
-                self.finish_stretch(&last, &report)?;
+            match reading.join() {
+                Ok(read) => read,
+                Err(panic) => std::panic::resume_unwind(panic),
             }
-        }
+        })?;
         if !self.dry_run {
             // Done: the next run starts from the beginning.
             let done = RowMutation { row: self.job_key(), mutations: vec![CellMutation::DeleteRow] };
             self.db.store().mutate(JOBS_TABLE, vec![done])?;
         }
         // The last stretch, unless a checkpoint just reported it.
-        if report.rows == 0 || !report.rows.is_multiple_of(CHECKPOINT_EVERY) {
-            self.report_progress(&last, &report);
+        if found.rows == 0 || !found.rows.is_multiple_of(CHECKPOINT_EVERY) {
+            self.report_progress(&last, &found, &report);
         }
+        if self.dry_run {
+            report.rewritten = found.outdated;
+        }
+        report.rows = found.rows;
+        report.current = found.current;
+        report.census = found.census;
+        report.failures = found.failures;
         Ok(report)
     }
 
-    fn finish_stretch(&mut self, last: &Bytes, report: &Report) -> Result<()> {
-        if !self.dry_run {
-            self.save_checkpoint(last)?;
+    fn report_progress(&mut self, last: &Bytes, found: &Tally, report: &Report) {
+        if let Some(f) = self.progress.as_mut() {
+            let rewritten = if self.dry_run { found.outdated } else { report.rewritten };
+            let failed = found.census.unreadable;
+            f(&Progress { rows: found.rows, rewritten, failed, last_row: last.clone() });
         }
-        self.report_progress(last, report);
+    }
+
+    /// Writes a stretch's rewrites, each conditional on the bytes it replaces.
+    fn rewrite(&self, rewrites: Vec<(Condition, RowMutation)>, report: &mut Report) -> Result<()> {
+        if rewrites.is_empty() {
+            return Ok(());
+        }
+        let applied = self.db.store().check_and_mutate_many(&self.column.table, rewrites)?;
+        let done = applied.iter().filter(|&&a| a).count() as u64;
+        report.rewritten += done;
+        report.raced += applied.len() as u64 - done;
+        Ok(())
+    }
+}
+
+impl Column {
+    fn cell_of<'r>(&self, row: &'r crate::store::Row) -> Option<&'r [u8]> {
+        row.cells.iter().find(|c| c.family == self.family && c.qualifier == self.qualifier).map(|c| &c.value[..])
+    }
+
+    fn error(&self, row: &Bytes, source: versioned::VersionError) -> Error {
+        Error::Blob {
+            table: self.table.clone(),
+            row: printable(row),
+            column: format!("{}:{}", printable(&self.family), printable(&self.qualifier)),
+            source: Box::new(source),
+        }
+    }
+}
+
+/// What the reading side has found so far.
+#[derive(Clone, Default)]
+struct Tally {
+    rows: u64,
+    current: u64,
+    /// Cells below the current version (or in another codec).
+    outdated: u64,
+    census: Census,
+    failures: Vec<Failure>,
+}
+
+/// One stretch of rows, read and converted, for the writing side.
+struct Stretch {
+    /// The rows' rewrites.
+    rewrites: Vec<(Condition, RowMutation)>,
+    /// The last row of the stretch.
+    last: Bytes,
+    /// Everything found up to the stretch's end.
+    found: Tally,
+    /// The stretch ends on a checkpoint (not at the end of the table or before an error).
+    checkpoint: bool,
+}
+
+/// The reading side of a run: scans the column and converts what needs it, a stretch at a time.
+struct Reader {
+    column: Column,
+    dry_run: bool,
+    stop_on_error: bool,
+}
+
+impl Reader {
+    /// Sends stretches of the rows from `start` to the end of the table, the last one
+    /// partial; stops early, without an error, when the writing side hangs up.
+    ///
+    /// # Errors
+    /// Store errors; with `stop_on_error` the first unreadable cell's, after sending the rows
+    /// before it.
+    fn read<T: Versioned>(&self, store: &dyn Store, start: Bytes, tx: SyncSender<Stretch>) -> Result<()> {
+        let mut found = Tally::default();
+        let mut rewrites = Vec::new();
+        let mut last = Bytes::new();
+        let send = |rewrites: &mut Vec<_>, found: &Tally, last: &Bytes, checkpoint: bool| {
+            let stretch =
+                Stretch { rewrites: std::mem::take(rewrites), last: last.clone(), found: found.clone(), checkpoint };
+            tx.send(stretch).is_ok()
+        };
+        for row in store.scan(&self.column.table, &ScanSpec { start, ..ScanSpec::default() })? {
+            let row = row?;
+            found.rows += 1;
+            if let Some(cell) = self.column.cell_of(&row) {
+                match self.convert::<T>(&row.key, cell, &mut found) {
+                    Ok(rewrite) => rewrites.extend(rewrite),
+                    Err(e) => {
+                        // Stopping: the rows before this one are still worth finishing.
+                        found.rows -= 1;
+                        send(&mut rewrites, &found, &last, false);
+                        return Err(e);
+                    }
+                }
+            }
+            last = row.key;
+            if found.rows.is_multiple_of(CHECKPOINT_EVERY) && !send(&mut rewrites, &found, &last, true) {
+                return Ok(());
+            }
+        }
+        send(&mut rewrites, &found, &last, false);
         Ok(())
     }
 
-    fn report_progress(&mut self, last: &Bytes, report: &Report) {
-        if let Some(f) = self.progress.as_mut() {
-            let failed = report.census.unreadable;
-            f(&Progress { rows: report.rows, rewritten: report.rewritten, failed, last_row: last.clone() });
-        }
-    }
-
-    fn migrate_cell(&self, row: &Bytes, cell: &[u8], report: &mut Report) -> Result<()> {
+    /// Reads one cell into the tally; returns its rewrite if it needs one.
+    fn convert<T: Versioned>(
+        &self,
+        row: &Bytes,
+        cell: &[u8],
+        found: &mut Tally,
+    ) -> Result<Option<(Condition, RowMutation)>> {
         let read = match versioned::read::<T>(cell) {
             Ok(read) => read,
             Err(source) => {
-                report.census.unreadable += 1;
+                found.census.unreadable += 1;
                 if self.stop_on_error {
-                    return Err(Error::Blob {
-                        table: self.table.clone(),
-                        row: printable(row),
-                        column: self.column(),
-                        source: Box::new(source),
-                    });
+                    return Err(self.column.error(row, source));
                 }
-                if report.failures.len() < MAX_REPORTED {
-                    report.failures.push(Failure { row: printable(row), reason: source.to_string() });
+                if found.failures.len() < MAX_REPORTED {
+                    found.failures.push(Failure { row: printable(row), reason: source.to_string() });
                 }
-                return Ok(());
+                return Ok(None);
             }
         };
-        *report.census.formats.entry(format_of(&read)).or_default() += 1;
+        *found.census.formats.entry(format_of(&read)).or_default() += 1;
         if read.is_current() {
-            report.current += 1;
-            return Ok(());
+            found.current += 1;
+            return Ok(None);
         }
+        found.outdated += 1;
         if self.dry_run {
-            report.rewritten += 1;
-            return Ok(());
+            return Ok(None);
         }
-        let rewritten = versioned::write(&read.value).map_err(|e| Error::Blob {
-            table: self.table.clone(),
-            row: printable(row),
-            column: self.column(),
-            source: Box::new(e.into()),
-        })?;
-        let condition = Condition::Equals {
-            family: self.family.clone(),
-            qualifier: self.qualifier.clone(),
-            value: cell.to_vec().into(),
-        };
-        let put = CellMutation::Put {
-            family: self.family.clone(),
-            qualifier: self.qualifier.clone(),
-            value: rewritten.into(),
-            timestamp: None,
-        };
-        let mutation = RowMutation { row: row.clone(), mutations: vec![put] };
-        if self.db.store().check_and_mutate(&self.table, condition, mutation)? {
-            report.rewritten += 1;
-        } else {
-            report.raced += 1;
-        }
-        Ok(())
+        let rewritten = versioned::write(&read.value).map_err(|e| self.column.error(row, e.into()))?;
+        let family = self.column.family.clone();
+        let qualifier = self.column.qualifier.clone();
+        let condition =
+            Condition::Equals { family: family.clone(), qualifier: qualifier.clone(), value: cell.to_vec().into() };
+        let put = CellMutation::Put { family, qualifier, value: rewritten.into(), timestamp: None };
+        Ok(Some((condition, RowMutation { row: row.clone(), mutations: vec![put] })))
     }
 }
 

@@ -239,14 +239,13 @@ impl Store for EmbeddedStore {
 
     fn check_and_mutate(&self, table: &str, condition: Condition, mutation: RowMutation) -> Result<bool> {
         let t = self.table(table)?;
-        let rm = row_mutations(mutation);
-        let cam = match condition {
-            Condition::Equals { family, qualifier, value } => {
-                CheckAndMutate::if_value(family, qualifier, CompareOp::Equal, value, rm)
-            }
-            Condition::Absent { family, qualifier } => CheckAndMutate::if_absent(family, qualifier, rm),
-        };
-        Ok(t.check_and_mutate(cam)?)
+        Ok(t.check_and_mutate(check_and_mutate(condition, mutation))?)
+    }
+
+    fn check_and_mutate_many(&self, table: &str, entries: Vec<(Condition, RowMutation)>) -> Result<Vec<bool>> {
+        let t = self.table(table)?;
+        let cams = entries.into_iter().map(|(condition, mutation)| check_and_mutate(condition, mutation)).collect();
+        t.check_and_mutate_batch(cams)?.into_iter().map(|r| r.map_err(Into::into)).collect()
     }
 
     fn increment(&self, table: &str, row: Bytes, family: &str, qualifier: &str, delta: i64) -> Result<i64> {
@@ -275,5 +274,15 @@ impl Store for EmbeddedStore {
         });
         let m = rows.into_iter().fold(m, |m, row| m.row(row_mutations(row)));
         Ok(t.mutate_rows(m)?)
+    }
+}
+
+fn check_and_mutate(condition: Condition, mutation: RowMutation) -> CheckAndMutate {
+    let rm = row_mutations(mutation);
+    match condition {
+        Condition::Equals { family, qualifier, value } => {
+            CheckAndMutate::if_value(family, qualifier, CompareOp::Equal, value, rm)
+        }
+        Condition::Absent { family, qualifier } => CheckAndMutate::if_absent(family, qualifier, rm),
     }
 }

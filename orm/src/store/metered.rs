@@ -72,7 +72,7 @@ pub struct Costs {
     pub scans: u64,
     /// `mutate` calls (one per call, however many rows).
     pub mutates: u64,
-    /// `check_and_mutate` calls, applied or not.
+    /// `check_and_mutate` calls, applied or not; a `check_and_mutate_many` batch counts once.
     pub check_and_mutates: u64,
     /// `mutate_group` calls (atomic multi-row mutations), applied or not.
     pub group_mutates: u64,
@@ -399,6 +399,16 @@ impl Store for Metered {
         let volume = Volume::written(&mutation);
         let applied = self.inner.check_and_mutate(table, condition, mutation)?;
         if applied {
+            self.counters.written(volume);
+        }
+        Ok(applied)
+    }
+
+    fn check_and_mutate_many(&self, table: &str, entries: Vec<(Condition, RowMutation)>) -> Result<Vec<bool>> {
+        add(&self.counters.check_and_mutates, 1);
+        let volumes: Vec<Volume> = entries.iter().map(|(_, m)| Volume::written(m)).collect();
+        let applied = self.inner.check_and_mutate_many(table, entries)?;
+        for (volume, _) in volumes.into_iter().zip(&applied).filter(|(_, &a)| a) {
             self.counters.written(volume);
         }
         Ok(applied)

@@ -233,6 +233,17 @@ pub trait Store: Send + Sync {
     /// Store failures.
     fn check_and_mutate(&self, table: &str, condition: Condition, mutation: RowMutation) -> Result<bool>;
 
+    /// Runs many [`Store::check_and_mutate`]s, each atomic on its own row and independent of
+    /// the others; returns, in order, whether each applied. An entry sees the writes of
+    /// earlier entries on the same row. Backends batch them into fewer round trips (the
+    /// embedded engine: one log record per region); the default runs them one by one.
+    ///
+    /// # Errors
+    /// The first failure; other entries may have been applied.
+    fn check_and_mutate_many(&self, table: &str, entries: Vec<(Condition, RowMutation)>) -> Result<Vec<bool>> {
+        entries.into_iter().map(|(condition, mutation)| self.check_and_mutate(table, condition, mutation)).collect()
+    }
+
     /// Where the table's regions (or tablets) begin, the first one's empty start excepted;
     /// `None` if there is no such table.
     ///
