@@ -35,6 +35,10 @@ pub mod sym {
     pub const BLOB: &str = "blob";
     pub const STRATEGY: &str = "strategy";
     pub const CHILDREN: &str = "children";
+    pub const INDEX: &str = "index";
+    pub const ON: &str = "on";
+    pub const INCLUDE: &str = "include";
+    pub const UNIQUE: &str = "unique";
 }
 
 /// Which derive is parsing.
@@ -122,6 +126,26 @@ pub struct EntityAttr {
     /// `blob(...)` on the struct: a `blob` aggregate stored as its `Versioned` value (the
     /// contents are `#[derive(Versioned)]`'s to read).
     pub versioned_blob: Option<Span>,
+    /// Secondary indexes: the struct-level `index(...)` ones, then the field-level
+    /// `index = "..."` ones in field order.
+    pub indexes: Vec<IndexAttr>,
+}
+
+/// One field of an index's `on(...)`, with its modifier (`desc` or `hash = "md5"`).
+pub struct IndexPartAttr {
+    pub field: Ident,
+    pub modifier: Option<Spanned<ModifierAttr>>,
+}
+
+/// A secondary index: `index(name = "...", on(...), include(...), unique)` on the struct, or
+/// `index = "...", unique` on a field.
+pub struct IndexAttr {
+    pub name: Spanned<String>,
+    pub parts: Vec<IndexPartAttr>,
+    pub include: Vec<Ident>,
+    pub unique: bool,
+    /// Where it was declared.
+    pub span: Span,
 }
 
 /// Key-part modifiers.
@@ -153,6 +177,10 @@ pub struct FieldAttr {
     pub children: Option<Span>,
     /// `record_type = N` on a children field.
     pub record_type: Option<Spanned<u8>>,
+    /// `index = "name"`: a single-field index on this field.
+    pub index: Option<Spanned<String>>,
+    /// `unique`: the field's index holds one entity per value.
+    pub unique: Option<Span>,
 }
 
 impl FieldAttr {
@@ -287,11 +315,13 @@ pub fn parse(ctx: &mut Ctx, input: &DeriveInput, kind: Kind) -> Option<EntityAtt
         salt: None,
         families: Vec::new(),
         fields: Vec::new(),
+        indexes: Vec::new(),
     };
     let mut default_family = FamilyAttr::default();
     for_each_meta(ctx, &input.attrs, |ctx, meta| {
         let name = name_of(&meta);
-        if name != sym::FAMILY {
+        // Indexes get an error of their own on aggregates and parts (see `check`).
+        if name != sym::FAMILY && name != sym::INDEX {
             entity.root_only.push(Spanned { value: name.clone(), span: meta.path.span() });
         }
         match name.as_str() {
@@ -358,6 +388,11 @@ pub fn parse(ctx: &mut Ctx, input: &DeriveInput, kind: Kind) -> Option<EntityAtt
                 })?;
                 entity.families.push(fam);
             }
+            sym::INDEX => {
+                if let Some(index) = parse_index(ctx, &meta)? {
+                    entity.indexes.push(index);
+                }
+            }
             sym::BLOB => {
                 // The contents are `#[derive(Versioned)]`'s to read.
                 entity.versioned_blob = Some(meta.path.span());
@@ -390,6 +425,8 @@ pub fn parse(ctx: &mut Ctx, input: &DeriveInput, kind: Kind) -> Option<EntityAtt
             blob: None,
             children: None,
             record_type: None,
+            index: None,
+            unique: None,
         };
         for_each_meta(ctx, &field.attrs, |ctx, meta| {
             let span = meta.path.span();
@@ -408,6 +445,17 @@ pub fn parse(ctx: &mut Ctx, input: &DeriveInput, kind: Kind) -> Option<EntityAtt
                 sym::SERDE => flag(&mut f.serde, ctx, &name),
                 sym::BLOB => flag(&mut f.blob, ctx, &name),
                 sym::CHILDREN => flag(&mut f.children, ctx, &name),
+                sym::UNIQUE => flag(&mut f.unique, ctx, &name),
+                sym::INDEX => {
+                    if let Some(s) = lit_str(ctx, &value_expr(&meta)?) {
+                        if f.index.replace(Spanned { value: s.value(), span: s.span() }).is_some() {
+                            ctx.error(
+                                span,
+                                "a field takes one `index = \"...\"`; declare more with index(...) on the struct",
+                            );
+                        }
+                    }
+                }
                 sym::RECORD_TYPE => {
                     if let Some(n) = lit_int::<u8>(ctx, &value_expr(&meta)?, "record_type (0 to 255)") {
                         f.record_type = Some(Spanned { value: n, span });
@@ -445,5 +493,114 @@ pub fn parse(ctx: &mut Ctx, input: &DeriveInput, kind: Kind) -> Option<EntityAtt
         });
         entity.fields.push(f);
     }
+    // Field-level indexes join the struct-level ones, in field order.
+    for f in &entity.fields {
+        if let Some(name) = &f.index {
+            entity.indexes.push(IndexAttr {
+                name: name.clone(),
+                parts: vec![IndexPartAttr { field: f.ident.clone(), modifier: None }],
+                include: Vec::new(),
+                unique: f.unique.is_some(),
+                span: name.span,
+            });
+        }
+    }
     Some(entity)
+}
+
+/// The single identifier of a nested meta (a field name), or an error at its path.
+fn field_ident(ctx: &mut Ctx, meta: &syn::meta::ParseNestedMeta<'_>) -> Option<Ident> {
+    let ident = meta.path.get_ident().cloned();
+    if ident.is_none() {
+        ctx.error(meta.path.span(), "expected a field name");
+    }
+    ident
+}
+
+/// Consumes `()`, which `parse_nested_meta` refuses, so that `check` can report it.
+fn empty_parens(meta: &syn::meta::ParseNestedMeta<'_>) -> syn::Result<bool> {
+    let fork = meta.input.fork();
+    let contents;
+    syn::parenthesized!(contents in fork);
+    if !contents.is_empty() {
+        return Ok(false);
+    }
+    meta.input.parse::<proc_macro2::Group>()?;
+    Ok(true)
+}
+
+/// `index(name = "...", on(field, field(desc), ...), include(field, ...), unique)`.
+fn parse_index(ctx: &mut Ctx, meta: &syn::meta::ParseNestedMeta<'_>) -> syn::Result<Option<IndexAttr>> {
+    let span = meta.path.span();
+    let (mut name, mut parts, mut include, mut unique, mut on_seen) = (None, Vec::new(), Vec::new(), false, false);
+    meta.parse_nested_meta(|inner| {
+        match name_of(&inner).as_str() {
+            sym::NAME => {
+                name = lit_str(ctx, &value_expr(&inner)?).map(|s| Spanned { value: s.value(), span: s.span() })
+            }
+            sym::ON => {
+                on_seen = true;
+                if empty_parens(&inner)? {
+                    return Ok(());
+                }
+                inner.parse_nested_meta(|part| {
+                    let field = field_ident(ctx, &part);
+                    let mut modifier: Option<Spanned<ModifierAttr>> = None;
+                    if part.input.peek(syn::token::Paren) {
+                        part.parse_nested_meta(|m| {
+                            let span = m.path.span();
+                            let value = match name_of(&m).as_str() {
+                                sym::DESC => Some(ModifierAttr::Desc),
+                                sym::HASH => match lit_str(ctx, &value_expr(&m)?) {
+                                    Some(s) if s.value() == "md5" => Some(ModifierAttr::Md5),
+                                    Some(s) => {
+                                        ctx.error(
+                                            s.span(),
+                                            format!("unknown hash `{}`; supported: \"md5\"", s.value()),
+                                        );
+                                        None
+                                    }
+                                    None => None,
+                                },
+                                other => {
+                                    ctx.error(span, format!("unknown index part option `{other}`; one of: desc, hash"));
+                                    skip_value(&m)?;
+                                    None
+                                }
+                            };
+                            if let Some(value) = value {
+                                if modifier.is_some() {
+                                    ctx.error(span, "an index part takes one modifier (desc or hash)");
+                                }
+                                modifier = Some(Spanned { value, span });
+                            }
+                            Ok(())
+                        })?;
+                    }
+                    if let Some(field) = field {
+                        parts.push(IndexPartAttr { field, modifier });
+                    }
+                    Ok(())
+                })?;
+            }
+            sym::INCLUDE if empty_parens(&inner)? => {}
+            sym::INCLUDE => inner.parse_nested_meta(|field| {
+                include.extend(field_ident(ctx, &field));
+                Ok(())
+            })?,
+            sym::UNIQUE => unique = true,
+            other => {
+                ctx.error(inner.path.span(), format!("unknown index option `{other}`"));
+                skip_value(&inner)?;
+            }
+        }
+        Ok(())
+    })?;
+    if name.is_none() {
+        ctx.error(span, "index needs `name = \"...\"`");
+    }
+    if !on_seen {
+        ctx.error(span, "index needs `on(field, ...)`");
+    }
+    Ok(name.filter(|_| on_seen).map(|name| IndexAttr { name, parts, include, unique, span }))
 }

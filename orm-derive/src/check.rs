@@ -7,7 +7,7 @@ use proc_macro2::Span;
 use syn::spanned::Spanned;
 use syn::Type;
 
-use crate::attr::{sym, Ctx, EntityAttr, FieldAttr, Kind, ModifierAttr, SaltAttr};
+use crate::attr::{sym, Ctx, EntityAttr, FieldAttr, IndexAttr, Kind, ModifierAttr, SaltAttr};
 
 /// The last path segment of a type (`u64` for `std::primitive::u64`), if it is a path.
 pub fn type_name(ty: &Type) -> Option<String> {
@@ -68,6 +68,7 @@ pub fn check(ctx: &mut Ctx, e: &EntityAttr) {
         ctx.error(e.ident.span(), msg);
     }
     check_kind(ctx, e);
+    check_indexes(ctx, e);
     let mut versions = 0;
     let mut columns: BTreeMap<(String, String), Span> = BTreeMap::new();
     let mut last_key_seen = false;
@@ -94,8 +95,14 @@ pub fn check(ctx: &mut Ctx, e: &EntityAttr) {
             for m in &f.modifiers {
                 ctx.error(m.span, "key modifiers apply to #[cellar(partition)] or #[cellar(key)] fields");
             }
-            if let Some(fixed) = &f.fixed {
-                ctx.error(fixed.span, "`fixed` applies to key parts");
+            match &f.fixed {
+                Some(fixed) if e.indexes.iter().any(|i| i.parts.iter().any(|p| p.field == f.ident)) => {
+                    // An optional string is indexed as the string.
+                    let inner = option_element(&f.ty).and_then(type_name).unwrap_or_else(|| ty.clone());
+                    check_fixed(ctx, fixed, &inner)
+                }
+                Some(fixed) => ctx.error(fixed.span, "`fixed` applies to key parts and indexed fields"),
+                None => {}
             }
         }
         if let Some(c) = f.counter {
@@ -262,11 +269,110 @@ fn check_key_part(ctx: &mut Ctx, f: &FieldAttr, ty: &str) {
         }
     }
     if let Some(fixed) = &f.fixed {
-        if ty != "String" {
-            ctx.error(fixed.span, "`fixed = N` applies to `String` key parts");
-        }
-        if fixed.value == 0 {
-            ctx.error(fixed.span, "`fixed` width must be at least 1");
+        check_fixed(ctx, fixed, ty);
+    }
+}
+
+fn check_fixed(ctx: &mut Ctx, fixed: &crate::attr::Spanned<u16>, ty: &str) {
+    if ty != "String" {
+        ctx.error(fixed.span, "`fixed = N` applies to `String` key parts and indexed fields");
+    }
+    if fixed.value == 0 {
+        ctx.error(fixed.span, "`fixed` width must be at least 1");
+    }
+}
+
+/// The most fields an index takes (the index value tuples go up to four).
+pub const MAX_INDEX_PARTS: usize = 4;
+
+/// Secondary indexes: declared on entities, over stored value columns, under distinct names.
+fn check_indexes(ctx: &mut Ctx, e: &EntityAttr) {
+    for f in &e.fields {
+        if let Some(u) = f.unique.filter(|_| f.index.is_none()) {
+            ctx.error(u, "`unique` on a field goes with `index = \"...\"` on the same field");
         }
     }
+    if e.kind != Kind::Entity {
+        for index in &e.indexes {
+            ctx.error(index.span, "indexes are declared on entities (#[derive(Entity)])");
+        }
+        return;
+    }
+    let mut names: BTreeMap<&str, Span> = BTreeMap::new();
+    for index in &e.indexes {
+        let name = index.name.value.as_str();
+        let name_span = index.name.span;
+        if !is_index_name(name) {
+            ctx.error(
+                name_span,
+                format!("index name `{name}`: a lowercase letter, then lowercase letters, digits or `_`"),
+            );
+        }
+        if let Some(first) = names.insert(name, name_span) {
+            ctx.error(name_span, format!("duplicate index name `{name}`"));
+            ctx.error(first, format!("index `{name}` first declared here"));
+        }
+        // The index's constant sits next to the counters' in the entity's impl.
+        let konst = name.to_uppercase();
+        if let Some(c) = e.fields.iter().find(|f| f.counter.is_some() && f.ident.to_string().to_uppercase() == konst) {
+            ctx.error(name_span, format!("index `{name}`: its constant `{konst}` is also the counter `{}`'s", c.ident));
+        }
+        check_index_fields(ctx, e, index);
+    }
+}
+
+fn is_index_name(name: &str) -> bool {
+    let mut chars = name.chars();
+    chars.next().is_some_and(|c| c.is_ascii_lowercase())
+        && chars.all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')
+}
+
+fn check_index_fields(ctx: &mut Ctx, e: &EntityAttr, index: &IndexAttr) {
+    let name = &index.name.value;
+    if index.parts.is_empty() {
+        ctx.error(index.span, format!("index `{name}`: `on(...)` names no field"));
+    }
+    if let Some(extra) = index.parts.get(MAX_INDEX_PARTS) {
+        ctx.error(extra.field.span(), format!("index `{name}`: at most {MAX_INDEX_PARTS} fields in `on(...)`"));
+    }
+    let mut seen: Vec<&syn::Ident> = Vec::new();
+    let on = index.parts.iter().map(|p| (&p.field, true));
+    for (ident, in_on) in on.chain(index.include.iter().map(|i| (i, false))) {
+        let span = ident.span();
+        let Some(f) = e.fields.iter().find(|f| f.ident == *ident) else {
+            ctx.error(span, format!("index `{name}`: no field `{ident}`"));
+            continue;
+        };
+        if seen.contains(&ident) {
+            ctx.error(span, format!("index `{name}`: `{ident}` is named twice (its column is copied once)"));
+        }
+        seen.push(ident);
+        if let Some(why) = not_indexable(f, in_on) {
+            ctx.error(span, format!("index `{name}`: `{ident}` {why}"));
+        }
+    }
+}
+
+/// Why a field cannot be an index part (`in_on`) or an included column.
+fn not_indexable(f: &FieldAttr, in_on: bool) -> Option<&'static str> {
+    Some(if f.is_key_part() {
+        "is a key part, in the row key rather than a column: scan by key prefix instead"
+    } else if f.skip.is_some() {
+        "is skipped: it is not stored"
+    } else if f.children.is_some() {
+        "is a `children` collection, not a column"
+    } else if f.counter.is_some() {
+        "is a counter: counters change by increment without a read, so they cannot be indexed or included"
+    } else if !in_on {
+        // Included columns are copied as raw cells: any other encoding will do.
+        return None;
+    } else if f.version.is_some() {
+        "is the version field: it changes on every write (it can be included, not indexed)"
+    } else if f.serde.is_some() {
+        "is serde-encoded: its value has no key encoding (it can be included, not indexed)"
+    } else if f.blob.is_some() {
+        "is a blob: its value has no key encoding (it can be included, not indexed)"
+    } else {
+        return None;
+    })
 }

@@ -2,11 +2,12 @@
 //! Generated code names everything by full path (`::cellar::orm::...`, `::core::...`).
 
 use proc_macro2::{Span, TokenStream};
-use quote::{format_ident, quote};
+use quote::{format_ident, quote, quote_spanned};
+use syn::spanned::Spanned as _;
 use syn::{Ident, LitStr};
 
 use crate::attr::{EntityAttr, FieldAttr, ModifierAttr, SaltAttr};
-use crate::check::{column_of, is_option};
+use crate::check::{column_of, is_option, option_element};
 
 /// Where a key part sits in the schema.
 struct Part<'a> {
@@ -313,6 +314,33 @@ pub fn expand(e: &EntityAttr) -> TokenStream {
         quote!(let #name: #ty = #orm::entity::restore_hashed::<#ty>(&#digest, row, &S.#list[#index], &S.columns[#c])?;)
     });
     let start_partition = partition.is_empty().then(|| quote!(reader.end_partition()?;));
+    // Row key -> key. A hashed part leaves only its digest: the key is read through (so a row
+    // of another record type is told as such), then refused.
+    let hashed = parts.iter().find(|p| p.field.is_hashed());
+    let key_parts = parts.iter().enumerate().map(|(i, p)| {
+        let (name, ty, list, index) = (&p.field.ident, &p.field.ty, &p.list, p.index);
+        let end = (i + 1 == partition.len()).then(|| quote!(reader.end_partition()?;));
+        let read = match hashed {
+            Some(_) if p.field.is_hashed() => quote!(reader.digest(&S.#list[#index])?;),
+            Some(_) => quote!(reader.part::<#ty>(&S.#list[#index])?;),
+            None => quote!(let #name: #ty = reader.part::<#ty>(&S.#list[#index])?;),
+        };
+        quote! {
+            #read
+            #end
+        }
+    });
+    let key_result = match hashed {
+        Some(p) => {
+            let reason = lit(&format!("key part `{}` is hashed: its value is not in the row key", p.field.ident));
+            quote!(::core::result::Result::Err(#orm::entity::FieldError {
+                column: ::core::option::Option::None,
+                reason: ::std::string::String::from(#reason),
+                other_record_type: false,
+            }))
+        }
+        None => quote!(::core::result::Result::Ok(#key_ident { #(#key_names),* })),
+    };
     let read_columns = e.fields.iter().filter(|f| !f.is_key_part()).map(|f| {
         let name = &f.ident;
         let ty = &f.ty;
@@ -350,6 +378,65 @@ pub fn expand(e: &EntityAttr) -> TokenStream {
         quote!(#[doc = #doc] pub const #konst: #orm::Counter<#ident> = #orm::Counter::new(#field);)
     });
 
+    // Secondary indexes: their specs in the schema, a typed constant each on the entity.
+    let index_specs = e.indexes.iter().map(|index| {
+        let parts = index.parts.iter().filter_map(|p| Some((e.fields.iter().find(|f| f.ident == p.field)?, p)));
+        let parts = parts.map(|(f, p)| {
+            let (field, ty) = (lit(&f.ident.to_string()), &f.ty);
+            let column = column_index(f).unwrap_or_default();
+            let form = match &f.fixed {
+                Some(n) => {
+                    let n = n.value;
+                    quote!(#orm::key::Form::Fixed(#n))
+                }
+                // Never `Last`: the primary key follows the values.
+                None => quote!(#orm::key::Form::Delimited),
+            };
+            let modifier = match p.modifier.as_ref().map(|m| m.value) {
+                Some(ModifierAttr::Desc | ModifierAttr::ReverseTs) => quote!(Desc),
+                Some(ModifierAttr::Reversed) => quote!(Reversed),
+                Some(ModifierAttr::Md5) => quote!(Md5),
+                None => quote!(None),
+            };
+            let ty_name = type_string(ty);
+            // Spanned at the type: a type that is no key part fails to compile there.
+            let encode = match option_element(ty) {
+                Some(inner) => quote_spanned!(ty.span()=> #orm::index::encode_optional::<#inner>),
+                None => quote_spanned!(ty.span()=> #orm::index::encode_required::<#ty>),
+            };
+            quote!(#orm::index::IndexPart {
+                field: #field,
+                column: #column,
+                spec: #orm::key::PartSpec::new(#field, #form).with(#orm::key::Modifier::#modifier),
+                type_name: #ty_name,
+                encode: #encode,
+            })
+        });
+        let name = lit(&index.name.value);
+        let unique = index.unique;
+        let include =
+            index.include.iter().filter_map(|i| e.fields.iter().find(|f| f.ident == *i)).filter_map(&column_index);
+        quote!(#orm::index::IndexSpec { name: #name, parts: &[#(#parts),*], unique: #unique, include: &[#(#include),*] })
+    });
+    let index_consts = e.indexes.iter().enumerate().map(|(position, index)| {
+        let konst = format_ident!("{}", index.name.value.to_uppercase(), span = index.name.span);
+        let doc = lit(&format!("The index `{}`: pass it to `Repository::index`.", index.name.value));
+        let types: Vec<&syn::Type> = index
+            .parts
+            .iter()
+            .filter_map(|p| e.fields.iter().find(|f| f.ident == p.field))
+            .map(|f| option_element(&f.ty).unwrap_or(&f.ty))
+            .collect();
+        let value = match types.as_slice() {
+            [one] => quote!(#one),
+            many => quote!((#(#many,)*)),
+        };
+        quote! {
+            #[doc = #doc]
+            pub const #konst: #orm::index::Index<#ident, #value> = #orm::index::Index::new(#position);
+        }
+    });
+
     let standalone = (e.kind != crate::attr::Kind::Entity).then(|| {
         quote!(
             const STANDALONE: bool = false;
@@ -376,6 +463,7 @@ pub fn expand(e: &EntityAttr) -> TokenStream {
             #[automatically_derived]
             impl #ident {
                 #(#counters)*
+                #(#index_consts)*
             }
 
             #[automatically_derived]
@@ -391,6 +479,7 @@ pub fn expand(e: &EntityAttr) -> TokenStream {
                     partition: &[#(#partition_fields),*],
                     key: &[#(#key_fields),*],
                     columns: &[#(#column_specs),*],
+                    indexes: &[#(#index_specs),*],
                 };
 
                 #standalone
@@ -406,6 +495,15 @@ pub fn expand(e: &EntityAttr) -> TokenStream {
                 fn cells(&self) -> #orm::Result<::std::vec::Vec<#orm::entity::CellValue>> {
                     const S: &#orm::Schema = &<#ident as #orm::Entity>::SCHEMA;
                     ::core::result::Result::Ok(::std::vec![#(#cells),*])
+                }
+
+                fn key_from_row_key(row_key: &[u8]) -> ::core::result::Result<#key_ident, #orm::entity::FieldError> {
+                    const S: &#orm::Schema = &<#ident as #orm::Entity>::SCHEMA;
+                    let mut reader = #orm::key::KeyReader::new(S, row_key)?;
+                    #start_partition
+                    #(#key_parts)*
+                    reader.finish()?;
+                    #key_result
                 }
 
                 fn from_row(row: &#orm::store::Row, as_of: u64) -> ::core::result::Result<Self, #orm::entity::FieldError> {

@@ -17,8 +17,8 @@ mod versioned;
 use proc_macro::TokenStream;
 use syn::{parse_macro_input, DeriveInput};
 
-/// Derives `cellar::orm::Entity`, a typed key struct `<Name>Key` with prefix builders, and a
-/// counter constant per `#[cellar(counter)]` field.
+/// Derives `cellar::orm::Entity`, a typed key struct `<Name>Key` with prefix builders, a
+/// counter constant per `#[cellar(counter)]` field and an index constant per secondary index.
 ///
 /// A row key is `[salt or bucket][partition parts][record type][key parts]`; every other
 /// field is a cell. Attributes go in `#[cellar(...)]`.
@@ -35,6 +35,7 @@ use syn::{parse_macro_input, DeriveInput};
 /// | `bucket(field = "f", buckets = N)` | a leading byte `field % N` (timestamp bucketing) |
 /// | `max_versions = N`, `ttl = SECONDS` | settings of the default family |
 /// | `family_options(name = "f", max_versions = N, ttl = SECONDS)` | settings of another family |
+/// | `index(name = "by_x", on(f, g(desc), ...), include(h, ...), unique)` | a secondary index on up to 4 fields (`desc` or `hash = "md5"` each), copying `include`d columns; `unique`: one entity per value |
 ///
 /// On fields:
 ///
@@ -52,6 +53,12 @@ use syn::{parse_macro_input, DeriveInput};
 /// | `serde` | the value as MessagePack (any `Serialize + Deserialize` type) |
 /// | `blob` | the value as a versioned blob (a `#[derive(Versioned)]` type): cells of earlier versions are migrated on read |
 /// | `skip` | not stored; `Default` on read |
+/// | `index = "by_x"`, `unique` | a secondary index on this field alone (`unique`: one entity per value) |
+///
+/// Each index is a constant on the entity (`by_city_name` → `Customer::BY_CITY_NAME`, an
+/// `Index<Customer, (String, String)>`). Indexed fields are plain columns (an `Option` is not
+/// indexed when `None`; `fixed = N` pads a string part); serde, blob and version fields can be
+/// included but not indexed; key parts, skipped fields and counters neither.
 ///
 /// Key parts take integers, floats, `bool`, `Timestamp`, `String` and `Vec<u8>`; plain cells
 /// take those and `bytes::Bytes`, each also as `Option` (`None` = no cell).
@@ -197,6 +204,30 @@ mod tests {
         })
         .unwrap();
         assert!(out.contains("Form :: Delimited") && out.contains("Form :: Last"), "{out}");
+    }
+
+    #[test]
+    fn indexes_fill_the_schema_and_get_a_constant_each() {
+        let out = expand(quote! {
+            struct Plain { #[cellar(key)] id: u64 }
+        })
+        .unwrap();
+        assert!(out.contains("indexes : & []"), "{out}");
+        let out = expand(quote! {
+            #[cellar(index(name = "by_city_name", on(city, name(desc))))]
+            struct Customer {
+                #[cellar(key)] id: u64,
+                name: String,
+                #[cellar(index = "by_city")] city: Option<String>,
+            }
+        })
+        .unwrap();
+        assert!(
+            out.contains("const BY_CITY_NAME : :: cellar :: orm :: index :: Index < Customer , (String , String ,) >")
+        );
+        assert!(out.contains("const BY_CITY : :: cellar :: orm :: index :: Index < Customer , String >"), "{out}");
+        assert!(out.contains("encode_optional :: < String >"), "{out}");
+        assert!(out.contains("fn key_from_row_key"), "{out}");
     }
 
     #[test]

@@ -103,7 +103,7 @@ impl Db {
     /// [`crate::Error::SchemaMismatch`]; store errors.
     pub fn repo<E: Entity>(&self) -> Result<Repository<E>> {
         self.store.ensure_table(&table_spec(&E::SCHEMA))?;
-        Ok(Repository::new(self.store.clone()))
+        Repository::open(self.store.clone())
     }
 
     /// Advice on entity `E`'s schema (see [`crate::advice`]), and on the regions of its table

@@ -85,6 +85,8 @@ pub struct Schema {
     pub key: &'static [KeyField],
     /// Fields stored in cells.
     pub columns: &'static [ColumnSpec],
+    /// Secondary indexes.
+    pub indexes: &'static [crate::index::IndexSpec],
 }
 
 impl Schema {
@@ -165,6 +167,13 @@ pub trait Entity: Sized + 'static {
     /// # Errors
     /// [`crate::Error::Encode`] for a value serde cannot encode.
     fn cells(&self) -> crate::Result<Vec<CellValue>>;
+
+    /// Decodes the key of a stored row from its row key alone.
+    ///
+    /// # Errors
+    /// A [`FieldError`] for a malformed key, another record type, or a hashed key part (its
+    /// value is kept in a column, not in the key).
+    fn key_from_row_key(row_key: &[u8]) -> Result<Self::Key, FieldError>;
 
     /// Rebuilds an entity from a row, taking each column's newest version at or before `as_of`.
     ///

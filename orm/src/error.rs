@@ -97,6 +97,27 @@ pub enum Error {
         /// Attempts made.
         attempts: u32,
     },
+    /// A write would give a unique index's value to a second entity; nothing was written.
+    #[error("{entity}: index `{index}` already holds value {value} for another entity")]
+    UniqueViolation {
+        /// The entity type.
+        entity: &'static str,
+        /// The index.
+        index: &'static str,
+        /// The value, printable (its index encoding).
+        value: String,
+    },
+    /// An index that cannot answer yet: declared on a table that already held rows, and not
+    /// built since (run its backfill).
+    #[error("{entity}: index `{index}` is not built yet: {reason}")]
+    IndexNotReady {
+        /// The entity type.
+        entity: &'static str,
+        /// The index.
+        index: &'static str,
+        /// Where its build stands.
+        reason: String,
+    },
     /// A bad argument to a repository call (a malformed page cursor, a zero page size).
     #[error("invalid {arg}: {reason}")]
     InvalidArgument {

@@ -24,15 +24,12 @@ use bytes::Bytes;
 
 use crate::aggregate::Aggregate;
 use crate::blob::{versioned, Versioned};
+use crate::jobs::Checkpoint;
 use crate::repo::printable;
-use crate::store::{
-    CellMutation, Condition, FamilySpec, ReadSpec, RowMutation, ScanSpec, SplitPolicy, Store, TableSpec,
-};
+use crate::store::{CellMutation, Condition, RowMutation, ScanSpec, Store};
 use crate::{Db, Error, Result};
 
-/// The table where jobs keep their checkpoints.
-pub const JOBS_TABLE: &str = "cellar_jobs";
-const JOBS_FAMILY: &str = "j";
+pub use crate::jobs::JOBS_TABLE;
 /// Rows between checkpoints (and progress reports); their rewrites go as one batch.
 const CHECKPOINT_EVERY: u64 = 1000;
 /// Unreadable cells reported by name; more are only counted.
@@ -228,21 +225,6 @@ impl<'a, T: Versioned> Migration<'a, T> {
         key.into()
     }
 
-    fn checkpoint(&self) -> Result<Option<Bytes>> {
-        let rows = self.db.store().read_rows(JOBS_TABLE, &[self.job_key()], &ReadSpec::default())?;
-        Ok(rows.into_iter().flatten().next().and_then(|row| row.cells.into_iter().next()).map(|c| c.value))
-    }
-
-    fn save_checkpoint(&self, last: &Bytes) -> Result<()> {
-        let put = CellMutation::Put {
-            family: Bytes::from_static(JOBS_FAMILY.as_bytes()),
-            qualifier: Bytes::from_static(b"last"),
-            value: last.clone(),
-            timestamp: None,
-        };
-        self.db.store().mutate(JOBS_TABLE, vec![RowMutation { row: self.job_key(), mutations: vec![put] }])
-    }
-
     /// Runs the migration (or the dry run) from its checkpoint to the end of the table.
     ///
     /// # Errors
@@ -250,17 +232,10 @@ impl<'a, T: Versioned> Migration<'a, T> {
     /// that cannot be read. Rows finished before an error stay finished: running again
     /// resumes after the last checkpoint. A panic of a conversion step reaches the caller.
     pub fn run(mut self) -> Result<Report> {
-        let jobs = TableSpec {
-            name: JOBS_TABLE.into(),
-            families: vec![FamilySpec { name: JOBS_FAMILY.into(), max_versions: 1, ttl_secs: None }],
-            split_keys: Vec::new(),
-            split_policy: SplitPolicy::MidKey,
-        };
-        self.db.store().ensure_table(&jobs)?;
-        let resume = if self.dry_run { None } else { self.checkpoint()? };
+        let checkpoint = Checkpoint::open(&**self.db.store(), self.job_key())?;
+        let resume = if self.dry_run { None } else { checkpoint.last()? };
         let mut report = Report { resumed_after: resume.as_deref().map(printable), ..Report::default() };
-        // After the checkpoint's row: its smallest successor.
-        let start = resume.map(|last| Bytes::from([&last[..], &[0]].concat())).unwrap_or_default();
+        let start = Checkpoint::resume_from(resume.as_ref());
         let store = self.db.store().clone();
         let reader = Reader { column: self.column.clone(), dry_run: self.dry_run, stop_on_error: self.stop_on_error };
         let mut found = Tally::default();
@@ -275,7 +250,7 @@ impl<'a, T: Versioned> Migration<'a, T> {
                 (found, last) = (stretch.found, stretch.last);
                 if stretch.checkpoint {
                     if !self.dry_run {
-                        self.save_checkpoint(&last)?;
+                        checkpoint.save(&last)?;
                     }
                     self.report_progress(&last, &found, &report);
                 }
@@ -286,9 +261,7 @@ impl<'a, T: Versioned> Migration<'a, T> {
             }
         })?;
         if !self.dry_run {
-            // Done: the next run starts from the beginning.
-            let done = RowMutation { row: self.job_key(), mutations: vec![CellMutation::DeleteRow] };
-            self.db.store().mutate(JOBS_TABLE, vec![done])?;
+            checkpoint.clear()?;
         }
         // The last stretch, unless a checkpoint just reported it.
         if found.rows == 0 || !found.rows.is_multiple_of(CHECKPOINT_EVERY) {

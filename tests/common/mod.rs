@@ -3,5 +3,6 @@
 
 pub mod blob_orders;
 pub mod orders;
+pub mod people;
 pub mod raw;
 pub mod versions;

@@ -32,14 +32,9 @@
 //!
 //! [`Guarantees::single_process`]: crate::store::Guarantees::single_process
 
-use std::collections::HashSet;
-use std::hash::{BuildHasher, Hasher};
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::OnceLock;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use parking_lot::Mutex;
 
 use super::blob::{get_bytes, get_len, get_varint, put_bytes, put_varint};
 use super::repo::{diff, generation_of};
@@ -48,6 +43,7 @@ use super::{Aggregate, AggregateRepository, Strategy};
 use crate::key::prefix_end;
 use crate::repo::printable;
 use crate::store::{CellMutation, Condition, ReadSpec, RowMutation, ScanSpec};
+use crate::writer::{self, now_ms, Owner};
 use crate::{Error, Result};
 
 /// On a store several processes write: how long a writer owns its intent before readers may
@@ -57,50 +53,6 @@ pub const LEASE: Duration = Duration::from_secs(5);
 const READ_PATIENCE: Duration = Duration::from_secs(30);
 /// Length of a committed generation: the token alone.
 pub(super) const TOKEN_LEN: usize = 8;
-
-fn now_ms() -> u64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
-}
-
-/// This process among all that write the store: random per process.
-fn instance() -> u64 {
-    static ID: OnceLock<u64> = OnceLock::new();
-    *ID.get_or_init(|| {
-        let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-        h.write_u32(std::process::id());
-        h.write_u128(SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_nanos()));
-        h.finish()
-    })
-}
-
-/// Writers of this process rolling an intent forward right now, by serial.
-static LIVE: Mutex<Option<HashSet<u64>>> = Mutex::new(None);
-
-/// A writer of this process, live while the value is: registered on creation, gone on drop
-/// (also when its thread unwinds).
-struct Owner(u64);
-
-impl Owner {
-    fn new() -> Owner {
-        static NEXT: AtomicU64 = AtomicU64::new(1);
-        let serial = NEXT.fetch_add(1, Ordering::Relaxed);
-        LIVE.lock().get_or_insert_with(HashSet::new).insert(serial);
-        Owner(serial)
-    }
-}
-
-impl Drop for Owner {
-    fn drop(&mut self) {
-        if let Some(live) = LIVE.lock().as_mut() {
-            live.remove(&self.0);
-        }
-    }
-}
-
-/// True if the writer `(instance, serial)` is a thread of this process still at work.
-fn is_live(instance_id: u64, serial: u64) -> bool {
-    instance_id == instance() && LIVE.lock().as_ref().is_some_and(|live| live.contains(&serial))
-}
 
 /// A pending write, decoded from the root's generation cell.
 struct Intent {
@@ -229,7 +181,7 @@ pub(super) fn write<A: Aggregate>(
         .unwrap_or_else(|| Bytes::from_static(&[0; TOKEN_LEN]));
     let owner = Owner::new();
     let deadline_ms = now_ms() + repo.lease.as_millis() as u64;
-    let intent = Intent { deadline_ms, owner: (instance(), owner.0), root: root_mutations, rows };
+    let intent = Intent { deadline_ms, owner: owner.name(), root: root_mutations, rows };
     let pending = encode_pending(&token, &intent);
     let start = RowMutation { row: root.clone(), mutations: vec![generation_put(repo, pending.clone())] };
     if !repo.store.check_and_mutate(&table, condition, start)? {
@@ -300,16 +252,7 @@ fn pending_error<A: Aggregate>(repo: &AggregateRepository<A>, root: &Bytes, reas
 
 /// True if the writer of `intent` is gone (see the module docs): readers finish its write.
 fn abandoned<A: Aggregate>(repo: &AggregateRepository<A>, intent: &Intent) -> bool {
-    let (owner_instance, serial) = intent.owner;
-    if owner_instance == instance() {
-        // A writer of this process: its liveness is known, whatever the store.
-        !is_live(owner_instance, serial)
-    } else if repo.store.guarantees().single_process {
-        // Another process wrote this store: it has exited.
-        true
-    } else {
-        now_ms() >= intent.deadline_ms
-    }
+    writer::gone(intent.owner, intent.deadline_ms, repo.store.guarantees())
 }
 
 /// Takes over an abandoned intent (a new owner and deadline) and rolls it forward.
@@ -320,7 +263,7 @@ fn take_over<A: Aggregate>(
     mut intent: Intent,
 ) -> Result<()> {
     let owner = Owner::new();
-    intent.owner = (instance(), owner.0);
+    intent.owner = owner.name();
     intent.deadline_ms = now_ms() + repo.lease.as_millis() as u64;
     let renewed = encode_pending(&pending[..TOKEN_LEN], &intent);
     let m = RowMutation { row: root.clone(), mutations: vec![generation_put(repo, renewed.clone())] };

@@ -12,9 +12,7 @@
 //! strategy, and any strategy on a store without that guarantee, go through the intent
 //! protocol instead (`intent.rs`).
 
-use std::hash::{BuildHasher, Hasher};
 use std::marker::PhantomData;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -149,14 +147,7 @@ fn prefix_fields(shape: &Shape) -> Vec<PrefixField> {
 
 /// A new generation token: random, so no two writes share one.
 fn new_generation() -> Bytes {
-    static COUNTER: AtomicU64 = AtomicU64::new(0);
-    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-    h.write_u64(COUNTER.fetch_add(1, Ordering::Relaxed));
-    if let Ok(t) = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH) {
-        h.write_u128(t.as_nanos());
-    }
-    h.write_u32(std::process::id());
-    Bytes::copy_from_slice(&h.finish().to_be_bytes())
+    Bytes::copy_from_slice(&crate::writer::token().to_be_bytes())
 }
 
 /// The generation stored in a root row's cells.

@@ -10,6 +10,7 @@ use bytes::Bytes;
 pub use query::{Cursor, EntityIter, Page, Query, Skipped};
 
 use crate::entity::{ColumnKind, ColumnSpec, Entity, FieldError};
+use crate::index::{Change, IndexedWrite, Statuses};
 use crate::key::RowKey;
 use crate::store::{CellMutation, Condition, ReadSpec, Row, RowMutation, Store};
 use crate::value::ColumnValue;
@@ -48,12 +49,19 @@ pub struct Repository<E> {
     store: Arc<dyn Store>,
     /// Reads rewrite blob columns of older versions at the current one.
     write_back: bool,
+    /// Which of the entity's indexes can answer.
+    indexes: Arc<Statuses>,
     _entity: PhantomData<fn() -> E>,
 }
 
 impl<E> Clone for Repository<E> {
     fn clone(&self) -> Self {
-        Repository { store: self.store.clone(), write_back: self.write_back, _entity: PhantomData }
+        Repository {
+            store: self.store.clone(),
+            write_back: self.write_back,
+            indexes: self.indexes.clone(),
+            _entity: PhantomData,
+        }
     }
 }
 
@@ -96,8 +104,50 @@ pub(crate) fn printable(row: &[u8]) -> String {
 }
 
 impl<E: Entity> Repository<E> {
-    pub(crate) fn new(store: Arc<dyn Store>) -> Self {
-        Repository { store, write_back: false, _entity: PhantomData }
+    /// A repository of `E` on `store`: records the status of new indexes (see
+    /// [`crate::index`]).
+    pub(crate) fn open(store: Arc<dyn Store>) -> Result<Self> {
+        let mut repo = Repository { store, write_back: false, indexes: Arc::default(), _entity: PhantomData };
+        if !E::SCHEMA.indexes.is_empty() {
+            if matches!(E::SCHEMA.salt, crate::key::Salt::Random { .. }) {
+                return Err(Error::SchemaMismatch {
+                    table: E::SCHEMA.table.to_string(),
+                    reason: format!(
+                        "{} has indexes: its rows need keys that do not change (no random salt)",
+                        E::SCHEMA.entity
+                    ),
+                });
+            }
+            let has_rows = || {
+                let mut rows = repo.scan().skip_unreadable().limit(1).iter()?;
+                Ok(rows.next().transpose()?.is_some() || !rows.skipped().is_empty())
+            };
+            let statuses = Statuses::open(&*repo.store, &E::SCHEMA, has_rows)?;
+            repo.indexes = Arc::new(statuses);
+        }
+        Ok(repo)
+    }
+
+    pub(crate) fn store(&self) -> &dyn Store {
+        &*self.store
+    }
+
+    pub(crate) fn index_statuses(&self) -> &Statuses {
+        &self.indexes
+    }
+
+    fn indexed(&self) -> bool {
+        !E::SCHEMA.indexes.is_empty()
+    }
+
+    /// Writes one data row through the index protocol.
+    fn write_indexed(
+        &self,
+        row: Bytes,
+        change: Change,
+        expect_version: Option<(u64, &'static ColumnSpec)>,
+    ) -> Result<()> {
+        IndexedWrite { store: &*self.store, schema: &E::SCHEMA, row, change, expect_version }.run().map(|_| ())
     }
 
     fn table(&self) -> &'static str {
@@ -163,7 +213,11 @@ impl<E: Entity> Repository<E> {
     /// # Errors
     /// Key or value encoding errors; store errors.
     pub fn put(&self, entity: &E) -> Result<()> {
-        self.store.mutate(self.table(), vec![Self::mutation(entity, None)?])
+        let m = Self::mutation(entity, None)?;
+        if self.indexed() {
+            return self.write_indexed(m.row, Change::Put(m.mutations), None);
+        }
+        self.store.mutate(self.table(), vec![m])
     }
 
     /// Writes many entities in one batch (each row atomic on its own).
@@ -174,6 +228,10 @@ impl<E: Entity> Repository<E> {
         let rows = entities.into_iter().map(|e| Self::mutation(e, None)).collect::<Result<Vec<_>>>()?;
         if rows.is_empty() {
             return Ok(());
+        }
+        if self.indexed() {
+            // One row at a time: each runs the index protocol.
+            return rows.into_iter().try_for_each(|m| self.write_indexed(m.row, Change::Put(m.mutations), None));
         }
         self.store.mutate(self.table(), rows)
     }
@@ -195,6 +253,11 @@ impl<E: Entity> Repository<E> {
             .checked_add(1)
             .ok_or(Error::InvalidArgument { arg: "entity", reason: "version counter is exhausted".into() })?;
         let mutation = Self::mutation(entity, Some(next))?;
+        if self.indexed() {
+            self.write_indexed(mutation.row, Change::Put(mutation.mutations), Some((expected, col)))?;
+            entity.set_version(next);
+            return Ok(());
+        }
         let family = Bytes::from_static(col.family.as_bytes());
         let qualifier = Bytes::from_static(col.qualifier.as_bytes());
         let condition = if expected == 0 {
@@ -297,6 +360,9 @@ impl<E: Entity> Repository<E> {
     /// Key encoding and store errors.
     pub fn delete(&self, key: impl Into<E::Key>) -> Result<()> {
         let key = Self::row_key(&key.into())?;
+        if self.indexed() {
+            return self.write_indexed(key.for_write(), Change::Delete, None);
+        }
         let rows = key
             .candidates()
             .into_iter()

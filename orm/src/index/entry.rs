@@ -1,0 +1,237 @@
+//! Index rows as data rows imply them, and the cells index rows hold.
+//!
+//! An index row's cells (family [`FAMILY`]):
+//! - `s`, its state: verified (`01`), or unverified by a writer (`00`, the writer's token,
+//!   process instance and serial, and lease deadline — 33 bytes);
+//! - `k`, the primary row key;
+//! - one cell per indexed or included column, named `family:qualifier`, holding its value.
+
+use bytes::{BufMut, Bytes};
+
+use crate::entity::{ColumnSpec, Schema};
+use crate::index::IndexSpec;
+use crate::store::{CellMutation, FamilySpec, Row, TableSpec};
+
+/// The family of index rows.
+pub(crate) const FAMILY: &str = "i";
+const STATE: &[u8] = b"s";
+const PRIMARY: &[u8] = b"k";
+/// Prefix of the index table's status rows (no index row starts with a zero byte... unless
+/// the entity has record type 0, whose index rows start `00 name`: status rows are
+/// `00 00 ...`, and index names are never empty).
+pub(crate) const STATUS_PREFIX: &[u8] = b"\x00\x00status/";
+/// The data row's cell (default family) naming the write that last changed it, on entities
+/// with indexes: writers check-and-mutate on it, so one index update at a time runs per row.
+pub(crate) const TOKEN: &[u8] = b"\x00i";
+
+/// The index table of an entity's table.
+pub(crate) fn table_spec(schema: &Schema) -> TableSpec {
+    TableSpec {
+        name: super::index_table(schema.table),
+        families: vec![FamilySpec { name: FAMILY.into(), max_versions: 1, ttl_secs: None }],
+        split_keys: Vec::new(),
+        split_policy: Default::default(),
+    }
+}
+
+/// An index row as a data row implies it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Entry {
+    /// Position of the index in the schema.
+    pub index: usize,
+    /// The index row's key.
+    pub key: Bytes,
+    /// The primary row key.
+    pub primary: Bytes,
+    /// Copies of the indexed and included columns (absent ones left out), by index qualifier.
+    pub cells: Vec<(Bytes, Bytes)>,
+}
+
+/// The start of every row of `index`: `[record type] name 00`.
+pub(crate) fn index_prefix(schema: &Schema, index: &IndexSpec) -> Vec<u8> {
+    let mut key = Vec::with_capacity(index.name.len() + 2);
+    key.extend(schema.record_type);
+    key.extend_from_slice(index.name.as_bytes());
+    key.push(0);
+    key
+}
+
+/// The index qualifier of a data column: `family:qualifier`.
+fn copy_qualifier(column: &ColumnSpec) -> Bytes {
+    Bytes::from(format!("{}:{}", column.family, column.qualifier))
+}
+
+/// The columns an index row copies: the parts', then the included ones, each once.
+fn copied(schema: &'static Schema, index: &IndexSpec) -> impl Iterator<Item = &'static ColumnSpec> {
+    let mut positions: Vec<usize> = index.parts.iter().map(|p| p.column).chain(index.include.iter().copied()).collect();
+    let mut seen = Vec::new();
+    positions.retain(|c| {
+        let first = !seen.contains(c);
+        seen.push(*c);
+        first
+    });
+    positions.into_iter().map(move |c| &schema.columns[c])
+}
+
+/// The entry of index `position` for the data row `primary` whose columns `cell` returns:
+/// `Ok(None)` if an optional indexed field is absent (not indexed).
+///
+/// # Errors
+/// A column that does not encode as its part, with the reason.
+pub(crate) fn entry(
+    schema: &'static Schema,
+    position: usize,
+    primary: &Bytes,
+    cell: &dyn Fn(&ColumnSpec) -> Option<Bytes>,
+) -> Result<Option<Entry>, String> {
+    let index = &schema.indexes[position];
+    let mut key = index_prefix(schema, index);
+    for part in index.parts {
+        let column = &schema.columns[part.column];
+        let value = cell(column);
+        match (part.encode)(value.as_deref(), &part.spec, &mut key) {
+            Ok(true) => {}
+            Ok(false) => return Ok(None),
+            Err(e) => return Err(format!("index `{}`, field `{}`: {e}", index.name, part.field)),
+        }
+    }
+    if !index.unique {
+        key.extend_from_slice(primary);
+    }
+    let cells = copied(schema, index).filter_map(|c| Some((copy_qualifier(c), cell(c)?))).collect();
+    Ok(Some(Entry { index: position, key: key.into(), primary: primary.clone(), cells }))
+}
+
+/// The entries of every index for a data row: `None` for an index the row has no entry in,
+/// or whose entry cannot be computed (a malformed indexed column: no verified entry can
+/// exist for it either).
+pub(crate) fn entries_of_row(schema: &'static Schema, row: &Row) -> Vec<Option<Entry>> {
+    let cell = |c: &ColumnSpec| row.value(c.family, c.qualifier).map(Bytes::copy_from_slice);
+    (0..schema.indexes.len()).map(|i| entry(schema, i, &row.key, &cell).ok().flatten()).collect()
+}
+
+/// What a state cell says.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum State {
+    Verified,
+    /// Written by a writer that may still be at work.
+    Unverified {
+        owner: (u64, u64),
+        deadline_ms: u64,
+    },
+}
+
+/// An index row as read.
+#[derive(Debug, Clone)]
+pub(crate) struct IndexRow {
+    pub key: Bytes,
+    pub state: State,
+    /// The state cell's bytes, for check-and-mutates.
+    pub state_bytes: Bytes,
+    pub primary: Bytes,
+    pub cells: Vec<(Bytes, Bytes)>,
+}
+
+pub(crate) fn verified() -> Bytes {
+    Bytes::from_static(&[1])
+}
+
+/// An unverified state naming the write `token` of writer `owner`.
+pub(crate) fn unverified(token: u64, owner: (u64, u64), deadline_ms: u64) -> Bytes {
+    let mut b = Vec::with_capacity(33);
+    b.put_u8(0);
+    b.put_u64(token);
+    b.put_u64(owner.0);
+    b.put_u64(owner.1);
+    b.put_u64(deadline_ms);
+    b.into()
+}
+
+fn parse_state(value: &[u8]) -> Option<State> {
+    match value {
+        [1] => Some(State::Verified),
+        [0, rest @ ..] if rest.len() == 32 => {
+            let word = |i: usize| u64::from_be_bytes(rest[i * 8..i * 8 + 8].try_into().unwrap_or_default());
+            Some(State::Unverified { owner: (word(1), word(2)), deadline_ms: word(3) })
+        }
+        _ => None,
+    }
+}
+
+/// Reads an index row; `None` for a row without a readable state and primary key (not an
+/// index row, or damaged: verification reports it).
+pub(crate) fn parse_row(row: &Row) -> Option<IndexRow> {
+    let mut state = None;
+    let mut primary = None;
+    let mut cells = Vec::new();
+    for c in row.cells.iter().filter(|c| c.family == FAMILY.as_bytes()) {
+        match &c.qualifier[..] {
+            STATE => state = Some(c.value.clone()),
+            PRIMARY => primary = Some(c.value.clone()),
+            _ => cells.push((c.qualifier.clone(), c.value.clone())),
+        }
+    }
+    let state_bytes = state?;
+    Some(IndexRow { key: row.key.clone(), state: parse_state(&state_bytes)?, state_bytes, primary: primary?, cells })
+}
+
+fn put(qualifier: &[u8], value: Bytes) -> CellMutation {
+    CellMutation::Put {
+        family: Bytes::from_static(FAMILY.as_bytes()),
+        qualifier: Bytes::copy_from_slice(qualifier),
+        value,
+        timestamp: None,
+    }
+}
+
+/// The mutations that write `entry` with `state`: state, primary key, copies, and deletes of
+/// copies the entry no longer has (an included column that became absent).
+pub(crate) fn write_entry(schema: &'static Schema, entry: &Entry, state: Bytes) -> Vec<CellMutation> {
+    let mut m = vec![put(STATE, state), put(PRIMARY, entry.primary.clone())];
+    for column in copied(schema, &schema.indexes[entry.index]) {
+        let qualifier = copy_qualifier(column);
+        match entry.cells.iter().find(|(q, _)| *q == qualifier) {
+            Some((_, value)) => m.push(put(&qualifier, value.clone())),
+            None => m.push(CellMutation::DeleteColumn { family: Bytes::from_static(FAMILY.as_bytes()), qualifier }),
+        }
+    }
+    m
+}
+
+/// Only the state cell.
+pub(crate) fn write_state(state: Bytes) -> CellMutation {
+    put(STATE, state)
+}
+
+/// The state and primary key: a mark on a row that may have been deleted meanwhile still
+/// leaves a row readers can settle.
+pub(crate) fn write_mark(primary: &Bytes, state: Bytes) -> Vec<CellMutation> {
+    vec![put(STATE, state), put(PRIMARY, primary.clone())]
+}
+
+/// A condition on an index row's state cell: `Some(bytes)` equal, `None` absent.
+pub(crate) fn state_is(value: Option<Bytes>) -> crate::store::Condition {
+    let (family, qualifier) = (Bytes::from_static(FAMILY.as_bytes()), Bytes::from_static(STATE));
+    match value {
+        Some(value) => crate::store::Condition::Equals { family, qualifier, value },
+        None => crate::store::Condition::Absent { family, qualifier },
+    }
+}
+
+/// A condition on an index row's primary key.
+pub(crate) fn primary_is(primary: &Bytes) -> crate::store::Condition {
+    crate::store::Condition::Equals {
+        family: Bytes::from_static(FAMILY.as_bytes()),
+        qualifier: Bytes::from_static(PRIMARY),
+        value: primary.clone(),
+    }
+}
+
+/// True if `row` (an index row as read) says what `entry` says: same key, primary and copies.
+pub(crate) fn matches(row: &IndexRow, entry: &Entry) -> bool {
+    let mut have = row.cells.clone();
+    let mut want = entry.cells.clone();
+    have.sort();
+    want.sort();
+    row.key == entry.key && row.primary == entry.primary && have == want
+}

@@ -1,0 +1,363 @@
+//! Reads through an index: gets by unique value, prefix and range scans (forward or reverse,
+//! with a limit and page cursors), as entities, keys or covered entries.
+//!
+//! A verified index row is trusted; an unverified one (a write in flight, or left by a crash)
+//! is checked against its data row: it counts only if the data row's values imply it. When the
+//! writer that left it is gone, the reader settles it for good — verifies it, or deletes it —
+//! with a check-and-mutate on the state it read. Entity reads read the data rows anyway, and
+//! check verified rows too.
+
+use bytes::Bytes;
+
+use super::entry::{self, Entry, IndexRow, State};
+use super::{Index, IndexValue, PrefixOf};
+use crate::entity::Entity;
+use crate::key::prefix_end;
+use crate::repo::{Cursor, Page, Repository};
+use crate::store::{CellMutation, ReadSpec, Row, RowMutation, ScanSpec, StoredCell};
+use crate::value::Column;
+use crate::{Error, Result};
+
+/// Index rows read per round trip of data rows.
+const CHUNK: usize = 256;
+
+/// Reads of entities `E` through one index whose values are `V`; from
+/// [`Repository::index`].
+pub struct IndexReader<E, V> {
+    repo: Repository<E>,
+    index: Index<E, V>,
+}
+
+impl<E: Entity> Repository<E> {
+    /// Reads through `index` (a generated constant such as `Customer::BY_EMAIL`).
+    pub fn index<V>(&self, index: Index<E, V>) -> IndexReader<E, V> {
+        IndexReader { repo: self.clone(), index }
+    }
+}
+
+/// An index row read without its data row: the entity's key and the indexed and included
+/// columns (a covered read).
+#[derive(Debug, Clone)]
+pub struct IndexEntry<E: Entity> {
+    /// The entity's key.
+    pub key: E::Key,
+    /// The copied columns, as a row of the data table.
+    row: Row,
+}
+
+impl<E: Entity> IndexEntry<E> {
+    /// A copied column's value: `field` must be indexed or included by the index.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for a field the entity does not store; [`Error::Decode`] for a
+    /// value that does not decode as `T` (or is missing, for a non-`Option` `T`).
+    pub fn get<T: Column>(&self, field: &str) -> Result<T> {
+        let spec = E::SCHEMA.column(field).ok_or_else(|| Error::InvalidArgument {
+            arg: "field",
+            reason: format!("{} has no stored field `{field}`", E::SCHEMA.entity),
+        })?;
+        crate::entity::decode_column::<T>(&self.row, spec, u64::MAX)
+            .map_err(|e| crate::repo::decode_error(E::SCHEMA.table, &self.row.key, e))
+    }
+
+    /// The whole entity, if the index copies every field it needs.
+    ///
+    /// # Errors
+    /// [`Error::Decode`] naming a column the index does not copy.
+    pub fn entity(&self) -> Result<E> {
+        Repository::<E>::decode(&self.row, u64::MAX)
+    }
+}
+
+impl<E: Entity, V: IndexValue> IndexReader<E, V> {
+    fn spec(&self) -> &'static super::IndexSpec {
+        self.index.spec()
+    }
+
+    /// The entity holding `value` in a unique index.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] on an index that is not unique (scan it instead);
+    /// [`Error::IndexNotReady`]; key encoding, decoding and store errors.
+    pub fn get(&self, value: V) -> Result<Option<E>> {
+        if !self.spec().unique {
+            return Err(Error::InvalidArgument {
+                arg: "index",
+                reason: format!("index `{}` is not unique: scan it with a prefix", self.spec().name),
+            });
+        }
+        let mut found = self.scan().prefix_of(&value).limit(1).to_vec()?;
+        Ok(found.pop())
+    }
+
+    /// A scan of the index, in value order unless reversed.
+    pub fn scan(&self) -> IndexQuery<'_, E, V> {
+        IndexQuery { reader: self, from: None, to: None, reverse: false, limit: None, after: None, error: None }
+    }
+}
+
+/// An index scan being set up; from [`IndexReader::scan`].
+pub struct IndexQuery<'r, E, V> {
+    reader: &'r IndexReader<E, V>,
+    /// Encoded values (after the index's prefix): inclusive start, exclusive end.
+    from: Option<Vec<u8>>,
+    to: Option<Vec<u8>>,
+    reverse: bool,
+    limit: Option<usize>,
+    after: Option<Cursor>,
+    error: Option<Error>,
+}
+
+/// What a scan yields per index row.
+enum Mode {
+    Entities,
+    Keys,
+    Covered,
+}
+
+/// Valid index rows in scan order, each with its entity when entities were read.
+type Found<E> = Vec<(Hit, Option<E>)>;
+
+/// One index row found valid, with its data row when it was read.
+struct Hit {
+    index_row: IndexRow,
+    data: Option<Row>,
+    /// The entry the data row implies (read for unverified rows, and for entities).
+    entry: Option<Entry>,
+}
+
+impl<'r, E: Entity, V: IndexValue> IndexQuery<'r, E, V> {
+    fn encode(&mut self, value: &impl IndexValue) -> Option<Vec<u8>> {
+        let mut out = Vec::new();
+        match value.encode_value(self.reader.spec().parts, &mut out) {
+            Ok(()) => Some(out),
+            Err(source) => {
+                self.error.get_or_insert(Error::Key { entity: E::SCHEMA.entity, source });
+                None
+            }
+        }
+    }
+
+    fn prefix_of(mut self, value: &impl IndexValue) -> Self {
+        if let Some(p) = self.encode(value) {
+            self.to = prefix_end(&p).map(|e| e.to_vec());
+            self.from = Some(p);
+        }
+        self
+    }
+
+    /// Only entities whose leading indexed values are `prefix` (the whole value, or a tuple of
+    /// the first fields of a composite index).
+    pub fn prefix<P: PrefixOf<V>>(self, prefix: P) -> Self {
+        self.prefix_of(&prefix)
+    }
+
+    /// Only entities whose indexed values are at or after `from` (a value or leading tuple).
+    pub fn from<P: PrefixOf<V>>(mut self, from: P) -> Self {
+        self.from = self.encode(&from);
+        self
+    }
+
+    /// Only entities whose indexed values are before `to` (a value or leading tuple).
+    pub fn to<P: PrefixOf<V>>(mut self, to: P) -> Self {
+        self.to = self.encode(&to);
+        self
+    }
+
+    /// Largest values first.
+    pub fn reverse(mut self) -> Self {
+        self.reverse = true;
+        self
+    }
+
+    /// At most `n` entities.
+    pub fn limit(mut self, n: usize) -> Self {
+        self.limit = Some(n);
+        self
+    }
+
+    /// Resumes after the last entity of an earlier page (same index, same direction).
+    pub fn after(mut self, cursor: &Cursor) -> Self {
+        self.after = Some(cursor.clone());
+        self
+    }
+
+    /// The matching entities.
+    ///
+    /// # Errors
+    /// [`Error::IndexNotReady`]; key encoding, decoding and store errors.
+    pub fn to_vec(self) -> Result<Vec<E>> {
+        Ok(self.run(Mode::Entities)?.0.into_iter().filter_map(|(_, e)| e).collect())
+    }
+
+    /// The keys of the matching entities, from the index alone (unverified rows excepted).
+    ///
+    /// # Errors
+    /// As [`IndexQuery::to_vec`]; [`Error::Decode`] for an entity with a hashed key part.
+    pub fn keys(self) -> Result<Vec<E::Key>> {
+        let (hits, _) = self.run(Mode::Keys)?;
+        hits.into_iter().map(|(h, _)| key_of::<E>(&h.index_row.primary)).collect()
+    }
+
+    /// The matching index entries, read without their data rows (unverified rows excepted): a
+    /// covered read.
+    ///
+    /// # Errors
+    /// As [`IndexQuery::keys`].
+    pub fn entries(self) -> Result<Vec<IndexEntry<E>>> {
+        let (hits, _) = self.run(Mode::Covered)?;
+        hits.into_iter().map(|(h, _)| covered::<E>(&h)).collect()
+    }
+
+    /// One page of at most `size` entities, and the cursor of the next one.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for a zero size; as [`IndexQuery::to_vec`].
+    pub fn page(mut self, size: usize) -> Result<Page<E>> {
+        if size == 0 {
+            return Err(Error::InvalidArgument { arg: "size", reason: "a page holds at least one entity".into() });
+        }
+        self.limit = Some(size);
+        let reverse = self.reverse;
+        let (found, more) = self.run(Mode::Entities)?;
+        let next = match found.last() {
+            Some((last, _)) if more => Some(Cursor { reverse, after: last.index_row.key.to_vec(), group: false }),
+            _ => None,
+        };
+        Ok(Page { items: found.into_iter().filter_map(|(_, e)| e).collect(), next })
+    }
+
+    /// The index rows of the range, checked; with the entity for [`Mode::Entities`]. Also
+    /// returns whether rows may remain past the limit.
+    fn run(mut self, mode: Mode) -> Result<(Found<E>, bool)> {
+        if let Some(e) = self.error.take() {
+            return Err(e);
+        }
+        let repo = &self.reader.repo;
+        let schema = &E::SCHEMA;
+        let position = self.reader.index.position();
+        repo.index_statuses().check(repo.store(), schema, position)?;
+        let prefix = entry::index_prefix(schema, self.reader.spec());
+        let with_prefix = |v: &[u8]| Bytes::from([&prefix[..], v].concat());
+        let mut start = self.from.as_deref().map_or_else(|| Bytes::from(prefix.clone()), with_prefix);
+        let mut end = match self.to.as_deref() {
+            Some(to) => Some(with_prefix(to)),
+            None => prefix_end(&prefix).map(Bytes::from),
+        };
+        if let Some(cursor) = &self.after {
+            if cursor.reverse != self.reverse || cursor.group {
+                return Err(Error::InvalidArgument {
+                    arg: "cursor",
+                    reason: "from a scan in the other direction".into(),
+                });
+            }
+            if self.reverse {
+                end = Some(Bytes::from(cursor.after.clone()));
+            } else {
+                start = Bytes::from([&cursor.after[..], &[0]].concat());
+            }
+        }
+        let limit = self.limit.unwrap_or(usize::MAX);
+        let table = super::index_table(schema.table);
+        let spec = ScanSpec { start, end, reverse: self.reverse, limit: None, read: ReadSpec::default() };
+        let store = repo.store();
+        let mut rows = store.scan(&table, &spec)?;
+        let mut found = Vec::new();
+        loop {
+            let want = (limit - found.len()).min(CHUNK);
+            let mut chunk = Vec::with_capacity(want);
+            for row in rows.by_ref() {
+                // Rows that do not parse are left to verification.
+                if let Some(r) = entry::parse_row(&row?) {
+                    chunk.push(r);
+                }
+                if chunk.len() == want {
+                    break;
+                }
+            }
+            let exhausted = chunk.len() < want;
+            for hit in self.check(chunk, &mode)? {
+                let entity = match (&mode, &hit.data) {
+                    (Mode::Entities, Some(row)) => Some(Repository::<E>::decode(row, u64::MAX)?),
+                    _ => None,
+                };
+                found.push((hit, entity));
+            }
+            if found.len() >= limit {
+                found.truncate(limit);
+                return Ok((found, true));
+            }
+            if exhausted {
+                return Ok((found, false));
+            }
+        }
+    }
+
+    /// Keeps the rows of `chunk` that hold (see the module docs), settling abandoned
+    /// unverified ones. Reads data rows for unverified index rows, and for all of them when
+    /// entities are wanted.
+    fn check(&self, chunk: Vec<IndexRow>, mode: &Mode) -> Result<Vec<Hit>> {
+        let repo = &self.reader.repo;
+        let schema = &E::SCHEMA;
+        let position = self.reader.index.position();
+        let needs_data = |r: &IndexRow| matches!(mode, Mode::Entities) || r.state != State::Verified;
+        let wanted: Vec<Bytes> = chunk.iter().filter(|r| needs_data(r)).map(|r| r.primary.clone()).collect();
+        let mut data = if wanted.is_empty() {
+            Vec::new()
+        } else {
+            repo.store().read_rows(schema.table, &wanted, &ReadSpec::default())?
+        }
+        .into_iter();
+        let mut hits = Vec::new();
+        let mut settle = Vec::new();
+        for index_row in chunk {
+            if !needs_data(&index_row) {
+                hits.push(Hit { index_row, data: None, entry: None });
+                continue;
+            }
+            let row = data.next().flatten();
+            let implied = row.as_ref().and_then(|r| entry::entries_of_row(schema, r).swap_remove(position));
+            let holds = implied.as_ref().is_some_and(|e| e.key == index_row.key);
+            if let State::Unverified { owner, deadline_ms } = index_row.state {
+                if crate::writer::gone(owner, deadline_ms, repo.store().guarantees()) {
+                    let mutations = match implied.as_ref().filter(|_| holds) {
+                        Some(e) => entry::write_entry(schema, e, entry::verified()),
+                        None => vec![CellMutation::DeleteRow],
+                    };
+                    let m = RowMutation { row: index_row.key.clone(), mutations };
+                    settle.push((entry::state_is(Some(index_row.state_bytes.clone())), m));
+                }
+            }
+            if holds {
+                hits.push(Hit { index_row, data: row, entry: implied });
+            }
+        }
+        if !settle.is_empty() {
+            repo.store().check_and_mutate_many(&super::index_table(schema.table), settle)?;
+        }
+        Ok(hits)
+    }
+}
+
+fn key_of<E: Entity>(primary: &[u8]) -> Result<E::Key> {
+    E::key_from_row_key(primary).map_err(|e| crate::repo::decode_error(E::SCHEMA.table, primary, e))
+}
+
+/// A covered entry: from the data row's implied entry when one was read (unverified rows),
+/// else from the index row's copies.
+fn covered<E: Entity>(hit: &Hit) -> Result<IndexEntry<E>> {
+    let cells = hit.entry.as_ref().map_or(&hit.index_row.cells, |e| &e.cells);
+    let mut stored = Vec::new();
+    for (qualifier, value) in cells {
+        let Some((family, qualifier)) = split_copy(qualifier) else { continue };
+        stored.push(StoredCell { family, qualifier, timestamp: 0, value: value.clone() });
+    }
+    let key = key_of::<E>(&hit.index_row.primary)?;
+    Ok(IndexEntry { key, row: Row { key: hit.index_row.primary.clone(), cells: stored } })
+}
+
+/// `family:qualifier` of an index copy.
+fn split_copy(qualifier: &[u8]) -> Option<(Bytes, Bytes)> {
+    let at = qualifier.iter().position(|&b| b == b':')?;
+    Some((Bytes::copy_from_slice(&qualifier[..at]), Bytes::copy_from_slice(&qualifier[at + 1..])))
+}

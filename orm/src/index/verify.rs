@@ -1,0 +1,271 @@
+//! Verification and repair of an index against its data: every data row's entry must be in
+//! the index, verified, with the right copies; every index row must be implied by its data
+//! row; a unique value must belong to one entity.
+//!
+//! Two passes — the data rows, then the index rows — each reading the other side in batches.
+//! Repairs go through the same steps as writes and reads (entries are rebuilt with the write
+//! protocol, leftovers removed with a check-and-mutate on the state read), so a repair run
+//! while the application writes undoes nothing it did.
+
+use std::fmt;
+
+use bytes::Bytes;
+
+use super::entry::{self, IndexRow, State};
+use super::{Change, Index, IndexedWrite};
+use crate::entity::Entity;
+use crate::repo::{printable, Repository};
+use crate::store::{CellMutation, ReadSpec, Row, RowMutation, ScanSpec};
+use crate::{Error, Result};
+
+/// Rows checked per batch of reads of the other side.
+const BATCH: usize = 256;
+
+/// What verification found (and repair fixed).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct VerifyReport {
+    /// The index.
+    pub index: &'static str,
+    /// Data rows of the entity read.
+    pub data_rows: u64,
+    /// Index rows read.
+    pub index_rows: u64,
+    /// Data rows whose entry the index lacks.
+    pub missing: u64,
+    /// Index rows whose copies differ from their data row's.
+    pub outdated: u64,
+    /// Index rows no data row implies (the entity changed or is gone).
+    pub stale: u64,
+    /// Index rows still unverified (writes in flight, or left by a crash).
+    pub unverified: u64,
+    /// Data rows holding a unique value another entity holds.
+    pub violations: u64,
+    /// Problems fixed (repair only).
+    pub repaired: u64,
+    /// The first problems, by row, for the report.
+    pub examples: Vec<String>,
+}
+
+impl VerifyReport {
+    /// True if the index holds exactly what the data implies.
+    pub fn is_clean(&self) -> bool {
+        self.missing + self.outdated + self.stale + self.unverified + self.violations == 0
+    }
+}
+
+impl fmt::Display for VerifyReport {
+    /// A two-column table.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let rows = [
+            ("data rows", self.data_rows),
+            ("index rows", self.index_rows),
+            ("missing entries", self.missing),
+            ("outdated copies", self.outdated),
+            ("stale entries", self.stale),
+            ("unverified entries", self.unverified),
+            ("unique violations", self.violations),
+            ("repaired", self.repaired),
+        ];
+        writeln!(f, "index {}", self.index)?;
+        for (what, n) in rows {
+            writeln!(f, "  {what:<20} {n:>10}")?;
+        }
+        for example in &self.examples {
+            writeln!(f, "  - {example}")?;
+        }
+        Ok(())
+    }
+}
+
+const MAX_EXAMPLES: usize = 20;
+
+/// A verification (and optional repair) of one index; from [`Repository::verify_index`].
+pub struct Verify<'a, E> {
+    repo: &'a Repository<E>,
+    position: usize,
+    repair: bool,
+}
+
+impl<E: Entity> Repository<E> {
+    /// A job that checks `index` against the data (see [`crate::index`]); add
+    /// [`Verify::repair`] to fix what it finds.
+    pub fn verify_index<V>(&self, index: Index<E, V>) -> Verify<'_, E> {
+        Verify { repo: self, position: index.position(), repair: false }
+    }
+}
+
+impl<E: Entity> Verify<'_, E> {
+    /// Fixes what verification finds: missing and outdated entries rebuilt, stale ones
+    /// deleted, abandoned unverified ones settled. Unique violations are reported only: which
+    /// entity keeps the value is the application's call.
+    pub fn repair(mut self) -> Self {
+        self.repair = true;
+        self
+    }
+
+    /// Runs both passes.
+    ///
+    /// # Errors
+    /// Store errors.
+    pub fn run(self) -> Result<VerifyReport> {
+        let schema = &E::SCHEMA;
+        let mut report = VerifyReport { index: schema.indexes[self.position].name, ..VerifyReport::default() };
+        let store = self.repo.store();
+        // Pass 1: every data row's entry.
+        let mut batch = Vec::new();
+        for row in store.scan(schema.table, &ScanSpec::default())? {
+            let row = row?;
+            if E::key_from_row_key(&row.key).is_err() {
+                continue;
+            }
+            report.data_rows += 1;
+            batch.push(row);
+            if batch.len() == BATCH {
+                self.check_data(std::mem::take(&mut batch), &mut report)?;
+            }
+        }
+        self.check_data(batch, &mut report)?;
+        // Pass 2: every index row.
+        let prefix = entry::index_prefix(schema, &schema.indexes[self.position]);
+        let end = crate::key::prefix_end(&prefix).map(Bytes::from);
+        let spec = ScanSpec { start: prefix.into(), end, ..ScanSpec::default() };
+        let mut batch = Vec::new();
+        for row in store.scan(&super::index_table(schema.table), &spec)? {
+            report.index_rows += 1;
+            batch.push(row?);
+            if batch.len() == BATCH {
+                self.check_index(std::mem::take(&mut batch), &mut report)?;
+            }
+        }
+        self.check_index(batch, &mut report)?;
+        Ok(report)
+    }
+
+    fn note(report: &mut VerifyReport, what: String) {
+        if report.examples.len() < MAX_EXAMPLES {
+            report.examples.push(what);
+        }
+    }
+
+    fn rebuild(&self, row: &Bytes, report: &mut VerifyReport) -> Result<()> {
+        if !self.repair {
+            return Ok(());
+        }
+        let write = IndexedWrite {
+            store: self.repo.store(),
+            schema: &E::SCHEMA,
+            row: row.clone(),
+            change: Change::Rebuild(self.position),
+            expect_version: None,
+        };
+        match write.run() {
+            Ok(_) => report.repaired += 1,
+            Err(Error::UniqueViolation { .. }) => {}
+            Err(e) => return Err(e),
+        }
+        Ok(())
+    }
+
+    fn check_data(&self, rows: Vec<Row>, report: &mut VerifyReport) -> Result<()> {
+        let schema = &E::SCHEMA;
+        let expected: Vec<(Bytes, entry::Entry)> = rows
+            .iter()
+            .filter_map(|r| Some((r.key.clone(), entry::entries_of_row(schema, r).swap_remove(self.position)?)))
+            .collect();
+        let keys: Vec<Bytes> = expected.iter().map(|(_, e)| e.key.clone()).collect();
+        let found = self.repo.store().read_rows(&super::index_table(schema.table), &keys, &ReadSpec::default())?;
+        for ((row, want), have) in expected.iter().zip(found) {
+            match have.as_ref().and_then(entry::parse_row) {
+                None => {
+                    report.missing += 1;
+                    Self::note(report, format!("missing: entry of row {}", printable(row)));
+                    self.rebuild(row, report)?;
+                }
+                Some(have) if have.primary != want.primary => {
+                    // A unique value another entity holds in the index.
+                    report.violations += 1;
+                    Self::note(
+                        report,
+                        format!(
+                            "unique violation: rows {} and {} hold one value",
+                            printable(row),
+                            printable(&have.primary)
+                        ),
+                    );
+                }
+                Some(have) if have.state != State::Verified => {
+                    // Counted (and settled) in the index pass.
+                }
+                Some(have) if !entry::matches(&have, want) => {
+                    report.outdated += 1;
+                    Self::note(report, format!("outdated: entry of row {}", printable(row)));
+                    self.rebuild(row, report)?;
+                }
+                Some(_) => {}
+            }
+        }
+        Ok(())
+    }
+
+    fn check_index(&self, rows: Vec<Row>, report: &mut VerifyReport) -> Result<()> {
+        let schema = &E::SCHEMA;
+        let store = self.repo.store();
+        let parsed: Vec<(Row, Option<IndexRow>)> = rows
+            .into_iter()
+            .map(|r| {
+                let p = entry::parse_row(&r);
+                (r, p)
+            })
+            .collect();
+        let primaries: Vec<Bytes> = parsed.iter().filter_map(|(_, p)| p.as_ref().map(|p| p.primary.clone())).collect();
+        let mut data = store.read_rows(schema.table, &primaries, &ReadSpec::default())?.into_iter();
+        let mut fixes = Vec::new();
+        for (raw, parsed) in parsed {
+            let raw_state = raw.value(entry::FAMILY, "s").map(Bytes::copy_from_slice);
+            let Some(index_row) = parsed else {
+                report.stale += 1;
+                Self::note(report, format!("damaged index row {}", printable(&raw.key)));
+                fixes.push((
+                    entry::state_is(raw_state),
+                    RowMutation { row: raw.key, mutations: vec![CellMutation::DeleteRow] },
+                ));
+                continue;
+            };
+            let data_row = data.next().flatten();
+            let implied = data_row.as_ref().and_then(|r| entry::entries_of_row(schema, r).swap_remove(self.position));
+            let holds = implied.as_ref().is_some_and(|e| e.key == index_row.key && e.primary == index_row.primary);
+            if index_row.state != State::Verified {
+                report.unverified += 1;
+                Self::note(report, format!("unverified: index row {}", printable(&index_row.key)));
+                let gone = match index_row.state {
+                    State::Unverified { owner, deadline_ms } => {
+                        crate::writer::gone(owner, deadline_ms, store.guarantees())
+                    }
+                    State::Verified => false,
+                };
+                if gone {
+                    let mutations = match implied.as_ref().filter(|_| holds) {
+                        Some(e) => entry::write_entry(schema, e, entry::verified()),
+                        None => vec![CellMutation::DeleteRow],
+                    };
+                    fixes.push((entry::state_is(raw_state), RowMutation { row: index_row.key.clone(), mutations }));
+                }
+            } else if !holds {
+                report.stale += 1;
+                Self::note(
+                    report,
+                    format!("stale: index row {} (row {})", printable(&index_row.key), printable(&index_row.primary)),
+                );
+                fixes.push((
+                    entry::state_is(raw_state),
+                    RowMutation { row: index_row.key.clone(), mutations: vec![CellMutation::DeleteRow] },
+                ));
+            }
+        }
+        if self.repair && !fixes.is_empty() {
+            let applied = store.check_and_mutate_many(&super::index_table(schema.table), fixes)?;
+            report.repaired += applied.iter().filter(|&&a| a).count() as u64;
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,366 @@
+//! Writes of indexed entities: the verified/unverified protocol.
+//!
+//! A write of one data row (put, save or delete)
+//! 1. reads the data row and works out which index rows change: additions (entries the new
+//!    values imply that are not stored as they are) and removals (entries of the old values
+//!    the new ones no longer imply);
+//! 2. writes the additions *unverified* by this write, claiming unique values first with a
+//!    put-if-absent, and marks the removals unverified by this write;
+//! 3. writes the data row with a check-and-mutate on its write token (a cell every indexed
+//!    write replaces), so concurrent writers of one row take turns: the loser undoes its
+//!    additions and starts over;
+//! 4. marks the additions verified and deletes the removals, each with a check-and-mutate on
+//!    the state this write left, so a later writer's marks are never overwritten.
+//!
+//! A crash between any two steps leaves only unverified rows, which readers check against the
+//! data row (see `read`): an index read never returns an entity that does not hold the value,
+//! and never misses one that does.
+
+use bytes::Bytes;
+
+use super::entry::{self, Entry, IndexRow, State};
+use crate::entity::{ColumnSpec, Schema};
+use crate::repo::printable;
+use crate::store::{CellMutation, Condition, ReadSpec, Row, RowMutation, Store};
+use crate::value::ColumnValue;
+use crate::writer::{self, now_ms, Owner};
+use crate::{Error, Result};
+
+/// How long another process's unverified marks stand before readers may settle them, on a
+/// store several processes share.
+pub(crate) const LEASE_MS: u64 = 5_000;
+/// Attempts before a write gives up on a row other writers keep changing.
+const ATTEMPTS: u32 = 64;
+
+/// What a write does to its data row.
+pub(crate) enum Change {
+    /// Writes these cells (the entity's mutations, without the write token).
+    Put(Vec<CellMutation>),
+    /// Deletes the row.
+    Delete,
+    /// Changes no data: writes the entry of index `.0` the stored row implies (a backfill).
+    Rebuild(usize),
+}
+
+/// One indexed write of the data row `row` of `schema`'s table.
+pub(crate) struct IndexedWrite<'a> {
+    pub store: &'a dyn Store,
+    pub schema: &'static Schema,
+    pub row: Bytes,
+    pub change: Change,
+    /// `save`: the version the stored row must have (0: no stored version), and its column.
+    pub expect_version: Option<(u64, &'static ColumnSpec)>,
+}
+
+/// The index changes of one attempt.
+struct Plan {
+    additions: Vec<Entry>,
+    removals: Vec<Entry>,
+    /// Additions whose key an old entry already had (only copied columns change): undoing
+    /// them must not delete the row the old values still need.
+    same_key: Vec<Bytes>,
+}
+
+impl IndexedWrite<'_> {
+    fn index_table(&self) -> String {
+        super::index_table(self.schema.table)
+    }
+
+    fn default_family(&self) -> &'static str {
+        self.schema.families.first().map_or("d", |f| f.name)
+    }
+
+    fn token_condition(&self, old: Option<&Row>) -> Condition {
+        let family = Bytes::from_static(self.default_family().as_bytes());
+        let qualifier = Bytes::from_static(entry::TOKEN);
+        match old.and_then(|r| r.value(self.default_family(), "\x00i")) {
+            Some(token) => Condition::Equals { family, qualifier, value: Bytes::copy_from_slice(token) },
+            None => Condition::Absent { family, qualifier },
+        }
+    }
+
+    /// The entries the new values imply.
+    fn new_entries(&self) -> Result<Vec<Option<Entry>>> {
+        let Change::Put(mutations) = &self.change else {
+            // A delete implies no entries; a rebuild's come from the row it reads.
+            return Ok(vec![None; self.schema.indexes.len()]);
+        };
+        let cell = |c: &ColumnSpec| {
+            mutations.iter().rev().find_map(|m| match m {
+                CellMutation::Put { family, qualifier, value, .. }
+                    if family == c.family.as_bytes() && qualifier == c.qualifier.as_bytes() =>
+                {
+                    Some(Some(value.clone()))
+                }
+                CellMutation::DeleteColumn { family, qualifier }
+                    if family == c.family.as_bytes() && qualifier == c.qualifier.as_bytes() =>
+                {
+                    Some(None)
+                }
+                _ => None,
+            })?
+        };
+        (0..self.schema.indexes.len())
+            .map(|i| {
+                entry::entry(self.schema, i, &self.row, &cell).map_err(|reason| Error::Encode {
+                    entity: self.schema.entity,
+                    field: self.schema.indexes[i].name,
+                    reason,
+                })
+            })
+            .collect()
+    }
+
+    fn plan(&self, old: Option<&Row>, new: &[Option<Entry>]) -> Plan {
+        let old: Vec<Option<Entry>> = match old {
+            Some(row) => entry::entries_of_row(self.schema, row),
+            None => vec![None; new.len()],
+        };
+        let mut plan = Plan { additions: Vec::new(), removals: Vec::new(), same_key: Vec::new() };
+        if let Change::Rebuild(position) = self.change {
+            // The entry may be stored already: keep it if the write loses a race.
+            let entry = old.into_iter().nth(position).flatten();
+            plan.same_key.extend(entry.as_ref().map(|e| e.key.clone()));
+            plan.additions.extend(entry);
+            return plan;
+        }
+        for (old, new) in old.into_iter().zip(new) {
+            if old.as_ref() == new.as_ref() {
+                continue;
+            }
+            match (old, new) {
+                (Some(o), Some(n)) if o.key == n.key => {
+                    plan.same_key.push(n.key.clone());
+                    plan.additions.push(n.clone());
+                }
+                (o, n) => {
+                    plan.additions.extend(n.clone());
+                    plan.removals.extend(o);
+                }
+            }
+        }
+        plan
+    }
+
+    /// Runs the write (see the module docs).
+    ///
+    /// # Errors
+    /// [`Error::UniqueViolation`] (nothing written); [`Error::VersionConflict`] for a save
+    /// whose version is not the stored one; [`Error::Contended`] after [`ATTEMPTS`] lost
+    /// races; store errors (the write may be partly done: only unverified marks, which
+    /// readers settle).
+    /// Returns whether the write changed any index row.
+    pub(crate) fn run(self) -> Result<bool> {
+        let owner = Owner::new();
+        let new = self.new_entries()?;
+        // Marks of attempts that lost the race on the data row, settled once one wins.
+        let mut leftovers: Vec<(Entry, Bytes)> = Vec::new();
+        for _ in 0..ATTEMPTS {
+            let old = self.store.read_rows(self.schema.table, std::slice::from_ref(&self.row), &ReadSpec::default())?;
+            let old = old.into_iter().flatten().next();
+            self.check_version(old.as_ref())?;
+            if old.is_none() && matches!(self.change, Change::Delete | Change::Rebuild(_)) {
+                return Ok(false);
+            }
+            let token = writer::token();
+            let mark = entry::unverified(token, owner.name(), now_ms() + LEASE_MS);
+            let plan = self.plan(old.as_ref(), &new);
+            self.prepare(&plan, &mark)?;
+            let mut mutations = match &self.change {
+                Change::Put(m) => m.clone(),
+                Change::Delete => vec![CellMutation::DeleteRow],
+                Change::Rebuild(_) => Vec::new(),
+            };
+            if !matches!(self.change, Change::Delete) {
+                mutations.push(CellMutation::Put {
+                    family: Bytes::from_static(self.default_family().as_bytes()),
+                    qualifier: Bytes::from_static(entry::TOKEN),
+                    value: Bytes::copy_from_slice(&token.to_be_bytes()),
+                    timestamp: None,
+                });
+            }
+            let data = RowMutation { row: self.row.clone(), mutations };
+            if !self.store.check_and_mutate(self.schema.table, self.token_condition(old.as_ref()), data)? {
+                // Another writer changed the row since the read: take back this attempt's
+                // additions and start over from the row as it is now.
+                self.release(&plan.additions, &plan.same_key, &mark)?;
+                let kept = plan.additions.iter().filter(|a| plan.same_key.contains(&a.key));
+                leftovers.extend(plan.removals.iter().chain(kept).map(|e| (e.clone(), mark.clone())));
+                continue;
+            }
+            let written = match self.change {
+                Change::Put(_) => new.clone(),
+                Change::Delete => Vec::new(),
+                Change::Rebuild(_) => old.as_ref().map(|r| entry::entries_of_row(self.schema, r)).unwrap_or_default(),
+            };
+            self.settle(&plan, &mark, &leftovers, &written)?;
+            return Ok(!plan.additions.is_empty() || !plan.removals.is_empty());
+        }
+        Err(Error::Contended { entity: self.schema.entity, row: printable(&self.row), attempts: ATTEMPTS })
+    }
+
+    fn check_version(&self, old: Option<&Row>) -> Result<()> {
+        let Some((expected, column)) = self.expect_version else { return Ok(()) };
+        let stored = old
+            .and_then(|r| r.value(column.family, column.qualifier))
+            .map(u64::from_bytes)
+            .transpose()
+            .map_err(|e| Error::Decode {
+                table: self.schema.table,
+                row: printable(&self.row),
+                column: Some(format!("{}:{}", column.family, column.qualifier)),
+                reason: e.to_string(),
+            })?
+            .unwrap_or(0);
+        if stored != expected {
+            return Err(Error::VersionConflict { entity: self.schema.entity, row: printable(&self.row), expected });
+        }
+        Ok(())
+    }
+
+    /// Step 2: claims unique values, then writes the other additions and marks the removals,
+    /// all unverified by `mark`.
+    fn prepare(&self, plan: &Plan, mark: &Bytes) -> Result<()> {
+        let table = self.index_table();
+        let mut claimed = Vec::new();
+        for addition in plan.additions.iter().filter(|a| self.schema.indexes[a.index].unique) {
+            if let Err(e) = self.claim(addition, mark) {
+                self.release(&claimed, &plan.same_key, mark)?;
+                return Err(e);
+            }
+            claimed.push(addition.clone());
+        }
+        let mut rows: Vec<RowMutation> = plan
+            .additions
+            .iter()
+            .filter(|a| !self.schema.indexes[a.index].unique)
+            .map(|a| RowMutation { row: a.key.clone(), mutations: entry::write_entry(self.schema, a, mark.clone()) })
+            .collect();
+        let (unique, plain): (Vec<&Entry>, Vec<&Entry>) =
+            plan.removals.iter().partition(|r| self.schema.indexes[r.index].unique);
+        rows.extend(
+            plain
+                .iter()
+                .map(|r| RowMutation { row: r.key.clone(), mutations: entry::write_mark(&r.primary, mark.clone()) }),
+        );
+        if !rows.is_empty() {
+            self.store.mutate(&table, rows)?;
+        }
+        // A unique value is marked only while it still names this row: it may have been
+        // reclaimed for another entity.
+        let marks: Vec<(Condition, RowMutation)> = unique
+            .iter()
+            .map(|r| {
+                let m = RowMutation { row: r.key.clone(), mutations: vec![entry::write_state(mark.clone())] };
+                (entry::primary_is(&r.primary), m)
+            })
+            .collect();
+        if !marks.is_empty() {
+            self.store.check_and_mutate_many(&table, marks)?;
+        }
+        Ok(())
+    }
+
+    /// Claims a unique value for this row: put-if-absent, or a take-over of a claim whose
+    /// holder does not hold the value and cannot be about to (see the module docs of
+    /// `crate::writer`).
+    fn claim(&self, addition: &Entry, mark: &Bytes) -> Result<()> {
+        let table = self.index_table();
+        let write = |condition: Condition| {
+            let m = RowMutation {
+                row: addition.key.clone(),
+                mutations: entry::write_entry(self.schema, addition, mark.clone()),
+            };
+            self.store.check_and_mutate(&table, condition, m)
+        };
+        for _ in 0..ATTEMPTS {
+            if write(entry::state_is(None))? {
+                return Ok(());
+            }
+            let rows = self.store.read_rows(&table, std::slice::from_ref(&addition.key), &ReadSpec::default())?;
+            let Some(row) = rows.into_iter().flatten().next() else { continue };
+            let raw_state = row.value(entry::FAMILY, "s").map(Bytes::copy_from_slice);
+            let holder = entry::parse_row(&row);
+            let reclaimable = match &holder {
+                Some(h) if h.primary == addition.primary => true,
+                Some(h) => !self.holder_keeps(addition, h)?,
+                // Damaged: no entity can be found through it.
+                None => true,
+            };
+            if !reclaimable {
+                return Err(Error::UniqueViolation {
+                    entity: self.schema.entity,
+                    index: self.schema.indexes[addition.index].name,
+                    value: printable(
+                        &addition.key[entry::index_prefix(self.schema, &self.schema.indexes[addition.index]).len()..],
+                    ),
+                });
+            }
+            if write(entry::state_is(raw_state))? {
+                return Ok(());
+            }
+        }
+        Err(Error::Contended { entity: self.schema.entity, row: printable(&addition.key), attempts: ATTEMPTS })
+    }
+
+    /// True if another row's claim `holder` on `addition`'s value stands: its writer may still
+    /// be at work, or its data row holds the value.
+    fn holder_keeps(&self, addition: &Entry, holder: &IndexRow) -> Result<bool> {
+        if let State::Unverified { owner, deadline_ms } = holder.state {
+            if !writer::gone(owner, deadline_ms, self.store.guarantees()) {
+                return Ok(true);
+            }
+        }
+        let rows =
+            self.store.read_rows(self.schema.table, std::slice::from_ref(&holder.primary), &ReadSpec::default())?;
+        Ok(rows
+            .into_iter()
+            .flatten()
+            .next()
+            .and_then(|row| entry::entries_of_row(self.schema, &row).swap_remove(addition.index))
+            .is_some_and(|e| e.key == addition.key))
+    }
+
+    /// Takes back additions this write marked (all but those whose key the old values still
+    /// need: they stay unverified, for readers to check against the data).
+    fn release(&self, additions: &[Entry], keep: &[Bytes], mark: &Bytes) -> Result<()> {
+        let undo: Vec<(Condition, RowMutation)> = additions
+            .iter()
+            .filter(|a| !keep.contains(&a.key))
+            .map(|a| {
+                let m = RowMutation { row: a.key.clone(), mutations: vec![CellMutation::DeleteRow] };
+                (entry::state_is(Some(mark.clone())), m)
+            })
+            .collect();
+        if !undo.is_empty() {
+            self.store.check_and_mutate_many(&self.index_table(), undo)?;
+        }
+        Ok(())
+    }
+
+    /// Step 4: verifies the additions and deletes the removals this write marked; settles the
+    /// marks of lost attempts against the data this write left (`written`: its entries).
+    fn settle(&self, plan: &Plan, mark: &Bytes, leftovers: &[(Entry, Bytes)], written: &[Option<Entry>]) -> Result<()> {
+        let verify = plan.additions.iter().map(|a| {
+            let m = RowMutation { row: a.key.clone(), mutations: vec![entry::write_state(entry::verified())] };
+            (entry::state_is(Some(mark.clone())), m)
+        });
+        let delete = plan.removals.iter().map(|r| {
+            let m = RowMutation { row: r.key.clone(), mutations: vec![CellMutation::DeleteRow] };
+            (entry::state_is(Some(mark.clone())), m)
+        });
+        let planned = |key: &Bytes| plan.additions.iter().chain(&plan.removals).any(|e| e.key == *key);
+        let earlier = leftovers.iter().filter(|(e, _)| !planned(&e.key)).map(|(e, old_mark)| {
+            let mutations = match written.iter().flatten().find(|w| w.key == e.key) {
+                Some(w) => entry::write_entry(self.schema, w, entry::verified()),
+                None => vec![CellMutation::DeleteRow],
+            };
+            (entry::state_is(Some(old_mark.clone())), RowMutation { row: e.key.clone(), mutations })
+        });
+        let all: Vec<_> = verify.chain(delete).chain(earlier).collect();
+        if !all.is_empty() {
+            self.store.check_and_mutate_many(&self.index_table(), all)?;
+        }
+        Ok(())
+    }
+}

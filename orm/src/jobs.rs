@@ -1,0 +1,59 @@
+//! Checkpoints of long-running jobs (migrations, index backfills): the last row a job
+//! finished, kept in the database so a killed or interrupted job resumes after it.
+
+use bytes::Bytes;
+
+use crate::store::{CellMutation, FamilySpec, ReadSpec, RowMutation, SplitPolicy, Store, TableSpec};
+use crate::Result;
+
+/// The table where jobs keep their checkpoints.
+pub const JOBS_TABLE: &str = "cellar_jobs";
+const FAMILY: &str = "j";
+const LAST: &[u8] = b"last";
+
+/// The checkpoint of one job, named by its row in [`JOBS_TABLE`].
+pub(crate) struct Checkpoint<'s> {
+    store: &'s dyn Store,
+    job: Bytes,
+}
+
+impl<'s> Checkpoint<'s> {
+    /// The checkpoint of job `job`; creates the jobs table if missing.
+    pub(crate) fn open(store: &'s dyn Store, job: Bytes) -> Result<Self> {
+        store.ensure_table(&TableSpec {
+            name: JOBS_TABLE.into(),
+            families: vec![FamilySpec { name: FAMILY.into(), max_versions: 1, ttl_secs: None }],
+            split_keys: Vec::new(),
+            split_policy: SplitPolicy::MidKey,
+        })?;
+        Ok(Checkpoint { store, job })
+    }
+
+    /// The last row the job finished, if it has started and not finished.
+    pub(crate) fn last(&self) -> Result<Option<Bytes>> {
+        let rows = self.store.read_rows(JOBS_TABLE, std::slice::from_ref(&self.job), &ReadSpec::default())?;
+        Ok(rows.into_iter().flatten().next().and_then(|row| row.cells.into_iter().next()).map(|c| c.value))
+    }
+
+    /// Where a resumed job starts: just after the last row it finished (empty: the start).
+    pub(crate) fn resume_from(last: Option<&Bytes>) -> Bytes {
+        last.map(|last| Bytes::from([&last[..], &[0]].concat())).unwrap_or_default()
+    }
+
+    /// Records that the job finished every row up to `last`.
+    pub(crate) fn save(&self, last: &Bytes) -> Result<()> {
+        let put = CellMutation::Put {
+            family: Bytes::from_static(FAMILY.as_bytes()),
+            qualifier: Bytes::from_static(LAST),
+            value: last.clone(),
+            timestamp: None,
+        };
+        self.store.mutate(JOBS_TABLE, vec![RowMutation { row: self.job.clone(), mutations: vec![put] }])
+    }
+
+    /// Removes the checkpoint: the job is done, and a next run starts from the beginning.
+    pub(crate) fn clear(&self) -> Result<()> {
+        self.store
+            .mutate(JOBS_TABLE, vec![RowMutation { row: self.job.clone(), mutations: vec![CellMutation::DeleteRow] }])
+    }
+}

@@ -1,0 +1,307 @@
+//! Secondary indexes through the repository: unique gets, prefix and range scans in both
+//! directions with limits and pages, keys and covered entries, sparse optional fields, unique
+//! values claimed and freed, races between writers, and the backfill of an index declared on
+//! a table that already had rows.
+
+mod common;
+
+use std::collections::BTreeSet;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+
+use cellar::orm::index::BackfillProgress;
+use cellar::orm::Error;
+use cellar::prelude::*;
+use common::people::{person, Person};
+
+fn ids(people: &[Person]) -> Vec<u32> {
+    people.iter().map(|p| p.id).collect()
+}
+
+fn populated() -> (Db, Repository<Person>) {
+    let db = Db::open_temporary().unwrap();
+    let people = db.repo::<Person>().unwrap();
+    // ids 0..12: emails unique, cities cycling, ages 20..24, tags on even ids.
+    for id in 0..12u32 {
+        let tag = (id % 2 == 0).then_some((id % 4) as u8);
+        people.put(&person(id, id as u8, (id % 3) as u8, 20 + (id % 4) as u8, tag)).unwrap();
+    }
+    (db, people)
+}
+
+#[test]
+fn unique_gets_and_scans_answer_from_the_index() {
+    let (_db, people) = populated();
+    let by_email = people.index(Person::BY_EMAIL);
+    assert_eq!(by_email.get("p7@example.com".to_string()).unwrap().map(|p| p.id), Some(7));
+    assert_eq!(by_email.get("nobody@example.com".to_string()).unwrap(), None);
+
+    let by_city = people.index(Person::BY_CITY_AGE);
+    // Oslo: ids 0, 3, 6, 9 with ages 20, 23, 22, 21: in (age, id) order.
+    assert_eq!(ids(&by_city.scan().prefix(("Oslo".to_string(),)).to_vec().unwrap()), [0, 9, 6, 3]);
+    assert_eq!(ids(&by_city.scan().prefix(("Oslo".to_string(), 22u8)).to_vec().unwrap()), [6]);
+    assert_eq!(ids(&by_city.scan().prefix(("Oslo".to_string(),)).reverse().limit(2).to_vec().unwrap()), [3, 6]);
+    // Ranges over leading values: from inclusive, to exclusive.
+    let range = by_city.scan().from(("Oslo".to_string(), 21u8)).to(("Oslo".to_string(), 23u8)).to_vec().unwrap();
+    assert_eq!(ids(&range), [9, 6]);
+    // Every city, Lima < Oslo < Pune.
+    assert_eq!(by_city.scan().to_vec().unwrap().len(), 12);
+    assert_eq!(by_city.scan().limit(1).to_vec().unwrap()[0].city, "Lima");
+
+    // Keys and covered entries, without data rows.
+    let keys: Vec<u32> =
+        by_city.scan().prefix(("Pune".to_string(),)).keys().unwrap().into_iter().map(|k| k.id).collect();
+    assert_eq!(keys, [8, 5, 2, 11]);
+    let entries = by_city.scan().prefix(("Pune".to_string(),)).entries().unwrap();
+    assert_eq!(entries[0].key.id, 8);
+    assert_eq!(entries[0].get::<String>("name").unwrap(), "person 8.20");
+    assert_eq!(entries[0].get::<u8>("age").unwrap(), 20);
+    let err = entries[0].entity().unwrap_err().to_string();
+    assert!(err.contains("email"), "the index does not copy the email: {err}");
+
+    // Pages resume where the last one ended.
+    let mut seen = Vec::new();
+    let mut page = by_city.scan().page(5).unwrap();
+    loop {
+        seen.extend(ids(&page.items));
+        let Some(next) = page.next else { break };
+        page = by_city.scan().after(&next).page(5).unwrap();
+    }
+    assert_eq!(seen, ids(&by_city.scan().to_vec().unwrap()));
+
+    // Non-unique indexes are scanned, not got.
+    let err = people.index(Person::BY_TAG).get("t0".to_string()).unwrap_err();
+    assert!(matches!(err, Error::InvalidArgument { .. }), "{err}");
+}
+
+#[test]
+fn absent_optional_fields_are_not_indexed() {
+    let (_db, people) = populated();
+    let by_tag = people.index(Person::BY_TAG);
+    assert_eq!(ids(&by_tag.scan().prefix("t0".to_string()).to_vec().unwrap()), [0, 4, 8]);
+    assert_eq!(ids(&by_tag.scan().prefix("t2".to_string()).to_vec().unwrap()), [2, 6, 10]);
+    assert_eq!(by_tag.scan().to_vec().unwrap().len(), 6, "odd ids have no tag and no entry");
+    // Dropping a tag removes the entry; setting one adds it.
+    let mut p = people.get(4).unwrap().unwrap();
+    p.tag = None;
+    people.put(&p).unwrap();
+    p = people.get(5).unwrap().unwrap();
+    p.tag = Some("t0".into());
+    people.put(&p).unwrap();
+    assert_eq!(ids(&by_tag.scan().prefix("t0".to_string()).to_vec().unwrap()), [0, 5, 8]);
+}
+
+#[test]
+fn unique_values_are_claimed_once_and_freed_by_changes_and_deletes() {
+    let (_db, people) = populated();
+    let by_email = people.index(Person::BY_EMAIL);
+    let err = people.put(&person(20, 3, 0, 30, None)).unwrap_err();
+    match &err {
+        Error::UniqueViolation { index, value, .. } => {
+            assert_eq!(*index, "by_email");
+            assert!(value.contains("p3@example.com"), "{value}");
+        }
+        other => panic!("{other}"),
+    }
+    assert_eq!(people.get(20).unwrap(), None, "the loser wrote nothing");
+    assert_eq!(by_email.get("p3@example.com".to_string()).unwrap().map(|p| p.id), Some(3));
+
+    // Changing a unique value frees the old one.
+    let mut three = people.get(3).unwrap().unwrap();
+    three.email = "new3@example.com".into();
+    people.put(&three).unwrap();
+    assert_eq!(by_email.get("p3@example.com".to_string()).unwrap(), None);
+    people.put(&person(20, 3, 0, 30, None)).unwrap();
+    assert_eq!(by_email.get("p3@example.com".to_string()).unwrap().map(|p| p.id), Some(20));
+    // So does a delete; a re-put of the same entity keeps its own value.
+    people.put(&people.get(20).unwrap().unwrap()).unwrap();
+    people.delete(20).unwrap();
+    assert_eq!(by_email.get("p3@example.com".to_string()).unwrap(), None);
+    people.put(&person(21, 3, 0, 30, None)).unwrap();
+    // Saves keep indexes right too, and still refuse stale versions.
+    let mut p = people.get(21).unwrap().unwrap();
+    p.age = 31;
+    people.save(&mut p).unwrap();
+    let mut stale = p.clone();
+    stale.version -= 1;
+    assert!(matches!(people.save(&mut stale), Err(Error::VersionConflict { .. })));
+    let by_city = people.index(Person::BY_CITY_AGE);
+    assert_eq!(ids(&by_city.scan().prefix(("Oslo".to_string(), 31u8)).to_vec().unwrap()), [21]);
+    for index in [people.verify_index(Person::BY_EMAIL), people.verify_index(Person::BY_CITY_AGE)] {
+        let report = index.run().unwrap();
+        assert!(report.is_clean(), "{report}");
+    }
+}
+
+#[test]
+fn racing_claims_of_one_value_have_exactly_one_winner() {
+    let db = Db::open_temporary().unwrap();
+    let people = db.repo::<Person>().unwrap();
+    for round in 0..5u8 {
+        let winners: Vec<u32> = std::thread::scope(|s| {
+            let handles: Vec<_> = (0..8u32)
+                .map(|t| {
+                    let people = people.clone();
+                    s.spawn(move || {
+                        let id = u32::from(round) * 100 + t;
+                        match people.put(&person(id, round, 0, 20, None)) {
+                            Ok(()) => Some(id),
+                            Err(Error::UniqueViolation { .. }) => None,
+                            Err(e) => panic!("{e}"),
+                        }
+                    })
+                })
+                .collect();
+            handles.into_iter().filter_map(|h| h.join().unwrap()).collect()
+        });
+        assert_eq!(winners.len(), 1, "round {round}: {winners:?}");
+        let email = person(0, round, 0, 0, None).email;
+        assert_eq!(people.index(Person::BY_EMAIL).get(email).unwrap().map(|p| p.id), Some(winners[0]));
+        let stored: Vec<u32> = people.scan().to_vec().unwrap().into_iter().map(|p| p.id).collect();
+        assert!(stored.contains(&winners[0]) && stored.iter().filter(|&&id| id / 100 == u32::from(round)).count() == 1);
+    }
+}
+
+#[test]
+fn writers_racing_on_the_same_rows_leave_the_index_exact() {
+    let db = Db::open_temporary().unwrap();
+    let people = db.repo::<Person>().unwrap();
+    std::thread::scope(|s| {
+        for t in 0..4u8 {
+            let people = people.clone();
+            s.spawn(move || {
+                for i in 0..150u32 {
+                    let id = i % 5;
+                    let (city, age) = (((i + u32::from(t)) % 3) as u8, 20 + ((i * 7 + u32::from(t)) % 5) as u8);
+                    let tag = (i % 3 == 0).then_some(t % 2);
+                    // Emails stay per row, so only the non-unique indexes race.
+                    people.put(&person(id, id as u8, city, age, tag)).unwrap();
+                    if i % 17 == 0 {
+                        people.delete(id).unwrap();
+                    }
+                }
+            });
+        }
+    });
+    let stored = people.scan().to_vec().unwrap();
+    for city in ["Oslo", "Lima", "Pune"] {
+        let mut want: Vec<&Person> = stored.iter().filter(|p| p.city == city).collect();
+        want.sort_by_key(|p| (p.age, p.id));
+        let got = people.index(Person::BY_CITY_AGE).scan().prefix((city.to_string(),)).keys().unwrap();
+        assert_eq!(got.into_iter().map(|k| k.id).collect::<Vec<_>>(), want.iter().map(|p| p.id).collect::<Vec<_>>());
+    }
+    for index in [people.verify_index(Person::BY_CITY_AGE), people.verify_index(Person::BY_TAG)] {
+        let report = index.run().unwrap();
+        assert!(report.is_clean(), "{report}");
+        assert_eq!(report.data_rows, stored.len() as u64);
+    }
+}
+
+mod before_the_index {
+    use cellar::prelude::*;
+
+    /// `Person` as it was before its indexes: same table and columns.
+    #[derive(Entity, Debug, Clone, PartialEq)]
+    #[cellar(table = "people")]
+    pub struct Person {
+        #[cellar(key)]
+        pub id: u32,
+        #[cellar(column = "n")]
+        pub name: String,
+        #[cellar(column = "e")]
+        pub email: String,
+        #[cellar(column = "c")]
+        pub city: String,
+        #[cellar(column = "a")]
+        pub age: u8,
+        #[cellar(column = "t")]
+        pub tag: Option<String>,
+        #[cellar(version)]
+        pub version: u64,
+    }
+}
+
+#[test]
+fn an_index_added_to_existing_rows_answers_once_backfilled() {
+    let db = Db::open_temporary().unwrap();
+    let old = db.repo::<before_the_index::Person>().unwrap();
+    for id in 0..2500u32 {
+        let p = person(id, (id % 250) as u8, (id % 3) as u8, 20, None);
+        let p = before_the_index::Person {
+            id,
+            name: p.name,
+            email: format!("{id}@example.com"),
+            city: p.city,
+            age: p.age,
+            tag: p.tag,
+            version: 0,
+        };
+        old.put(&p).unwrap();
+    }
+    let people = db.repo::<Person>().unwrap();
+    let err = people.index(Person::BY_EMAIL).get("7@example.com".to_string()).unwrap_err();
+    assert!(matches!(err, Error::IndexNotReady { index: "by_email", .. }), "{err}");
+    // Writes keep the index up to date before the backfill, too.
+    people.put(&Person { email: "new@example.com".into(), ..people.get(7).unwrap().unwrap() }).unwrap();
+
+    // The backfill dies after its first checkpoint, then resumes after it.
+    let died = catch_unwind(AssertUnwindSafe(|| {
+        people.build_index(Person::BY_EMAIL).on_progress(|_| panic!("killed")).run().unwrap();
+    }));
+    assert!(died.is_err());
+    assert!(people.index(Person::BY_EMAIL).get("7@example.com".to_string()).is_err(), "not built yet");
+    let mut progress: Vec<BackfillProgress> = Vec::new();
+    let report = people.build_index(Person::BY_EMAIL).on_progress(|p| progress.push(p.clone())).run().unwrap();
+    assert!(report.resumed_after.is_some() && report.built, "{report:?}");
+    assert_eq!((report.rows, report.indexed), (1500, 1500), "the first 1000 rows not redone");
+    assert_eq!(progress.iter().map(|p| p.rows).collect::<Vec<_>>(), [1000, 1500]);
+    let by_email = people.index(Person::BY_EMAIL);
+    assert_eq!(by_email.get("2400@example.com".to_string()).unwrap().map(|p| p.id), Some(2400));
+    assert_eq!(by_email.get("new@example.com".to_string()).unwrap().map(|p| p.id), Some(7));
+    assert_eq!(by_email.get("7@example.com".to_string()).unwrap(), None);
+    let report = people.verify_index(Person::BY_EMAIL).run().unwrap();
+    assert!(report.is_clean(), "{report}");
+    assert_eq!(report.index_rows, 2500);
+    // A second repository sees the index built.
+    let again = db.repo::<Person>().unwrap();
+    assert_eq!(again.index(Person::BY_EMAIL).get("1@example.com".to_string()).unwrap().map(|p| p.id), Some(1));
+    // Other indexes of the entity were pending too, and build the same way.
+    assert!(people.index(Person::BY_TAG).scan().to_vec().is_err());
+    let report = people.build_index(Person::BY_TAG).run().unwrap();
+    assert_eq!((report.rows, report.indexed, report.built), (2500, 0, true), "no tags: nothing to index");
+    let emails: BTreeSet<String> = people.scan().to_vec().unwrap().into_iter().map(|p| p.email).collect();
+    assert_eq!(emails.len(), 2500);
+}
+
+#[test]
+fn a_backfill_reports_unique_violations_and_leaves_the_index_unbuilt() {
+    let db = Db::open_temporary().unwrap();
+    let old = db.repo::<before_the_index::Person>().unwrap();
+    for id in 0..10u32 {
+        let email = if id == 4 { "3@example.com".to_string() } else { format!("{id}@example.com") };
+        let p = before_the_index::Person {
+            id,
+            name: format!("n{id}"),
+            email,
+            city: "Oslo".into(),
+            age: 20,
+            tag: None,
+            version: 0,
+        };
+        old.put(&p).unwrap();
+    }
+    let people = db.repo::<Person>().unwrap();
+    let report = people.build_index(Person::BY_EMAIL).run().unwrap();
+    assert!(!report.built);
+    assert_eq!(report.violations.len(), 1, "{report:?}");
+    assert!(report.violations[0].row.contains("\\x00\\x00\\x00\\x04"), "{report:?}");
+    assert!(matches!(
+        people.index(Person::BY_EMAIL).get("3@example.com".to_string()),
+        Err(Error::IndexNotReady { .. })
+    ));
+    // Fixing the data and running again builds it.
+    let mut four = people.get(4).unwrap().unwrap();
+    four.email = "4@example.com".into();
+    people.put(&four).unwrap();
+    assert!(people.build_index(Person::BY_EMAIL).run().unwrap().built);
+    assert_eq!(people.index(Person::BY_EMAIL).get("4@example.com".to_string()).unwrap().map(|p| p.id), Some(4));
+}

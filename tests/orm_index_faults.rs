@@ -1,0 +1,231 @@
+//! Model-based test of secondary indexes with injected faults: random sequences of puts,
+//! saves, changes of indexed fields and deletes run against a store that fails the k-th
+//! mutating call — for every k the sequence reaches, the failure either before the call takes
+//! effect or after (the caller sees an error either way). After every step, every index query
+//! must answer exactly what the committed data implies, without any repair; at the end,
+//! verification after a repair must find the index holding exactly the data.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+
+use bytes::Bytes;
+use cellar::engine::{Engine, EngineOptions};
+use cellar::orm::store::{
+    Condition, EmbeddedStore, Guarantees, ReadSpec, Row, RowCheck, RowMutation, RowStream, ScanSpec, Store, TableSpec,
+};
+use cellar::orm::{Error, Result};
+use cellar::prelude::*;
+use common::people::{person, Person};
+use proptest::prelude::*;
+
+/// The embedded store, failing its k-th mutating call.
+struct Faulty {
+    inner: EmbeddedStore,
+    calls: AtomicU64,
+    fail_at: AtomicU64,
+    /// Fail after the call took effect (a lost acknowledgement) instead of before.
+    after: AtomicBool,
+}
+
+impl Faulty {
+    /// Runs `apply` unless this is the call to fail.
+    fn call<T>(&self, apply: impl FnOnce() -> Result<T>) -> Result<T> {
+        let n = self.calls.fetch_add(1, Ordering::SeqCst) + 1;
+        if n != self.fail_at.load(Ordering::SeqCst) {
+            return apply();
+        }
+        if self.after.load(Ordering::SeqCst) {
+            apply()?;
+        }
+        Err(Error::Store(format!("injected failure of mutating call {n}")))
+    }
+}
+
+impl Store for Faulty {
+    fn ensure_table(&self, spec: &TableSpec) -> Result<()> {
+        self.inner.ensure_table(spec)
+    }
+    fn mutate(&self, table: &str, rows: Vec<RowMutation>) -> Result<()> {
+        self.call(|| self.inner.mutate(table, rows))
+    }
+    fn read_rows(&self, table: &str, rows: &[Bytes], read: &ReadSpec) -> Result<Vec<Option<Row>>> {
+        self.inner.read_rows(table, rows, read)
+    }
+    fn scan<'a>(&'a self, table: &str, scan: &ScanSpec) -> Result<RowStream<'a>> {
+        self.inner.scan(table, scan)
+    }
+    fn check_and_mutate(&self, table: &str, condition: Condition, mutation: RowMutation) -> Result<bool> {
+        self.call(|| self.inner.check_and_mutate(table, condition, mutation))
+    }
+    fn check_and_mutate_many(&self, table: &str, entries: Vec<(Condition, RowMutation)>) -> Result<Vec<bool>> {
+        self.call(|| self.inner.check_and_mutate_many(table, entries))
+    }
+    fn split_keys(&self, table: &str) -> Result<Option<Vec<Bytes>>> {
+        self.inner.split_keys(table)
+    }
+    fn increment(&self, table: &str, row: Bytes, family: &str, qualifier: &str, delta: i64) -> Result<i64> {
+        self.call(|| self.inner.increment(table, row, family, qualifier, delta))
+    }
+    fn guarantees(&self) -> Guarantees {
+        self.inner.guarantees()
+    }
+    fn mutate_group(&self, table: &str, checks: Vec<RowCheck>, rows: Vec<RowMutation>) -> Result<bool> {
+        self.call(|| self.inner.mutate_group(table, checks, rows))
+    }
+}
+
+#[derive(Debug, Clone)]
+enum Op {
+    Put(Person),
+    /// Reads the stored person, changes its city and age, saves it.
+    Save(u32, u8, u8),
+    Delete(u32),
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        4 => (0u32..6, 0u8..5, 0u8..3, 20u8..24, prop::option::of(0u8..2))
+            .prop_map(|(id, email, city, age, tag)| Op::Put(person(id, email, city, age, tag))),
+        2 => (0u32..6, 0u8..3, 20u8..24).prop_map(|(id, city, age)| Op::Save(id, city, age)),
+        1 => (0u32..6).prop_map(Op::Delete),
+    ]
+}
+
+type Model = BTreeMap<u32, Person>;
+
+/// Applies `op` to the repository and to the model; a failed call leaves the model at
+/// whichever state the data row shows (before or after), and checks it is one of the two.
+fn apply(people: &Repository<Person>, model: &mut Model, op: &Op) {
+    let id = match op {
+        Op::Put(p) => p.id,
+        Op::Save(id, ..) | Op::Delete(id) => *id,
+    };
+    let before = model.get(&id).cloned();
+    let (outcome, after) = match op {
+        Op::Put(p) => {
+            let taken = model.values().any(|o| o.id != p.id && o.email == p.email);
+            let outcome = people.put(p);
+            if taken {
+                assert!(matches!(outcome, Err(Error::UniqueViolation { .. }) | Err(Error::Store(_))), "{outcome:?}");
+            }
+            (outcome, (!taken).then(|| p.clone()).or(before.clone()))
+        }
+        Op::Save(id, city, age) => {
+            let Some(mut p) = people.get(*id).unwrap() else { return };
+            p.city = person(0, 0, *city, 0, None).city;
+            p.age = *age;
+            let outcome = people.save(&mut p);
+            (outcome, Some(p))
+        }
+        Op::Delete(_) => (people.delete(id), None),
+    };
+    let stored = people.get(id).unwrap();
+    match outcome {
+        Ok(()) => assert_eq!(stored.as_ref().map(strip), after.as_ref().map(strip), "{op:?}"),
+        Err(e) => {
+            let allowed = [before.as_ref().map(strip), after.as_ref().map(strip)];
+            assert!(allowed.contains(&stored.as_ref().map(strip)), "{op:?} failed with {e}: row is {stored:?}");
+        }
+    }
+    match stored {
+        Some(p) => model.insert(id, p),
+        None => model.remove(&id),
+    };
+}
+
+/// A person without its version (a failed save leaves the in-memory version unknown).
+fn strip(p: &Person) -> Person {
+    Person { version: 0, ..p.clone() }
+}
+
+/// Every index query answers what the model implies.
+fn check_queries(people: &Repository<Person>, model: &Model) {
+    for email in 0..5 {
+        let email = person(0, email, 0, 0, None).email;
+        let want = model.values().find(|p| p.email == email).cloned();
+        assert_eq!(people.index(Person::BY_EMAIL).get(email.clone()).unwrap(), want, "by_email {email}");
+    }
+    for city in 0..3 {
+        let city = person(0, 0, city, 0, None).city;
+        let mut want: Vec<&Person> = model.values().filter(|p| p.city == city).collect();
+        want.sort_by_key(|p| (p.age, p.id));
+        let by_city = people.index(Person::BY_CITY_AGE);
+        let got = by_city.scan().prefix((city.clone(),)).to_vec().unwrap();
+        assert_eq!(got.iter().collect::<Vec<_>>(), want, "by_city_age {city}");
+        let keys: Vec<u32> = by_city.scan().prefix((city.clone(),)).keys().unwrap().into_iter().map(|k| k.id).collect();
+        assert_eq!(keys, want.iter().map(|p| p.id).collect::<Vec<_>>(), "keys of {city}");
+        let covered = by_city.scan().prefix((city.clone(),)).entries().unwrap();
+        let names: Vec<String> = covered.iter().map(|e| e.get::<String>("name").unwrap()).collect();
+        assert_eq!(names, want.iter().map(|p| p.name.clone()).collect::<Vec<_>>(), "covered names of {city}");
+    }
+    for tag in 0..2 {
+        let tag = format!("t{tag}");
+        let want: Vec<u32> = model.values().filter(|p| p.tag.as_deref() == Some(&tag)).map(|p| p.id).collect();
+        let got: Vec<u32> = people
+            .index(Person::BY_TAG)
+            .scan()
+            .prefix(tag.clone())
+            .to_vec()
+            .unwrap()
+            .into_iter()
+            .map(|p| p.id)
+            .collect();
+        assert_eq!(got, want, "by_tag {tag}");
+    }
+}
+
+/// Runs `ops` failing mutating call `fail_at` (0: none); returns the mutating calls made.
+fn run(ops: &[Op], fail_at: u64, after: bool) -> u64 {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Arc::new(Faulty {
+        inner: EmbeddedStore::new(Engine::open(dir.path(), EngineOptions::default()).unwrap()),
+        calls: AtomicU64::new(0),
+        fail_at: AtomicU64::new(0),
+        after: AtomicBool::new(after),
+    });
+    let db = Db::with_store(store.clone());
+    let people = db.repo::<Person>().unwrap();
+    // Faults start with the sequence, after the repository's set-up.
+    store.calls.store(0, Ordering::SeqCst);
+    store.fail_at.store(fail_at, Ordering::SeqCst);
+    let mut model = Model::new();
+    for op in ops {
+        apply(&people, &mut model, op);
+        check_queries(&people, &model);
+    }
+    let calls = store.calls.load(Ordering::SeqCst);
+    store.fail_at.store(0, Ordering::SeqCst);
+    for report in [
+        people.verify_index(Person::BY_EMAIL).repair().run().unwrap(),
+        people.verify_index(Person::BY_CITY_AGE).repair().run().unwrap(),
+        people.verify_index(Person::BY_TAG).repair().run().unwrap(),
+    ] {
+        assert_eq!(report.violations, 0, "{report}");
+    }
+    for report in [
+        people.verify_index(Person::BY_EMAIL).run().unwrap(),
+        people.verify_index(Person::BY_CITY_AGE).run().unwrap(),
+        people.verify_index(Person::BY_TAG).run().unwrap(),
+    ] {
+        assert!(report.is_clean(), "after repair:\n{report}");
+    }
+    check_queries(&people, &model);
+    calls
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 6, ..ProptestConfig::default() })]
+
+    #[test]
+    fn every_fault_point_leaves_index_queries_right(ops in prop::collection::vec(op(), 1..16)) {
+        let calls = run(&ops, 0, false);
+        eprintln!("fault points: {calls}");
+        for k in 1..=calls {
+            run(&ops, k, false);
+            run(&ops, k, true);
+        }
+    }
+}
