@@ -2,10 +2,15 @@
 //! is `[md5(customer)][1]`, an order row `[md5(customer)][2][reverse timestamp][order id]`, so
 //! one short scan of a customer's partition returns the customer and every order, newest first.
 //!
+//! A customer's email is optional and unique: a unique secondary index `by_email` finds the
+//! customer by email, refuses a second customer the same address, lets an address go when its
+//! customer changes it, and leaves customers without one out (it is sparse). The order counter
+//! is not indexed, so an increment stays one round trip.
+//!
 //! Run with `cargo run --release --example customer_orders`. Every printed result is also
 //! asserted.
 
-use cellar::orm::{Entity as _, Result};
+use cellar::orm::{Entity as _, Error, Result};
 use cellar::prelude::*;
 use serde::{Deserialize, Serialize};
 
@@ -24,7 +29,8 @@ struct Customer {
     customer_id: String,
     #[cellar(column = "n")]
     name: String,
-    #[cellar(column = "e")]
+    /// At most one customer per address; customers without one are not indexed.
+    #[cellar(column = "e", index = "by_email", unique)]
     email: Option<String>,
     #[cellar(counter, column = "oc")]
     order_count: i64,
@@ -82,8 +88,14 @@ pub(crate) fn main() -> Result<()> {
     assert!(Order::layout().to_string().contains("record type  1 byte    0x02"));
     assert_eq!(Order::advice(), [], "the order layout follows every rule of thumb");
 
-    for (id, name) in [("c-1001", "Ada Lovelace"), ("c-1002", "Grace Hopper"), ("c-1003", "Edsger Dijkstra")] {
-        customers.put(&Customer { customer_id: id.into(), name: name.into(), email: None, order_count: 0 })?;
+    let people = [
+        ("c-1001", "Ada Lovelace", Some("ada@example.com")),
+        ("c-1002", "Grace Hopper", Some("grace@example.com")),
+        ("c-1003", "Edsger Dijkstra", None),
+    ];
+    for (id, name, email) in people {
+        let email = email.map(String::from);
+        customers.put(&Customer { customer_id: id.into(), name: name.into(), email, order_count: 0 })?;
     }
     let placed = [
         order("c-1001", 5, 1, 4_200, &["tea"]),
@@ -93,9 +105,13 @@ pub(crate) fn main() -> Result<()> {
         order("c-1002", 45, 5, 3_10, &["moth"]),
     ];
     orders.put_many(&placed)?;
-    for o in &placed {
-        customers.increment(o.customer_id.clone(), Customer::ORDER_COUNT, 1)?;
-    }
+    // Counters are not indexed: each increment is one round trip, the index untouched.
+    let (counted, costs) = db.measure(|| {
+        placed.iter().try_for_each(|o| customers.increment(o.customer_id.clone(), Customer::ORDER_COUNT, 1).map(drop))
+    });
+    counted?;
+    println!("order counts: {costs}");
+    assert_eq!((costs.increments, costs.round_trips()), (5, 5));
 
     // One scan of Grace's partition: her customer row, then her orders, newest first.
     let mut printed = Vec::new();
@@ -137,6 +153,46 @@ pub(crate) fn main() -> Result<()> {
     shipped.status = "shipped".into();
     orders.put(&shipped)?;
     assert_eq!(orders.get(key)?.map(|o| o.status), Some("shipped".into()));
+
+    // Customers by email, through the unique index.
+    let by_email = customers.index(Customer::BY_EMAIL);
+    let email = |e: &str| e.to_string();
+    let grace = by_email.get(email("grace@example.com"))?.expect("grace@example.com is indexed");
+    println!("grace@example.com: customer {} {}", grace.customer_id, grace.name);
+    assert_eq!((grace.customer_id.as_str(), grace.order_count), ("c-1002", 3));
+    let indexed = |ids: &[&str]| -> Result<()> {
+        let mut found: Vec<String> = by_email.scan().to_vec()?.into_iter().map(|c| c.customer_id).collect();
+        found.sort();
+        println!("customers with an email: {found:?}");
+        assert_eq!(found, ids);
+        Ok(())
+    };
+    // Edsger has no email: he is not in the index.
+    indexed(&["c-1001", "c-1002"])?;
+
+    // A second customer cannot take an address another one holds; nothing is written.
+    let mut edsger = customers.get(CustomerKey::customer_id("c-1003".into()))?.expect("customer c-1003");
+    edsger.email = Some(email("grace@example.com"));
+    let err = customers.put(&edsger).expect_err("the address is taken");
+    println!("c-1003 cannot take grace@example.com: {err}");
+    assert!(matches!(err, Error::UniqueViolation { index: "by_email", .. }));
+    assert_eq!(customers.get(CustomerKey::customer_id("c-1003".into()))?.and_then(|c| c.email), None);
+
+    // Changing an address frees the old one, which another customer can then take.
+    let mut ada = customers.get(CustomerKey::customer_id("c-1001".into()))?.expect("customer c-1001");
+    ada.email = Some(email("countess@example.com"));
+    customers.put(&ada)?;
+    assert_eq!(by_email.get(email("ada@example.com"))?, None);
+    edsger.email = Some(email("ada@example.com"));
+    customers.put(&edsger)?;
+    let owners = [by_email.get(email("countess@example.com"))?, by_email.get(email("ada@example.com"))?];
+    let owners: Vec<String> = owners.into_iter().flatten().map(|c| c.customer_id).collect();
+    println!("Ada moves to countess@example.com ({}); ada@example.com is free: {} takes it", owners[0], owners[1]);
+    assert_eq!(owners, ["c-1001", "c-1003"]);
+    indexed(&["c-1001", "c-1002", "c-1003"])?;
+    // The counters were kept through the puts (a put does not write counters).
+    let counts: Vec<i64> = customers.scan().to_vec()?.into_iter().map(|c| c.order_count).collect();
+    assert_eq!(counts.iter().sum::<i64>(), 5);
 
     // Every customer with a whole-table scan of customers only (orders are skipped).
     let names: Vec<String> = customers.scan().to_vec()?.into_iter().map(|c| c.name).collect();

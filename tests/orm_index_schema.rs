@@ -2,9 +2,10 @@
 //! a typed constant per index, encoders from stored cells to index parts, and keys decoded
 //! from row keys alone.
 
-use cellar::orm::entity::FieldError;
+use bytes::Bytes;
 use cellar::orm::index::{encode_optional, Index};
 use cellar::orm::key::{encode_part, Form, Modifier, PartSpec};
+use cellar::orm::store::{Row, StoredCell};
 use cellar::orm::value::Column;
 use cellar::prelude::*;
 
@@ -144,25 +145,28 @@ fn encoders_turn_stored_cells_into_index_parts() {
 }
 
 #[test]
-fn keys_decode_from_row_keys() {
+fn keys_decode_from_rows() {
+    let bare = |key: &[u8]| Row { key: Bytes::copy_from_slice(key), cells: Vec::new() };
     let row_key = Customer::row_key(&CustomerKey { id: 7 }).unwrap().for_write();
-    assert_eq!(Customer::key_from_row_key(&row_key), Ok(CustomerKey { id: 7 }));
-    assert!(Customer::key_from_row_key(&row_key[..3]).is_err());
+    assert_eq!(Customer::key_from_row(&bare(&row_key)), Ok(CustomerKey { id: 7 }));
+    assert!(Customer::key_from_row(&bare(&row_key[..3])).is_err());
 
-    // A hashed key part's value is not in the key.
+    // A hashed key part's value comes from its column, checked against the digest.
     let key = FileKey { owner: "ada".into(), name: "notes.txt".into() };
     let row_key = File::row_key(&key).unwrap().for_write();
-    let err = File::key_from_row_key(&row_key).unwrap_err();
-    assert_eq!(
-        err,
-        FieldError {
-            column: None,
-            reason: "key part `owner` is hashed: its value is not in the row key".into(),
-            other_record_type: false
-        }
-    );
-    // A row of another record type is told as such first.
+    let owner = |value: &str| StoredCell {
+        family: Bytes::from_static(b"d"),
+        qualifier: Bytes::from_static(b"o"),
+        timestamp: 1,
+        value: Bytes::copy_from_slice(value.as_bytes()),
+    };
+    let with_owner = |value: &str| Row { key: row_key.clone(), cells: vec![owner(value)] };
+    assert_eq!(File::key_from_row(&with_owner("ada")), Ok(key));
+    let err = File::key_from_row(&bare(&row_key)).unwrap_err();
+    assert_eq!(err.column.as_deref(), Some("d:o"), "{err:?}");
+    assert!(File::key_from_row(&with_owner("bob")).is_err(), "the digest does not match");
+    // A row of another record type is told as such.
     let mut other = row_key.to_vec();
     other[16] = 3;
-    assert!(File::key_from_row_key(&other).unwrap_err().other_record_type);
+    assert!(File::key_from_row(&bare(&other)).unwrap_err().other_record_type);
 }

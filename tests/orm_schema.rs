@@ -161,6 +161,7 @@ fn db_advice_checks_the_stored_tables_regions() {
                 .collect(),
             split_keys: vec![vec![0x40], vec![0x80], vec![0xC0]],
             split_policy: Default::default(),
+            deferred: false,
         })
         .unwrap();
     let advice = db.advise::<Reading>().unwrap();

@@ -285,7 +285,8 @@ fn check_fixed(ctx: &mut Ctx, fixed: &crate::attr::Spanned<u16>, ty: &str) {
 /// The most fields an index takes (the index value tuples go up to four).
 pub const MAX_INDEX_PARTS: usize = 4;
 
-/// Secondary indexes: declared on entities, over stored value columns, under distinct names.
+/// Secondary indexes: declared on entities, over stored columns (value fields and hashed key
+/// parts), under distinct names.
 fn check_indexes(ctx: &mut Ctx, e: &EntityAttr) {
     for f in &e.fields {
         if let Some(u) = f.unique.filter(|_| f.index.is_none()) {
@@ -355,8 +356,11 @@ fn check_index_fields(ctx: &mut Ctx, e: &EntityAttr, index: &IndexAttr) {
 
 /// Why a field cannot be an index part (`in_on`) or an included column.
 fn not_indexable(f: &FieldAttr, in_on: bool) -> Option<&'static str> {
-    Some(if f.is_key_part() {
-        "is a key part, in the row key rather than a column: scan by key prefix instead"
+    // A hashed key part keeps its value in a column (the row key holds its digest): it can be
+    // indexed and included like any column. Other key parts are only in the row key.
+    Some(if f.is_key_part() && !f.is_hashed() {
+        "is a key part, in the row key rather than a column (only hashed key parts keep their value in a \
+         column): scan by key prefix instead"
     } else if f.skip.is_some() {
         "is skipped: it is not stored"
     } else if f.children.is_some() {

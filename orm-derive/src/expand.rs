@@ -293,54 +293,31 @@ pub fn expand(e: &EntityAttr) -> TokenStream {
     // Row -> entity. Hashed parts leave a digest; their values are restored from their
     // columns only after the whole key (record type included) has been read.
     let digest_of = |f: &FieldAttr| format_ident!("__digest_{}", f.ident);
-    let read_parts = parts.iter().enumerate().map(|(i, p)| {
-        let (name, ty, list, index) = (&p.field.ident, &p.field.ty, &p.list, p.index);
-        let end = (i + 1 == partition.len()).then(|| quote!(reader.end_partition()?;));
-        let read = if p.field.is_hashed() {
-            let digest = digest_of(p.field);
-            quote!(let #digest = reader.digest(&S.#list[#index])?;)
-        } else {
-            quote!(let #name: #ty = reader.part::<#ty>(&S.#list[#index])?;)
-        };
-        quote! {
-            #read
-            #end
-        }
-    });
+    let read_parts = parts
+        .iter()
+        .enumerate()
+        .map(|(i, p)| {
+            let (name, ty, list, index) = (&p.field.ident, &p.field.ty, &p.list, p.index);
+            let end = (i + 1 == partition.len()).then(|| quote!(reader.end_partition()?;));
+            let read = if p.field.is_hashed() {
+                let digest = digest_of(p.field);
+                quote!(let #digest = reader.digest(&S.#list[#index])?;)
+            } else {
+                quote!(let #name: #ty = reader.part::<#ty>(&S.#list[#index])?;)
+            };
+            quote! {
+                #read
+                #end
+            }
+        })
+        .collect::<Vec<_>>();
     let restore_hashed = parts.iter().filter(|p| p.field.is_hashed()).map(|p| {
         let (name, ty, list, index) = (&p.field.ident, &p.field.ty, &p.list, p.index);
         let digest = digest_of(p.field);
         let c = column_index(p.field).unwrap_or_default();
         quote!(let #name: #ty = #orm::entity::restore_hashed::<#ty>(&#digest, row, &S.#list[#index], &S.columns[#c])?;)
-    });
+    }).collect::<Vec<_>>();
     let start_partition = partition.is_empty().then(|| quote!(reader.end_partition()?;));
-    // Row key -> key. A hashed part leaves only its digest: the key is read through (so a row
-    // of another record type is told as such), then refused.
-    let hashed = parts.iter().find(|p| p.field.is_hashed());
-    let key_parts = parts.iter().enumerate().map(|(i, p)| {
-        let (name, ty, list, index) = (&p.field.ident, &p.field.ty, &p.list, p.index);
-        let end = (i + 1 == partition.len()).then(|| quote!(reader.end_partition()?;));
-        let read = match hashed {
-            Some(_) if p.field.is_hashed() => quote!(reader.digest(&S.#list[#index])?;),
-            Some(_) => quote!(reader.part::<#ty>(&S.#list[#index])?;),
-            None => quote!(let #name: #ty = reader.part::<#ty>(&S.#list[#index])?;),
-        };
-        quote! {
-            #read
-            #end
-        }
-    });
-    let key_result = match hashed {
-        Some(p) => {
-            let reason = lit(&format!("key part `{}` is hashed: its value is not in the row key", p.field.ident));
-            quote!(::core::result::Result::Err(#orm::entity::FieldError {
-                column: ::core::option::Option::None,
-                reason: ::std::string::String::from(#reason),
-                other_record_type: false,
-            }))
-        }
-        None => quote!(::core::result::Result::Ok(#key_ident { #(#key_names),* })),
-    };
     let read_columns = e.fields.iter().filter(|f| !f.is_key_part()).map(|f| {
         let name = &f.ident;
         let ty = &f.ty;
@@ -497,13 +474,14 @@ pub fn expand(e: &EntityAttr) -> TokenStream {
                     ::core::result::Result::Ok(::std::vec![#(#cells),*])
                 }
 
-                fn key_from_row_key(row_key: &[u8]) -> ::core::result::Result<#key_ident, #orm::entity::FieldError> {
+                fn key_from_row(row: &#orm::store::Row) -> ::core::result::Result<#key_ident, #orm::entity::FieldError> {
                     const S: &#orm::Schema = &<#ident as #orm::Entity>::SCHEMA;
-                    let mut reader = #orm::key::KeyReader::new(S, row_key)?;
+                    let mut reader = #orm::key::KeyReader::new(S, &row.key)?;
                     #start_partition
-                    #(#key_parts)*
+                    #(#read_parts)*
                     reader.finish()?;
-                    #key_result
+                    #(#restore_hashed)*
+                    ::core::result::Result::Ok(#key_ident { #(#key_names),* })
                 }
 
                 fn from_row(row: &#orm::store::Row, as_of: u64) -> ::core::result::Result<Self, #orm::entity::FieldError> {

@@ -227,7 +227,7 @@ mod tests {
         );
         assert!(out.contains("const BY_CITY : :: cellar :: orm :: index :: Index < Customer , String >"), "{out}");
         assert!(out.contains("encode_optional :: < String >"), "{out}");
-        assert!(out.contains("fn key_from_row_key"), "{out}");
+        assert!(out.contains("fn key_from_row"), "{out}");
     }
 
     #[test]

@@ -144,5 +144,11 @@ pub(crate) fn table_spec(schema: &crate::entity::Schema) -> TableSpec {
         .map(|f| FamilySpec { name: f.name.to_string(), max_versions: f.max_versions, ttl_secs: f.ttl_secs })
         .collect();
     let split_keys = (1..schema.salt.buckets()).map(|b| vec![b]).collect();
-    TableSpec { name: schema.table.to_string(), families, split_keys, split_policy: Default::default() }
+    TableSpec {
+        name: schema.table.to_string(),
+        families,
+        split_keys,
+        split_policy: Default::default(),
+        deferred: false,
+    }
 }

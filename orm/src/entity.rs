@@ -168,12 +168,13 @@ pub trait Entity: Sized + 'static {
     /// [`crate::Error::Encode`] for a value serde cannot encode.
     fn cells(&self) -> crate::Result<Vec<CellValue>>;
 
-    /// Decodes the key of a stored row from its row key alone.
+    /// Decodes the key of a stored row: the key parts from the row key, hashed ones from their
+    /// columns (which `row` must hold: a row of copies, such as an index entry, may not).
     ///
     /// # Errors
-    /// A [`FieldError`] for a malformed key, another record type, or a hashed key part (its
-    /// value is kept in a column, not in the key).
-    fn key_from_row_key(row_key: &[u8]) -> Result<Self::Key, FieldError>;
+    /// A [`FieldError`] for a malformed key, another record type (flagged
+    /// [`FieldError::other_record_type`]), or a hashed part's missing or mismatching column.
+    fn key_from_row(row: &Row) -> Result<Self::Key, FieldError>;
 
     /// Rebuilds an entity from a row, taking each column's newest version at or before `as_of`.
     ///

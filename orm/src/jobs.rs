@@ -25,6 +25,7 @@ impl<'s> Checkpoint<'s> {
             families: vec![FamilySpec { name: FAMILY.into(), max_versions: 1, ttl_secs: None }],
             split_keys: Vec::new(),
             split_policy: SplitPolicy::MidKey,
+            deferred: false,
         })?;
         Ok(Checkpoint { store, job })
     }

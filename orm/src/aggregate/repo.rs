@@ -111,7 +111,13 @@ fn table_specs(shape: &Shape) -> Vec<TableSpec> {
                 } else {
                     SplitPolicy::Fields(prefix_fields(shape))
                 };
-                specs.push(TableSpec { name: level.table.clone(), families: Vec::new(), split_keys, split_policy });
+                specs.push(TableSpec {
+                    name: level.table.clone(),
+                    families: Vec::new(),
+                    split_keys,
+                    split_policy,
+                    deferred: false,
+                });
                 specs.last_mut().expect("just pushed")
             }
         };

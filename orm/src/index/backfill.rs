@@ -5,7 +5,7 @@
 
 use bytes::Bytes;
 
-use super::{Change, Index, IndexedWrite};
+use super::{is_other_record_type, Change, Index, IndexedWrite};
 use crate::entity::Entity;
 use crate::jobs::Checkpoint;
 use crate::repo::{printable, Repository};
@@ -95,7 +95,7 @@ impl<'a, E: Entity> Backfill<'a, E> {
             let row = row?;
             read += 1;
             // Rows of the table's other record types are not this entity's.
-            if E::key_from_row_key(&row.key).is_ok() {
+            if !is_other_record_type::<E>(&row) {
                 report.rows += 1;
                 let write = IndexedWrite {
                     store,

@@ -16,10 +16,6 @@ use crate::store::{CellMutation, FamilySpec, Row, TableSpec};
 pub(crate) const FAMILY: &str = "i";
 const STATE: &[u8] = b"s";
 const PRIMARY: &[u8] = b"k";
-/// Prefix of the index table's status rows (no index row starts with a zero byte... unless
-/// the entity has record type 0, whose index rows start `00 name`: status rows are
-/// `00 00 ...`, and index names are never empty).
-pub(crate) const STATUS_PREFIX: &[u8] = b"\x00\x00status/";
 /// The data row's cell (default family) naming the write that last changed it, on entities
 /// with indexes: writers check-and-mutate on it, so one index update at a time runs per row.
 pub(crate) const TOKEN: &[u8] = b"\x00i";
@@ -31,6 +27,10 @@ pub(crate) fn table_spec(schema: &Schema) -> TableSpec {
         families: vec![FamilySpec { name: FAMILY.into(), max_versions: 1, ttl_secs: None }],
         split_keys: Vec::new(),
         split_policy: Default::default(),
+        // Every index write is followed by the data write it prepares (which makes it
+        // durable) or is one a crash may undo: a verification or a settled leftover, which
+        // readers redo.
+        deferred: true,
     }
 }
 
@@ -45,6 +45,8 @@ pub(crate) struct Entry {
     pub primary: Bytes,
     /// Copies of the indexed and included columns (absent ones left out), by index qualifier.
     pub cells: Vec<(Bytes, Bytes)>,
+    /// The indexed values as stored, printable, for messages.
+    pub values: String,
 }
 
 /// The start of every row of `index`: `[record type] name 00`.
@@ -86,9 +88,11 @@ pub(crate) fn entry(
 ) -> Result<Option<Entry>, String> {
     let index = &schema.indexes[position];
     let mut key = index_prefix(schema, index);
+    let mut values = Vec::new();
     for part in index.parts {
         let column = &schema.columns[part.column];
         let value = cell(column);
+        values.push(value.as_deref().map(crate::repo::printable).unwrap_or_default());
         match (part.encode)(value.as_deref(), &part.spec, &mut key) {
             Ok(true) => {}
             Ok(false) => return Ok(None),
@@ -99,7 +103,7 @@ pub(crate) fn entry(
         key.extend_from_slice(primary);
     }
     let cells = copied(schema, index).filter_map(|c| Some((copy_qualifier(c), cell(c)?))).collect();
-    Ok(Some(Entry { index: position, key: key.into(), primary: primary.clone(), cells }))
+    Ok(Some(Entry { index: position, key: key.into(), primary: primary.clone(), cells, values: values.join(", ") }))
 }
 
 /// The entries of every index for a data row: `None` for an index the row has no entry in,

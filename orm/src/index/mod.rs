@@ -26,6 +26,7 @@ use crate::value::Column;
 pub use backfill::{Backfill, BackfillProgress, BackfillReport, Violation, CHECKPOINT_EVERY};
 pub use read::{IndexEntry, IndexQuery, IndexReader};
 pub(crate) use status::Statuses;
+pub use status::STATUS_TABLE;
 pub use verify::{Verify, VerifyReport};
 pub(crate) use write::{Change, IndexedWrite};
 
@@ -98,6 +99,11 @@ pub fn encode_optional<T: Column + KeyPart>(
         None => Ok(false),
         Some(_) => encode_required::<T>(cell, spec, out),
     }
+}
+
+/// True if `row` of the entity's table belongs to another record type (a single-table design).
+pub(crate) fn is_other_record_type<E: crate::Entity>(row: &crate::store::Row) -> bool {
+    E::key_from_row(row).is_err_and(|e| e.other_record_type)
 }
 
 /// The table that holds the index rows of `table`.

@@ -86,8 +86,67 @@ impl<E: Entity, V: IndexValue> IndexReader<E, V> {
                 reason: format!("index `{}` is not unique: scan it with a prefix", self.spec().name),
             });
         }
-        let mut found = self.scan().prefix_of(&value).limit(1).to_vec()?;
-        Ok(found.pop())
+        let schema = &E::SCHEMA;
+        let mut key = entry::index_prefix(schema, self.spec());
+        value
+            .encode_value(self.spec().parts, &mut key)
+            .map_err(|source| Error::Key { entity: schema.entity, source })?;
+        self.repo.index_statuses().check(self.repo.store(), schema, self.index.position())?;
+        // A unique index has one row per value: a point read, not a scan.
+        let rows =
+            self.repo.store().read_rows(&super::index_table(schema.table), &[key.into()], &ReadSpec::default())?;
+        let Some(index_row) = rows.into_iter().flatten().next().as_ref().and_then(entry::parse_row) else {
+            return Ok(None);
+        };
+        match self.check(vec![index_row], &Mode::Entities)?.pop().and_then(|hit| hit.data) {
+            Some(row) => Repository::<E>::decode(&row, u64::MAX).map(Some),
+            None => Ok(None),
+        }
+    }
+
+    /// Keeps the rows of `chunk` that hold (see the module docs), settling abandoned
+    /// unverified ones. Reads data rows for unverified index rows, and for all of them when
+    /// entities are wanted.
+    fn check(&self, chunk: Vec<IndexRow>, mode: &Mode) -> Result<Vec<Hit>> {
+        let repo = &self.repo;
+        let schema = &E::SCHEMA;
+        let position = self.index.position();
+        let needs_data = |r: &IndexRow| matches!(mode, Mode::Entities) || r.state != State::Verified;
+        let wanted: Vec<Bytes> = chunk.iter().filter(|r| needs_data(r)).map(|r| r.primary.clone()).collect();
+        let mut data = if wanted.is_empty() {
+            Vec::new()
+        } else {
+            repo.store().read_rows(schema.table, &wanted, &ReadSpec::default())?
+        }
+        .into_iter();
+        let mut hits = Vec::new();
+        let mut settle = Vec::new();
+        for index_row in chunk {
+            if !needs_data(&index_row) {
+                hits.push(Hit { index_row, data: None, entry: None });
+                continue;
+            }
+            let row = data.next().flatten();
+            let implied = row.as_ref().and_then(|r| entry::entries_of_row(schema, r).swap_remove(position));
+            let holds = implied.as_ref().is_some_and(|e| e.key == index_row.key);
+            if let State::Unverified { owner, deadline_ms } = index_row.state {
+                if crate::writer::gone(owner, deadline_ms, repo.store().guarantees()) {
+                    let mutations = match implied.as_ref().filter(|_| holds) {
+                        Some(e) => entry::write_entry(schema, e, entry::verified()),
+                        None => vec![CellMutation::DeleteRow],
+                    };
+                    let m = RowMutation { row: index_row.key.clone(), mutations };
+                    settle.push((entry::state_is(Some(index_row.state_bytes.clone())), m));
+                }
+            }
+            if holds {
+                hits.push(Hit { index_row, data: row, entry: implied });
+            }
+        }
+        if !settle.is_empty() {
+            repo.store().check_and_mutate_many(&super::index_table(schema.table), settle)?;
+        }
+        Ok(hits)
     }
 
     /// A scan of the index, in value order unless reversed.
@@ -138,18 +197,14 @@ impl<'r, E: Entity, V: IndexValue> IndexQuery<'r, E, V> {
         }
     }
 
-    fn prefix_of(mut self, value: &impl IndexValue) -> Self {
-        if let Some(p) = self.encode(value) {
+    /// Only entities whose leading indexed values are `prefix` (the whole value, or a tuple of
+    /// the first fields of a composite index).
+    pub fn prefix<P: PrefixOf<V>>(mut self, prefix: P) -> Self {
+        if let Some(p) = self.encode(&prefix) {
             self.to = prefix_end(&p).map(|e| e.to_vec());
             self.from = Some(p);
         }
         self
-    }
-
-    /// Only entities whose leading indexed values are `prefix` (the whole value, or a tuple of
-    /// the first fields of a composite index).
-    pub fn prefix<P: PrefixOf<V>>(self, prefix: P) -> Self {
-        self.prefix_of(&prefix)
     }
 
     /// Only entities whose indexed values are at or after `from` (a value or leading tuple).
@@ -196,7 +251,7 @@ impl<'r, E: Entity, V: IndexValue> IndexQuery<'r, E, V> {
     /// As [`IndexQuery::to_vec`]; [`Error::Decode`] for an entity with a hashed key part.
     pub fn keys(self) -> Result<Vec<E::Key>> {
         let (hits, _) = self.run(Mode::Keys)?;
-        hits.into_iter().map(|(h, _)| key_of::<E>(&h.index_row.primary)).collect()
+        hits.into_iter().map(|(h, _)| covered::<E>(&h).map(|e| e.key)).collect()
     }
 
     /// The matching index entries, read without their data rows (unverified rows excepted): a
@@ -276,7 +331,7 @@ impl<'r, E: Entity, V: IndexValue> IndexQuery<'r, E, V> {
                 }
             }
             let exhausted = chunk.len() < want;
-            for hit in self.check(chunk, &mode)? {
+            for hit in self.reader.check(chunk, &mode)? {
                 let entity = match (&mode, &hit.data) {
                     (Mode::Entities, Some(row)) => Some(Repository::<E>::decode(row, u64::MAX)?),
                     _ => None,
@@ -292,59 +347,11 @@ impl<'r, E: Entity, V: IndexValue> IndexQuery<'r, E, V> {
             }
         }
     }
-
-    /// Keeps the rows of `chunk` that hold (see the module docs), settling abandoned
-    /// unverified ones. Reads data rows for unverified index rows, and for all of them when
-    /// entities are wanted.
-    fn check(&self, chunk: Vec<IndexRow>, mode: &Mode) -> Result<Vec<Hit>> {
-        let repo = &self.reader.repo;
-        let schema = &E::SCHEMA;
-        let position = self.reader.index.position();
-        let needs_data = |r: &IndexRow| matches!(mode, Mode::Entities) || r.state != State::Verified;
-        let wanted: Vec<Bytes> = chunk.iter().filter(|r| needs_data(r)).map(|r| r.primary.clone()).collect();
-        let mut data = if wanted.is_empty() {
-            Vec::new()
-        } else {
-            repo.store().read_rows(schema.table, &wanted, &ReadSpec::default())?
-        }
-        .into_iter();
-        let mut hits = Vec::new();
-        let mut settle = Vec::new();
-        for index_row in chunk {
-            if !needs_data(&index_row) {
-                hits.push(Hit { index_row, data: None, entry: None });
-                continue;
-            }
-            let row = data.next().flatten();
-            let implied = row.as_ref().and_then(|r| entry::entries_of_row(schema, r).swap_remove(position));
-            let holds = implied.as_ref().is_some_and(|e| e.key == index_row.key);
-            if let State::Unverified { owner, deadline_ms } = index_row.state {
-                if crate::writer::gone(owner, deadline_ms, repo.store().guarantees()) {
-                    let mutations = match implied.as_ref().filter(|_| holds) {
-                        Some(e) => entry::write_entry(schema, e, entry::verified()),
-                        None => vec![CellMutation::DeleteRow],
-                    };
-                    let m = RowMutation { row: index_row.key.clone(), mutations };
-                    settle.push((entry::state_is(Some(index_row.state_bytes.clone())), m));
-                }
-            }
-            if holds {
-                hits.push(Hit { index_row, data: row, entry: implied });
-            }
-        }
-        if !settle.is_empty() {
-            repo.store().check_and_mutate_many(&super::index_table(schema.table), settle)?;
-        }
-        Ok(hits)
-    }
-}
-
-fn key_of<E: Entity>(primary: &[u8]) -> Result<E::Key> {
-    E::key_from_row_key(primary).map_err(|e| crate::repo::decode_error(E::SCHEMA.table, primary, e))
 }
 
 /// A covered entry: from the data row's implied entry when one was read (unverified rows),
-/// else from the index row's copies.
+/// else from the index row's copies. Hashed key parts come from the copies, so keys of an
+/// entity with hashed key parts need the index to copy them (index or include them).
 fn covered<E: Entity>(hit: &Hit) -> Result<IndexEntry<E>> {
     let cells = hit.entry.as_ref().map_or(&hit.index_row.cells, |e| &e.cells);
     let mut stored = Vec::new();
@@ -352,8 +359,9 @@ fn covered<E: Entity>(hit: &Hit) -> Result<IndexEntry<E>> {
         let Some((family, qualifier)) = split_copy(qualifier) else { continue };
         stored.push(StoredCell { family, qualifier, timestamp: 0, value: value.clone() });
     }
-    let key = key_of::<E>(&hit.index_row.primary)?;
-    Ok(IndexEntry { key, row: Row { key: hit.index_row.primary.clone(), cells: stored } })
+    let row = Row { key: hit.index_row.primary.clone(), cells: stored };
+    let key = E::key_from_row(&row).map_err(|e| crate::repo::decode_error(E::SCHEMA.table, &row.key, e))?;
+    Ok(IndexEntry { key, row })
 }
 
 /// `family:qualifier` of an index copy.

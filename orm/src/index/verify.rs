@@ -115,7 +115,7 @@ impl<E: Entity> Verify<'_, E> {
         let mut batch = Vec::new();
         for row in store.scan(schema.table, &ScanSpec::default())? {
             let row = row?;
-            if E::key_from_row_key(&row.key).is_err() {
+            if super::is_other_record_type::<E>(&row) {
                 continue;
             }
             report.data_rows += 1;

@@ -218,52 +218,79 @@ impl IndexedWrite<'_> {
         Ok(())
     }
 
-    /// Step 2: claims unique values, then writes the other additions and marks the removals,
-    /// all unverified by `mark`.
+    /// Step 2: claims unique values, writes the other additions and marks the removals, all
+    /// unverified by `mark`: one batch of conditional writes (claims, marks of unique values)
+    /// and one of plain ones. A claim that finds the value taken goes the slow way
+    /// ([`IndexedWrite::claim`]); if it stays taken, the claims made are taken back.
     fn prepare(&self, plan: &Plan, mark: &Bytes) -> Result<()> {
         let table = self.index_table();
-        let mut claimed = Vec::new();
-        for addition in plan.additions.iter().filter(|a| self.schema.indexes[a.index].unique) {
-            if let Err(e) = self.claim(addition, mark) {
-                self.release(&claimed, &plan.same_key, mark)?;
-                return Err(e);
+        let unique = |e: &&Entry| self.schema.indexes[e.index].unique;
+        let claims: Vec<&Entry> = plan.additions.iter().filter(unique).collect();
+        let mut conditional: Vec<(Condition, RowMutation)> = claims
+            .iter()
+            .map(|a| {
+                let m = RowMutation { row: a.key.clone(), mutations: entry::write_entry(self.schema, a, mark.clone()) };
+                (entry::state_is(None), m)
+            })
+            .collect();
+        // A unique value is marked only while it still names this row: it may have been
+        // reclaimed for another entity.
+        conditional.extend(plan.removals.iter().filter(unique).map(|r| {
+            let m = RowMutation { row: r.key.clone(), mutations: vec![entry::write_state(mark.clone())] };
+            (entry::primary_is(&r.primary), m)
+        }));
+        if !conditional.is_empty() {
+            let applied = self.store.check_and_mutate_many(&table, conditional)?;
+            let mut claimed: Vec<Entry> = Vec::new();
+            for (addition, fresh) in claims.iter().zip(&applied) {
+                if !*fresh {
+                    if let Err(e) = self.claim(addition, mark) {
+                        let made: Vec<Entry> =
+                            claims.iter().zip(&applied).filter(|(_, &a)| a).map(|(c, _)| (*c).clone()).collect();
+                        self.release(&[made, claimed].concat(), &plan.same_key, mark)?;
+                        // The old values stay: their marks go back to verified.
+                        let restore: Vec<(Condition, RowMutation)> = plan
+                            .removals
+                            .iter()
+                            .filter(unique)
+                            .map(|r| {
+                                let m = RowMutation {
+                                    row: r.key.clone(),
+                                    mutations: vec![entry::write_state(entry::verified())],
+                                };
+                                (entry::state_is(Some(mark.clone())), m)
+                            })
+                            .collect();
+                        if !restore.is_empty() {
+                            self.store.check_and_mutate_many(&table, restore)?;
+                        }
+                        return Err(e);
+                    }
+                    claimed.push((*addition).clone());
+                }
             }
-            claimed.push(addition.clone());
         }
+        let plain = |e: &&Entry| !self.schema.indexes[e.index].unique;
         let mut rows: Vec<RowMutation> = plan
             .additions
             .iter()
-            .filter(|a| !self.schema.indexes[a.index].unique)
+            .filter(plain)
             .map(|a| RowMutation { row: a.key.clone(), mutations: entry::write_entry(self.schema, a, mark.clone()) })
             .collect();
-        let (unique, plain): (Vec<&Entry>, Vec<&Entry>) =
-            plan.removals.iter().partition(|r| self.schema.indexes[r.index].unique);
         rows.extend(
-            plain
+            plan.removals
                 .iter()
+                .filter(plain)
                 .map(|r| RowMutation { row: r.key.clone(), mutations: entry::write_mark(&r.primary, mark.clone()) }),
         );
         if !rows.is_empty() {
             self.store.mutate(&table, rows)?;
         }
-        // A unique value is marked only while it still names this row: it may have been
-        // reclaimed for another entity.
-        let marks: Vec<(Condition, RowMutation)> = unique
-            .iter()
-            .map(|r| {
-                let m = RowMutation { row: r.key.clone(), mutations: vec![entry::write_state(mark.clone())] };
-                (entry::primary_is(&r.primary), m)
-            })
-            .collect();
-        if !marks.is_empty() {
-            self.store.check_and_mutate_many(&table, marks)?;
-        }
         Ok(())
     }
 
-    /// Claims a unique value for this row: put-if-absent, or a take-over of a claim whose
-    /// holder does not hold the value and cannot be about to (see the module docs of
-    /// `crate::writer`).
+    /// Claims a unique value another row's entry holds (or held): takes it over if its holder
+    /// does not hold the value and cannot be about to (see `crate::writer`).
     fn claim(&self, addition: &Entry, mark: &Bytes) -> Result<()> {
         let table = self.index_table();
         let write = |condition: Condition| {
@@ -291,9 +318,7 @@ impl IndexedWrite<'_> {
                 return Err(Error::UniqueViolation {
                     entity: self.schema.entity,
                     index: self.schema.indexes[addition.index].name,
-                    value: printable(
-                        &addition.key[entry::index_prefix(self.schema, &self.schema.indexes[addition.index]).len()..],
-                    ),
+                    value: addition.values.clone(),
                 });
             }
             if write(entry::state_is(raw_state))? {

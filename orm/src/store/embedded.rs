@@ -4,8 +4,8 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use cellar_engine::{
-    CheckAndMutate, CompareOp, Delete, Engine, FamilyDescriptor, Get, Increment, MultiRowMutation, Mutation, Put,
-    RowCondition, RowMutations, RowResult, Scan, SplitPolicy, Table, TableDescriptor,
+    CheckAndMutate, CompareOp, Delete, Durability, Engine, FamilyDescriptor, Get, Increment, MultiRowMutation,
+    Mutation, Put, RowCondition, RowMutations, RowResult, Scan, SplitPolicy, Table, TableDescriptor,
 };
 use parking_lot::RwLock;
 
@@ -115,6 +115,7 @@ impl Store for EmbeddedStore {
                 .iter()
                 .fold(TableDescriptor::new(spec.name.clone()), |d, f| d.family(family_descriptor(f)))
                 .split_policy(spec.split_policy.clone());
+            let desc = if spec.deferred { desc.durability(Durability::AsyncWal) } else { desc };
             let splits = spec.split_keys.iter().map(|k| Bytes::copy_from_slice(k)).collect();
             match self.engine.create_table_with_splits(desc, splits) {
                 // Another thread created it first: check it like any existing table.

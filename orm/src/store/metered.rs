@@ -600,6 +600,7 @@ mod tests {
                 families: Vec::new(),
                 split_keys: Vec::new(),
                 split_policy: Default::default(),
+                deferred: false,
             })
             .unwrap();
         store.split_keys("t").unwrap();

@@ -39,6 +39,13 @@ pub struct TableSpec {
     /// existing table's policy as it is. Backends that cannot keep prefixes together ignore it
     /// and say so in [`Store::guarantees`].
     pub split_policy: SplitPolicy,
+    /// Writes to this table may wait for the next durable write to the store instead of
+    /// paying for their own: a crash can lose the most recent of them, never one older than a
+    /// write the store acknowledged since (the embedded engine's log is written in order; it
+    /// logs these writes into its buffer). For tables whose rows a crash may roll back
+    /// without harm — index rows, which readers check against the data. Backends whose every
+    /// write is durable ignore it.
+    pub deferred: bool,
 }
 
 /// What a backend makes atomic beyond a single row. The layers above branch on this, never on

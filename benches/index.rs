@@ -1,0 +1,184 @@
+//! `cargo bench --bench index`: what secondary indexes cost. Puts of an entity with 0, 1 and
+//! 3 indexes (fresh rows, then updates that change an indexed value), a get by a unique index
+//! against a get by primary key, and a 100-row index scan read covered (index rows only)
+//! against one that reads the entities. Round trips per call come from `Db::measure`; rates
+//! are the median of three interleaved rounds.
+//!
+//! Writes its table into `benches/README.md` between the `index` markers. `-- --quick` runs a
+//! tenth of the rows and only prints; without `--bench` (as `cargo test --benches` runs it) it
+//! is a short smoke run that writes nothing.
+
+use std::time::Instant;
+
+use cellar::prelude::*;
+
+#[derive(Entity, Debug, Clone, PartialEq)]
+#[cellar(table = "plain")]
+struct Plain {
+    #[cellar(key)]
+    id: u64,
+    #[cellar(column = "n")]
+    name: String,
+    #[cellar(column = "e")]
+    email: String,
+    #[cellar(column = "c")]
+    city: String,
+    #[cellar(column = "a")]
+    age: u32,
+}
+
+#[derive(Entity, Debug, Clone, PartialEq)]
+#[cellar(table = "one")]
+struct One {
+    #[cellar(key)]
+    id: u64,
+    #[cellar(column = "n")]
+    name: String,
+    #[cellar(column = "e", index = "by_email", unique)]
+    email: String,
+    #[cellar(column = "c")]
+    city: String,
+    #[cellar(column = "a")]
+    age: u32,
+}
+
+#[derive(Entity, Debug, Clone, PartialEq)]
+#[cellar(table = "three", index(name = "by_city_age", on(city, age), include(name)))]
+struct Three {
+    #[cellar(key)]
+    id: u64,
+    #[cellar(column = "n", index = "by_name")]
+    name: String,
+    #[cellar(column = "e", index = "by_email", unique)]
+    email: String,
+    #[cellar(column = "c")]
+    city: String,
+    #[cellar(column = "a")]
+    age: u32,
+}
+
+const CITIES: u64 = 50;
+
+macro_rules! fields {
+    ($t:ident, $id:expr, $gen:expr) => {{
+        let id: u64 = $id;
+        $t {
+            id,
+            name: format!("name {id}"),
+            email: format!("user{id}.{}@example.com", $gen),
+            city: format!("city {:02}", id % CITIES),
+            age: (id % 90) as u32,
+        }
+    }};
+}
+
+/// Calls per second and round trips per call of `f` run `n` times.
+fn rate(db: &Db, n: u64, mut f: impl FnMut(u64)) -> (f64, f64) {
+    let started = Instant::now();
+    let ((), costs) = db.measure(|| (0..n).for_each(&mut f));
+    (n as f64 / started.elapsed().as_secs_f64(), costs.round_trips() as f64 / n as f64)
+}
+
+/// One round: every measurement, in a fresh database.
+fn round(n: u64) -> Vec<(&'static str, f64, f64)> {
+    let db = Db::open_temporary().expect("a database");
+    let (plain, one, three) = (db.repo::<Plain>().unwrap(), db.repo::<One>().unwrap(), db.repo::<Three>().unwrap());
+    let mut out = Vec::new();
+    let mut push = |name, (r, rt)| out.push((name, r, rt));
+    push("put, no index", rate(&db, n, |i| plain.put(&fields!(Plain, i, 0)).unwrap()));
+    push("put, 1 index", rate(&db, n, |i| one.put(&fields!(One, i, 0)).unwrap()));
+    push("put, 3 indexes", rate(&db, n, |i| three.put(&fields!(Three, i, 0)).unwrap()));
+    push("update, no index", rate(&db, n, |i| plain.put(&fields!(Plain, i, 1)).unwrap()));
+    push("update, 1 index", rate(&db, n, |i| one.put(&fields!(One, i, 1)).unwrap()));
+    push("update, 3 indexes", rate(&db, n, |i| three.put(&fields!(Three, i, 1)).unwrap()));
+    let key = |i: u64| (i * 7919) % n;
+    push("get by primary key", rate(&db, n, |i| assert!(one.get(key(i)).unwrap().is_some())));
+    let by_email = one.index(One::BY_EMAIL);
+    push(
+        "get by unique index",
+        rate(&db, n, |i| assert!(by_email.get(format!("user{}.1@example.com", key(i))).unwrap().is_some())),
+    );
+    let scans = (n / 100).max(1);
+    let by_city = three.index(Three::BY_CITY_AGE);
+    let city = |i: u64| format!("city {:02}", i % CITIES);
+    push(
+        "scan 100, covered",
+        rate(&db, scans, |i| assert_eq!(by_city.scan().prefix((city(i),)).limit(100).entries().unwrap().len(), 100)),
+    );
+    push(
+        "scan 100, entities",
+        rate(&db, scans, |i| assert_eq!(by_city.scan().prefix((city(i),)).limit(100).to_vec().unwrap().len(), 100)),
+    );
+    out
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    let benching = args.iter().any(|a| a == "--bench");
+    let quick = args.iter().any(|a| a == "--quick");
+    let (n, rounds) = match (benching, quick) {
+        (false, _) => (500, 1),
+        (true, true) => (5_000, 1),
+        (true, false) => (50_000, 3),
+    };
+    let all: Vec<Vec<(&str, f64, f64)>> = (0..rounds).map(|_| round(n)).collect();
+    let median = |i: usize| {
+        let mut rates: Vec<f64> = all.iter().map(|r| r[i].1).collect();
+        rates.sort_by(f64::total_cmp);
+        rates[rates.len() / 2]
+    };
+    let rows: Vec<(&str, f64, f64)> = (0..all[0].len()).map(|i| (all[0][i].0, median(i), all[0][i].2)).collect();
+    let by = |name: &str| rows.iter().find(|r| r.0 == name).map_or(f64::NAN, |r| r.1);
+    let mut table =
+        String::from("| operation | calls/s | round trips per call | cost vs. baseline |\n|---|---:|---:|---:|\n");
+    for (name, r, rt) in &rows {
+        let baseline = match *name {
+            n if n.starts_with("put") => by("put, no index"),
+            n if n.starts_with("update") => by("update, no index"),
+            n if n.starts_with("get") => by("get by primary key"),
+            _ => by("scan 100, covered"),
+        };
+        table.push_str(&format!("| {name} | {r:.0} | {rt:.1} | {:.2}× |\n", baseline / r));
+    }
+    let section = format!(
+        "<!-- index:begin -->\n## Secondary indexes\n\n`cargo bench --bench index` (`benches/index.rs`): {n} entities \
+         (an 8-byte key, four columns) per table, put fresh, then updated with a new unique value; gets of \
+         random keys by primary key and through the unique index; scans of 100 entries of one city through a \
+         two-field index that copies the name, covered (`entries()`, index rows only) and as entities \
+         (`to_vec()`, which also reads the data rows). Embedded engine (SyncWal), release build, {} cores ({}); \
+         median of {rounds} rounds. \"Cost vs. baseline\" is time per call over the baseline's: puts and \
+         updates against no index, gets against the primary key, scans against the covered scan.\n\n{table}\n\
+         Goals: a put with one index at most 2.5× a plain put; an index get at most 2× a primary get.\n\
+         <!-- index:end -->",
+        std::thread::available_parallelism().map_or(0, |p| p.get()),
+        cpu_model(),
+    );
+    println!("{section}");
+    if benching && !quick {
+        write_section(&section);
+    }
+}
+
+fn cpu_model() -> String {
+    std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("model name"))
+                .map(|l| l.split(':').nth(1).unwrap_or("").trim().to_string())
+        })
+        .unwrap_or_else(|| "unknown CPU".into())
+}
+
+/// Replaces the section between the markers in benches/README.md (or appends it).
+fn write_section(section: &str) {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/benches/README.md");
+    let Ok(text) = std::fs::read_to_string(path) else { return };
+    let updated = match (text.find("<!-- index:begin -->"), text.find("<!-- index:end -->")) {
+        (Some(a), Some(b)) if a < b => format!("{}{section}{}", &text[..a], &text[b + "<!-- index:end -->".len()..]),
+        _ => format!("{}\n{section}\n", text.trim_end()),
+    };
+    if let Err(e) = std::fs::write(path, updated) {
+        eprintln!("could not update {path}: {e}");
+    }
+}
