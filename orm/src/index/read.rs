@@ -144,7 +144,9 @@ impl<E: Entity, V: IndexValue> IndexReader<E, V> {
             }
         }
         if !settle.is_empty() {
-            repo.store().check_and_mutate_many(&super::index_table(schema.table), settle)?;
+            // Best effort: the answer stands either way, and a later reader settles what this
+            // one could not. A failed write must not fail a read.
+            let _ = repo.store().check_and_mutate_many(&super::index_table(schema.table), settle);
         }
         Ok(hits)
     }

@@ -181,11 +181,11 @@ impl IndexedWrite<'_> {
             }
             let data = RowMutation { row: self.row.clone(), mutations };
             if !self.store.check_and_mutate(self.schema.table, self.token_condition(old.as_ref()), data)? {
-                // Another writer changed the row since the read: take back this attempt's
-                // additions and start over from the row as it is now.
-                self.release(&plan.additions, &plan.same_key, &mark)?;
-                let kept = plan.additions.iter().filter(|a| plan.same_key.contains(&a.key));
-                leftovers.extend(plan.removals.iter().chain(kept).map(|e| (e.clone(), mark.clone())));
+                // Another writer changed the row since the read: start over from the row as it
+                // is now. This attempt's marks are settled against the data the write that
+                // wins leaves: deleting its additions now could delete an entry the other
+                // writer's data needs (a non-unique addition overwrites the other writer's).
+                leftovers.extend(plan.additions.iter().chain(&plan.removals).map(|e| (e.clone(), mark.clone())));
                 continue;
             }
             let written = match self.change {
@@ -248,22 +248,10 @@ impl IndexedWrite<'_> {
                         let made: Vec<Entry> =
                             claims.iter().zip(&applied).filter(|(_, &a)| a).map(|(c, _)| (*c).clone()).collect();
                         self.release(&[made, claimed].concat(), &plan.same_key, mark)?;
-                        // The old values stay: their marks go back to verified.
-                        let restore: Vec<(Condition, RowMutation)> = plan
-                            .removals
-                            .iter()
-                            .filter(unique)
-                            .map(|r| {
-                                let m = RowMutation {
-                                    row: r.key.clone(),
-                                    mutations: vec![entry::write_state(entry::verified())],
-                                };
-                                (entry::state_is(Some(mark.clone())), m)
-                            })
-                            .collect();
-                        if !restore.is_empty() {
-                            self.store.check_and_mutate_many(&table, restore)?;
-                        }
+                        // The marks on the old values stay: the data row may have moved on since
+                        // this write read it (another writer's marks were overwritten), so only a
+                        // check against the data, by readers once this writer is gone, can settle
+                        // them.
                         return Err(e);
                     }
                     claimed.push((*addition).clone());

@@ -1,0 +1,181 @@
+//! Crash test of secondary indexes: a child process runs two writer threads that put, change
+//! and delete indexed entities — flushing the tables along the way — and is killed with
+//! SIGKILL at random moments. After every kill, without any repair, every index query answers
+//! exactly what the data rows imply; verification finds nothing but unverified entries (left
+//! by the writes the kill cut short, which repair settles); and after repair the index holds
+//! exactly the data.
+//!
+//! `CELLAR_INDEX_CRASH_ROUNDS` sets the number of kills (default 8); `CELLAR_INDEX_CRASH_THREADS` the writer threads (default 2).
+
+mod common;
+
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use cellar::orm::EmbeddedStore;
+use cellar::prelude::*;
+use common::people::{person, Person};
+
+const CHILD_ENV: &str = "CELLAR_INDEX_CRASH_DIR";
+
+fn open(dir: &str) -> (Engine, Db) {
+    // Small memstores and log segments: flushes and log rolls happen between kills.
+    let options = EngineOptions { memstore_flush_bytes: 32 * 1024, wal_segment_bytes: 64 * 1024, ..Default::default() };
+    let engine = Engine::open(dir, options).unwrap();
+    let db = Db::with_store(Arc::new(EmbeddedStore::new(engine.clone())));
+    (engine, db)
+}
+
+fn xorshift(seed: &mut u64) -> u64 {
+    *seed ^= *seed << 13;
+    *seed ^= *seed >> 7;
+    *seed ^= *seed << 17;
+    *seed
+}
+
+/// The child: two threads write forever, printing `ack` after each write.
+#[test]
+fn index_crash_child() {
+    let Ok(dir) = std::env::var(CHILD_ENV) else {
+        return;
+    };
+    let seed: u64 = std::env::var("CELLAR_INDEX_CRASH_SEED").unwrap().parse().unwrap();
+    let (engine, db) = open(&dir);
+    let people = db.repo::<Person>().unwrap();
+    let threads: u64 = std::env::var("CELLAR_INDEX_CRASH_THREADS").ok().and_then(|v| v.parse().ok()).unwrap_or(2);
+    std::thread::scope(|s| {
+        for t in 0..threads {
+            let people = people.clone();
+            let engine = engine.clone();
+            s.spawn(move || {
+                let mut seed = seed ^ (t + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+                for i in 0u64.. {
+                    let r = xorshift(&mut seed);
+                    let id = (r % 12) as u32;
+                    let (email, city, age) = ((r >> 8) % 20, (r >> 16) % 3, 20 + (r >> 24) % 5);
+                    let tag = (!(r >> 32).is_multiple_of(3)).then_some(((r >> 40) % 2) as u8);
+                    match (r >> 48) % 8 {
+                        0 => people.delete(id).unwrap(),
+                        _ => match people.put(&person(id, email as u8, city as u8, age as u8, tag)) {
+                            Ok(()) | Err(cellar::orm::Error::UniqueViolation { .. }) => {}
+                            Err(e) => panic!("{e}"),
+                        },
+                    }
+                    println!("ack");
+                    if i % 200 == 199 {
+                        engine.flush("people").unwrap();
+                        engine.flush("people_idx").unwrap();
+                    }
+                }
+            });
+        }
+    });
+}
+
+/// Every index query answers what the data rows imply.
+fn check_queries(people: &Repository<Person>, round: u64) {
+    let stored = people.scan().to_vec().unwrap();
+    for email in 0..20u8 {
+        let email = person(0, email, 0, 0, None).email;
+        let want = stored.iter().find(|p| p.email == email).map(|p| p.id);
+        let got = people.index(Person::BY_EMAIL).get(email.clone()).unwrap().map(|p| p.id);
+        assert_eq!(got, want, "round {round}: by_email {email}");
+    }
+    for city in ["Oslo", "Lima", "Pune"] {
+        let mut want: Vec<&Person> = stored.iter().filter(|p| p.city == city).collect();
+        want.sort_by_key(|p| (p.age, p.id));
+        let want: Vec<u32> = want.iter().map(|p| p.id).collect();
+        let by_city = people.index(Person::BY_CITY_AGE);
+        let keys: Vec<u32> =
+            by_city.scan().prefix((city.to_string(),)).keys().unwrap().into_iter().map(|k| k.id).collect();
+        assert_eq!(keys, want, "round {round}: by_city_age keys {city}");
+        let got: Vec<u32> = by_city.scan().prefix((city.to_string(),)).to_vec().unwrap().iter().map(|p| p.id).collect();
+        assert_eq!(got, want, "round {round}: by_city_age {city}");
+    }
+    for tag in ["t0", "t1"] {
+        let want: Vec<u32> = stored.iter().filter(|p| p.tag.as_deref() == Some(tag)).map(|p| p.id).collect();
+        let got: Vec<u32> = people
+            .index(Person::BY_TAG)
+            .scan()
+            .prefix(tag.to_string())
+            .keys()
+            .unwrap()
+            .into_iter()
+            .map(|k| k.id)
+            .collect();
+        assert_eq!(got, want, "round {round}: by_tag {tag}");
+    }
+}
+
+#[test]
+fn killed_writers_leave_every_index_query_right() {
+    let rounds: u64 = std::env::var("CELLAR_INDEX_CRASH_ROUNDS").ok().and_then(|v| v.parse().ok()).unwrap_or(8);
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().to_str().unwrap().to_string();
+    let mut seed = SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_nanos() as u64 | 1;
+    eprintln!("index crash test seed {seed}");
+    let mut leftovers = 0;
+    for round in 0..rounds {
+        let mut child = Command::new(std::env::current_exe().unwrap())
+            .args(["--exact", "index_crash_child", "--nocapture", "--test-threads=1"])
+            .env(CHILD_ENV, &path)
+            .env("CELLAR_INDEX_CRASH_SEED", xorshift(&mut seed).to_string())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        // Kill 0-3 ms after the 1st to 600th acknowledged write.
+        let r = xorshift(&mut seed);
+        let (kill_after, delay) = (1 + r % 600, Duration::from_micros((r >> 32) % 3000));
+        let mut acks = 0;
+        for line in BufReader::new(child.stdout.take().unwrap()).lines() {
+            if line.unwrap() == "ack" {
+                acks += 1;
+                if acks == kill_after {
+                    std::thread::sleep(delay);
+                    child.kill().unwrap();
+                    break;
+                }
+            }
+        }
+        let status = child.wait().unwrap();
+        assert!(acks >= kill_after, "round {round}: the child stopped before it was killed: {status}");
+
+        let (_engine, db) = open(&path);
+        let people = db.repo::<Person>().unwrap();
+        // Verification first: reads settle what they meet.
+        for index in [
+            people.verify_index(Person::BY_EMAIL),
+            people.verify_index(Person::BY_CITY_AGE),
+            people.verify_index(Person::BY_TAG),
+        ] {
+            let report = index.run().unwrap();
+            assert_eq!(
+                (report.missing, report.outdated, report.stale, report.violations),
+                (0, 0, 0, 0),
+                "round {round}: only unverified leftovers may remain\n{report}"
+            );
+            leftovers += report.unverified;
+        }
+        check_queries(&people, round);
+        for index in [
+            people.verify_index(Person::BY_EMAIL).repair(),
+            people.verify_index(Person::BY_CITY_AGE).repair(),
+            people.verify_index(Person::BY_TAG).repair(),
+        ] {
+            index.run().unwrap();
+        }
+        for index in [
+            people.verify_index(Person::BY_EMAIL),
+            people.verify_index(Person::BY_CITY_AGE),
+            people.verify_index(Person::BY_TAG),
+        ] {
+            let report = index.run().unwrap();
+            assert!(report.is_clean(), "round {round}: after repair\n{report}");
+        }
+        check_queries(&people, round);
+    }
+    eprintln!("index crash test: {rounds} kills, {leftovers} unverified leftovers found and settled");
+}
