@@ -45,8 +45,6 @@ pub(crate) struct Entry {
     pub primary: Bytes,
     /// Copies of the indexed and included columns (absent ones left out), by index qualifier.
     pub cells: Vec<(Bytes, Bytes)>,
-    /// The indexed values as stored, printable, for messages.
-    pub values: String,
 }
 
 /// The start of every row of `index`: `[record type] name 00`.
@@ -60,7 +58,11 @@ pub(crate) fn index_prefix(schema: &Schema, index: &IndexSpec) -> Vec<u8> {
 
 /// The index qualifier of a data column: `family:qualifier`.
 fn copy_qualifier(column: &ColumnSpec) -> Bytes {
-    Bytes::from(format!("{}:{}", column.family, column.qualifier))
+    let mut q = Vec::with_capacity(column.family.len() + 1 + column.qualifier.len());
+    q.extend_from_slice(column.family.as_bytes());
+    q.push(b':');
+    q.extend_from_slice(column.qualifier.as_bytes());
+    q.into()
 }
 
 /// The columns an index row copies: the parts', then the included ones, each once.
@@ -75,24 +77,21 @@ fn copied(schema: &'static Schema, index: &IndexSpec) -> impl Iterator<Item = &'
     positions.into_iter().map(move |c| &schema.columns[c])
 }
 
-/// The entry of index `position` for the data row `primary` whose columns `cell` returns:
-/// `Ok(None)` if an optional indexed field is absent (not indexed).
+/// The key of the entry of index `position` for the data row `primary` whose columns `cell`
+/// returns: `Ok(None)` if an optional indexed field is absent (not indexed).
 ///
 /// # Errors
 /// A column that does not encode as its part, with the reason.
-pub(crate) fn entry(
+pub(crate) fn entry_key(
     schema: &'static Schema,
     position: usize,
-    primary: &Bytes,
+    primary: &[u8],
     cell: &dyn Fn(&ColumnSpec) -> Option<Bytes>,
-) -> Result<Option<Entry>, String> {
+) -> Result<Option<Vec<u8>>, String> {
     let index = &schema.indexes[position];
     let mut key = index_prefix(schema, index);
-    let mut values = Vec::new();
     for part in index.parts {
-        let column = &schema.columns[part.column];
-        let value = cell(column);
-        values.push(value.as_deref().map(crate::repo::printable).unwrap_or_default());
+        let value = cell(&schema.columns[part.column]);
         match (part.encode)(value.as_deref(), &part.spec, &mut key) {
             Ok(true) => {}
             Ok(false) => return Ok(None),
@@ -102,8 +101,50 @@ pub(crate) fn entry(
     if !index.unique {
         key.extend_from_slice(primary);
     }
+    Ok(Some(key))
+}
+
+/// The entry of index `position` for the data row `primary` whose columns `cell` returns:
+/// `Ok(None)` if an optional indexed field is absent (not indexed).
+///
+/// # Errors
+/// As [`entry_key`].
+pub(crate) fn entry(
+    schema: &'static Schema,
+    position: usize,
+    primary: &Bytes,
+    cell: &dyn Fn(&ColumnSpec) -> Option<Bytes>,
+) -> Result<Option<Entry>, String> {
+    let Some(key) = entry_key(schema, position, primary, cell)? else { return Ok(None) };
+    let index = &schema.indexes[position];
     let cells = copied(schema, index).filter_map(|c| Some((copy_qualifier(c), cell(c)?))).collect();
-    Ok(Some(Entry { index: position, key: key.into(), primary: primary.clone(), cells, values: values.join(", ") }))
+    Ok(Some(Entry { index: position, key: key.into(), primary: primary.clone(), cells }))
+}
+
+/// The indexed values of `entry` as stored, printable, for messages.
+pub(crate) fn values_of(schema: &'static Schema, entry: &Entry) -> String {
+    let index = &schema.indexes[entry.index];
+    let values: Vec<String> = index
+        .parts
+        .iter()
+        .map(|p| {
+            let q = copy_qualifier(&schema.columns[p.column]);
+            entry.cells.iter().find(|(c, _)| *c == q).map(|(_, v)| crate::repo::printable(v)).unwrap_or_default()
+        })
+        .collect();
+    values.join(", ")
+}
+
+/// The entry of index `position` a data row implies (see [`entries_of_row`]).
+pub(crate) fn entry_of_row(schema: &'static Schema, row: &Row, position: usize) -> Option<Entry> {
+    let cell = |c: &ColumnSpec| row.value(c.family, c.qualifier).map(Bytes::copy_from_slice);
+    entry(schema, position, &row.key, &cell).ok().flatten()
+}
+
+/// The key of the entry of index `position` a data row implies.
+pub(crate) fn key_of_row(schema: &'static Schema, row: &Row, position: usize) -> Option<Vec<u8>> {
+    let cell = |c: &ColumnSpec| row.value(c.family, c.qualifier).map(Bytes::copy_from_slice);
+    entry_key(schema, position, &row.key, &cell).ok().flatten()
 }
 
 /// The entries of every index for a data row: `None` for an index the row has no entry in,

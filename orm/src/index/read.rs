@@ -127,7 +127,15 @@ impl<E: Entity, V: IndexValue> IndexReader<E, V> {
                 continue;
             }
             let row = data.next().flatten();
-            let implied = row.as_ref().and_then(|r| entry::entries_of_row(schema, r).swap_remove(position));
+            if index_row.state == State::Verified {
+                // Checked by key only: the copies of a verified row are trusted.
+                let holds = row.as_ref().and_then(|r| entry::key_of_row(schema, r, position));
+                if holds.is_some_and(|k| k == index_row.key) {
+                    hits.push(Hit { index_row, data: row, entry: None });
+                }
+                continue;
+            }
+            let implied = row.as_ref().and_then(|r| entry::entry_of_row(schema, r, position));
             let holds = implied.as_ref().is_some_and(|e| e.key == index_row.key);
             if let State::Unverified { owner, deadline_ms } = index_row.state {
                 if crate::writer::gone(owner, deadline_ms, repo.store().guarantees()) {

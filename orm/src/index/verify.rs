@@ -168,10 +168,8 @@ impl<E: Entity> Verify<'_, E> {
 
     fn check_data(&self, rows: Vec<Row>, report: &mut VerifyReport) -> Result<()> {
         let schema = &E::SCHEMA;
-        let expected: Vec<(Bytes, entry::Entry)> = rows
-            .iter()
-            .filter_map(|r| Some((r.key.clone(), entry::entries_of_row(schema, r).swap_remove(self.position)?)))
-            .collect();
+        let expected: Vec<(Bytes, entry::Entry)> =
+            rows.iter().filter_map(|r| Some((r.key.clone(), entry::entry_of_row(schema, r, self.position)?))).collect();
         let keys: Vec<Bytes> = expected.iter().map(|(_, e)| e.key.clone()).collect();
         let found = self.repo.store().read_rows(&super::index_table(schema.table), &keys, &ReadSpec::default())?;
         for ((row, want), have) in expected.iter().zip(found) {
@@ -232,7 +230,7 @@ impl<E: Entity> Verify<'_, E> {
                 continue;
             };
             let data_row = data.next().flatten();
-            let implied = data_row.as_ref().and_then(|r| entry::entries_of_row(schema, r).swap_remove(self.position));
+            let implied = data_row.as_ref().and_then(|r| entry::entry_of_row(schema, r, self.position));
             let holds = implied.as_ref().is_some_and(|e| e.key == index_row.key && e.primary == index_row.primary);
             if index_row.state != State::Verified {
                 report.unverified += 1;

@@ -306,7 +306,7 @@ impl IndexedWrite<'_> {
                 return Err(Error::UniqueViolation {
                     entity: self.schema.entity,
                     index: self.schema.indexes[addition.index].name,
-                    value: addition.values.clone(),
+                    value: entry::values_of(self.schema, addition),
                 });
             }
             if write(entry::state_is(raw_state))? {
@@ -330,8 +330,8 @@ impl IndexedWrite<'_> {
             .into_iter()
             .flatten()
             .next()
-            .and_then(|row| entry::entries_of_row(self.schema, &row).swap_remove(addition.index))
-            .is_some_and(|e| e.key == addition.key))
+            .and_then(|row| entry::key_of_row(self.schema, &row, addition.index))
+            .is_some_and(|k| k == addition.key))
     }
 
     /// Takes back additions this write marked (all but those whose key the old values still
