@@ -170,3 +170,13 @@ fn keys_decode_from_rows() {
     other[16] = 3;
     assert!(File::key_from_row(&bare(&other)).unwrap_err().other_record_type);
 }
+
+#[test]
+fn layouts_list_the_indexes() {
+    let layout = Customer::layout().to_string();
+    let tail = &layout[layout.find("indexes").expect("an indexes section")..];
+    assert_eq!(
+        tail,
+        "indexes (table `crm_idx`):\n  by_city_name  on (city, name desc), includes (email)\n  by_email  on (email), unique\n  by_phone  on (phone)\n"
+    );
+}

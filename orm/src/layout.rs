@@ -122,6 +122,29 @@ impl fmt::Display for Layout {
             };
             writeln!(f, "  {name:col_w$}  {field:field_w$}  {}{role}", c.encoding)?;
         }
+        if !s.indexes.is_empty() {
+            writeln!(f, "indexes (table `{}`):", crate::index::index_table(s.table))?;
+            for index in s.indexes {
+                let parts: Vec<String> = index
+                    .parts
+                    .iter()
+                    .map(|p| match p.spec.modifier {
+                        Modifier::Desc => format!("{} desc", p.field),
+                        Modifier::Md5 => format!("{} md5", p.field),
+                        _ => p.field.to_string(),
+                    })
+                    .collect();
+                let mut line = format!("  {}  on ({})", index.name, parts.join(", "));
+                if !index.include.is_empty() {
+                    let include: Vec<&str> = index.include.iter().map(|&c| s.columns[c].field).collect();
+                    line.push_str(&format!(", includes ({})", include.join(", ")));
+                }
+                if index.unique {
+                    line.push_str(", unique");
+                }
+                writeln!(f, "{line}")?;
+            }
+        }
         Ok(())
     }
 }
