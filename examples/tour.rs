@@ -1,11 +1,12 @@
 //! A tour of the object mapper on the embedded engine: the single-table customer/order design,
 //! the follower graph, time-series events, one order aggregate in all four storage strategies
-//! with what each operation costs, and the bulk migration of an order store's versioned blobs
-//! from two old versions to the current one — each example in turn, every result asserted.
+//! with what each operation costs, the bulk migration of an order store's versioned blobs from
+//! two old versions to the current one, and secondary indexes added to a table with data:
+//! backfilled, verified and repaired — each example in turn, every result asserted.
 //!
 //! Run with `cargo run --release --example tour`; each part also runs on its own
 //! (`--example customer_orders`, `--example followers`, `--example timeseries`,
-//! `--example order_strategies`, `--example blob_migration`).
+//! `--example order_strategies`, `--example blob_migration`, `--example index_backfill`).
 
 #[path = "blob_migration.rs"]
 mod blob_migration;
@@ -13,6 +14,8 @@ mod blob_migration;
 mod customer_orders;
 #[path = "followers.rs"]
 mod followers;
+#[path = "index_backfill.rs"]
+mod index_backfill;
 #[path = "order_strategies.rs"]
 mod order_strategies;
 #[path = "timeseries.rs"]
@@ -29,6 +32,8 @@ fn main() -> cellar::orm::Result<()> {
     order_strategies::main()?;
     println!("\n== blob_migration ==");
     blob_migration::main()?;
+    println!("\n== index_backfill ==");
+    index_backfill::main()?;
     println!("\ntour: ok");
     Ok(())
 }

@@ -6,6 +6,8 @@ mod blob_migration;
 mod customer_orders;
 #[path = "../examples/followers.rs"]
 mod followers;
+#[path = "../examples/index_backfill.rs"]
+mod index_backfill;
 #[path = "../examples/order_strategies.rs"]
 mod order_strategies;
 #[path = "../examples/timeseries.rs"]
@@ -34,4 +36,9 @@ fn order_strategies_example() {
 #[test]
 fn blob_migration_example() {
     blob_migration::main().unwrap();
+}
+
+#[test]
+fn index_backfill_example() {
+    index_backfill::main().unwrap();
 }

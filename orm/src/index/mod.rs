@@ -171,7 +171,7 @@ macro_rules! single_values {
         impl PrefixOf<$t> for $t {}
     )*};
 }
-single_values!(u8, u16, u32, u64, i8, i16, i32, i64, f32, f64, bool, String, Vec<u8>, Timestamp);
+single_values!(u8, u16, u32, u64, u128, i8, i16, i32, i64, i128, f32, f64, bool, String, Vec<u8>, Timestamp);
 
 macro_rules! tuple_values {
     ($n:expr; $($t:ident . $i:tt),*) => {
