@@ -88,6 +88,14 @@ fn round(n: u64) -> Vec<(&'static str, f64, f64)> {
     push("put, no index", rate(&db, n, |i| plain.put(&fields!(Plain, i, 0)).unwrap()));
     push("put, 1 index", rate(&db, n, |i| one.put(&fields!(One, i, 0)).unwrap()));
     push("put, 3 indexes", rate(&db, n, |i| three.put(&fields!(Three, i, 0)).unwrap()));
+    let batches = n / 100;
+    let batch = |i: u64| (i * 100..(i + 1) * 100).map(|id| id + n);
+    let plain_rate =
+        rate(&db, batches, |i| plain.put_many(&batch(i).map(|id| fields!(Plain, id, 0)).collect::<Vec<_>>()).unwrap());
+    push("put_many of 100, no index", (plain_rate.0 * 100.0, plain_rate.1 / 100.0));
+    let one_rate =
+        rate(&db, batches, |i| one.put_many(&batch(i).map(|id| fields!(One, id, 0)).collect::<Vec<_>>()).unwrap());
+    push("put_many of 100, 1 index", (one_rate.0 * 100.0, one_rate.1 / 100.0));
     push("update, no index", rate(&db, n, |i| plain.put(&fields!(Plain, i, 1)).unwrap()));
     push("update, 1 index", rate(&db, n, |i| one.put(&fields!(One, i, 1)).unwrap()));
     push("update, 3 indexes", rate(&db, n, |i| three.put(&fields!(Three, i, 1)).unwrap()));
@@ -130,19 +138,21 @@ fn main() {
     let rows: Vec<(&str, f64, f64)> = (0..all[0].len()).map(|i| (all[0][i].0, median(i), all[0][i].2)).collect();
     let by = |name: &str| rows.iter().find(|r| r.0 == name).map_or(f64::NAN, |r| r.1);
     let mut table =
-        String::from("| operation | calls/s | round trips per call | cost vs. baseline |\n|---|---:|---:|---:|\n");
+        String::from("| operation | calls/s (entities/s for put_many) | round trips per entity | cost vs. baseline |\n|---|---:|---:|---:|\n");
     for (name, r, rt) in &rows {
         let baseline = match *name {
+            n if n.starts_with("put_many") => by("put_many of 100, no index"),
             n if n.starts_with("put") => by("put, no index"),
             n if n.starts_with("update") => by("update, no index"),
             n if n.starts_with("get") => by("get by primary key"),
             _ => by("scan 100, covered"),
         };
-        table.push_str(&format!("| {name} | {r:.0} | {rt:.1} | {:.2}× |\n", baseline / r));
+        table.push_str(&format!("| {name} | {r:.0} | {rt:.2} | {:.2}× |\n", baseline / r));
     }
     let section = format!(
         "<!-- index:begin -->\n## Secondary indexes\n\n`cargo bench --bench index` (`benches/index.rs`): {n} entities \
-         (an 8-byte key, four columns) per table, put fresh, then updated with a new unique value; gets of \
+         (an 8-byte key, four columns) per table, put fresh one at a time and in `put_many` \
+         batches of 100, then updated with a new unique value; gets of \
          random keys by primary key and through the unique index; scans of 100 entries of one city through a \
          two-field index that copies the name, covered (`entries()`, index rows only) and as entities \
          (`to_vec()`, which also reads the data rows). Embedded engine (SyncWal), release build, {} cores ({}); \

@@ -1,6 +1,6 @@
 //! Crash test of secondary indexes: a child process runs two writer threads that put, change
 //! and delete indexed entities — flushing the tables along the way — and is killed with
-//! SIGKILL at random moments. After every kill, without any repair, every index query answers
+//! SIGKILL at random moments (batches through `put_many` among them). After every kill, without any repair, every index query answers
 //! exactly what the data rows imply; verification finds nothing but unverified entries (left
 //! by the writes the kill cut short, which repair settles); and after repair the index holds
 //! exactly the data.
@@ -58,6 +58,18 @@ fn index_crash_child() {
                     let tag = (!(r >> 32).is_multiple_of(3)).then_some(((r >> 40) % 2) as u8);
                     match (r >> 48) % 8 {
                         0 => people.delete(id).unwrap(),
+                        1 => {
+                            let batch: Vec<Person> = (0..3)
+                                .map(|j| {
+                                    let r = xorshift(&mut seed);
+                                    person(((id as u64 + j) % 12) as u32, (r % 20) as u8, (r >> 8) as u8 % 3, 20, None)
+                                })
+                                .collect();
+                            match people.put_many(&batch) {
+                                Ok(()) | Err(cellar::orm::Error::UniqueViolation { .. }) => {}
+                                Err(e) => panic!("{e}"),
+                            }
+                        }
                         _ => match people.put(&person(id, email as u8, city as u8, age as u8, tag)) {
                             Ok(()) | Err(cellar::orm::Error::UniqueViolation { .. }) => {}
                             Err(e) => panic!("{e}"),

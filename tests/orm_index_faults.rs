@@ -80,6 +80,8 @@ impl Store for Faulty {
 #[derive(Debug, Clone)]
 enum Op {
     Put(Person),
+    /// Several people in one batch (a row may come twice: the later one wins).
+    PutMany(Vec<Person>),
     /// Reads the stored person, changes its city and age, saves it.
     Save(u32, u8, u8),
     Delete(u32),
@@ -89,6 +91,8 @@ fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
         4 => (0u32..6, 0u8..5, 0u8..3, 20u8..24, prop::option::of(0u8..2))
             .prop_map(|(id, email, city, age, tag)| Op::Put(person(id, email, city, age, tag))),
+        2 => prop::collection::vec((0u32..6, 0u8..5, 0u8..3, 20u8..24, prop::option::of(0u8..2)), 1..4)
+            .prop_map(|people| Op::PutMany(people.into_iter().map(|(id, e, c, a, t)| person(id, e, c, a, t)).collect())),
         2 => (0u32..6, 0u8..3, 20u8..24).prop_map(|(id, city, age)| Op::Save(id, city, age)),
         1 => (0u32..6).prop_map(Op::Delete),
     ]
@@ -99,9 +103,13 @@ type Model = BTreeMap<u32, Person>;
 /// Applies `op` to the repository and to the model; a failed call leaves the model at
 /// whichever state the data row shows (before or after), and checks it is one of the two.
 fn apply(people: &Repository<Person>, model: &mut Model, op: &Op) {
+    if let Op::PutMany(batch) = op {
+        return apply_many(people, model, batch);
+    }
     let id = match op {
         Op::Put(p) => p.id,
         Op::Save(id, ..) | Op::Delete(id) => *id,
+        Op::PutMany(_) => unreachable!("handled above"),
     };
     let before = model.get(&id).cloned();
     let (outcome, after) = match op {
@@ -121,6 +129,7 @@ fn apply(people: &Repository<Person>, model: &mut Model, op: &Op) {
             (outcome, Some(p))
         }
         Op::Delete(_) => (people.delete(id), None),
+        Op::PutMany(_) => unreachable!("handled above"),
     };
     let stored = people.get(id).unwrap();
     match outcome {
@@ -134,6 +143,28 @@ fn apply(people: &Repository<Person>, model: &mut Model, op: &Op) {
         Some(p) => model.insert(id, p),
         None => model.remove(&id),
     };
+}
+
+/// A batch put: every row ends as one of the states it could have (before, or any person of
+/// the batch for it); the model follows what the data rows show, and no two rows share an
+/// email.
+fn apply_many(people: &Repository<Person>, model: &mut Model, batch: &[Person]) {
+    let outcome = people.put_many(batch);
+    for id in batch.iter().map(|p| p.id).collect::<std::collections::BTreeSet<_>>() {
+        let stored = people.get(id).unwrap();
+        let mut allowed: Vec<Option<Person>> = vec![model.get(&id).map(strip)];
+        allowed.extend(batch.iter().filter(|p| p.id == id).map(|p| Some(strip(p))));
+        assert!(
+            allowed.contains(&stored.as_ref().map(strip)),
+            "put_many {batch:?} ({outcome:?}): row {id} is {stored:?}"
+        );
+        match stored {
+            Some(p) => model.insert(id, p),
+            None => model.remove(&id),
+        };
+    }
+    let emails: std::collections::BTreeSet<&String> = model.values().map(|p| &p.email).collect();
+    assert_eq!(emails.len(), model.len(), "a unique email held twice after put_many {batch:?}");
 }
 
 /// A person without its version (a failed save leaves the in-memory version unknown).

@@ -5,7 +5,7 @@
 
 use bytes::Bytes;
 
-use super::{is_other_record_type, Change, Index, IndexedWrite};
+use super::{is_other_record_type, write_many, Change, Index};
 use crate::entity::Entity;
 use crate::jobs::Checkpoint;
 use crate::repo::{printable, Repository};
@@ -91,34 +91,22 @@ impl<'a, E: Entity> Backfill<'a, E> {
         let start = Checkpoint::resume_from(resume.as_ref());
         let mut last = Bytes::new();
         let mut read = 0u64;
+        let mut stretch = Vec::new();
         for row in store.scan(schema.table, &ScanSpec { start, ..ScanSpec::default() })? {
             let row = row?;
             read += 1;
             // Rows of the table's other record types are not this entity's.
             if !is_other_record_type::<E>(&row) {
-                report.rows += 1;
-                let write = IndexedWrite {
-                    store,
-                    schema,
-                    row: row.key.clone(),
-                    change: Change::Rebuild(self.position),
-                    expect_version: None,
-                };
-                match write.run() {
-                    Ok(true) => report.indexed += 1,
-                    Ok(false) => {}
-                    Err(e @ Error::UniqueViolation { .. }) => {
-                        report.violations.push(Violation { row: printable(&row.key), reason: e.to_string() })
-                    }
-                    Err(e) => return Err(e),
-                }
+                stretch.push(row.key.clone());
             }
             last = row.key;
             if read.is_multiple_of(CHECKPOINT_EVERY) {
+                self.rebuild(std::mem::take(&mut stretch), &mut report)?;
                 checkpoint.save(&last)?;
                 self.report(&report, &last);
             }
         }
+        self.rebuild(stretch, &mut report)?;
         if report.violations.is_empty() {
             self.repo.index_statuses().mark_built(store, schema, self.position)?;
             report.built = true;
@@ -128,6 +116,23 @@ impl<'a, E: Entity> Backfill<'a, E> {
             self.report(&report, &last);
         }
         Ok(report)
+    }
+
+    /// Writes the entries of a stretch of rows, all at once.
+    fn rebuild(&self, rows: Vec<Bytes>, report: &mut BackfillReport) -> Result<()> {
+        report.rows += rows.len() as u64;
+        let writes = rows.iter().map(|row| (row.clone(), Change::Rebuild(self.position))).collect();
+        for (row, result) in rows.iter().zip(write_many(self.repo.store(), &E::SCHEMA, writes)?) {
+            match result {
+                Ok(true) => report.indexed += 1,
+                Ok(false) => {}
+                Err(e @ Error::UniqueViolation { .. }) => {
+                    report.violations.push(Violation { row: printable(row), reason: e.to_string() })
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
     }
 
     fn report(&mut self, report: &BackfillReport, last: &Bytes) {

@@ -12,6 +12,7 @@
 //! check unverified ones against the data row (see `read`).
 
 mod backfill;
+mod batch;
 mod entry;
 mod read;
 mod status;
@@ -24,6 +25,7 @@ use crate::key::{encode_part, KeyError, KeyPart, PartSpec, Timestamp};
 use crate::value::Column;
 
 pub use backfill::{Backfill, BackfillProgress, BackfillReport, Violation, CHECKPOINT_EVERY};
+pub(crate) use batch::write_many;
 pub use read::{IndexEntry, IndexQuery, IndexReader};
 pub(crate) use status::Statuses;
 pub use status::STATUS_TABLE;

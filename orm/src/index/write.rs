@@ -53,24 +53,24 @@ pub(crate) struct IndexedWrite<'a> {
 }
 
 /// The index changes of one attempt.
-struct Plan {
-    additions: Vec<Entry>,
-    removals: Vec<Entry>,
+pub(super) struct Plan {
+    pub additions: Vec<Entry>,
+    pub removals: Vec<Entry>,
     /// Additions whose key an old entry already had (only copied columns change): undoing
     /// them must not delete the row the old values still need.
-    same_key: Vec<Bytes>,
+    pub same_key: Vec<Bytes>,
 }
 
 impl IndexedWrite<'_> {
-    fn index_table(&self) -> String {
+    pub(super) fn index_table(&self) -> String {
         super::index_table(self.schema.table)
     }
 
-    fn default_family(&self) -> &'static str {
+    pub(super) fn default_family(&self) -> &'static str {
         self.schema.families.first().map_or("d", |f| f.name)
     }
 
-    fn token_condition(&self, old: Option<&Row>) -> Condition {
+    pub(super) fn token_condition(&self, old: Option<&Row>) -> Condition {
         let family = Bytes::from_static(self.default_family().as_bytes());
         let qualifier = Bytes::from_static(entry::TOKEN);
         match old.and_then(|r| r.value(self.default_family(), "\x00i")) {
@@ -80,7 +80,7 @@ impl IndexedWrite<'_> {
     }
 
     /// The entries the new values imply.
-    fn new_entries(&self) -> Result<Vec<Option<Entry>>> {
+    pub(super) fn new_entries(&self) -> Result<Vec<Option<Entry>>> {
         let Change::Put(mutations) = &self.change else {
             // A delete implies no entries; a rebuild's come from the row it reads.
             return Ok(vec![None; self.schema.indexes.len()]);
@@ -111,7 +111,7 @@ impl IndexedWrite<'_> {
             .collect()
     }
 
-    fn plan(&self, old: Option<&Row>, new: &[Option<Entry>]) -> Plan {
+    pub(super) fn plan(&self, old: Option<&Row>, new: &[Option<Entry>]) -> Plan {
         let old: Vec<Option<Entry>> = match old {
             Some(row) => entry::entries_of_row(self.schema, row),
             None => vec![None; new.len()],
@@ -151,10 +151,14 @@ impl IndexedWrite<'_> {
     /// readers settle).
     /// Returns whether the write changed any index row.
     pub(crate) fn run(self) -> Result<bool> {
+        self.run_with(Vec::new())
+    }
+
+    /// [`IndexedWrite::run`], with marks an earlier try of this write left (`leftovers`: each
+    /// entry with the mark it got), settled like those of lost attempts.
+    pub(crate) fn run_with(self, mut leftovers: Vec<(Entry, Bytes)>) -> Result<bool> {
         let owner = Owner::new();
         let new = self.new_entries()?;
-        // Marks of attempts that lost the race on the data row, settled once one wins.
-        let mut leftovers: Vec<(Entry, Bytes)> = Vec::new();
         for _ in 0..ATTEMPTS {
             let old = self.store.read_rows(self.schema.table, std::slice::from_ref(&self.row), &ReadSpec::default())?;
             let old = old.into_iter().flatten().next();
@@ -166,20 +170,7 @@ impl IndexedWrite<'_> {
             let mark = entry::unverified(token, owner.name(), now_ms() + LEASE_MS);
             let plan = self.plan(old.as_ref(), &new);
             self.prepare(&plan, &mark)?;
-            let mut mutations = match &self.change {
-                Change::Put(m) => m.clone(),
-                Change::Delete => vec![CellMutation::DeleteRow],
-                Change::Rebuild(_) => Vec::new(),
-            };
-            if !matches!(self.change, Change::Delete) {
-                mutations.push(CellMutation::Put {
-                    family: Bytes::from_static(self.default_family().as_bytes()),
-                    qualifier: Bytes::from_static(entry::TOKEN),
-                    value: Bytes::copy_from_slice(&token.to_be_bytes()),
-                    timestamp: None,
-                });
-            }
-            let data = RowMutation { row: self.row.clone(), mutations };
+            let data = self.data_mutation(token);
             if !self.store.check_and_mutate(self.schema.table, self.token_condition(old.as_ref()), data)? {
                 // Another writer changed the row since the read: start over from the row as it
                 // is now. This attempt's marks are settled against the data the write that
@@ -188,15 +179,38 @@ impl IndexedWrite<'_> {
                 leftovers.extend(plan.additions.iter().chain(&plan.removals).map(|e| (e.clone(), mark.clone())));
                 continue;
             }
-            let written = match self.change {
-                Change::Put(_) => new.clone(),
-                Change::Delete => Vec::new(),
-                Change::Rebuild(_) => old.as_ref().map(|r| entry::entries_of_row(self.schema, r)).unwrap_or_default(),
-            };
+            let written = self.written(old.as_ref(), &new);
             self.settle(&plan, &mark, &leftovers, &written)?;
             return Ok(!plan.additions.is_empty() || !plan.removals.is_empty());
         }
         Err(Error::Contended { entity: self.schema.entity, row: printable(&self.row), attempts: ATTEMPTS })
+    }
+
+    /// The data row's mutation: the change and a new write token.
+    pub(super) fn data_mutation(&self, token: u64) -> RowMutation {
+        let mut mutations = match &self.change {
+            Change::Put(m) => m.clone(),
+            Change::Delete => vec![CellMutation::DeleteRow],
+            Change::Rebuild(_) => Vec::new(),
+        };
+        if !matches!(self.change, Change::Delete) {
+            mutations.push(CellMutation::Put {
+                family: Bytes::from_static(self.default_family().as_bytes()),
+                qualifier: Bytes::from_static(entry::TOKEN),
+                value: Bytes::copy_from_slice(&token.to_be_bytes()),
+                timestamp: None,
+            });
+        }
+        RowMutation { row: self.row.clone(), mutations }
+    }
+
+    /// The entries of the data this write leaves (`old`: the row it replaced).
+    pub(super) fn written(&self, old: Option<&Row>, new: &[Option<Entry>]) -> Vec<Option<Entry>> {
+        match self.change {
+            Change::Put(_) => new.to_vec(),
+            Change::Delete => Vec::new(),
+            Change::Rebuild(_) => old.map(|r| entry::entries_of_row(self.schema, r)).unwrap_or_default(),
+        }
     }
 
     fn check_version(&self, old: Option<&Row>) -> Result<()> {
@@ -222,8 +236,27 @@ impl IndexedWrite<'_> {
     /// unverified by `mark`: one batch of conditional writes (claims, marks of unique values)
     /// and one of plain ones. A claim that finds the value taken goes the slow way
     /// ([`IndexedWrite::claim`]); if it stays taken, the claims made are taken back.
-    fn prepare(&self, plan: &Plan, mark: &Bytes) -> Result<()> {
+    pub(super) fn prepare(&self, plan: &Plan, mark: &Bytes) -> Result<()> {
         let table = self.index_table();
+        let (claims, conditional) = self.conditional_marks(plan, mark);
+        if !conditional.is_empty() {
+            let applied = self.store.check_and_mutate_many(&table, conditional)?;
+            self.finish_claims(plan, mark, &claims, &applied)?;
+        }
+        let rows = self.plain_marks(plan, mark);
+        if !rows.is_empty() {
+            self.store.mutate(&table, rows)?;
+        }
+        Ok(())
+    }
+
+    /// The conditional writes of step 2: claims of unique values (put-if-absent), then marks
+    /// of the old unique values; and the claims, in the same order.
+    pub(super) fn conditional_marks<'p>(
+        &self,
+        plan: &'p Plan,
+        mark: &Bytes,
+    ) -> (Vec<&'p Entry>, Vec<(Condition, RowMutation)>) {
         let unique = |e: &&Entry| self.schema.indexes[e.index].unique;
         let claims: Vec<&Entry> = plan.additions.iter().filter(unique).collect();
         let mut conditional: Vec<(Condition, RowMutation)> = claims
@@ -239,25 +272,33 @@ impl IndexedWrite<'_> {
             let m = RowMutation { row: r.key.clone(), mutations: vec![entry::write_state(mark.clone())] };
             (entry::primary_is(&r.primary), m)
         }));
-        if !conditional.is_empty() {
-            let applied = self.store.check_and_mutate_many(&table, conditional)?;
-            let mut claimed: Vec<Entry> = Vec::new();
-            for (addition, fresh) in claims.iter().zip(&applied) {
-                if !*fresh {
-                    if let Err(e) = self.claim(addition, mark) {
-                        let made: Vec<Entry> =
-                            claims.iter().zip(&applied).filter(|(_, &a)| a).map(|(c, _)| (*c).clone()).collect();
-                        self.release(&[made, claimed].concat(), &plan.same_key, mark)?;
-                        // The marks on the old values stay: the data row may have moved on since
-                        // this write read it (another writer's marks were overwritten), so only a
-                        // check against the data, by readers once this writer is gone, can settle
-                        // them.
-                        return Err(e);
-                    }
-                    claimed.push((*addition).clone());
+        (claims, conditional)
+    }
+
+    /// Claims the values whose put-if-absent failed (`applied`, one per claim first) the slow
+    /// way; if one stays taken, takes back the claims made and fails.
+    pub(super) fn finish_claims(&self, plan: &Plan, mark: &Bytes, claims: &[&Entry], applied: &[bool]) -> Result<()> {
+        let mut claimed: Vec<Entry> = Vec::new();
+        for (addition, fresh) in claims.iter().zip(applied) {
+            if !*fresh {
+                if let Err(e) = self.claim(addition, mark) {
+                    let made: Vec<Entry> =
+                        claims.iter().zip(applied).filter(|(_, &a)| a).map(|(c, _)| (*c).clone()).collect();
+                    self.release(&[made, claimed].concat(), &plan.same_key, mark)?;
+                    // The marks on the old values stay: the data row may have moved on since
+                    // this write read it (another writer's marks were overwritten), so only a
+                    // check against the data, by readers once this writer is gone, can settle
+                    // them.
+                    return Err(e);
                 }
+                claimed.push((*addition).clone());
             }
         }
+        Ok(())
+    }
+
+    /// The plain writes of step 2: non-unique additions and marks of old non-unique values.
+    pub(super) fn plain_marks(&self, plan: &Plan, mark: &Bytes) -> Vec<RowMutation> {
         let plain = |e: &&Entry| !self.schema.indexes[e.index].unique;
         let mut rows: Vec<RowMutation> = plan
             .additions
@@ -271,10 +312,7 @@ impl IndexedWrite<'_> {
                 .filter(plain)
                 .map(|r| RowMutation { row: r.key.clone(), mutations: entry::write_mark(&r.primary, mark.clone()) }),
         );
-        if !rows.is_empty() {
-            self.store.mutate(&table, rows)?;
-        }
-        Ok(())
+        rows
     }
 
     /// Claims a unique value another row's entry holds (or held): takes it over if its holder
@@ -353,7 +391,28 @@ impl IndexedWrite<'_> {
 
     /// Step 4: verifies the additions and deletes the removals this write marked; settles the
     /// marks of lost attempts against the data this write left (`written`: its entries).
-    fn settle(&self, plan: &Plan, mark: &Bytes, leftovers: &[(Entry, Bytes)], written: &[Option<Entry>]) -> Result<()> {
+    pub(super) fn settle(
+        &self,
+        plan: &Plan,
+        mark: &Bytes,
+        leftovers: &[(Entry, Bytes)],
+        written: &[Option<Entry>],
+    ) -> Result<()> {
+        let all = self.settlements(plan, mark, leftovers, written);
+        if !all.is_empty() {
+            self.store.check_and_mutate_many(&self.index_table(), all)?;
+        }
+        Ok(())
+    }
+
+    /// The conditional writes of step 4 (see [`IndexedWrite::settle`]).
+    pub(super) fn settlements(
+        &self,
+        plan: &Plan,
+        mark: &Bytes,
+        leftovers: &[(Entry, Bytes)],
+        written: &[Option<Entry>],
+    ) -> Vec<(Condition, RowMutation)> {
         let verify = plan.additions.iter().map(|a| {
             let m = RowMutation { row: a.key.clone(), mutations: vec![entry::write_state(entry::verified())] };
             (entry::state_is(Some(mark.clone())), m)
@@ -370,10 +429,6 @@ impl IndexedWrite<'_> {
             };
             (entry::state_is(Some(old_mark.clone())), RowMutation { row: e.key.clone(), mutations })
         });
-        let all: Vec<_> = verify.chain(delete).chain(earlier).collect();
-        if !all.is_empty() {
-            self.store.check_and_mutate_many(&self.index_table(), all)?;
-        }
-        Ok(())
+        verify.chain(delete).chain(earlier).collect()
     }
 }

@@ -10,7 +10,7 @@ use bytes::Bytes;
 pub use query::{Cursor, EntityIter, Page, Query, Skipped};
 
 use crate::entity::{ColumnKind, ColumnSpec, Entity, FieldError};
-use crate::index::{Change, IndexedWrite, Statuses};
+use crate::index::{write_many, Change, IndexedWrite, Statuses};
 use crate::key::RowKey;
 use crate::store::{CellMutation, Condition, ReadSpec, Row, RowMutation, Store};
 use crate::value::ColumnValue;
@@ -220,18 +220,22 @@ impl<E: Entity> Repository<E> {
         self.store.mutate(self.table(), vec![m])
     }
 
-    /// Writes many entities in one batch (each row atomic on its own).
+    /// Writes many entities in one batch (each row atomic on its own). With indexes, each step
+    /// of the index protocol goes to the store once for all of them; an entity a unique index
+    /// refuses is left out, the others are written.
     ///
     /// # Errors
-    /// As [`Repository::put`]; nothing is written if an entity does not encode.
+    /// As [`Repository::put`]; nothing is written if an entity does not encode; the first
+    /// entity's error (a [`Error::UniqueViolation`]) once the others are written.
     pub fn put_many<'a>(&self, entities: impl IntoIterator<Item = &'a E>) -> Result<()> {
         let rows = entities.into_iter().map(|e| Self::mutation(e, None)).collect::<Result<Vec<_>>>()?;
         if rows.is_empty() {
             return Ok(());
         }
         if self.indexed() {
-            // One row at a time: each runs the index protocol.
-            return rows.into_iter().try_for_each(|m| self.write_indexed(m.row, Change::Put(m.mutations), None));
+            // Each step of the index protocol for all rows at once.
+            let writes = rows.into_iter().map(|m| (m.row, Change::Put(m.mutations))).collect();
+            return write_many(&*self.store, &E::SCHEMA, writes)?.into_iter().try_for_each(|r| r.map(|_| ()));
         }
         self.store.mutate(self.table(), rows)
     }
