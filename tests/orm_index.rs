@@ -354,3 +354,62 @@ fn entities_with_hashed_key_parts_are_indexed_backfilled_and_verified() {
     let report = follows.verify_index(Follows::BY_FOLLOWED).run().unwrap();
     assert!(report.is_clean() && report.data_rows == 4 && report.index_rows == 4, "{report}");
 }
+
+mod redefined {
+    use cellar::prelude::*;
+
+    /// An index as first shipped...
+    #[derive(Entity, Debug, Clone, PartialEq)]
+    #[cellar(table = "places", index(name = "by_city", on(city)))]
+    pub struct First {
+        #[cellar(key)]
+        pub id: u32,
+        #[cellar(column = "c")]
+        pub city: String,
+        #[cellar(column = "a")]
+        pub age: u8,
+    }
+
+    /// ...and declared again under its name with another definition.
+    #[derive(Entity, Debug, Clone, PartialEq)]
+    #[cellar(table = "places", index(name = "by_city", on(city, age(desc))))]
+    pub struct Second {
+        #[cellar(key)]
+        pub id: u32,
+        #[cellar(column = "c")]
+        pub city: String,
+        #[cellar(column = "a")]
+        pub age: u8,
+    }
+}
+
+#[test]
+fn an_index_declared_again_with_another_definition_is_rebuilt_before_it_answers() {
+    use redefined::{First, Second};
+    let db = Db::open_temporary().unwrap();
+    let first = db.repo::<First>().unwrap();
+    for id in 0..30u32 {
+        first.put(&First { id, city: ["Oslo", "Lima"][id as usize % 2].into(), age: (id % 7) as u8 }).unwrap();
+    }
+    assert_eq!(first.index(First::BY_CITY).scan().prefix("Oslo".to_string()).keys().unwrap().len(), 15);
+
+    let second = db.repo::<Second>().unwrap();
+    let err = second.index(Second::BY_CITY).scan().to_vec().unwrap_err();
+    assert!(
+        matches!(&err, Error::IndexNotReady { reason, .. } if reason.contains("another definition")),
+        "the old entries would answer wrongly: {err}"
+    );
+    let report = second.build_index(Second::BY_CITY).run().unwrap();
+    assert_eq!((report.rows, report.indexed, report.built), (30, 30, true));
+    let oslo = second.index(Second::BY_CITY).scan().prefix(("Oslo".to_string(),)).keys().unwrap();
+    let ages: Vec<u8> = oslo.iter().map(|k| second.get(k.id).unwrap().unwrap().age).collect();
+    assert!(ages.windows(2).all(|w| w[0] >= w[1]), "oldest first under the new definition: {ages:?}");
+    let report = second.verify_index(Second::BY_CITY).run().unwrap();
+    assert!(report.is_clean() && report.index_rows == 30, "no entry of the old definition left:\n{report}");
+
+    // On a table without rows a new definition is built at once.
+    let db = Db::open_temporary().unwrap();
+    db.repo::<First>().unwrap();
+    let second = db.repo::<Second>().unwrap();
+    assert_eq!(second.index(Second::BY_CITY).scan().to_vec().unwrap(), []);
+}

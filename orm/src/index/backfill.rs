@@ -9,7 +9,7 @@ use super::{is_other_record_type, write_many, Change, Index};
 use crate::entity::Entity;
 use crate::jobs::Checkpoint;
 use crate::repo::{printable, Repository};
-use crate::store::ScanSpec;
+use crate::store::{CellMutation, RowMutation, ScanSpec};
 use crate::{Error, Result};
 
 /// Rows between checkpoints and progress reports.
@@ -85,6 +85,13 @@ impl<'a, E: Entity> Backfill<'a, E> {
         let name = schema.indexes[self.position].name;
         let checkpoint =
             Checkpoint::open(store, Bytes::from(format!("index/{}/{}/{name}", schema.table, schema.entity)))?;
+        if self.repo.index_statuses().redefined(store, schema, self.position)? {
+            // The entries of the old definition go first; the new ones are written from the
+            // start of the table.
+            self.clear_old_entries()?;
+            checkpoint.clear()?;
+            self.repo.index_statuses().mark_cleared(store, schema, self.position)?;
+        }
         let resume = checkpoint.last()?;
         let mut report =
             BackfillReport { resumed_after: resume.as_deref().map(printable), ..BackfillReport::default() };
@@ -116,6 +123,27 @@ impl<'a, E: Entity> Backfill<'a, E> {
             self.report(&report, &last);
         }
         Ok(report)
+    }
+
+    /// Deletes every row of the index (a redefined one), a batch at a time.
+    fn clear_old_entries(&self) -> Result<()> {
+        let schema = &E::SCHEMA;
+        let store = self.repo.store();
+        let table = super::index_table(schema.table);
+        let prefix = super::entry::index_prefix(schema, &schema.indexes[self.position]);
+        let end = crate::key::prefix_end(&prefix).map(Bytes::from);
+        let spec = ScanSpec { start: prefix.into(), end, ..ScanSpec::default() };
+        let mut batch = Vec::new();
+        for row in store.scan(&table, &spec)? {
+            batch.push(RowMutation { row: row?.key, mutations: vec![CellMutation::DeleteRow] });
+            if batch.len() == CHECKPOINT_EVERY as usize {
+                store.mutate(&table, std::mem::take(&mut batch))?;
+            }
+        }
+        if !batch.is_empty() {
+            store.mutate(&table, batch)?;
+        }
+        Ok(())
     }
 
     /// Writes the entries of a stretch of rows, all at once.

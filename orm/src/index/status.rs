@@ -19,8 +19,12 @@ use crate::{Error, Result};
 pub const STATUS_TABLE: &str = "cellar_indexes";
 const FAMILY: &str = "i";
 const QUALIFIER: &[u8] = b"status";
+const SHAPE: &[u8] = b"shape";
 const BUILT: &[u8] = b"built";
 const PENDING: &[u8] = b"pending";
+/// Declared anew with another definition: the entries of the old one must go before the
+/// backfill writes the new ones.
+const REDEFINED: &[u8] = b"redefined";
 
 fn key(schema: &Schema, position: usize) -> Bytes {
     let mut key = schema.table.as_bytes().to_vec();
@@ -31,7 +35,35 @@ fn key(schema: &Schema, position: usize) -> Bytes {
 }
 
 fn cell(row: &crate::store::Row) -> Option<&[u8]> {
-    row.cells.iter().find(|c| c.qualifier == QUALIFIER).map(|c| &c.value[..])
+    cell_named(row, QUALIFIER)
+}
+
+fn cell_named<'r>(row: &'r crate::store::Row, qualifier: &[u8]) -> Option<&'r [u8]> {
+    row.cells.iter().find(|c| c.qualifier == qualifier).map(|c| &c.value[..])
+}
+
+/// What an index's entries look like, in words: its parts (field, column, type, framing,
+/// modifier), whether it is unique, and the columns it copies. An index declared again under
+/// its name with another shape needs its entries rebuilt.
+fn shape(schema: &Schema, position: usize) -> Bytes {
+    let index = &schema.indexes[position];
+    let column = |c: usize| format!("{}:{}", schema.columns[c].family, schema.columns[c].qualifier);
+    let parts: Vec<String> = index
+        .parts
+        .iter()
+        .map(|p| format!("{} {} {} {:?} {:?}", p.field, column(p.column), p.type_name, p.spec.form, p.spec.modifier))
+        .collect();
+    let include: Vec<String> = index.include.iter().map(|&c| column(c)).collect();
+    Bytes::from(format!("on({}) unique={} include({})", parts.join(", "), index.unique, include.join(", ")))
+}
+
+fn put(qualifier: &'static [u8], value: Bytes) -> CellMutation {
+    CellMutation::Put {
+        family: Bytes::from_static(FAMILY.as_bytes()),
+        qualifier: Bytes::from_static(qualifier),
+        value,
+        timestamp: None,
+    }
 }
 
 /// Which indexes of an entity are built, as far as this process knows (a built index stays
@@ -57,26 +89,53 @@ impl Statuses {
         let table = STATUS_TABLE;
         let keys: Vec<Bytes> = (0..schema.indexes.len()).map(|i| key(schema, i)).collect();
         let rows = store.read_rows(table, &keys, &ReadSpec::default())?;
-        // Whether the entity has rows matters only for an index seen for the first time.
-        let first_use = rows.iter().any(|r| r.as_ref().and_then(cell).is_none());
-        let existing = first_use && has_rows()?;
+        // Whether the entity has rows matters only for an index seen for the first time, or
+        // declared again with another definition.
+        let new_shape = rows.iter().enumerate().any(|(i, r)| {
+            r.as_ref().is_none_or(|r| cell(r).is_none() || cell_named(r, SHAPE) != Some(&shape(schema, i)[..]))
+        });
+        let existing = new_shape && has_rows()?;
         let mut built = Vec::new();
-        for (key, row) in keys.into_iter().zip(rows) {
-            let status = match row.as_ref().and_then(cell) {
-                Some(status) => status.to_vec(),
-                None => {
-                    let status = if existing { PENDING } else { BUILT };
-                    let put = CellMutation::Put {
+        for (position, (key, row)) in keys.into_iter().zip(rows).enumerate() {
+            let shape = shape(schema, position);
+            let stored = row.as_ref().and_then(cell).map(<[u8]>::to_vec);
+            let same_shape = row.as_ref().and_then(|r| cell_named(r, SHAPE)) == Some(&shape[..]);
+            let status = match stored {
+                Some(status) if same_shape => status,
+                Some(status) if existing => {
+                    // Declared again with another definition: not built until its backfill
+                    // has cleared the old entries and written new ones.
+                    let m = RowMutation {
+                        row: key.clone(),
+                        mutations: vec![put(QUALIFIER, Bytes::from_static(REDEFINED)), put(SHAPE, shape)],
+                    };
+                    let was = Condition::Equals {
                         family: Bytes::from_static(FAMILY.as_bytes()),
                         qualifier: Bytes::from_static(QUALIFIER),
-                        value: Bytes::from_static(status),
-                        timestamp: None,
+                        value: status.into(),
+                    };
+                    store.check_and_mutate(table, was, m)?;
+                    REDEFINED.to_vec()
+                }
+                // A redefinition without rows to index: built as it is.
+                Some(_) => {
+                    let m = RowMutation {
+                        row: key.clone(),
+                        mutations: vec![put(QUALIFIER, Bytes::from_static(BUILT)), put(SHAPE, shape)],
+                    };
+                    store.mutate(table, vec![m])?;
+                    BUILT.to_vec()
+                }
+                None => {
+                    let status = if existing { PENDING } else { BUILT };
+                    let m = RowMutation {
+                        row: key.clone(),
+                        mutations: vec![put(QUALIFIER, Bytes::from_static(status)), put(SHAPE, shape)],
                     };
                     let absent = Condition::Absent {
                         family: Bytes::from_static(FAMILY.as_bytes()),
                         qualifier: Bytes::from_static(QUALIFIER),
                     };
-                    let m = RowMutation { row: key.clone(), mutations: vec![put] };
                     if store.check_and_mutate(table, absent, m)? {
                         status.to_vec()
                     } else {
@@ -97,34 +156,44 @@ impl Statuses {
         Ok(Statuses(built))
     }
 
+    /// True if index `position` was declared again with another definition and its old
+    /// entries have not been cleared yet.
+    pub(crate) fn redefined(&self, store: &dyn Store, schema: &Schema, position: usize) -> Result<bool> {
+        let rows = store.read_rows(STATUS_TABLE, &[key(schema, position)], &ReadSpec::default())?;
+        Ok(rows.into_iter().flatten().next().as_ref().and_then(cell) == Some(REDEFINED))
+    }
+
+    /// Records that the old entries of a redefined index are gone: the backfill comes next.
+    pub(crate) fn mark_cleared(&self, store: &dyn Store, schema: &Schema, position: usize) -> Result<()> {
+        let m =
+            RowMutation { row: key(schema, position), mutations: vec![put(QUALIFIER, Bytes::from_static(PENDING))] };
+        store.mutate(STATUS_TABLE, vec![m])
+    }
+
     /// Fails with [`Error::IndexNotReady`] unless index `position` is built.
     pub(crate) fn check(&self, store: &dyn Store, schema: &Schema, position: usize) -> Result<()> {
         if self.0.get(position).is_some_and(|b| b.load(Ordering::Acquire)) {
             return Ok(());
         }
         let rows = store.read_rows(STATUS_TABLE, &[key(schema, position)], &ReadSpec::default())?;
-        if rows.into_iter().flatten().next().as_ref().and_then(cell) == Some(BUILT) {
+        let status = rows.into_iter().flatten().next().as_ref().and_then(cell).map(<[u8]>::to_vec);
+        if status.as_deref() == Some(BUILT) {
             if let Some(b) = self.0.get(position) {
                 b.store(true, Ordering::Release);
             }
             return Ok(());
         }
-        Err(Error::IndexNotReady {
-            entity: schema.entity,
-            index: schema.indexes[position].name,
-            reason: "the entity had rows when the index was declared: run its backfill".into(),
-        })
+        let reason = if status.as_deref() == Some(REDEFINED) {
+            "it was declared again with another definition: run its backfill, which replaces the old entries"
+        } else {
+            "the entity had rows when the index was declared: run its backfill"
+        };
+        Err(Error::IndexNotReady { entity: schema.entity, index: schema.indexes[position].name, reason: reason.into() })
     }
 
     /// Records that index `position` is built.
     pub(crate) fn mark_built(&self, store: &dyn Store, schema: &Schema, position: usize) -> Result<()> {
-        let put = CellMutation::Put {
-            family: Bytes::from_static(FAMILY.as_bytes()),
-            qualifier: Bytes::from_static(QUALIFIER),
-            value: Bytes::from_static(BUILT),
-            timestamp: None,
-        };
-        let m = RowMutation { row: key(schema, position), mutations: vec![put] };
+        let m = RowMutation { row: key(schema, position), mutations: vec![put(QUALIFIER, Bytes::from_static(BUILT))] };
         store.mutate(STATUS_TABLE, vec![m])?;
         if let Some(b) = self.0.get(position) {
             b.store(true, Ordering::Release);
