@@ -90,6 +90,11 @@ fn run_batch(store: &dyn Store, schema: &'static Schema, batch: &mut [(usize, Pe
         if old.is_none() && matches!(p.write.change, Change::Delete | Change::Rebuild(_)) {
             continue; // Nothing to write: no plan.
         }
+        if old.as_ref().is_some_and(|r| p.write.needs_stamp(r)) {
+            // A row without a write token: finishes alone, which gives it one first.
+            p.alone = true;
+            continue;
+        }
         p.plan = Some(p.write.plan(old.as_ref(), &p.new));
         p.old = old;
     }
@@ -105,6 +110,7 @@ fn run_batch(store: &dyn Store, schema: &'static Schema, batch: &mut [(usize, Pe
     }
     if !conditional.is_empty() {
         let applied = store.check_and_mutate_many(&index_table, conditional)?;
+        let mut release = Vec::new();
         let mut at = 0;
         while at < applied.len() {
             let (k, claims) = owners[at];
@@ -121,13 +127,21 @@ fn run_batch(store: &dyn Store, schema: &'static Schema, batch: &mut [(usize, Pe
                 .map(|(_, e)| (e.clone(), p.mark.clone()))
                 .collect();
             if made.len() < claims {
-                // A value found taken: this write finishes alone, and settles what it made.
-                p.leftovers.extend(made);
+                // A value found taken: this write finishes alone. The claims it created go
+                // (nobody else can have needed a row this write created); its marks on old
+                // values are settled when it finishes.
+                release.extend(made.into_iter().map(|(e, mark)| {
+                    let m = RowMutation { row: e.key, mutations: vec![crate::store::CellMutation::DeleteRow] };
+                    (entry::state_is(Some(mark)), m)
+                }));
                 let removals = plan.removals.iter().filter(|r| schema.indexes[r.index].unique);
                 p.leftovers.extend(removals.map(|r| (r.clone(), p.mark.clone())));
                 p.alone = true;
             }
             at += count;
+        }
+        if !release.is_empty() {
+            store.check_and_mutate_many(&index_table, release)?;
         }
     }
     let plain: Vec<RowMutation> = batch

@@ -1,8 +1,9 @@
 //! Index rows as data rows imply them, and the cells index rows hold.
 //!
 //! An index row's cells (family [`FAMILY`]):
-//! - `s`, its state: verified (`01`), or unverified by a writer (`00`, the writer's token,
-//!   process instance and serial, and lease deadline — 33 bytes);
+//! - `s`, its state: verified (`01` and a token of the verification — 9 bytes), or unverified
+//!   by a writer (`00`, the writer's token, process instance and serial, and lease deadline —
+//!   33 bytes);
 //! - `k`, the primary row key;
 //! - one cell per indexed or included column, named `family:qualifier`, holding its value.
 
@@ -177,8 +178,14 @@ pub(crate) struct IndexRow {
     pub cells: Vec<(Bytes, Bytes)>,
 }
 
+/// A verified state: `01` and a token new on every verification, so a check-and-mutate on a
+/// verified state read earlier fails once the row has been through another write — even one
+/// that left it verified again (the bare `01` of a row verified twice would match).
 pub(crate) fn verified() -> Bytes {
-    Bytes::from_static(&[1])
+    let mut b = Vec::with_capacity(9);
+    b.put_u8(1);
+    b.put_u64(crate::writer::token());
+    b.into()
 }
 
 /// An unverified state naming the write `token` of writer `owner`.
@@ -195,6 +202,7 @@ pub(crate) fn unverified(token: u64, owner: (u64, u64), deadline_ms: u64) -> Byt
 fn parse_state(value: &[u8]) -> Option<State> {
     match value {
         [1] => Some(State::Verified),
+        [1, rest @ ..] if rest.len() == 8 => Some(State::Verified),
         [0, rest @ ..] if rest.len() == 32 => {
             let word = |i: usize| u64::from_be_bytes(rest[i * 8..i * 8 + 8].try_into().unwrap_or_default());
             Some(State::Unverified { owner: (word(1), word(2)), deadline_ms: word(3) })

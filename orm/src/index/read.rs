@@ -323,6 +323,9 @@ impl<'r, E: Entity, V: IndexValue> IndexQuery<'r, E, V> {
             }
         }
         let limit = self.limit.unwrap_or(usize::MAX);
+        if limit == 0 {
+            return Ok((Vec::new(), false));
+        }
         let table = super::index_table(schema.table);
         let spec = ScanSpec { start, end, reverse: self.reverse, limit: None, read: ReadSpec::default() };
         let store = repo.store();

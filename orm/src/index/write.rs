@@ -42,6 +42,14 @@ pub(crate) enum Change {
     Rebuild(usize),
 }
 
+/// Whose row a slow claim took.
+enum Claimed {
+    /// A new row, or one held for another entity: this write may take it back.
+    Other,
+    /// A row already naming this entity: it stays, whatever becomes of this write.
+    Own,
+}
+
 /// One indexed write of the data row `row` of `schema`'s table.
 pub(crate) struct IndexedWrite<'a> {
     pub store: &'a dyn Store,
@@ -166,6 +174,10 @@ impl IndexedWrite<'_> {
             if old.is_none() && matches!(self.change, Change::Delete | Change::Rebuild(_)) {
                 return Ok(false);
             }
+            if let Some(row) = old.as_ref().filter(|r| self.needs_stamp(r)) {
+                self.stamp(row)?;
+                continue;
+            }
             let token = writer::token();
             let mark = entry::unverified(token, owner.name(), now_ms() + LEASE_MS);
             let plan = self.plan(old.as_ref(), &new);
@@ -184,6 +196,35 @@ impl IndexedWrite<'_> {
             return Ok(!plan.additions.is_empty() || !plan.removals.is_empty());
         }
         Err(Error::Contended { entity: self.schema.entity, row: printable(&self.row), attempts: ATTEMPTS })
+    }
+
+    /// True for a rebuild of a row without a write token (written before the entity had
+    /// indexes). Its data write could not be conditioned on the row still being there — a
+    /// token-absent check holds for a deleted row too, and the write would bring the row back —
+    /// so the row gets a token first ([`IndexedWrite::stamp`]).
+    pub(super) fn needs_stamp(&self, old: &Row) -> bool {
+        matches!(self.change, Change::Rebuild(_)) && old.value(self.default_family(), "\x00i").is_none()
+    }
+
+    /// Gives a row without a write token one, changing nothing else, on condition that one of
+    /// its cells still holds what was read (so a deleted row stays deleted).
+    pub(super) fn stamp(&self, old: &Row) -> Result<()> {
+        let Some(cell) = old.cells.first() else { return Ok(()) };
+        let still_there = Condition::Equals {
+            family: cell.family.clone(),
+            qualifier: cell.qualifier.clone(),
+            value: cell.value.clone(),
+        };
+        let token = CellMutation::Put {
+            family: Bytes::from_static(self.default_family().as_bytes()),
+            qualifier: Bytes::from_static(entry::TOKEN),
+            value: Bytes::copy_from_slice(&writer::token().to_be_bytes()),
+            timestamp: None,
+        };
+        let m = RowMutation { row: self.row.clone(), mutations: vec![token] };
+        // Either way the next attempt reads the row again.
+        self.store.check_and_mutate(self.schema.table, still_there, m)?;
+        Ok(())
     }
 
     /// The data row's mutation: the change and a new write token.
@@ -278,20 +319,26 @@ impl IndexedWrite<'_> {
     /// Claims the values whose put-if-absent failed (`applied`, one per claim first) the slow
     /// way; if one stays taken, takes back the claims made and fails.
     pub(super) fn finish_claims(&self, plan: &Plan, mark: &Bytes, claims: &[&Entry], applied: &[bool]) -> Result<()> {
+        // Claims this write may take back: those it created, and those it took from another
+        // entity. A row it took over from this same entity stays (marked): the entity's own
+        // committed data may hold that value (another writer of the row got there first).
         let mut claimed: Vec<Entry> = Vec::new();
         for (addition, fresh) in claims.iter().zip(applied) {
             if !*fresh {
-                if let Err(e) = self.claim(addition, mark) {
-                    let made: Vec<Entry> =
-                        claims.iter().zip(applied).filter(|(_, &a)| a).map(|(c, _)| (*c).clone()).collect();
-                    self.release(&[made, claimed].concat(), &plan.same_key, mark)?;
-                    // The marks on the old values stay: the data row may have moved on since
-                    // this write read it (another writer's marks were overwritten), so only a
-                    // check against the data, by readers once this writer is gone, can settle
-                    // them.
-                    return Err(e);
+                match self.claim(addition, mark) {
+                    Ok(Claimed::Other) => claimed.push((*addition).clone()),
+                    Ok(Claimed::Own) => {}
+                    Err(e) => {
+                        let made: Vec<Entry> =
+                            claims.iter().zip(applied).filter(|(_, &a)| a).map(|(c, _)| (*c).clone()).collect();
+                        self.release(&[made, claimed].concat(), &plan.same_key, mark)?;
+                        // The marks on the old values stay: the data row may have moved on since
+                        // this write read it (another writer's marks were overwritten), so only a
+                        // check against the data, by readers once this writer is gone, can settle
+                        // them.
+                        return Err(e);
+                    }
                 }
-                claimed.push((*addition).clone());
             }
         }
         Ok(())
@@ -317,7 +364,7 @@ impl IndexedWrite<'_> {
 
     /// Claims a unique value another row's entry holds (or held): takes it over if its holder
     /// does not hold the value and cannot be about to (see `crate::writer`).
-    fn claim(&self, addition: &Entry, mark: &Bytes) -> Result<()> {
+    fn claim(&self, addition: &Entry, mark: &Bytes) -> Result<Claimed> {
         let table = self.index_table();
         let write = |condition: Condition| {
             let m = RowMutation {
@@ -328,7 +375,7 @@ impl IndexedWrite<'_> {
         };
         for _ in 0..ATTEMPTS {
             if write(entry::state_is(None))? {
-                return Ok(());
+                return Ok(Claimed::Other);
             }
             let rows = self.store.read_rows(&table, std::slice::from_ref(&addition.key), &ReadSpec::default())?;
             let Some(row) = rows.into_iter().flatten().next() else { continue };
@@ -348,7 +395,8 @@ impl IndexedWrite<'_> {
                 });
             }
             if write(entry::state_is(raw_state))? {
-                return Ok(());
+                let own = holder.is_some_and(|h| h.primary == addition.primary);
+                return Ok(if own { Claimed::Own } else { Claimed::Other });
             }
         }
         Err(Error::Contended { entity: self.schema.entity, row: printable(&addition.key), attempts: ATTEMPTS })
