@@ -350,8 +350,22 @@ fn check_index_fields(ctx: &mut Ctx, e: &EntityAttr, index: &IndexAttr) {
         seen.push(ident);
         if let Some(why) = not_indexable(f, in_on) {
             ctx.error(span, format!("index `{name}`: `{ident}` {why}"));
+        } else if let Some(ttl) = ttl_of(e, f) {
+            ctx.error(
+                span,
+                format!(
+                    "index `{name}`: `{ident}` lives in a family with a {ttl} s TTL: its cells expire without a \
+                     write, and the index would keep answering for them"
+                ),
+            );
         }
     }
+}
+
+/// The TTL of the family a stored field's column lives in, if it has one.
+fn ttl_of(e: &EntityAttr, f: &FieldAttr) -> Option<u64> {
+    let family = column_of(e, f).0;
+    e.families.iter().find(|fam| fam.name == family).and_then(|fam| fam.ttl)
 }
 
 /// Why a field cannot be an index part (`in_on`) or an included column.
