@@ -8,6 +8,8 @@
 //! tenth of the rows and only prints; without `--bench` (as `cargo test --benches` runs it) it
 //! is a short smoke run that writes nothing.
 
+mod common;
+
 use std::time::Instant;
 
 use cellar::prelude::*;
@@ -150,7 +152,7 @@ fn main() {
         table.push_str(&format!("| {name} | {r:.0} | {rt:.2} | {:.2}× |\n", baseline / r));
     }
     let section = format!(
-        "<!-- index:begin -->\n## Secondary indexes\n\n`cargo bench --bench index` (`benches/index.rs`): {n} entities \
+        "## Secondary indexes\n\n`cargo bench --bench index` (`benches/index.rs`): {n} entities \
          (an 8-byte key, four columns) per table, put fresh one at a time and in `put_many` \
          batches of 100, then updated with a new unique value; gets of \
          random keys by primary key and through the unique index; scans of 100 entries of one city through a \
@@ -158,37 +160,12 @@ fn main() {
          (`to_vec()`, which also reads the data rows). Embedded engine (SyncWal), release build, {} cores ({}); \
          median of {rounds} rounds. \"Cost vs. baseline\" is time per call over the baseline's: puts and \
          updates against no index, gets against the primary key, scans against the covered scan.\n\n{table}\n\
-         Goals: a put with one index at most 2.5× a plain put; an index get at most 2× a primary get.\n\
-         <!-- index:end -->",
+         Goals: a put with one index at most 2.5× a plain put; an index get at most 2× a primary get.",
         std::thread::available_parallelism().map_or(0, |p| p.get()),
-        cpu_model(),
+        common::cpu_model(),
     );
     println!("{section}");
     if benching && !quick {
-        write_section(&section);
-    }
-}
-
-fn cpu_model() -> String {
-    std::fs::read_to_string("/proc/cpuinfo")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("model name"))
-                .map(|l| l.split(':').nth(1).unwrap_or("").trim().to_string())
-        })
-        .unwrap_or_else(|| "unknown CPU".into())
-}
-
-/// Replaces the section between the markers in benches/README.md (or appends it).
-fn write_section(section: &str) {
-    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/benches/README.md");
-    let Ok(text) = std::fs::read_to_string(path) else { return };
-    let updated = match (text.find("<!-- index:begin -->"), text.find("<!-- index:end -->")) {
-        (Some(a), Some(b)) if a < b => format!("{}{section}{}", &text[..a], &text[b + "<!-- index:end -->".len()..]),
-        _ => format!("{}\n{section}\n", text.trim_end()),
-    };
-    if let Err(e) = std::fs::write(path, updated) {
-        eprintln!("could not update {path}: {e}");
+        common::write_section("index", &section);
     }
 }

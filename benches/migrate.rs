@@ -6,6 +6,8 @@
 //! `-- --quick` (or `CELLAR_MIGRATE_QUICK=1`) runs a tenth of the blobs and only prints. Without
 //! `--bench` (as `cargo test --benches` runs it) it is a short smoke run that writes nothing.
 
+mod common;
+
 use std::time::Instant;
 
 use bytes::Bytes;
@@ -112,43 +114,19 @@ fn main() {
         }
     }
     let section = format!(
-        "<!-- migrate:begin -->\n## Blob migration\n\n`cargo bench --bench migrate` (`benches/migrate.rs`): {n} blobs of {avg} bytes on \
+        "## Blob migration\n\n`cargo bench --bench migrate` (`benches/migrate.rs`): {n} blobs of {avg} bytes on \
          average, written at version 1 (bincode) straight into the store, migrated to version 2 (MessagePack) \
          by `Db::migrate_column` — one scan, a version-1 decode, a `From` step and a MessagePack encode per \
          blob on a reading thread, and one conditional write (check-and-mutate on the bytes read) per blob, \
          sent in batches of 1000 with a checkpoint after each, on the calling thread; embedded engine (SyncWal), release build, {} cores ({}), once with the default 64 MiB memstore \
          flush size and once with 512 MiB.\n\n\
          | memstore flush size | blobs | seconds | blobs/s | MiB/s read |\n|---:|---:|---:|---:|---:|\n{rows}\n\
-         {censuses}\n<!-- migrate:end -->",
+         {censuses}",
         std::thread::available_parallelism().map_or(0, |p| p.get()),
-        cpu_model(),
+        common::cpu_model(),
     );
     println!("{section}");
     if benching && !quick {
-        write_section(&section);
-    }
-}
-
-fn cpu_model() -> String {
-    std::fs::read_to_string("/proc/cpuinfo")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("model name"))
-                .map(|l| l.split(':').nth(1).unwrap_or("").trim().to_string())
-        })
-        .unwrap_or_else(|| "unknown CPU".into())
-}
-
-/// Replaces the section between the markers in benches/README.md (or appends it).
-fn write_section(section: &str) {
-    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/benches/README.md");
-    let Ok(text) = std::fs::read_to_string(path) else { return };
-    let updated = match (text.find("<!-- migrate:begin -->"), text.find("<!-- migrate:end -->")) {
-        (Some(a), Some(b)) if a < b => format!("{}{section}{}", &text[..a], &text[b + "<!-- migrate:end -->".len()..]),
-        _ => format!("{}\n{section}\n", text.trim_end()),
-    };
-    if let Err(e) = std::fs::write(path, updated) {
-        eprintln!("could not update {path}: {e}");
+        common::write_section("migrate", &section);
     }
 }

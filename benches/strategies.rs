@@ -11,6 +11,8 @@
 //! `--bench` (as `cargo test --benches` does) it is a smoke test: a few aggregates, nothing
 //! written.
 
+mod common;
+
 use std::fmt::Write as _;
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -406,7 +408,7 @@ fn main() {
     if write {
         let root = Path::new(env!("CARGO_MANIFEST_DIR"));
         let readme = root.join("benches/README.md");
-        replace_section(&readme, &section);
+        common::write_section("strategies", &section);
         let svg = root.join("benches/strategies.svg");
         chart(&svg, &results);
         eprintln!("wrote {} and {}", readme.display(), svg.display());
@@ -420,20 +422,6 @@ struct Run {
     /// 1-minute load average before and after.
     load: (String, String),
     elapsed: Duration,
-}
-
-const BEGIN: &str = "<!-- strategies:begin -->";
-const END: &str = "<!-- strategies:end -->";
-
-/// Replaces the text between the markers, or appends a marked section if there is none.
-fn replace_section(readme: &Path, section: &str) {
-    let text = std::fs::read_to_string(readme).unwrap();
-    let marked = format!("{BEGIN}\n{section}{END}");
-    let new = match (text.find(BEGIN), text.find(END)) {
-        (Some(b), Some(e)) if b < e => format!("{}{marked}{}", &text[..b], &text[e + END.len()..]),
-        _ => format!("{}\n\n{marked}\n", text.trim_end()),
-    };
-    std::fs::write(readme, new).unwrap();
 }
 
 /// `1 234 567`: digits grouped by spaces, as the rest of the README writes them.
@@ -492,15 +480,6 @@ fn memory() -> String {
             Some(format!("{:.0} GiB", kib / (1024.0 * 1024.0)))
         })
         .unwrap_or_else(|| "? GiB".into())
-}
-
-fn cpu_model() -> String {
-    std::fs::read_to_string("/proc/cpuinfo")
-        .ok()
-        .and_then(|s| {
-            s.lines().find(|l| l.starts_with("model name")).and_then(|l| l.split(':').nth(1)).map(|m| m.trim().into())
-        })
-        .unwrap_or_else(|| "unknown CPU".into())
 }
 
 /// Today's date (UTC), `YYYY-MM-DD`.
@@ -577,7 +556,7 @@ fn section(results: &[Measured], run: &Run) -> String {
          average {} before and {} after (above about 1, other work was sharing the cores), {:.0} s \
          in all.",
         today(),
-        cpu_model(),
+        common::cpu_model(),
         memory(),
         run.load.0,
         run.load.1,

@@ -6,18 +6,15 @@
 mod common;
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
-use bytes::Bytes;
 use cellar::engine::{Engine, EngineOptions};
 use cellar::orm::blob::{self, BlobFormat, Codec};
 use cellar::orm::migrate::{Census, Format};
-use cellar::orm::store::{
-    Condition, EmbeddedStore, Guarantees, ReadSpec, Row, RowCheck, RowMutation, RowStream, ScanSpec, Store, TableSpec,
-};
-use cellar::orm::Result;
+use cellar::orm::store::EmbeddedStore;
 use cellar::prelude::*;
 use common::blob_orders::aggregate::{Order, OrderV1};
+use common::hooked::{Call, Hooked};
 
 fn v1(order_no: u64) -> OrderV1 {
     OrderV1 { customer: 1, order_no, skus: vec![format!("sku-{order_no}"), "tea".into()] }
@@ -156,49 +153,6 @@ fn values_the_application_writes_meanwhile_are_never_reverted() {
     assert_eq!(db.migrate::<Order>().census().unwrap(), census(0, 3000, 1));
 }
 
-/// The embedded store, but a migration's batch of rewrites first runs a hook: the application
-/// writing between the migration's read and its rewrite, at the worst moment.
-struct Racing {
-    inner: EmbeddedStore,
-    before_rewrites: Mutex<Option<Box<dyn FnOnce() + Send>>>,
-}
-
-impl Store for Racing {
-    fn ensure_table(&self, spec: &TableSpec) -> Result<()> {
-        self.inner.ensure_table(spec)
-    }
-    fn mutate(&self, table: &str, rows: Vec<RowMutation>) -> Result<()> {
-        self.inner.mutate(table, rows)
-    }
-    fn read_rows(&self, table: &str, rows: &[Bytes], read: &ReadSpec) -> Result<Vec<Option<Row>>> {
-        self.inner.read_rows(table, rows, read)
-    }
-    fn scan<'a>(&'a self, table: &str, scan: &ScanSpec) -> Result<RowStream<'a>> {
-        self.inner.scan(table, scan)
-    }
-    fn check_and_mutate(&self, table: &str, condition: Condition, mutation: RowMutation) -> Result<bool> {
-        self.inner.check_and_mutate(table, condition, mutation)
-    }
-    fn check_and_mutate_many(&self, table: &str, entries: Vec<(Condition, RowMutation)>) -> Result<Vec<bool>> {
-        if let Some(hook) = self.before_rewrites.lock().unwrap().take() {
-            hook();
-        }
-        self.inner.check_and_mutate_many(table, entries)
-    }
-    fn split_keys(&self, table: &str) -> Result<Option<Vec<Bytes>>> {
-        self.inner.split_keys(table)
-    }
-    fn increment(&self, table: &str, row: Bytes, family: &str, qualifier: &str, delta: i64) -> Result<i64> {
-        self.inner.increment(table, row, family, qualifier, delta)
-    }
-    fn guarantees(&self) -> Guarantees {
-        self.inner.guarantees()
-    }
-    fn mutate_group(&self, table: &str, checks: Vec<RowCheck>, rows: Vec<RowMutation>) -> Result<bool> {
-        self.inner.mutate_group(table, checks, rows)
-    }
-}
-
 #[test]
 fn a_rewrite_that_loses_the_race_leaves_the_application_value() {
     let dir = tempfile::tempdir().unwrap();
@@ -216,7 +170,9 @@ fn a_rewrite_that_loses_the_race_leaves_the_application_value() {
             app_orders.put(&order).unwrap();
         }
     };
-    let racing = Db::with_store(Arc::new(Racing { inner, before_rewrites: Mutex::new(Some(Box::new(hook))) }));
+    // The migration's first batch of rewrites waits for the application's writes.
+    let store = Hooked::new(inner, |call, _| call == Call::CheckAndMutateMany, hook);
+    let racing = Db::with_store(Arc::new(store));
     let report = racing.migrate::<Order>().run().unwrap();
     // The application changed three rows of the first batch after the migration read them.
     assert_eq!((report.rows, report.rewritten, report.raced), (1500, 1497, 3));

@@ -11,6 +11,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use cellar::orm::index::BackfillProgress;
 use cellar::orm::Error;
 use cellar::prelude::*;
+use common::hooked::{Call, Hooked};
 use common::people::{person, Person};
 
 fn ids(people: &[Person]) -> Vec<u32> {
@@ -414,56 +415,6 @@ fn an_index_declared_again_with_another_definition_is_rebuilt_before_it_answers(
     assert_eq!(second.index(Second::BY_CITY).scan().to_vec().unwrap(), []);
 }
 
-/// The embedded store, but the first check-and-mutate on table `people` first runs a hook: the
-/// application writing between a backfill's read of a row and its write.
-struct Interleaved {
-    inner: cellar::orm::EmbeddedStore,
-    hook: std::sync::Mutex<Option<Box<dyn FnOnce() + Send>>>,
-}
-
-mod interleaved {
-    use bytes::Bytes;
-    use cellar::orm::store::{
-        Condition, Guarantees, ReadSpec, Row, RowCheck, RowMutation, RowStream, ScanSpec, Store, TableSpec,
-    };
-    use cellar::orm::Result;
-
-    impl Store for super::Interleaved {
-        fn ensure_table(&self, spec: &TableSpec) -> Result<()> {
-            self.inner.ensure_table(spec)
-        }
-        fn mutate(&self, table: &str, rows: Vec<RowMutation>) -> Result<()> {
-            self.inner.mutate(table, rows)
-        }
-        fn read_rows(&self, table: &str, rows: &[Bytes], read: &ReadSpec) -> Result<Vec<Option<Row>>> {
-            self.inner.read_rows(table, rows, read)
-        }
-        fn scan<'a>(&'a self, table: &str, scan: &ScanSpec) -> Result<RowStream<'a>> {
-            self.inner.scan(table, scan)
-        }
-        fn check_and_mutate(&self, table: &str, condition: Condition, mutation: RowMutation) -> Result<bool> {
-            if table == "people" {
-                if let Some(hook) = self.hook.lock().unwrap().take() {
-                    hook();
-                }
-            }
-            self.inner.check_and_mutate(table, condition, mutation)
-        }
-        fn split_keys(&self, table: &str) -> Result<Option<Vec<Bytes>>> {
-            self.inner.split_keys(table)
-        }
-        fn increment(&self, table: &str, row: Bytes, family: &str, qualifier: &str, delta: i64) -> Result<i64> {
-            self.inner.increment(table, row, family, qualifier, delta)
-        }
-        fn guarantees(&self) -> Guarantees {
-            self.inner.guarantees()
-        }
-        fn mutate_group(&self, table: &str, checks: Vec<RowCheck>, rows: Vec<RowMutation>) -> Result<bool> {
-            self.inner.mutate_group(table, checks, rows)
-        }
-    }
-}
-
 #[test]
 fn a_backfill_never_brings_back_a_row_deleted_under_it() {
     let dir = tempfile::tempdir().unwrap();
@@ -485,8 +436,8 @@ fn a_backfill_never_brings_back_a_row_deleted_under_it() {
     // The backfill reads row 5 (written before the index: no write token); before it writes,
     // the application deletes the row through the indexed entity.
     let app_people = app.repo::<Person>().unwrap();
-    let hook = Box::new(move || app_people.delete(5).unwrap());
-    let db = Db::with_store(std::sync::Arc::new(Interleaved { inner, hook: std::sync::Mutex::new(Some(hook)) }));
+    let when = |call, table: &str| call == Call::CheckAndMutate && table == "people";
+    let db = Db::with_store(std::sync::Arc::new(Hooked::new(inner, when, move || app_people.delete(5).unwrap())));
     let people = db.repo::<Person>().unwrap();
     let report = people.build_index(Person::BY_EMAIL).run().unwrap();
     assert!(report.built, "{report:?}");

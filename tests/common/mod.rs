@@ -2,6 +2,7 @@
 #![allow(dead_code)]
 
 pub mod blob_orders;
+pub mod hooked;
 pub mod orders;
 pub mod people;
 pub mod raw;
