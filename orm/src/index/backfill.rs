@@ -130,9 +130,7 @@ impl<'a, E: Entity> Backfill<'a, E> {
         let schema = &E::SCHEMA;
         let store = self.repo.store();
         let table = super::index_table(schema.table);
-        let prefix = super::entry::index_prefix(schema, &schema.indexes[self.position]);
-        let end = crate::key::prefix_end(&prefix).map(Bytes::from);
-        let spec = ScanSpec { start: prefix.into(), end, ..ScanSpec::default() };
+        let spec = super::entry::index_range(schema, &schema.indexes[self.position]);
         let mut batch = Vec::new();
         for row in store.scan(&table, &spec)? {
             batch.push(RowMutation { row: row?.key, mutations: vec![CellMutation::DeleteRow] });

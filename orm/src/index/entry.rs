@@ -11,7 +11,7 @@ use bytes::{BufMut, Bytes};
 
 use crate::entity::{ColumnSpec, Schema};
 use crate::index::IndexSpec;
-use crate::store::{CellMutation, FamilySpec, Row, TableSpec};
+use crate::store::{CellMutation, FamilySpec, Row, RowMutation, TableSpec};
 
 /// The family of index rows.
 pub(crate) const FAMILY: &str = "i";
@@ -20,6 +20,19 @@ const PRIMARY: &[u8] = b"k";
 /// The data row's cell (default family) naming the write that last changed it, on entities
 /// with indexes: writers check-and-mutate on it, so one index update at a time runs per row.
 pub(crate) const TOKEN: &[u8] = b"\x00i";
+const TOKEN_STR: &str = "\x00i";
+
+/// The write token of a data row of `schema`, if it has one.
+pub(crate) fn write_token<'r>(schema: &Schema, row: &'r Row) -> Option<&'r [u8]> {
+    row.value(schema.families.first().map_or("d", |f| f.name), TOKEN_STR)
+}
+
+/// Every row of `index`, in key order.
+pub(crate) fn index_range(schema: &Schema, index: &IndexSpec) -> crate::store::ScanSpec {
+    let prefix = index_prefix(schema, index);
+    let end = crate::key::prefix_end(&prefix).map(Bytes::from);
+    crate::store::ScanSpec { start: prefix.into(), end, ..Default::default() }
+}
 
 /// The index table of an entity's table.
 pub(crate) fn table_spec(schema: &Schema) -> TableSpec {
@@ -287,4 +300,25 @@ pub(crate) fn matches(row: &IndexRow, entry: &Entry) -> bool {
     have.sort();
     want.sort();
     row.key == entry.key && row.primary == entry.primary && have == want
+}
+
+/// How a reader (or a repair) settles `row` once it has checked it against its data row
+/// (`implied`: the entry the data row implies): if the row is unverified and its writer is
+/// gone, verified with the data's copies when the data holds it, else deleted — on condition
+/// that its state is still the one read. `None` while its writer may still act.
+pub(crate) fn settle_abandoned(
+    schema: &'static Schema,
+    row: &IndexRow,
+    implied: Option<&Entry>,
+    guarantees: crate::store::Guarantees,
+) -> Option<(crate::store::Condition, RowMutation)> {
+    let State::Unverified { owner, deadline_ms } = row.state else { return None };
+    if !crate::writer::gone(owner, deadline_ms, guarantees) {
+        return None;
+    }
+    let mutations = match implied.filter(|e| e.key == row.key && e.primary == row.primary) {
+        Some(e) => write_entry(schema, e, verified()),
+        None => vec![CellMutation::DeleteRow],
+    };
+    Some((state_is(Some(row.state_bytes.clone())), RowMutation { row: row.key.clone(), mutations }))
 }

@@ -14,7 +14,7 @@ use super::{Index, IndexValue, PrefixOf};
 use crate::entity::Entity;
 use crate::key::prefix_end;
 use crate::repo::{Cursor, Page, Repository};
-use crate::store::{CellMutation, ReadSpec, Row, RowMutation, ScanSpec, StoredCell};
+use crate::store::{ReadSpec, Row, ScanSpec, StoredCell};
 use crate::value::Column;
 use crate::{Error, Result};
 
@@ -137,16 +137,7 @@ impl<E: Entity, V: IndexValue> IndexReader<E, V> {
             }
             let implied = row.as_ref().and_then(|r| entry::entry_of_row(schema, r, position));
             let holds = implied.as_ref().is_some_and(|e| e.key == index_row.key);
-            if let State::Unverified { owner, deadline_ms } = index_row.state {
-                if crate::writer::gone(owner, deadline_ms, repo.store().guarantees()) {
-                    let mutations = match implied.as_ref().filter(|_| holds) {
-                        Some(e) => entry::write_entry(schema, e, entry::verified()),
-                        None => vec![CellMutation::DeleteRow],
-                    };
-                    let m = RowMutation { row: index_row.key.clone(), mutations };
-                    settle.push((entry::state_is(Some(index_row.state_bytes.clone())), m));
-                }
-            }
+            settle.extend(entry::settle_abandoned(schema, &index_row, implied.as_ref(), repo.store().guarantees()));
             if holds {
                 hits.push(Hit { index_row, data: row, entry: implied });
             }

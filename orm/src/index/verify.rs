@@ -126,9 +126,7 @@ impl<E: Entity> Verify<'_, E> {
         }
         self.check_data(batch, &mut report)?;
         // Pass 2: every index row.
-        let prefix = entry::index_prefix(schema, &schema.indexes[self.position]);
-        let end = crate::key::prefix_end(&prefix).map(Bytes::from);
-        let spec = ScanSpec { start: prefix.into(), end, ..ScanSpec::default() };
+        let spec = entry::index_range(schema, &schema.indexes[self.position]);
         let mut batch = Vec::new();
         for row in store.scan(&super::index_table(schema.table), &spec)? {
             report.index_rows += 1;
@@ -235,19 +233,7 @@ impl<E: Entity> Verify<'_, E> {
             if index_row.state != State::Verified {
                 report.unverified += 1;
                 Self::note(report, format!("unverified: index row {}", printable(&index_row.key)));
-                let gone = match index_row.state {
-                    State::Unverified { owner, deadline_ms } => {
-                        crate::writer::gone(owner, deadline_ms, store.guarantees())
-                    }
-                    State::Verified => false,
-                };
-                if gone {
-                    let mutations = match implied.as_ref().filter(|_| holds) {
-                        Some(e) => entry::write_entry(schema, e, entry::verified()),
-                        None => vec![CellMutation::DeleteRow],
-                    };
-                    fixes.push((entry::state_is(raw_state), RowMutation { row: index_row.key.clone(), mutations }));
-                }
+                fixes.extend(entry::settle_abandoned(schema, &index_row, implied.as_ref(), store.guarantees()));
             } else if !holds {
                 report.stale += 1;
                 Self::note(

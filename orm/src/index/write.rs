@@ -81,7 +81,7 @@ impl IndexedWrite<'_> {
     pub(super) fn token_condition(&self, old: Option<&Row>) -> Condition {
         let family = Bytes::from_static(self.default_family().as_bytes());
         let qualifier = Bytes::from_static(entry::TOKEN);
-        match old.and_then(|r| r.value(self.default_family(), "\x00i")) {
+        match old.and_then(|r| entry::write_token(self.schema, r)) {
             Some(token) => Condition::Equals { family, qualifier, value: Bytes::copy_from_slice(token) },
             None => Condition::Absent { family, qualifier },
         }
@@ -203,7 +203,7 @@ impl IndexedWrite<'_> {
     /// token-absent check holds for a deleted row too, and the write would bring the row back —
     /// so the row gets a token first ([`IndexedWrite::stamp`]).
     pub(super) fn needs_stamp(&self, old: &Row) -> bool {
-        matches!(self.change, Change::Rebuild(_)) && old.value(self.default_family(), "\x00i").is_none()
+        matches!(self.change, Change::Rebuild(_)) && entry::write_token(self.schema, old).is_none()
     }
 
     /// Gives a row without a write token one, changing nothing else, on condition that one of
