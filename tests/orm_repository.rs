@@ -1,10 +1,12 @@
-//! Repositories end to end on the embedded engine: writes and reads, typed prefix and range
+//! Repositories end to end on every backend: writes and reads, typed prefix and range
 //! scans in both directions with pagination, counters, optimistic versions, history, salted
 //! and hashed keys, record types sharing a table, and rows that do not decode.
 
 use cellar::orm::store::{CellMutation, RowMutation};
 use cellar::orm::{Entity as _, Error};
 use cellar::prelude::*;
+
+mod common;
 
 #[derive(Entity, Debug, Clone, PartialEq)]
 #[cellar(table = "crm", record_type = 1)]
@@ -42,9 +44,8 @@ fn order(customer: u64, number: u32) -> Order {
     Order { customer, number, total_cents: i64::from(number) * 100, lines: vec![("tea".into(), number)] }
 }
 
-#[test]
-fn put_get_delete_and_optional_fields() {
-    let db = Db::open_temporary().unwrap();
+on_every_backend! {
+fn put_get_delete_and_optional_fields(db: Db) {
     let customers = db.repo::<Customer>().unwrap();
     let mut ada = customer(1, "Ada");
     customers.put(&ada).unwrap();
@@ -64,10 +65,10 @@ fn put_get_delete_and_optional_fields() {
     customers.delete(2).unwrap();
     assert_eq!(customers.get(2).unwrap(), None);
 }
+}
 
-#[test]
-fn record_types_share_a_table_and_scans_skip_the_others() {
-    let db = Db::open_temporary().unwrap();
+on_every_backend! {
+fn record_types_share_a_table_and_scans_skip_the_others(db: Db) {
     let customers = db.repo::<Customer>().unwrap();
     let orders = db.repo::<Order>().unwrap();
     for id in 1..=3 {
@@ -85,10 +86,10 @@ fn record_types_share_a_table_and_scans_skip_the_others() {
     assert_eq!(orders.scan().to_vec().unwrap().len(), 12, "a scan of orders skips customers");
     assert_eq!(orders.get((2, 3)).unwrap(), Some(order(2, 3)));
 }
+}
 
-#[test]
-fn ranges_and_pages_walk_every_entity_once_in_both_directions() {
-    let db = Db::open_temporary().unwrap();
+on_every_backend! {
+fn ranges_and_pages_walk_every_entity_once_in_both_directions(db: Db) {
     let customers = db.repo::<Customer>().unwrap();
     for id in 0..25 {
         customers.put(&customer(id, &format!("c{id}"))).unwrap();
@@ -126,10 +127,10 @@ fn ranges_and_pages_walk_every_entity_once_in_both_directions() {
     assert!(matches!("x12".parse::<Cursor>(), Err(Error::InvalidArgument { arg: "cursor", .. })));
     assert!(matches!(customers.scan().page(0), Err(Error::InvalidArgument { arg: "size", .. })));
 }
+}
 
-#[test]
-fn counters_and_optimistic_versions() {
-    let db = Db::open_temporary().unwrap();
+on_every_backend! {
+fn counters_and_optimistic_versions(db: Db) {
     let customers = db.repo::<Customer>().unwrap();
     let mut ada = customer(1, "Ada");
     customers.save(&mut ada).unwrap();
@@ -150,6 +151,7 @@ fn counters_and_optimistic_versions() {
     new.version = 3;
     assert!(matches!(customers.save(&mut new), Err(Error::VersionConflict { .. })), "version 3 of a missing row");
 }
+}
 
 #[derive(Entity, Debug, Clone, PartialEq)]
 #[cellar(table = "profiles", max_versions = 5, salt(buckets = 4))]
@@ -160,9 +162,8 @@ struct Profile {
     status: String,
 }
 
-#[test]
-fn history_and_as_of_reads() {
-    let db = Db::open_temporary().unwrap();
+on_every_backend! {
+fn history_and_as_of_reads(db: Db) {
     let profiles = db.repo::<Profile>().unwrap();
     let email = "ada@example.com".to_string();
     for status in ["new", "active", "away"] {
@@ -175,10 +176,10 @@ fn history_and_as_of_reads() {
     assert_eq!(profiles.get_as_of(email.clone(), active_at).unwrap().unwrap().status, "active");
     assert_eq!(profiles.get_as_of(email, history[2].0 - 1).unwrap(), None);
 }
+}
 
-#[test]
-fn salted_hashed_keys_restore_their_values_and_scans_merge_buckets_in_key_order() {
-    let db = Db::open_temporary().unwrap();
+on_every_backend! {
+fn salted_hashed_keys_restore_their_values_and_scans_merge_buckets_in_key_order(db: Db) {
     let profiles = db.repo::<Profile>().unwrap();
     let emails: Vec<String> = (0..40).map(|i| format!("user{i}@example.com")).collect();
     for e in &emails {
@@ -192,6 +193,7 @@ fn salted_hashed_keys_restore_their_values_and_scans_merge_buckets_in_key_order(
     assert!(digests.windows(2).all(|w| w[0] < w[1]));
     let spec = Profile::SCHEMA;
     assert_eq!(spec.salt.buckets(), 4);
+}
 }
 
 #[derive(Entity, Debug, Clone, PartialEq)]
@@ -217,9 +219,8 @@ struct Visit {
     n: u32,
 }
 
-#[test]
-fn ranges_over_salted_keys_return_every_key_in_range_whatever_bucket_the_ends_fall_in() {
-    let db = Db::open_temporary().unwrap();
+on_every_backend! {
+fn ranges_over_salted_keys_return_every_key_in_range_whatever_bucket_the_ends_fall_in(db: Db) {
     let (tickets, readings, visits) =
         (db.repo::<Ticket>().unwrap(), db.repo::<Reading>().unwrap(), db.repo::<Visit>().unwrap());
     for i in 0..12 {
@@ -260,6 +261,7 @@ fn ranges_over_salted_keys_return_every_key_in_range_whatever_bucket_the_ends_fa
         assert_eq!(inside.iter().map(|v| v.n).collect::<Vec<_>>(), [1, 2]);
     }
 }
+}
 
 #[derive(Entity, Debug, Clone, PartialEq)]
 #[cellar(table = "notes")]
@@ -270,9 +272,8 @@ struct Note {
     text: Option<String>,
 }
 
-#[test]
-fn entities_with_nothing_to_store_but_their_key_still_exist() {
-    let db = Db::open_temporary().unwrap();
+on_every_backend! {
+fn entities_with_nothing_to_store_but_their_key_still_exist(db: Db) {
     let visits = db.repo::<Visit>().unwrap();
     visits.put(&Visit { site: 7, n: 1 }).unwrap();
     assert!(visits.exists((7, 1)).unwrap());
@@ -288,10 +289,10 @@ fn entities_with_nothing_to_store_but_their_key_still_exist() {
     notes.put(&Note { id: 2, text: None }).unwrap();
     assert_eq!(notes.scan().to_vec().unwrap().len(), 2);
 }
+}
 
-#[test]
-fn rows_that_do_not_decode_are_errors_naming_row_and_column() {
-    let db = Db::open_temporary().unwrap();
+on_every_backend! {
+fn rows_that_do_not_decode_are_errors_naming_row_and_column(db: Db) {
     let customers = db.repo::<Customer>().unwrap();
     customers.put(&customer(5, "Eve")).unwrap();
     let row = <Customer as cellar::orm::Entity>::row_key(&CustomerKey::from(5)).unwrap().for_write();
@@ -314,10 +315,10 @@ fn rows_that_do_not_decode_are_errors_naming_row_and_column() {
         other => panic!("expected a decode error, got {other:?}"),
     }
 }
+}
 
-#[test]
-fn an_existing_table_must_fit_the_entity() {
-    let db = Db::open_temporary().unwrap();
+on_every_backend! {
+fn an_existing_table_must_fit_the_entity(db: Db) {
     db.repo::<Customer>().unwrap();
     #[derive(Entity, Debug)]
     #[cellar(table = "crm", max_versions = 3)]
@@ -326,4 +327,5 @@ fn an_existing_table_must_fit_the_entity() {
         id: u64,
     }
     assert!(matches!(db.repo::<Conflicting>(), Err(Error::SchemaMismatch { .. })));
+}
 }

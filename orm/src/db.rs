@@ -63,6 +63,22 @@ impl Db {
         Ok(Db::metered(Arc::new(EmbeddedStore::new(engine)), Some(Arc::new(dir))))
     }
 
+    /// Connects to Cloud Bigtable: `bigtable://projects/{project}/instances/{instance}`, with
+    /// an optional `?app_profile={id}`. With `BIGTABLE_EMULATOR_HOST` set (`host:port`), talks
+    /// to that emulator in plaintext, as Google's clients do; otherwise to Cloud Bigtable with
+    /// application-default credentials (`GOOGLE_APPLICATION_CREDENTIALS`, `gcloud auth
+    /// application-default login`, or the metadata server). For more settings build a
+    /// [`crate::store::BigtableStore`] and pass it to [`Db::with_store`].
+    ///
+    /// # Errors
+    /// [`crate::Error::InvalidArgument`] for a malformed address; [`crate::Error::Remote`] if
+    /// the endpoint cannot be reached within the connect timeout (10 s).
+    #[cfg(feature = "bigtable")]
+    pub fn connect(url: &str) -> Result<Db> {
+        let store = crate::store::BigtableStore::connect_url(url)?;
+        Ok(Db::metered(Arc::new(store), None))
+    }
+
     /// A database over any [`Store`] backend, metered like every `Db`.
     pub fn with_store(store: Arc<dyn Store>) -> Db {
         Db::metered(store, None)

@@ -12,6 +12,21 @@ pub enum Error {
     /// The embedded engine failed.
     #[error(transparent)]
     Engine(#[from] cellar_engine::Error),
+    /// A call to a remote store (Cloud Bigtable) failed: which call, on which table and row,
+    /// with the status code and message the server (or the transport) gave.
+    #[error("{rpc} on table `{table}`{}: {code}: {message}", row.as_ref().map(|r| format!(", row {r}")).unwrap_or_default())]
+    Remote {
+        /// The call (`MutateRows`, `ReadRows`, ..., or `connect`).
+        rpc: &'static str,
+        /// The table (empty for calls on no table).
+        table: String,
+        /// The row, printable, when one row is at fault.
+        row: Option<String>,
+        /// The gRPC status code (`Unavailable`, `NotFound`, ...).
+        code: String,
+        /// What the server or transport said.
+        message: String,
+    },
     /// A store backend failed in a way not covered by another variant.
     #[error("store: {0}")]
     Store(String),

@@ -1,6 +1,7 @@
 //! Helpers shared by the integration tests.
 #![allow(dead_code)]
 
+pub mod backend;
 pub mod blob_orders;
 pub mod hooked;
 pub mod orders;

@@ -1,13 +1,18 @@
 //! The one interface the object mapper calls: [`Store`]. It speaks in rows, families,
 //! qualifiers and byte values only — the part of the data model HBase and Bigtable share — so
-//! the embedded engine ([`EmbeddedStore`]) and a Bigtable client can both implement it.
+//! the embedded engine ([`EmbeddedStore`]) and Cloud Bigtable (`BigtableStore`, feature
+//! `bigtable`) both implement it.
 
+#[cfg(feature = "bigtable")]
+mod bigtable;
 mod embedded;
 mod metered;
 
 use bytes::Bytes;
 pub use cellar_engine::{PrefixField, SplitPolicy};
 
+#[cfg(feature = "bigtable")]
+pub use bigtable::{BigtableOptions, BigtableStore, RpcCounts};
 pub use embedded::EmbeddedStore;
 pub(crate) use metered::ByteSize;
 pub use metered::{Costs, Metered, TIMESTAMP_BYTES};

@@ -1,0 +1,343 @@
+//! The gRPC connection: channels to the data and admin APIs, credentials, per-call deadlines,
+//! retries of transient failures, and the count of calls made.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use googleapis_tonic_google_bigtable_admin_v2::google::bigtable::admin::v2::bigtable_table_admin_client::BigtableTableAdminClient;
+use googleapis_tonic_google_bigtable_v2::google::bigtable::v2::bigtable_client::BigtableClient;
+use tonic::transport::{Channel, ClientTlsConfig, Endpoint};
+use tonic::{Code, Request, Status};
+
+use crate::repo::printable;
+use crate::{Error, Result};
+
+/// Where and how to reach Cloud Bigtable.
+#[derive(Debug, Clone)]
+pub struct BigtableOptions {
+    /// The Google Cloud project.
+    pub project: String,
+    /// The Bigtable instance.
+    pub instance: String,
+    /// The app profile requests name (routing and isolation); `None` for the instance's
+    /// default profile.
+    pub app_profile: Option<String>,
+    /// An emulator's `host:port`: plaintext, no credentials. [`BigtableOptions::new`] takes it
+    /// from `BIGTABLE_EMULATOR_HOST`, as Google's clients do.
+    pub emulator: Option<String>,
+    /// How long one call may take before it fails (a scan: how long it may wait for the next
+    /// response).
+    pub timeout: Duration,
+    /// How long connecting may take before [`BigtableStore::connect`](super::BigtableStore)
+    /// gives up.
+    pub connect_timeout: Duration,
+}
+
+impl BigtableOptions {
+    /// Options for `projects/{project}/instances/{instance}`: the emulator named by
+    /// `BIGTABLE_EMULATOR_HOST` if that is set, else Cloud Bigtable with application-default
+    /// credentials; 30 s per call, 10 s to connect.
+    pub fn new(project: impl Into<String>, instance: impl Into<String>) -> Self {
+        BigtableOptions {
+            project: project.into(),
+            instance: instance.into(),
+            app_profile: None,
+            emulator: std::env::var("BIGTABLE_EMULATOR_HOST").ok().filter(|h| !h.is_empty()),
+            timeout: Duration::from_secs(30),
+            connect_timeout: Duration::from_secs(10),
+        }
+    }
+
+    /// Talks to the emulator at `host_port` instead.
+    pub fn emulator(mut self, host_port: impl Into<String>) -> Self {
+        self.emulator = Some(host_port.into());
+        self
+    }
+
+    /// Names an app profile.
+    pub fn app_profile(mut self, profile: impl Into<String>) -> Self {
+        self.app_profile = Some(profile.into());
+        self
+    }
+
+    /// Sets the per-call timeout.
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = timeout;
+        self
+    }
+
+    /// Sets the connect timeout.
+    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
+        self.connect_timeout = timeout;
+        self
+    }
+}
+
+/// How many calls of each kind a [`BigtableStore`](super::BigtableStore) has made: the RPCs
+/// themselves, retries included, not the `Store` calls.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct RpcCounts {
+    /// ReadRows calls (point reads and scans).
+    pub read_rows: u64,
+    /// MutateRows calls.
+    pub mutate_rows: u64,
+    /// CheckAndMutateRow calls.
+    pub check_and_mutate_row: u64,
+    /// ReadModifyWriteRow calls.
+    pub read_modify_write_row: u64,
+    /// SampleRowKeys calls.
+    pub sample_row_keys: u64,
+    /// Table admin calls.
+    pub admin: u64,
+    /// Calls repeated after a transient failure (counted in their kind as well).
+    pub retries: u64,
+}
+
+/// The kinds of call, as indexes into the counters.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Rpc {
+    ReadRows,
+    MutateRows,
+    CheckAndMutateRow,
+    ReadModifyWriteRow,
+    SampleRowKeys,
+    Admin,
+    Retry,
+}
+
+#[derive(Debug, Default)]
+pub(crate) struct RpcCounters([AtomicU64; 7]);
+
+impl RpcCounters {
+    pub(crate) fn count(&self, rpc: Rpc) {
+        self.0[rpc as usize].fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub(crate) fn snapshot(&self) -> RpcCounts {
+        let n = |rpc: Rpc| self.0[rpc as usize].load(Ordering::Relaxed);
+        RpcCounts {
+            read_rows: n(Rpc::ReadRows),
+            mutate_rows: n(Rpc::MutateRows),
+            check_and_mutate_row: n(Rpc::CheckAndMutateRow),
+            read_modify_write_row: n(Rpc::ReadModifyWriteRow),
+            sample_row_keys: n(Rpc::SampleRowKeys),
+            admin: n(Rpc::Admin),
+            retries: n(Rpc::Retry),
+        }
+    }
+}
+
+/// Everything a call needs; cheap to clone into the task that makes it.
+#[derive(Clone)]
+pub(crate) struct Ctx {
+    pub data: BigtableClient<Channel>,
+    pub admin: BigtableTableAdminClient<Channel>,
+    auth: Option<Arc<dyn gcp_auth::TokenProvider>>,
+    /// `projects/{project}/instances/{instance}`.
+    pub instance: String,
+    pub app_profile: String,
+    pub timeout: Duration,
+    pub rpcs: Arc<RpcCounters>,
+}
+
+/// Scope of the OAuth token: data and table administration.
+const SCOPES: &[&str] = &["https://www.googleapis.com/auth/cloud-platform"];
+const DATA_ENDPOINT: &str = "https://bigtable.googleapis.com";
+const ADMIN_ENDPOINT: &str = "https://bigtableadmin.googleapis.com";
+/// Rows can be large; Bigtable allows 256 MiB per cell.
+const MAX_MESSAGE: usize = 256 << 20;
+
+impl Ctx {
+    /// Connects (eagerly, so a dead endpoint fails here and clearly).
+    pub(crate) async fn connect(options: &BigtableOptions) -> Result<Ctx> {
+        let (data_uri, admin_uri, tls) = match &options.emulator {
+            Some(host) => (format!("http://{host}"), format!("http://{host}"), false),
+            None => (DATA_ENDPOINT.to_string(), ADMIN_ENDPOINT.to_string(), true),
+        };
+        let data = channel(&data_uri, tls, options).await?;
+        let admin = if admin_uri == data_uri { data.clone() } else { channel(&admin_uri, tls, options).await? };
+        let auth = match options.emulator {
+            Some(_) => None,
+            None => Some(gcp_auth::provider().await.map_err(|e| {
+                Error::Store(format!("Cloud Bigtable credentials: {e} (set GOOGLE_APPLICATION_CREDENTIALS or run `gcloud auth application-default login`)"))
+            })?),
+        };
+        Ok(Ctx {
+            data: BigtableClient::new(data)
+                .max_decoding_message_size(MAX_MESSAGE)
+                .max_encoding_message_size(MAX_MESSAGE),
+            admin: BigtableTableAdminClient::new(admin)
+                .max_decoding_message_size(MAX_MESSAGE)
+                .max_encoding_message_size(MAX_MESSAGE),
+            auth,
+            instance: format!("projects/{}/instances/{}", options.project, options.instance),
+            app_profile: options.app_profile.clone().unwrap_or_default(),
+            timeout: options.timeout,
+            rpcs: Arc::default(),
+        })
+    }
+
+    /// The full name of `table`.
+    pub(crate) fn table_name(&self, table: &str) -> String {
+        format!("{}/tables/{table}", self.instance)
+    }
+
+    /// A request carrying `message`, the deadline, the routing header for `resource` and, on
+    /// Cloud Bigtable, the bearer token; counts the call.
+    pub(crate) async fn request<T>(&self, rpc: Rpc, message: T, resource: (&str, &str)) -> Result<Request<T>> {
+        self.rpcs.count(rpc);
+        let mut request = Request::new(message);
+        request.set_timeout(self.timeout);
+        let mut params = format!("{}={}", resource.0, url_encode(resource.1));
+        if !self.app_profile.is_empty() {
+            params.push_str(&format!("&app_profile_id={}", url_encode(&self.app_profile)));
+        }
+        if let Ok(v) = params.parse() {
+            request.metadata_mut().insert("x-goog-request-params", v);
+        }
+        if let Ok(v) = feature_flags().parse() {
+            request.metadata_mut().insert("bigtable-features", v);
+        }
+        if let Some(auth) = &self.auth {
+            let token =
+                auth.token(SCOPES).await.map_err(|e| Error::Store(format!("Cloud Bigtable credentials: {e}")))?;
+            let value = format!("Bearer {}", token.as_str())
+                .parse()
+                .map_err(|_| Error::Store("Cloud Bigtable credentials: the token is not a valid header".into()))?;
+            request.metadata_mut().insert("authorization", value);
+        }
+        Ok(request)
+    }
+
+    /// Runs one call under the deadline, also enforced locally: a server that stops answering
+    /// fails the call rather than hanging it.
+    pub(crate) async fn deadline<T>(
+        &self,
+        call: impl std::future::Future<Output = Result<T, Status>>,
+    ) -> Result<T, Status> {
+        match tokio::time::timeout(self.timeout + Duration::from_millis(500), call).await {
+            Ok(result) => result,
+            Err(_) => Err(Status::deadline_exceeded(format!("no answer within {:?}", self.timeout))),
+        }
+    }
+}
+
+async fn channel(uri: &str, tls: bool, options: &BigtableOptions) -> Result<Channel> {
+    let unreachable = |reason: String| Error::Remote {
+        rpc: "connect",
+        table: String::new(),
+        row: None,
+        code: "Unavailable".into(),
+        message: format!("cannot reach {uri}: {reason}"),
+    };
+    let mut endpoint = Endpoint::from_shared(uri.to_string())
+        .map_err(|e| Error::InvalidArgument { arg: "bigtable endpoint", reason: format!("{uri}: {e}") })?
+        .connect_timeout(options.connect_timeout)
+        .timeout(options.timeout)
+        .tcp_nodelay(true)
+        .http2_keep_alive_interval(Duration::from_secs(30))
+        .keep_alive_while_idle(true);
+    if tls {
+        endpoint = endpoint
+            .tls_config(ClientTlsConfig::new().with_native_roots())
+            .map_err(|e| unreachable(format!("TLS: {e}")))?;
+    }
+    match tokio::time::timeout(options.connect_timeout, endpoint.connect()).await {
+        Ok(Ok(channel)) => Ok(channel),
+        Ok(Err(e)) => Err(unreachable(source_chain(&e))),
+        Err(_) => Err(unreachable(format!("no connection within {:?}", options.connect_timeout))),
+    }
+}
+
+fn source_chain(e: &dyn std::error::Error) -> String {
+    let mut out = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        out.push_str(": ");
+        out.push_str(&s.to_string());
+        source = s.source();
+    }
+    out
+}
+
+/// The client features Bigtable must be told of before it serves them (reversed scans), as
+/// URL-safe base64 of the `FeatureFlags` message.
+fn feature_flags() -> String {
+    use prost::Message;
+    let flags = googleapis_tonic_google_bigtable_v2::google::bigtable::v2::FeatureFlags {
+        reverse_scans: true,
+        ..Default::default()
+    };
+    base64_url(&flags.encode_to_vec())
+}
+
+/// URL-safe base64 with padding.
+fn base64_url(bytes: &[u8]) -> String {
+    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+    let mut out = String::with_capacity(bytes.len().div_ceil(3) * 4);
+    for group in bytes.chunks(3) {
+        let n = group.iter().enumerate().fold(0u32, |n, (i, b)| n | u32::from(*b) << (16 - 8 * i));
+        for i in 0..4 {
+            if i <= group.len() {
+                out.push(char::from(ALPHABET[(n >> (18 - 6 * i)) as usize & 63]));
+            } else {
+                out.push('=');
+            }
+        }
+    }
+    out
+}
+
+/// Percent-encodes everything but unreserved characters (for the routing header).
+fn url_encode(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for b in s.bytes() {
+        if b.is_ascii_alphanumeric() || b"-._~".contains(&b) {
+            out.push(char::from(b));
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+/// Whether a failed call may be repeated (it failed before taking effect, or repeating it
+/// changes nothing).
+pub(crate) fn transient(code: Code) -> bool {
+    matches!(code, Code::Unavailable | Code::DeadlineExceeded | Code::Aborted)
+}
+
+/// How long to wait before retry `attempt` (1-based): 10 ms doubling to 1 s.
+pub(crate) fn backoff(attempt: u32) -> Duration {
+    Duration::from_millis(10u64.saturating_mul(1 << attempt.min(7)).min(1000))
+}
+
+/// How often a transient failure is retried.
+pub(crate) const MAX_ATTEMPTS: u32 = 8;
+
+/// A failed call as a Cellar error naming the call, table and row.
+pub(crate) fn rpc_error(rpc: &'static str, table: &str, row: Option<&[u8]>, status: &Status) -> Error {
+    Error::Remote {
+        rpc,
+        table: table.to_string(),
+        row: row.map(printable),
+        code: format!("{:?}", status.code()),
+        message: status.message().to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn base64_matches_the_standard_vectors() {
+        for (plain, encoded) in [("", ""), ("f", "Zg=="), ("fo", "Zm8="), ("foo", "Zm9v"), ("foob", "Zm9vYg==")] {
+            assert_eq!(base64_url(plain.as_bytes()), encoded);
+        }
+        assert_eq!(base64_url(&[0xfb, 0xff]), "-_8=");
+        assert_eq!(feature_flags(), "CAE=");
+    }
+}
