@@ -1,5 +1,7 @@
 //! Readers running while writers rewrite aggregates never see a torn aggregate — a mix of two
 //! versions, or half of one — in any strategy: every read is exactly one version written.
+//!
+//! Each test runs on every backend: the embedded engine and the Bigtable emulator.
 
 mod common;
 
@@ -9,11 +11,10 @@ use std::time::{Duration, Instant};
 use cellar::prelude::*;
 
 macro_rules! race {
-    ($m:ident) => {{
+    ($db:ident, $m:ident) => {{
         use common::orders::$m::Order;
         use common::versions::$m::{version, version_of};
-        let db = Db::open_temporary().unwrap();
-        let orders = db.aggregates::<Order>().unwrap();
+        let orders = $db.aggregates::<Order>().unwrap();
         orders.put(&version(1, 1, 0)).unwrap();
         let next = AtomicU64::new(1);
         let stop = AtomicBool::new(false);
@@ -61,22 +62,26 @@ macro_rules! race {
     }};
 }
 
-#[test]
-fn single_table_reads_are_never_torn() {
-    race!(single_table);
+on_every_backend! {
+fn single_table_reads_are_never_torn(db: Db) {
+    race!(db, single_table);
+}
 }
 
-#[test]
-fn denormalized_reads_are_never_torn() {
-    race!(denormalized);
+on_every_backend! {
+fn denormalized_reads_are_never_torn(db: Db) {
+    race!(db, denormalized);
+}
 }
 
-#[test]
-fn blob_reads_are_never_torn() {
-    race!(blob);
+on_every_backend! {
+fn blob_reads_are_never_torn(db: Db) {
+    race!(db, blob);
+}
 }
 
-#[test]
-fn normalized_reads_are_never_torn() {
-    race!(normalized);
+on_every_backend! {
+fn normalized_reads_are_never_torn(db: Db) {
+    race!(db, normalized);
+}
 }

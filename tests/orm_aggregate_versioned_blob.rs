@@ -1,6 +1,8 @@
 //! A `blob` aggregate that declares its versions: the cell holds the aggregate as a versioned
 //! serde value (codec, schema version in the header), cells of earlier versions read through
 //! the chain, and the repository API — child-level writes included — works as for any blob.
+//!
+//! Each test runs on every backend: the embedded engine and the Bigtable emulator.
 
 mod common;
 
@@ -23,9 +25,8 @@ fn blob_cell(db: &Db) -> Bytes {
     row.cells.iter().find(|c| c.qualifier.as_ref() == b"b").unwrap().value.clone()
 }
 
-#[test]
-fn the_cell_is_the_versioned_value() {
-    let db = Db::open_temporary().unwrap();
+on_every_backend! {
+fn the_cell_is_the_versioned_value(db: Db) {
     let orders = db.aggregates::<Order>().unwrap();
     orders.put(&order()).unwrap();
     assert_eq!(orders.get((7, 1)).unwrap(), Some(order()));
@@ -38,10 +39,10 @@ fn the_cell_is_the_versioned_value() {
     let got = orders.get((7, 1)).unwrap().unwrap();
     assert_eq!(got.lines, [Line { n: 2, sku: "jam".into() }, Line { n: 3, sku: "bread".into() }]);
 }
+}
 
-#[test]
-fn a_cell_of_the_first_version_reads_through_the_chain() {
-    let db = Db::open_temporary().unwrap();
+on_every_backend! {
+fn a_cell_of_the_first_version_reads_through_the_chain(db: Db) {
     let orders = db.aggregates::<Order>().unwrap();
     let v1 = OrderV1 { customer: 7, order_no: 2, skus: vec!["salt".into(), "pepper".into()] };
     let cell = blob::encode(&v1, &BlobFormat::new(1, Codec::Bincode), blob::type_tag("Order")).unwrap();
@@ -53,10 +54,10 @@ fn a_cell_of_the_first_version_reads_through_the_chain() {
     orders.put(&read).unwrap();
     assert_eq!(blob::read_header(&blob_cell(&db)).unwrap().schema_version, 2);
 }
+}
 
-#[test]
-fn reads_write_an_old_blob_back_when_asked() {
-    let db = Db::open_temporary().unwrap();
+on_every_backend! {
+fn reads_write_an_old_blob_back_when_asked(db: Db) {
     let orders = db.aggregates::<Order>().unwrap().with_write_back();
     let v1 = OrderV1 { customer: 7, order_no: 3, skus: vec!["oats".into()] };
     let cell = blob::encode(&v1, &BlobFormat::new(1, Codec::Bincode), blob::type_tag("Order")).unwrap();
@@ -67,10 +68,10 @@ fn reads_write_an_old_blob_back_when_asked() {
     assert_eq!((header.schema_version, header.codec().unwrap()), (2, Codec::MessagePack));
     assert_eq!(orders.get((7, 3)).unwrap(), Some(Order::from(v1)));
 }
+}
 
-#[test]
-fn an_aggregate_scan_can_set_unreadable_ones_aside() {
-    let db = Db::open_temporary().unwrap();
+on_every_backend! {
+fn an_aggregate_scan_can_set_unreadable_ones_aside(db: Db) {
     let orders = db.aggregates::<Order>().unwrap();
     for order_no in 1..=3 {
         orders.put(&Order { order_no, ..order() }).unwrap();
@@ -85,4 +86,5 @@ fn an_aggregate_scan_can_set_unreadable_ones_aside() {
     assert_eq!(found, [1, 3]);
     assert_eq!(iter.skipped().len(), 1);
     assert!(iter.skipped()[0].error.to_string().contains("version 9 is newer"), "{}", iter.skipped()[0].error);
+}
 }

@@ -1,15 +1,16 @@
 //! Aggregates in all four strategies: whole-aggregate and child-level operations give the
 //! same answers whatever the strategy.
+//!
+//! Each test runs on every backend: the embedded engine and the Bigtable emulator.
 
 mod common;
 
 use cellar::prelude::*;
 use common::orders::for_each_strategy;
 
-#[test]
-fn put_get_delete_in_every_strategy() {
+on_every_backend! {
+fn put_get_delete_in_every_strategy(db: Db) {
     for_each_strategy!(|m| {
-        let db = Db::open_temporary().unwrap();
         let orders = db.aggregates::<m::Order>().unwrap();
         let item = |line: u16, qty: u32| m::LineItem { line, sku: format!("sku-{line}"), qty, price_cents: 250 };
         let order = m::Order {
@@ -50,6 +51,7 @@ fn put_get_delete_in_every_strategy() {
         println!("{}", orders.layout());
     });
 }
+}
 
 macro_rules! sample {
     ($m:ident, $customer:expr, $order_no:expr, $locations:expr, $lines:expr) => {{
@@ -82,10 +84,9 @@ macro_rules! sample {
     }};
 }
 
-#[test]
-fn child_level_writes_and_reads_in_every_strategy() {
+on_every_backend! {
+fn child_level_writes_and_reads_in_every_strategy(db: Db) {
     for_each_strategy!(|m| {
-        let db = Db::open_temporary().unwrap();
         let orders = db.aggregates::<m::Order>().unwrap();
         let mut expected = sample!(m, 3, 9, 2u16, 2u16);
         orders.put(&expected).unwrap();
@@ -136,11 +137,11 @@ fn child_level_writes_and_reads_in_every_strategy() {
         assert_eq!(orders.get((3, 10)).unwrap(), None, "a failed child write creates nothing");
     });
 }
+}
 
-#[test]
-fn scans_by_prefix_range_and_pages_in_every_strategy() {
+on_every_backend! {
+fn scans_by_prefix_range_and_pages_in_every_strategy(db: Db) {
     for_each_strategy!(|m| {
-        let db = Db::open_temporary().unwrap();
         let orders = db.aggregates::<m::Order>().unwrap();
         let mut all = Vec::new();
         for customer in 1..=3u64 {
@@ -195,11 +196,11 @@ fn scans_by_prefix_range_and_pages_in_every_strategy() {
         );
     });
 }
+}
 
-#[test]
-fn unchanged_writes_write_nothing_and_duplicate_keys_are_refused() {
+on_every_backend! {
+fn unchanged_writes_write_nothing_and_duplicate_keys_are_refused(db: Db) {
     for_each_strategy!(|m| {
-        let db = Db::open_temporary().unwrap();
         let orders = db.aggregates::<m::Order>().unwrap();
         let order = sample!(m, 1, 1, 2u16, 2u16);
         orders.put(&order).unwrap();
@@ -209,4 +210,5 @@ fn unchanged_writes_write_nothing_and_duplicate_keys_are_refused() {
         assert!(matches!(err, cellar::orm::Error::InvalidArgument { .. }), "{err}");
         assert_eq!(orders.get((1, 1)).unwrap(), Some(order.clone()), "a refused write changes nothing");
     });
+}
 }

@@ -2,6 +2,8 @@
 //! at the current version, read at any version the type declares — including cells written
 //! before the field was versioned, as a plain `#[cellar(serde)]` column — and a cell that
 //! cannot be read is an error naming the column and the versions.
+//!
+//! Each test runs on every backend: the embedded engine and the Bigtable emulator.
 
 mod common;
 
@@ -33,9 +35,8 @@ fn put_cell(db: &Db, table: &str, row: Vec<u8>, qualifier: &'static [u8], value:
     common::raw::put_cells(db, table, row, &[(qualifier, value)]);
 }
 
-#[test]
-fn blob_columns_are_written_current_and_read_from_any_version() {
-    let db = Db::open_temporary().unwrap();
+on_every_backend! {
+fn blob_columns_are_written_current_and_read_from_any_version(db: Db) {
     let archive = db.repo::<Archived>().unwrap();
     let row = Archived { id: 1, order: sample(1), previous: None };
     archive.put(&row).unwrap();
@@ -53,10 +54,10 @@ fn blob_columns_are_written_current_and_read_from_any_version() {
     assert_eq!(old.order.lines, [("total".to_string(), 1, 4250)]);
     assert_eq!(old.order.currency, "EUR");
 }
+}
 
-#[test]
-fn an_unreadable_blob_names_the_column_and_the_versions() {
-    let db = Db::open_temporary().unwrap();
+on_every_backend! {
+fn an_unreadable_blob_names_the_column_and_the_versions(db: Db) {
     let archive = db.repo::<Archived>().unwrap();
     let newer = blob::encode(&sample(3), &BlobFormat::new(4, Codec::MessagePack), blob::type_tag("Order")).unwrap();
     put_cell(&db, "archive", 3u64.to_be_bytes().to_vec(), b"o", newer);
@@ -66,6 +67,7 @@ fn an_unreadable_blob_names_the_column_and_the_versions() {
         "table `archive`, row \\x00\\x00\\x00\\x00\\x00\\x00\\x00\\x03, column d:o: field `order` (Order): \
          Order version 4 is newer than this code's version 3"
     );
+}
 }
 
 #[derive(Entity, Debug, Clone, PartialEq)]
@@ -86,9 +88,8 @@ struct Sticky {
     note: Note,
 }
 
-#[test]
-fn serde_columns_migrate_as_a_declared_legacy_version() {
-    let db = Db::open_temporary().unwrap();
+on_every_backend! {
+fn serde_columns_migrate_as_a_declared_legacy_version(db: Db) {
     db.repo::<StickyBefore>().unwrap().put(&StickyBefore { id: 1, note: NoteV1 { text: "call Ada".into() } }).unwrap();
     let notes = db.repo::<Sticky>().unwrap();
     let read = notes.get(1).unwrap().unwrap();
@@ -98,10 +99,10 @@ fn serde_columns_migrate_as_a_declared_legacy_version() {
     assert_eq!(blob::read_header(&stored.cells[0].value).unwrap().schema_version, 2, "rewritten as a blob");
     assert_eq!(notes.get(1).unwrap(), Some(read));
 }
+}
 
-#[test]
-fn reads_write_old_blobs_back_at_the_current_version_when_asked() {
-    let db = Db::open_temporary().unwrap();
+on_every_backend! {
+fn reads_write_old_blobs_back_at_the_current_version_when_asked(db: Db) {
     let plain = db.repo::<Archived>().unwrap();
     let fixture = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/blob/order_v1_bincode.blob");
     let v1 = std::fs::read(fixture).unwrap();
@@ -128,10 +129,10 @@ fn reads_write_old_blobs_back_at_the_current_version_when_asked() {
     });
     assert_eq!(costs.check_and_mutates, 0);
 }
+}
 
-#[test]
-fn a_scan_can_set_unreadable_rows_aside_and_go_on() {
-    let db = Db::open_temporary().unwrap();
+on_every_backend! {
+fn a_scan_can_set_unreadable_rows_aside_and_go_on(db: Db) {
     let archive = db.repo::<Archived>().unwrap();
     for id in 1..=4 {
         archive.put(&Archived { id, order: sample(id), previous: None }).unwrap();
@@ -152,4 +153,5 @@ fn a_scan_can_set_unreadable_rows_aside_and_go_on() {
     // A limit counts what is returned.
     let limited: Vec<u64> = archive.scan().skip_unreadable().limit(3).iter().unwrap().map(|a| a.unwrap().id).collect();
     assert_eq!(limited, [1, 2, 4]);
+}
 }

@@ -2,6 +2,8 @@
 //! nothing, a run that moves every old cell to the current version and reports the ones it
 //! cannot read, resumption after an interruption from the checkpoint kept in the database, and
 //! values written by the application meanwhile never reverted.
+//!
+//! Each test runs on every backend: the embedded engine and the Bigtable emulator.
 
 mod common;
 
@@ -35,8 +37,7 @@ fn v1_cell(order_no: u64) -> Vec<u8> {
 
 /// `old` orders at version 1, then `current` at version 2 (written by the repository), and
 /// order 0 damaged.
-fn mixed(old: u64, current: u64) -> (Db, AggregateRepository<Order>) {
-    let db = Db::open_temporary().unwrap();
+fn mixed(db: Db, old: u64, current: u64) -> (Db, AggregateRepository<Order>) {
     let orders = db.aggregates::<Order>().unwrap();
     for n in 1..=old {
         store_raw(&db, n, v1_cell(n));
@@ -61,9 +62,9 @@ fn census(v1: u64, v2: u64, unreadable: u64) -> Census {
     c
 }
 
-#[test]
-fn a_migration_moves_every_readable_cell_to_the_current_version() {
-    let (db, orders) = mixed(120, 30);
+on_every_backend! {
+fn a_migration_moves_every_readable_cell_to_the_current_version(db: Db) {
+    let (db, orders) = mixed(db, 120, 30);
     let before = db.migrate::<Order>().census().unwrap();
     assert_eq!(before, census(120, 30, 1));
     assert_eq!(before.to_string(), "v1 bincode: 120, v2 msgpack: 30, unreadable: 1");
@@ -97,10 +98,10 @@ fn a_migration_moves_every_readable_cell_to_the_current_version() {
         "{err}"
     );
 }
+}
 
-#[test]
-fn a_run_stopped_by_a_damaged_cell_finishes_the_rows_before_it() {
-    let db = Db::open_temporary().unwrap();
+on_every_backend! {
+fn a_run_stopped_by_a_damaged_cell_finishes_the_rows_before_it(db: Db) {
     db.aggregates::<Order>().unwrap();
     for n in 1..=200 {
         let mut cell = v1_cell(n);
@@ -113,10 +114,11 @@ fn a_run_stopped_by_a_damaged_cell_finishes_the_rows_before_it() {
     assert!(err.contains("checksum"), "{err}");
     assert_eq!(db.migrate::<Order>().census().unwrap(), census(100, 99, 1), "orders 1 to 99 migrated");
 }
+}
 
-#[test]
-fn an_interrupted_migration_resumes_after_its_checkpoint() {
-    let (db, orders) = mixed(2500, 0);
+on_every_backend! {
+fn an_interrupted_migration_resumes_after_its_checkpoint(db: Db) {
+    let (db, orders) = mixed(db, 2500, 0);
     // The run dies (here: its progress callback panics) right after its first checkpoint.
     let died = catch_unwind(AssertUnwindSafe(|| {
         db.migrate::<Order>().on_progress(|_| panic!("killed")).run().unwrap();
@@ -130,10 +132,11 @@ fn an_interrupted_migration_resumes_after_its_checkpoint() {
     assert_eq!(db.migrate::<Order>().census().unwrap(), census(0, 2500, 1));
     assert_eq!(orders.get((1, 2500)).unwrap(), Some(Order::from(v1(2500))));
 }
+}
 
-#[test]
-fn values_the_application_writes_meanwhile_are_never_reverted() {
-    let (db, orders) = mixed(3000, 0);
+on_every_backend! {
+fn values_the_application_writes_meanwhile_are_never_reverted(db: Db) {
+    let (db, orders) = mixed(db, 3000, 0);
     let written: Vec<u64> = (1..=3000).step_by(7).collect();
     std::thread::scope(|s| {
         s.spawn(|| {
@@ -151,6 +154,7 @@ fn values_the_application_writes_meanwhile_are_never_reverted() {
         assert_eq!(got.status, expected, "order {n}");
     }
     assert_eq!(db.migrate::<Order>().census().unwrap(), census(0, 3000, 1));
+}
 }
 
 #[test]

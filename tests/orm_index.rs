@@ -2,6 +2,8 @@
 //! directions with limits and pages, keys and covered entries, sparse optional fields, unique
 //! values claimed and freed, races between writers, and the backfill of an index declared on
 //! a table that already had rows.
+//!
+//! Each test runs on every backend: the embedded engine and the Bigtable emulator.
 
 mod common;
 
@@ -18,8 +20,7 @@ fn ids(people: &[Person]) -> Vec<u32> {
     people.iter().map(|p| p.id).collect()
 }
 
-fn populated() -> (Db, Repository<Person>) {
-    let db = Db::open_temporary().unwrap();
+fn populated(db: Db) -> (Db, Repository<Person>) {
     let people = db.repo::<Person>().unwrap();
     // ids 0..12: emails unique, cities cycling, ages 20..24, tags on even ids.
     for id in 0..12u32 {
@@ -29,9 +30,9 @@ fn populated() -> (Db, Repository<Person>) {
     (db, people)
 }
 
-#[test]
-fn unique_gets_and_scans_answer_from_the_index() {
-    let (_db, people) = populated();
+on_every_backend! {
+fn unique_gets_and_scans_answer_from_the_index(db: Db) {
+    let (_db, people) = populated(db);
     let by_email = people.index(Person::BY_EMAIL);
     assert_eq!(by_email.get("p7@example.com".to_string()).unwrap().map(|p| p.id), Some(7));
     assert_eq!(by_email.get("nobody@example.com".to_string()).unwrap(), None);
@@ -73,10 +74,11 @@ fn unique_gets_and_scans_answer_from_the_index() {
     let err = people.index(Person::BY_TAG).get("t0".to_string()).unwrap_err();
     assert!(matches!(err, Error::InvalidArgument { .. }), "{err}");
 }
+}
 
-#[test]
-fn absent_optional_fields_are_not_indexed() {
-    let (_db, people) = populated();
+on_every_backend! {
+fn absent_optional_fields_are_not_indexed(db: Db) {
+    let (_db, people) = populated(db);
     let by_tag = people.index(Person::BY_TAG);
     assert_eq!(ids(&by_tag.scan().prefix("t0".to_string()).to_vec().unwrap()), [0, 4, 8]);
     assert_eq!(ids(&by_tag.scan().prefix("t2".to_string()).to_vec().unwrap()), [2, 6, 10]);
@@ -90,10 +92,11 @@ fn absent_optional_fields_are_not_indexed() {
     people.put(&p).unwrap();
     assert_eq!(ids(&by_tag.scan().prefix("t0".to_string()).to_vec().unwrap()), [0, 5, 8]);
 }
+}
 
-#[test]
-fn unique_values_are_claimed_once_and_freed_by_changes_and_deletes() {
-    let (_db, people) = populated();
+on_every_backend! {
+fn unique_values_are_claimed_once_and_freed_by_changes_and_deletes(db: Db) {
+    let (_db, people) = populated(db);
     let by_email = people.index(Person::BY_EMAIL);
     let err = people.put(&person(20, 3, 0, 30, None)).unwrap_err();
     match &err {
@@ -132,10 +135,10 @@ fn unique_values_are_claimed_once_and_freed_by_changes_and_deletes() {
         assert!(report.is_clean(), "{report}");
     }
 }
+}
 
-#[test]
-fn racing_claims_of_one_value_have_exactly_one_winner() {
-    let db = Db::open_temporary().unwrap();
+on_every_backend! {
+fn racing_claims_of_one_value_have_exactly_one_winner(db: Db) {
     let people = db.repo::<Person>().unwrap();
     for round in 0..5u8 {
         let winners: Vec<u32> = std::thread::scope(|s| {
@@ -161,10 +164,10 @@ fn racing_claims_of_one_value_have_exactly_one_winner() {
         assert!(stored.contains(&winners[0]) && stored.iter().filter(|&&id| id / 100 == u32::from(round)).count() == 1);
     }
 }
+}
 
-#[test]
-fn writers_racing_on_the_same_rows_leave_the_index_exact() {
-    let db = Db::open_temporary().unwrap();
+on_every_backend! {
+fn writers_racing_on_the_same_rows_leave_the_index_exact(db: Db) {
     let people = db.repo::<Person>().unwrap();
     std::thread::scope(|s| {
         for t in 0..4u8 {
@@ -196,6 +199,7 @@ fn writers_racing_on_the_same_rows_leave_the_index_exact() {
         assert_eq!(report.data_rows, stored.len() as u64);
     }
 }
+}
 
 mod before_the_index {
     use cellar::prelude::*;
@@ -221,9 +225,8 @@ mod before_the_index {
     }
 }
 
-#[test]
-fn an_index_added_to_existing_rows_answers_once_backfilled() {
-    let db = Db::open_temporary().unwrap();
+on_every_backend! {
+fn an_index_added_to_existing_rows_answers_once_backfilled(db: Db) {
     let old = db.repo::<before_the_index::Person>().unwrap();
     for id in 0..2500u32 {
         let p = person(id, (id % 250) as u8, (id % 3) as u8, 20, None);
@@ -272,10 +275,10 @@ fn an_index_added_to_existing_rows_answers_once_backfilled() {
     let emails: BTreeSet<String> = people.scan().to_vec().unwrap().into_iter().map(|p| p.email).collect();
     assert_eq!(emails.len(), 2500);
 }
+}
 
-#[test]
-fn a_backfill_reports_unique_violations_and_leaves_the_index_unbuilt() {
-    let db = Db::open_temporary().unwrap();
+on_every_backend! {
+fn a_backfill_reports_unique_violations_and_leaves_the_index_unbuilt(db: Db) {
     let old = db.repo::<before_the_index::Person>().unwrap();
     for id in 0..10u32 {
         let email = if id == 4 { "3@example.com".to_string() } else { format!("{id}@example.com") };
@@ -306,6 +309,7 @@ fn a_backfill_reports_unique_violations_and_leaves_the_index_unbuilt() {
     assert!(people.build_index(Person::BY_EMAIL).run().unwrap().built);
     assert_eq!(people.index(Person::BY_EMAIL).get("4@example.com".to_string()).unwrap().map(|p| p.id), Some(4));
 }
+}
 
 mod hashed {
     use cellar::prelude::*;
@@ -332,10 +336,9 @@ mod hashed {
     }
 }
 
-#[test]
-fn entities_with_hashed_key_parts_are_indexed_backfilled_and_verified() {
+on_every_backend! {
+fn entities_with_hashed_key_parts_are_indexed_backfilled_and_verified(db: Db) {
     use hashed::{Follows, FollowsKey, Unindexed};
-    let db = Db::open_temporary().unwrap();
     let old = db.repo::<Unindexed>().unwrap();
     for (a, b) in [("alice", "bob"), ("carol", "bob"), ("bob", "alice")] {
         old.put(&Unindexed { follower: a.into(), followed: b.into() }).unwrap();
@@ -354,6 +357,7 @@ fn entities_with_hashed_key_parts_are_indexed_backfilled_and_verified() {
     assert_eq!(keys[0], FollowsKey { follower: "alice".into(), followed: "bob".into() });
     let report = follows.verify_index(Follows::BY_FOLLOWED).run().unwrap();
     assert!(report.is_clean() && report.data_rows == 4 && report.index_rows == 4, "{report}");
+}
 }
 
 mod redefined {
@@ -384,10 +388,9 @@ mod redefined {
     }
 }
 
-#[test]
-fn an_index_declared_again_with_another_definition_is_rebuilt_before_it_answers() {
+on_every_backend! {
+fn an_index_declared_again_with_another_definition_is_rebuilt_before_it_answers(db: Db) {
     use redefined::{First, Second};
-    let db = Db::open_temporary().unwrap();
     let first = db.repo::<First>().unwrap();
     for id in 0..30u32 {
         first.put(&First { id, city: ["Oslo", "Lima"][id as usize % 2].into(), age: (id % 7) as u8 }).unwrap();
@@ -413,6 +416,7 @@ fn an_index_declared_again_with_another_definition_is_rebuilt_before_it_answers(
     db.repo::<First>().unwrap();
     let second = db.repo::<Second>().unwrap();
     assert_eq!(second.index(Second::BY_CITY).scan().to_vec().unwrap(), []);
+}
 }
 
 #[test]

@@ -1,9 +1,13 @@
 //! Single-table designs: customers and their orders in one table under one partition prefix,
 //! read back typed through a `#[derive(Record)]` enum with one scan per partition.
+//!
+//! Each test runs on every backend: the embedded engine and the Bigtable emulator.
 
 use cellar::orm::store::{CellMutation, RowMutation};
 use cellar::orm::Error;
 use cellar::prelude::*;
+
+mod common;
 
 #[derive(Entity, Debug, Clone, PartialEq)]
 #[cellar(table = "shop", record_type = 1, salt(buckets = 4))]
@@ -51,8 +55,7 @@ fn order(customer: &str, placed: u64, number: u32) -> Order {
 
 /// Three customers whose names share prefixes (a raw string partition would mix them up),
 /// three orders each, and a note each.
-fn shop() -> Db {
-    let db = Db::open_temporary().unwrap();
+fn shop(db: Db) -> Db {
     let customers = db.repo::<Customer>().unwrap();
     let orders = db.repo::<Order>().unwrap();
     let notes = db.repo::<Note>().unwrap();
@@ -73,9 +76,9 @@ fn describe(r: &ShopRecord) -> String {
     }
 }
 
-#[test]
-fn one_partition_scan_returns_the_customer_then_its_orders_newest_first() {
-    let db = shop();
+on_every_backend! {
+fn one_partition_scan_returns_the_customer_then_its_orders_newest_first(db: Db) {
+    let db = shop(db);
     let records = db.records::<ShopRecord>().unwrap();
     let anna: Vec<String> = records
         .scan()
@@ -100,10 +103,11 @@ fn one_partition_scan_returns_the_customer_then_its_orders_newest_first() {
     let newest = records.scan().partition(OrderKey::customer("bob".into()).placed(Timestamp(1_020))).to_vec().unwrap();
     assert_eq!(newest.iter().map(describe).collect::<Vec<_>>(), ["order bob/22@1020"]);
 }
+}
 
-#[test]
-fn a_whole_table_scan_merges_buckets_and_each_repository_sees_its_own_type() {
-    let db = shop();
+on_every_backend! {
+fn a_whole_table_scan_merges_buckets_and_each_repository_sees_its_own_type(db: Db) {
+    let db = shop(db);
     let records = db.records::<ShopRecord>().unwrap();
     let all = records.scan().to_vec().unwrap();
     assert_eq!(all.len(), 12, "three customers and nine orders; notes are not members");
@@ -122,10 +126,11 @@ fn a_whole_table_scan_merges_buckets_and_each_repository_sees_its_own_type() {
     let converted: ShopRecord = order("x", 1, 1).into();
     assert!(matches!(converted, ShopRecord::Order(_)));
 }
+}
 
-#[test]
-fn partition_scans_page_with_cursors() {
-    let db = shop();
+on_every_backend! {
+fn partition_scans_page_with_cursors(db: Db) {
+    let db = shop(db);
     let records = db.records::<ShopRecord>().unwrap();
     let first = records.scan().partition(CustomerKey::customer("ann".into())).page(3).unwrap();
     assert_eq!(first.items.len(), 3);
@@ -134,10 +139,11 @@ fn partition_scans_page_with_cursors() {
     assert_eq!(rest.items.iter().map(describe).collect::<Vec<_>>(), ["order ann/0@1000"]);
     assert!(rest.next.is_none());
 }
+}
 
-#[test]
-fn a_member_row_that_does_not_decode_names_row_and_column() {
-    let db = shop();
+on_every_backend! {
+fn a_member_row_that_does_not_decode_names_row_and_column(db: Db) {
+    let db = shop(db);
     let orders = db.repo::<Order>().unwrap();
     let row = Order::row_key(&OrderKey::from(("bob".to_string(), Timestamp(1_010), 21))).unwrap().for_write();
     db.store()
@@ -166,6 +172,7 @@ fn a_member_row_that_does_not_decode_names_row_and_column() {
         other => panic!("expected a decode error, got {other}"),
     }
 }
+}
 
 #[derive(Entity, Debug, Clone, PartialEq)]
 #[cellar(table = "accounts", record_type = 1)]
@@ -189,9 +196,8 @@ enum AccountRecord {
     Payment(Payment),
 }
 
-#[test]
-fn hashed_partitions_tell_record_types_apart_before_restoring_values() {
-    let db = Db::open_temporary().unwrap();
+on_every_backend! {
+fn hashed_partitions_tell_record_types_apart_before_restoring_values(db: Db) {
     let (accounts, payments) = (db.repo::<Account>().unwrap(), db.repo::<Payment>().unwrap());
     accounts.put(&Account { owner: "ada".into() }).unwrap();
     payments.put_many(&[Payment { owner: "ada".into(), n: 1 }, Payment { owner: "ada".into(), n: 2 }]).unwrap();
@@ -207,4 +213,5 @@ fn hashed_partitions_tell_record_types_apart_before_restoring_values() {
     );
     assert_eq!(accounts.scan().to_vec().unwrap().len(), 1);
     assert_eq!(payments.scan().to_vec().unwrap().len(), 2);
+}
 }

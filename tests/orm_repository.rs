@@ -1,6 +1,8 @@
 //! Repositories end to end on every backend: writes and reads, typed prefix and range
 //! scans in both directions with pagination, counters, optimistic versions, history, salted
 //! and hashed keys, record types sharing a table, and rows that do not decode.
+//!
+//! Each test runs on every backend: the embedded engine and the Bigtable emulator.
 
 use cellar::orm::store::{CellMutation, RowMutation};
 use cellar::orm::{Entity as _, Error};
