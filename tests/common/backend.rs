@@ -20,13 +20,13 @@ use cellar::orm::Db;
 /// Where the Google Cloud SDK's Debian package puts the emulator.
 const SDK_EMULATOR: &str = "/usr/lib/google-cloud-sdk/platform/bigtable-emulator/cbtemulator";
 
-/// A running emulator. Its watchdog shell holds `_stdin`'s other end and stops the emulator
+/// A running emulator. Its watchdog shell holds `stdin`'s other end and stops the emulator
 /// when that closes, which happens when this process exits however it exits.
 pub struct Emulator {
     /// `host:port`.
     pub host: String,
-    _stdin: Mutex<ChildStdin>,
-    _child: Mutex<Child>,
+    stdin: Mutex<Option<ChildStdin>>,
+    child: Mutex<Child>,
 }
 
 fn emulator_binary() -> Option<PathBuf> {
@@ -41,7 +41,9 @@ fn emulator_binary() -> Option<PathBuf> {
     on_path.or_else(|| Some(PathBuf::from(SDK_EMULATOR)).filter(|p| p.is_file()))
 }
 
-fn start() -> Result<Emulator, String> {
+/// Starts an emulator of its own (most tests share the binary's: [`emulator`]); dropping it
+/// stops it.
+pub fn start() -> Result<Emulator, String> {
     let binary = emulator_binary().ok_or("cbtemulator not found")?;
     // `read` returns when the test binary's end of stdin closes; then the emulator goes too.
     let script = r#""$0" -host 127.0.0.1 -port 0 & pid=$!; trap 'kill $pid 2>/dev/null' EXIT; read _ignored; exit 0"#;
@@ -66,7 +68,19 @@ fn start() -> Result<Emulator, String> {
         .filter(|h| h.contains(':'))
         .ok_or_else(|| format!("unexpected emulator output: {line:?}"))?
         .to_string();
-    Ok(Emulator { host, _stdin: Mutex::new(stdin), _child: Mutex::new(child) })
+    Ok(Emulator { host, stdin: Mutex::new(Some(stdin)), child: Mutex::new(child) })
+}
+
+impl Drop for Emulator {
+    fn drop(&mut self) {
+        // Closing the watchdog's stdin makes it stop the emulator and exit.
+        if let Ok(stdin) = self.stdin.get_mut() {
+            stdin.take();
+        }
+        if let Ok(child) = self.child.get_mut() {
+            let _ = child.wait();
+        }
+    }
 }
 
 /// The binary's emulator, started at first use; `None` (after one loud line) if it cannot

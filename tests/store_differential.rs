@@ -1,0 +1,215 @@
+//! The embedded engine and Cloud Bigtable (its emulator) give the same answers: random
+//! sequences of puts, deletes, increments, check-and-mutates, version reads and scans (with
+//! limits, reversed) run on both stores through the `Store` trait, and every result must
+//! match.
+//!
+//! Writes carry explicit timestamps (a store's own clock would differ between the two), all in
+//! the recent past; increments stamp their cells with the store's clock, so counter cells are
+//! compared without timestamps.
+
+mod common;
+
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use bytes::Bytes;
+use cellar::orm::store::{
+    CellMutation, Condition, FamilySpec, ReadSpec, Row, RowMutation, ScanSpec, SplitPolicy, Store, TableSpec,
+};
+use cellar::orm::EmbeddedStore;
+use cellar::prelude::*;
+use proptest::prelude::*;
+
+const TABLE: &str = "diff";
+const ROWS: &[&str] = &["a", "b", "ba", "c", "d"];
+const QUALIFIERS: &[&str] = &["q1", "q2"];
+/// `d` keeps 3 versions, `e` one, `t` two for an hour, `c` holds counters.
+const FAMILIES: &[(&str, u32, Option<u64>)] = &[("c", 1, None), ("d", 3, None), ("e", 1, None), ("t", 2, Some(3600))];
+
+#[derive(Debug, Clone)]
+enum Op {
+    Put { row: usize, family: usize, qualifier: usize, value: Vec<u8>, ts: u64 },
+    DeleteColumn { row: usize, family: usize, qualifier: usize },
+    DeleteRow { row: usize },
+    Increment { row: usize, qualifier: usize, delta: i64 },
+    CheckEquals { row: usize, family: usize, qualifier: usize, value: Vec<u8>, put: Vec<u8>, ts: u64 },
+    CheckAbsent { row: usize, family: usize, qualifier: usize, put: Vec<u8>, ts: u64 },
+    Read { rows: Vec<usize>, versions: u32, range: Option<(u64, u64)> },
+    Scan { start: usize, end: Option<usize>, reverse: bool, limit: Option<usize>, versions: u32 },
+}
+
+fn value() -> impl Strategy<Value = Vec<u8>> {
+    prop_oneof![
+        prop::collection::vec(any::<u8>(), 0..4),
+        any::<i64>().prop_map(|v| v.to_be_bytes().to_vec()),
+        Just(b"same".to_vec()),
+    ]
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    let row = 0..ROWS.len();
+    let family = 1..FAMILIES.len();
+    let qualifier = 0..QUALIFIERS.len();
+    let ts = 0u64..20;
+    prop_oneof![
+        6 => (row.clone(), 0..FAMILIES.len(), qualifier.clone(), value(), ts.clone())
+            .prop_map(|(row, family, qualifier, value, ts)| Op::Put { row, family, qualifier, value, ts }),
+        1 => (row.clone(), family.clone(), qualifier.clone())
+            .prop_map(|(row, family, qualifier)| Op::DeleteColumn { row, family, qualifier }),
+        1 => row.clone().prop_map(|row| Op::DeleteRow { row }),
+        2 => (row.clone(), qualifier.clone(), -5i64..5).prop_map(|(row, qualifier, delta)| Op::Increment { row, qualifier, delta }),
+        2 => (row.clone(), family.clone(), qualifier.clone(), value(), value(), ts.clone())
+            .prop_map(|(row, family, qualifier, value, put, ts)| Op::CheckEquals { row, family, qualifier, value, put, ts }),
+        2 => (row.clone(), family.clone(), qualifier.clone(), value(), ts.clone())
+            .prop_map(|(row, family, qualifier, put, ts)| Op::CheckAbsent { row, family, qualifier, put, ts }),
+        2 => (prop::collection::vec(row.clone(), 1..4), 1u32..5, prop::option::of((0u64..20, 0u64..21)))
+            .prop_map(|(rows, versions, range)| Op::Read { rows, versions, range }),
+        3 => (row.clone(), prop::option::of(0..ROWS.len() + 1), any::<bool>(), prop::option::of(0usize..4), 1u32..4)
+            .prop_map(|(start, end, reverse, limit, versions)| Op::Scan { start, end, reverse, limit, versions }),
+    ]
+}
+
+fn spec() -> TableSpec {
+    TableSpec {
+        name: TABLE.into(),
+        families: FAMILIES
+            .iter()
+            .map(|(name, max_versions, ttl_secs)| FamilySpec {
+                name: (*name).into(),
+                max_versions: *max_versions,
+                ttl_secs: *ttl_secs,
+            })
+            .collect(),
+        split_keys: vec![b"b".to_vec()],
+        split_policy: SplitPolicy::MidKey,
+        deferred: false,
+    }
+}
+
+fn put(family: usize, qualifier: usize, value: &[u8], ts: u64) -> CellMutation {
+    CellMutation::Put {
+        family: Bytes::from_static(FAMILIES[family].0.as_bytes()),
+        qualifier: Bytes::from_static(QUALIFIERS[qualifier].as_bytes()),
+        value: Bytes::copy_from_slice(value),
+        timestamp: Some(ts),
+    }
+}
+
+fn key(row: usize) -> Bytes {
+    Bytes::from_static(ROWS[row].as_bytes())
+}
+
+/// A row as compared: counter cells without their store-assigned timestamps.
+fn comparable(row: Row) -> Row {
+    let cells = row
+        .cells
+        .into_iter()
+        .map(|mut c| {
+            if c.family == "c" {
+                c.timestamp = 0;
+            }
+            c
+        })
+        .collect();
+    Row { key: row.key, cells }
+}
+
+/// What an operation answered, in a form both stores must agree on.
+#[derive(Debug, PartialEq)]
+enum Answer {
+    Done,
+    Failed,
+    Applied(bool),
+    Counter(i64),
+    Rows(Vec<Option<Row>>),
+}
+
+fn run(store: &dyn Store, op: &Op, base: u64) -> Answer {
+    let answer = |r: cellar::orm::Result<Answer>| r.unwrap_or(Answer::Failed);
+    match op {
+        Op::Put { row, family, qualifier, value, ts } => answer(
+            store
+                .mutate(
+                    TABLE,
+                    vec![RowMutation { row: key(*row), mutations: vec![put(*family, *qualifier, value, base + ts)] }],
+                )
+                .map(|()| Answer::Done),
+        ),
+        Op::DeleteColumn { row, family, qualifier } => {
+            let m = CellMutation::DeleteColumn {
+                family: Bytes::from_static(FAMILIES[*family].0.as_bytes()),
+                qualifier: Bytes::from_static(QUALIFIERS[*qualifier].as_bytes()),
+            };
+            answer(store.mutate(TABLE, vec![RowMutation { row: key(*row), mutations: vec![m] }]).map(|()| Answer::Done))
+        }
+        Op::DeleteRow { row } => answer(
+            store
+                .mutate(TABLE, vec![RowMutation { row: key(*row), mutations: vec![CellMutation::DeleteRow] }])
+                .map(|()| Answer::Done),
+        ),
+        Op::Increment { row, qualifier, delta } => {
+            answer(store.increment(TABLE, key(*row), "c", QUALIFIERS[*qualifier], *delta).map(Answer::Counter))
+        }
+        Op::CheckEquals { row, family, qualifier, value, put: new, ts } => {
+            let condition = Condition::Equals {
+                family: Bytes::from_static(FAMILIES[*family].0.as_bytes()),
+                qualifier: Bytes::from_static(QUALIFIERS[*qualifier].as_bytes()),
+                value: Bytes::copy_from_slice(value),
+            };
+            let m = RowMutation { row: key(*row), mutations: vec![put(*family, *qualifier, new, base + ts)] };
+            answer(store.check_and_mutate(TABLE, condition, m).map(Answer::Applied))
+        }
+        Op::CheckAbsent { row, family, qualifier, put: new, ts } => {
+            let condition = Condition::Absent {
+                family: Bytes::from_static(FAMILIES[*family].0.as_bytes()),
+                qualifier: Bytes::from_static(QUALIFIERS[*qualifier].as_bytes()),
+            };
+            let m = RowMutation { row: key(*row), mutations: vec![put(*family, *qualifier, new, base + ts)] };
+            answer(store.check_and_mutate(TABLE, condition, m).map(Answer::Applied))
+        }
+        Op::Read { rows, versions, range } => {
+            let keys: Vec<Bytes> = rows.iter().map(|r| key(*r)).collect();
+            let read = ReadSpec { max_versions: *versions, time_range: range.map(|(a, b)| (base + a, base + b)) };
+            answer(
+                store
+                    .read_rows(TABLE, &keys, &read)
+                    .map(|rows| Answer::Rows(rows.into_iter().map(|r| r.map(comparable)).collect())),
+            )
+        }
+        Op::Scan { start, end, reverse, limit, versions } => {
+            let spec = ScanSpec {
+                start: key(*start),
+                end: end.map(|e| if e == ROWS.len() { Bytes::from_static(b"z") } else { key(e) }),
+                reverse: *reverse,
+                limit: *limit,
+                read: ReadSpec { max_versions: *versions, time_range: None },
+            };
+            answer(store.scan(TABLE, &spec).and_then(|rows| {
+                rows.map(|r| r.map(|r| Some(comparable(r)))).collect::<cellar::orm::Result<Vec<_>>>().map(Answer::Rows)
+            }))
+        }
+    }
+}
+
+proptest! {
+    // `CELLAR_DIFF_CASES` for a longer run.
+    #![proptest_config(ProptestConfig {
+        cases: std::env::var("CELLAR_DIFF_CASES").ok().and_then(|n| n.parse().ok()).unwrap_or(24),
+        ..ProptestConfig::default()
+    })]
+
+    #[test]
+    fn embedded_and_bigtable_answer_alike(ops in prop::collection::vec(op(), 1..40)) {
+        let Some(bigtable) = common::backend::bigtable_store() else { return Ok(()) };
+        let dir = tempfile::tempdir().unwrap();
+        let embedded = EmbeddedStore::new(Engine::open(dir.path(), EngineOptions::default()).unwrap());
+        embedded.ensure_table(&spec()).unwrap();
+        bigtable.ensure_table(&spec()).unwrap();
+        // Recent enough that the one-hour TTL keeps every cell for the whole run.
+        let base = SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_millis() as u64 - 60_000;
+        for (i, op) in ops.iter().enumerate() {
+            let want = run(&embedded, op, base);
+            let got = run(&bigtable, op, base);
+            prop_assert_eq!(&got, &want, "op {} of {:?}", i, ops);
+        }
+    }
+}
