@@ -1,4 +1,7 @@
-//! The examples run as tests, so what they print and assert stays true.
+//! The examples run as tests, so what they print and assert stays true. `scale_out` runs
+//! against the Bigtable emulator the test binary starts.
+
+mod common;
 
 #[path = "../examples/blob_migration.rs"]
 mod blob_migration;
@@ -10,6 +13,8 @@ mod followers;
 mod index_backfill;
 #[path = "../examples/order_strategies.rs"]
 mod order_strategies;
+#[path = "../examples/scale_out.rs"]
+mod scale_out;
 #[path = "../examples/timeseries.rs"]
 mod timeseries;
 
@@ -41,4 +46,10 @@ fn blob_migration_example() {
 #[test]
 fn index_backfill_example() {
     index_backfill::main().unwrap();
+}
+
+#[test]
+fn scale_out_example() {
+    let Some(store) = common::backend::bigtable_store() else { return };
+    scale_out::run(store).unwrap();
 }

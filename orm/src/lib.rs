@@ -13,6 +13,7 @@
 pub mod advice;
 pub mod aggregate;
 pub mod blob;
+pub mod copy;
 mod db;
 pub mod entity;
 mod error;

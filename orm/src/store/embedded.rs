@@ -163,6 +163,26 @@ impl Store for EmbeddedStore {
         Ok(())
     }
 
+    fn describe(&self, table: &str) -> Result<Option<TableSpec>> {
+        if !self.engine.table_exists(table) {
+            return Ok(None);
+        }
+        let d = self.engine.describe(table)?;
+        let families = d
+            .families
+            .iter()
+            .map(|f| super::FamilySpec { name: f.name.clone(), max_versions: f.max_versions, ttl_secs: f.ttl_secs })
+            .collect();
+        let split_keys = self.split_keys(table)?.unwrap_or_default().into_iter().map(|k| k.to_vec()).collect();
+        Ok(Some(TableSpec {
+            name: table.to_string(),
+            families,
+            split_keys,
+            split_policy: d.split_policy.clone(),
+            deferred: d.durability == Durability::AsyncWal,
+        }))
+    }
+
     fn split_keys(&self, table: &str) -> Result<Option<Vec<Bytes>>> {
         if !self.engine.table_exists(table) {
             return Ok(None);

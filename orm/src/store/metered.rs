@@ -37,7 +37,7 @@ pub const TIMESTAMP_BYTES: u64 = 8;
 /// - `check_and_mutate` is one *check-and-mutate*;
 /// - `mutate_group` is one *group mutate*;
 /// - `increment` is one *increment*;
-/// - `ensure_table` and `split_keys` are *admin* calls, counted apart and never in reads or
+/// - `ensure_table`, `split_keys` and `describe` are *admin* calls, counted apart and never in reads or
 ///   writes; [`Costs::round_trips`] leaves them out. `guarantees` asks the backend nothing and
 ///   is not counted.
 ///
@@ -417,6 +417,11 @@ impl Store for Metered {
     fn split_keys(&self, table: &str) -> Result<Option<Vec<Bytes>>> {
         add(&self.counters.admin, 1);
         self.inner.split_keys(table)
+    }
+
+    fn describe(&self, table: &str) -> Result<Option<TableSpec>> {
+        add(&self.counters.admin, 1);
+        self.inner.describe(table)
     }
 
     fn increment(&self, table: &str, row: Bytes, family: &str, qualifier: &str, delta: i64) -> Result<i64> {

@@ -256,6 +256,17 @@ pub trait Store: Send + Sync {
         entries.into_iter().map(|(condition, mutation)| self.check_and_mutate(table, condition, mutation)).collect()
     }
 
+    /// The table's families as the store keeps them, and where it is split (what
+    /// [`Store::split_keys`] reports); `None` if there is no such table. For jobs that recreate
+    /// a table elsewhere (copies).
+    ///
+    /// # Errors
+    /// [`crate::Error::Unsupported`] from a store that cannot describe tables (the default);
+    /// store failures.
+    fn describe(&self, table: &str) -> Result<Option<TableSpec>> {
+        Err(crate::Error::Unsupported(format!("describe table `{table}`")))
+    }
+
     /// Where the table's regions (or tablets) begin, the first one's empty start excepted;
     /// `None` if there is no such table.
     ///

@@ -857,6 +857,22 @@ impl Store for BigtableStore {
         }
     }
 
+    fn describe(&self, table: &str) -> Result<Option<TableSpec>> {
+        let ctx = self.inner.ctx.clone();
+        let name = table.to_string();
+        let Some(families) = self.run(async move { get_table(&ctx, &name).await })? else {
+            return Ok(None);
+        };
+        let split_keys = self.split_keys(table)?.unwrap_or_default().into_iter().map(|k| k.to_vec()).collect();
+        Ok(Some(TableSpec {
+            name: table.to_string(),
+            families,
+            split_keys,
+            split_policy: super::SplitPolicy::MidKey,
+            deferred: false,
+        }))
+    }
+
     fn split_keys(&self, table: &str) -> Result<Option<Vec<Bytes>>> {
         let ctx = self.inner.ctx.clone();
         let table = table.to_string();
