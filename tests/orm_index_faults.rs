@@ -3,7 +3,8 @@
 //! mutating call — for every k the sequence reaches, the failure either before the call takes
 //! effect or after (the caller sees an error either way). After every step, every index query
 //! must answer exactly what the committed data implies, without any repair; at the end,
-//! verification after a repair must find the index holding exactly the data.
+//! verification after a repair must find the index holding exactly the data. On the embedded
+//! engine and on the Bigtable emulator.
 
 mod common;
 
@@ -21,9 +22,9 @@ use cellar::prelude::*;
 use common::people::{person, Person};
 use proptest::prelude::*;
 
-/// The embedded store, failing its k-th mutating call.
+/// A store failing its k-th mutating call.
 struct Faulty {
-    inner: EmbeddedStore,
+    inner: Arc<dyn Store>,
     calls: AtomicU64,
     fail_at: AtomicU64,
     /// Fail after the call took effect (a lost acknowledgement) instead of before.
@@ -208,15 +209,23 @@ fn check_queries(people: &Repository<Person>, model: &Model) {
     }
 }
 
-/// Runs `ops` failing mutating call `fail_at` (0: none); returns the mutating calls made.
-fn run(ops: &[Op], fail_at: u64, after: bool) -> u64 {
+/// Which store the faults are injected into.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Backend {
+    Embedded,
+    Bigtable,
+}
+
+/// Runs `ops` on a fresh store of `backend`, failing mutating call `fail_at` (0: none); returns
+/// the mutating calls made.
+fn run(backend: Backend, ops: &[Op], fail_at: u64, after: bool) -> u64 {
     let dir = tempfile::tempdir().unwrap();
-    let store = Arc::new(Faulty {
-        inner: EmbeddedStore::new(Engine::open(dir.path(), EngineOptions::default()).unwrap()),
-        calls: AtomicU64::new(0),
-        fail_at: AtomicU64::new(0),
-        after: AtomicBool::new(after),
-    });
+    let inner: Arc<dyn Store> = match backend {
+        Backend::Embedded => Arc::new(EmbeddedStore::new(Engine::open(dir.path(), EngineOptions::default()).unwrap())),
+        Backend::Bigtable => Arc::new(common::backend::bigtable_store().expect("checked by the caller")),
+    };
+    let store =
+        Arc::new(Faulty { inner, calls: AtomicU64::new(0), fail_at: AtomicU64::new(0), after: AtomicBool::new(after) });
     let db = Db::with_store(store.clone());
     let people = db.repo::<Person>().unwrap();
     // Faults start with the sequence, after the repository's set-up.
@@ -247,16 +256,34 @@ fn run(ops: &[Op], fail_at: u64, after: bool) -> u64 {
     calls
 }
 
+fn every_fault_point(backend: Backend, ops: &[Op]) {
+    let calls = run(backend, ops, 0, false);
+    eprintln!("{backend:?}: fault points: {calls}");
+    for k in 1..=calls {
+        run(backend, ops, k, false);
+        run(backend, ops, k, true);
+    }
+}
+
 proptest! {
     #![proptest_config(ProptestConfig { cases: 6, ..ProptestConfig::default() })]
 
     #[test]
     fn every_fault_point_leaves_index_queries_right(ops in prop::collection::vec(op(), 1..16)) {
-        let calls = run(&ops, 0, false);
-        eprintln!("fault points: {calls}");
-        for k in 1..=calls {
-            run(&ops, k, false);
-            run(&ops, k, true);
+        every_fault_point(Backend::Embedded, &ops);
+    }
+}
+
+proptest! {
+    // Each fault point is a fresh Bigtable instance: fewer, shorter sequences.
+    #![proptest_config(ProptestConfig { cases: 4, ..ProptestConfig::default() })]
+
+    /// The same on Bigtable, where the protocol cannot lean on atomic row groups or on being
+    /// the only process.
+    #[test]
+    fn every_fault_point_leaves_index_queries_right_on_bigtable(ops in prop::collection::vec(op(), 1..10)) {
+        if common::backend::emulator().is_some() {
+            every_fault_point(Backend::Bigtable, &ops);
         }
     }
 }
