@@ -185,11 +185,14 @@ impl Ctx {
     }
 
     /// A request carrying `message`, the deadline, the routing header for `resource` and, on
-    /// Cloud Bigtable, the bearer token; counts the call.
+    /// Cloud Bigtable, the bearer token; counts the call. A scan's ReadRows gets no overall
+    /// deadline (a long scan may rightly outlive it); the wait for each response has one.
     pub(crate) async fn request<T>(&self, rpc: Rpc, message: T, resource: (&str, &str)) -> Result<Request<T>> {
         self.rpcs.count(rpc);
         let mut request = Request::new(message);
-        request.set_timeout(self.timeout);
+        if !matches!(rpc, Rpc::ReadRows) {
+            request.set_timeout(self.timeout);
+        }
         let mut params = format!("{}={}", resource.0, url_encode(resource.1));
         if !self.app_profile.is_empty() {
             params.push_str(&format!("&app_profile_id={}", url_encode(&self.app_profile)));
@@ -235,7 +238,6 @@ async fn channel(uri: &str, tls: bool, options: &BigtableOptions) -> Result<Chan
     let mut endpoint = Endpoint::from_shared(uri.to_string())
         .map_err(|e| Error::InvalidArgument { arg: "bigtable endpoint", reason: format!("{uri}: {e}") })?
         .connect_timeout(options.connect_timeout)
-        .timeout(options.timeout)
         .tcp_nodelay(true)
         .http2_keep_alive_interval(Duration::from_secs(30))
         .keep_alive_while_idle(true);
@@ -311,7 +313,7 @@ pub(crate) fn transient(code: Code) -> bool {
 
 /// How long to wait before retry `attempt` (1-based): 10 ms doubling to 1 s.
 pub(crate) fn backoff(attempt: u32) -> Duration {
-    Duration::from_millis(10u64.saturating_mul(1 << attempt.min(7)).min(1000))
+    Duration::from_millis((10u64 << attempt.saturating_sub(1).min(7)).min(1000))
 }
 
 /// How often a transient failure is retried.

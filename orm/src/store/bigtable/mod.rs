@@ -28,6 +28,7 @@ mod merge;
 
 use std::collections::HashMap;
 use std::future::Future;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -89,8 +90,13 @@ impl std::fmt::Debug for BigtableStore {
     }
 }
 
+/// The client's clock for writes without a timestamp, in milliseconds; never goes back within
+/// the process, so a wall clock stepped backwards cannot hide a write behind an older one.
 fn now_ms() -> u64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+    static LATEST: AtomicU64 = AtomicU64::new(0);
+    let wall =
+        SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+    LATEST.fetch_max(wall, Ordering::Relaxed).max(wall)
 }
 
 fn micros(ms: u64) -> Result<i64> {
@@ -521,6 +527,7 @@ async fn read_rows(ctx: Ctx, table: String, request: pb::ReadRowsRequest, tx: mp
     let (mut last, mut delivered, mut attempt) = (None::<Bytes>, 0i64, 0);
     let mut next = Some(request.clone());
     while let Some(message) = next.take() {
+        let delivered_before = delivered;
         let failure = match read_once(&ctx, &table, message, &mut merger, &tx, &mut last, &mut delivered).await {
             Ok(()) => return,
             Err(ReadFailure::Fatal(e)) => {
@@ -530,7 +537,8 @@ async fn read_rows(ctx: Ctx, table: String, request: pb::ReadRowsRequest, tx: mp
             Err(ReadFailure::ReceiverGone) => return,
             Err(ReadFailure::Transient(s)) => s,
         };
-        attempt += 1;
+        // A stream that made progress before it broke starts a fresh count of attempts.
+        attempt = if delivered > delivered_before { 1 } else { attempt + 1 };
         if attempt >= MAX_ATTEMPTS {
             let _ = tx.send(Err(rpc_error("ReadRows", &table, None, &failure))).await;
             return;
