@@ -7,6 +7,10 @@
 //! underneath ([`engine`]). The examples `customer_orders`, `followers` and `timeseries` show
 //! complete designs.
 //!
+//! With the cargo feature `bigtable`, the same repositories run on Cloud Bigtable:
+//! `Db::connect("bigtable://projects/P/instances/I")` (the emulator when
+//! `BIGTABLE_EMULATOR_HOST` is set), and `Db::copy_to` moves tables across.
+//!
 //! ```
 //! use cellar::prelude::*;
 //!
