@@ -121,3 +121,53 @@ fn bigtable_offers_single_row_atomicity_to_writers_of_many_processes() {
     let err = store.mutate_group("t", Vec::new(), Vec::new()).unwrap_err();
     assert!(matches!(err, Error::Unsupported(_)), "{err}");
 }
+
+/// Two stores on one instance of the binary's emulator: one direct, one through a proxy that
+/// can break its connections.
+fn direct_and_proxied() -> Option<(BigtableStore, BigtableStore, common::proxy::Proxy)> {
+    let emulator = common::backend::emulator()?;
+    let proxy = common::proxy::Proxy::start(&emulator.host);
+    let instance = instance_name();
+    let connect = |host: &str| {
+        BigtableStore::connect(BigtableOptions::new("p", instance.clone()).emulator(host.to_string())).unwrap()
+    };
+    Some((connect(&emulator.host), connect(&proxy.addr), proxy))
+}
+
+fn events(n: u64) -> Vec<Event> {
+    (0..n).map(|id| Event { id, kind: "tick".into(), payload: vec![1; 200] }).collect()
+}
+
+#[test]
+fn a_scan_broken_mid_stream_resumes_after_the_last_row_it_delivered() {
+    let Some((direct, proxied, proxy)) = direct_and_proxied() else { return };
+    Db::with_store(Arc::new(direct)).repo::<Event>().unwrap().put_many(&events(2_000)).unwrap();
+    let via = Db::with_store(Arc::new(proxied.clone())).repo::<Event>().unwrap();
+    let before = proxied.rpcs();
+    // About a fifth of the scan's responses, then the connection drops.
+    proxy.cut_after(100_000);
+    let ids: Vec<u64> = via.scan().to_vec().unwrap().into_iter().map(|e| e.id).collect();
+    assert_eq!(proxy.cuts(), 1);
+    assert_eq!(ids, (0..2_000).collect::<Vec<_>>(), "every row once, in order");
+    let after = proxied.rpcs();
+    assert!(after.retries > before.retries && after.read_rows >= before.read_rows + 2, "{before:?} -> {after:?}");
+}
+
+#[test]
+fn a_batch_whose_answer_is_lost_is_sent_again_and_applies_once() {
+    let Some((direct, proxied, proxy)) = direct_and_proxied() else { return };
+    let via = Db::with_store(Arc::new(proxied.clone())).repo::<Event>().unwrap();
+    let before = proxied.rpcs();
+    // The server applies the batch; its answer never arrives.
+    proxy.cut_after(0);
+    via.put_many(&events(500)).unwrap();
+    assert_eq!(proxy.cuts(), 1);
+    let after = proxied.rpcs();
+    assert!(after.retries > before.retries && after.mutate_rows >= before.mutate_rows + 2, "{before:?} -> {after:?}");
+    // Written once: one version per cell, although the batch went out twice.
+    let read = cellar::orm::store::ReadSpec { max_versions: 10, time_range: None };
+    let rows = direct.read_rows("events", &[Event::row_key(&7u64.into()).unwrap().for_write()], &read).unwrap();
+    let row = rows[0].as_ref().expect("written");
+    assert_eq!(row.cells.len(), 2, "{row:?}");
+    assert_eq!(Db::with_store(Arc::new(direct)).repo::<Event>().unwrap().scan().to_vec().unwrap().len(), 500);
+}

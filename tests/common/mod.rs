@@ -6,5 +6,6 @@ pub mod blob_orders;
 pub mod hooked;
 pub mod orders;
 pub mod people;
+pub mod proxy;
 pub mod raw;
 pub mod versions;

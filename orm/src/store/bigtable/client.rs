@@ -306,9 +306,20 @@ fn url_encode(s: &str) -> String {
 }
 
 /// Whether a failed call may be repeated (it failed before taking effect, or repeating it
-/// changes nothing).
-pub(crate) fn transient(code: Code) -> bool {
-    matches!(code, Code::Unavailable | Code::DeadlineExceeded | Code::Aborted)
+/// changes nothing): the server said to try again, or the connection broke. A status the
+/// server sent never carries a source error; one made here from a transport failure (reset,
+/// closed or unreadable connection: tonic reports those as `Unknown`) does.
+pub(crate) fn transient(status: &Status) -> bool {
+    match status.code() {
+        Code::Unavailable | Code::DeadlineExceeded | Code::Aborted => true,
+        Code::Unknown => std::error::Error::source(status).is_some(),
+        // A stream the server's front end reset.
+        Code::Internal => {
+            let message = status.message().to_ascii_lowercase();
+            message.contains("rst_stream") || message.contains("rst stream")
+        }
+        _ => false,
+    }
 }
 
 /// How long to wait before retry `attempt` (1-based): 10 ms doubling to 1 s.

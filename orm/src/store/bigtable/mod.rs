@@ -422,7 +422,7 @@ async fn mutate_rows(ctx: Ctx, table: String, mut pending: Vec<pb::mutate_rows_r
                                     continue;
                                 }
                                 let s = Status::new(code, status.message);
-                                if !transient(code) {
+                                if !transient(&s) {
                                     return Err(rpc_error("MutateRows", &table, Some(&pending[i].row_key), &s));
                                 }
                                 retry.push(i);
@@ -444,7 +444,7 @@ async fn mutate_rows(ctx: Ctx, table: String, mut pending: Vec<pb::mutate_rows_r
         }
         let status = failure.unwrap_or_else(|| Status::unavailable("the stream ended without reporting every row"));
         attempt += 1;
-        if !transient(status.code()) || attempt >= MAX_ATTEMPTS {
+        if !transient(&status) || attempt >= MAX_ATTEMPTS {
             let row = (retry.len() == 1).then(|| pending[retry[0]].row_key.clone());
             return Err(rpc_error("MutateRows", &table, row.as_deref(), &status));
         }
@@ -570,7 +570,7 @@ async fn read_once(
 ) -> Result<(), ReadFailure> {
     let name = message.table_name.clone();
     let classify = |s: Status| {
-        if transient(s.code()) {
+        if transient(&s) {
             ReadFailure::Transient(s)
         } else {
             ReadFailure::Fatal(rpc_error("ReadRows", table, None, &s))
