@@ -8,7 +8,7 @@
 //! Without the emulator the Bigtable tests skip, printing one line that says how to enable
 //! them; with `CELLAR_REQUIRE_EMULATOR=1` (set by `.ci/run`) they fail instead.
 
-use std::io::{BufRead, BufReader};
+use std::io::{BufRead, BufReader, Write};
 use std::path::PathBuf;
 use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -31,7 +31,7 @@ pub struct Emulator {
 
 fn emulator_binary() -> Option<PathBuf> {
     if let Some(path) = std::env::var_os("CELLAR_CBTEMULATOR") {
-        return Some(PathBuf::from(path));
+        return Some(PathBuf::from(path)).filter(|p| p.is_file());
     }
     let on_path = std::env::var_os("PATH")
         .into_iter()
@@ -60,8 +60,20 @@ pub fn start() -> Result<Emulator, String> {
         .map_err(|e| format!("starting {}: {e}", binary.display()))?;
     let stdin = child.stdin.take().ok_or("no stdin")?;
     let stdout = child.stdout.take().ok_or("no stdout")?;
-    let mut line = String::new();
-    BufReader::new(stdout).read_line(&mut line).map_err(|e| format!("reading the emulator's address: {e}"))?;
+    // The address line, or nothing if the emulator fails to start: wait a bounded time.
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut line = String::new();
+        let _ = tx.send(BufReader::new(stdout).read_line(&mut line).map(|_| line));
+    });
+    let line = match rx.recv_timeout(std::time::Duration::from_secs(20)) {
+        Ok(Ok(line)) => line,
+        Ok(Err(e)) => return Err(format!("reading the emulator's address: {e}")),
+        Err(_) => {
+            let _ = child.kill();
+            return Err(format!("{} printed no address within 20 s", binary.display()));
+        }
+    };
     // "Cloud Bigtable emulator running on 127.0.0.1:PORT"
     let host = line
         .trim()
@@ -95,7 +107,9 @@ pub fn emulator() -> Option<&'static Emulator> {
             Err(reason) => {
                 let required = std::env::var("CELLAR_REQUIRE_EMULATOR").is_ok_and(|v| v == "1");
                 assert!(!required, "the Bigtable emulator is required (CELLAR_REQUIRE_EMULATOR=1) and {reason}");
-                eprintln!(
+                // Straight to stderr: the test harness captures `eprintln!` of passing tests.
+                let _ = writeln!(
+                    std::io::stderr(),
                     "SKIPPING the Bigtable backend tests: {reason}. Install google-cloud-cli-bigtable-emulator \
                      (or set CELLAR_CBTEMULATOR to a cbtemulator binary) to run them."
                 );
