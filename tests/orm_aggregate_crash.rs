@@ -6,7 +6,10 @@
 //! A normalized write killed mid-way leaves its intent in the root row; the next reader sees
 //! that the intent's process is gone and finishes the write, without waiting for a lease.
 //!
-//! `CELLAR_AGGREGATE_CRASH_ROUNDS` sets the number of kills (default 6).
+//! The same on the Bigtable emulator, where the writer is another process sharing the store
+//! and a reader meeting its intent waits out the intent's lease first.
+//!
+//! `CELLAR_AGGREGATE_CRASH_ROUNDS` sets the number of kills (default 6 embedded, 3 on Bigtable).
 
 mod common;
 
@@ -16,20 +19,29 @@ use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use cellar::orm::store::{BigtableOptions, BigtableStore};
 use cellar::orm::EmbeddedStore;
 use cellar::prelude::*;
 
-const CHILD_ENV: &str = "CELLAR_AGGREGATE_CRASH_DIR";
+/// Where the child writes: `dir:<path>` (the embedded engine) or `bigtable:<host:port>/<instance>`.
+const CHILD_ENV: &str = "CELLAR_AGGREGATE_CRASH_TARGET";
 /// Aggregates per strategy.
 const ORDERS: u64 = 4;
 const STRATEGIES: [&str; 4] = ["normalized", "single_table", "denormalized", "blob"];
 
-fn open(dir: &str) -> (Engine, Db) {
-    // Small memstores and log segments: flushes and log rolls happen between kills.
-    let options = EngineOptions { memstore_flush_bytes: 32 * 1024, wal_segment_bytes: 64 * 1024, ..Default::default() };
-    let engine = Engine::open(dir, options).unwrap();
-    let db = Db::with_store(Arc::new(EmbeddedStore::new(engine.clone())));
-    (engine, db)
+/// The database at `target`, and its engine when embedded.
+fn open(target: &str) -> (Option<Engine>, Db) {
+    if let Some(dir) = target.strip_prefix("dir:") {
+        // Small memstores and log segments: flushes and log rolls happen between kills.
+        let options =
+            EngineOptions { memstore_flush_bytes: 32 * 1024, wal_segment_bytes: 64 * 1024, ..Default::default() };
+        let engine = Engine::open(dir, options).unwrap();
+        let db = Db::with_store(Arc::new(EmbeddedStore::new(engine.clone())));
+        return (Some(engine), db);
+    }
+    let (host, instance) = target.strip_prefix("bigtable:").and_then(|t| t.split_once('/')).expect("a target");
+    let store = BigtableStore::connect(BigtableOptions::new("cellar", instance).emulator(host)).unwrap();
+    (None, Db::with_store(Arc::new(store)))
 }
 
 /// Runs `$body` with `$repo` the repository of strategy number `$s` and `$v` its versions.
@@ -64,11 +76,11 @@ macro_rules! with_strategy {
 /// each put of version V of aggregate K of strategy S.
 #[test]
 fn aggregate_crash_child() {
-    let Ok(dir) = std::env::var(CHILD_ENV) else {
+    let Ok(target) = std::env::var(CHILD_ENV) else {
         return;
     };
     let first: u64 = std::env::var("CELLAR_AGGREGATE_CRASH_FIRST").unwrap().parse().unwrap();
-    let (engine, db) = open(&dir);
+    let (engine, db) = open(&target);
     for i in 0u64.. {
         let (s, k, v) = (i % 4, (i / 4) % ORDERS, first + i);
         with_strategy!(db, s, |orders, versions| {
@@ -76,6 +88,7 @@ fn aggregate_crash_child() {
             orders.put(&versions::version(1, k, v)).unwrap();
             println!("ack {s} {k} {v}");
         });
+        let Some(engine) = &engine else { continue };
         for table in engine.list_tables() {
             if i % 97 == 96 {
                 engine.flush(&table).unwrap();
@@ -99,7 +112,19 @@ struct Known {
 fn killed_writer_leaves_every_aggregate_one_version_written() {
     let rounds: u64 = std::env::var("CELLAR_AGGREGATE_CRASH_ROUNDS").ok().and_then(|v| v.parse().ok()).unwrap_or(6);
     let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().to_str().unwrap().to_string();
+    kill_rounds(&format!("dir:{}", dir.path().to_str().unwrap()), rounds);
+}
+
+/// On Bigtable the writer is another process sharing the store: a reader meeting its intent
+/// waits out the intent's lease, then finishes or rolls back the write.
+#[test]
+fn killed_writer_leaves_every_aggregate_one_version_written_on_bigtable() {
+    let Some(emulator) = common::backend::emulator() else { return };
+    let rounds: u64 = std::env::var("CELLAR_AGGREGATE_CRASH_ROUNDS").ok().and_then(|v| v.parse().ok()).unwrap_or(3);
+    kill_rounds(&format!("bigtable:{}/{}", emulator.host, common::backend::instance_name()), rounds);
+}
+
+fn kill_rounds(target: &str, rounds: u64) {
     let mut seed = SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_nanos() as u64 | 1;
     eprintln!("aggregate crash test seed {seed}");
     let mut known: HashMap<(u64, u64), Known> = HashMap::new();
@@ -109,7 +134,7 @@ fn killed_writer_leaves_every_aggregate_one_version_written() {
     for round in 0..rounds {
         let mut child = Command::new(std::env::current_exe().unwrap())
             .args(["--exact", "aggregate_crash_child", "--nocapture", "--test-threads=1"])
-            .env(CHILD_ENV, &path)
+            .env(CHILD_ENV, target)
             .env("CELLAR_AGGREGATE_CRASH_FIRST", next_version.to_string())
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
@@ -153,7 +178,7 @@ fn killed_writer_leaves_every_aggregate_one_version_written() {
         let status = child.wait().unwrap();
         assert!(killed, "round {round}: the child stopped before it was killed: {status}");
 
-        let (_engine, db) = open(&path);
+        let (_engine, db) = open(target);
         for s in 0..4 {
             for k in 0..ORDERS {
                 let entry = known.get(&(s, k)).copied().unwrap_or_default();
