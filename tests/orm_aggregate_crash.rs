@@ -16,11 +16,8 @@ mod common;
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
-use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use cellar::orm::store::{BigtableOptions, BigtableStore};
-use cellar::orm::EmbeddedStore;
 use cellar::prelude::*;
 
 /// Where the child writes: `dir:<path>` (the embedded engine) or `bigtable:<host:port>/<instance>`.
@@ -29,19 +26,8 @@ const CHILD_ENV: &str = "CELLAR_AGGREGATE_CRASH_TARGET";
 const ORDERS: u64 = 4;
 const STRATEGIES: [&str; 4] = ["normalized", "single_table", "denormalized", "blob"];
 
-/// The database at `target`, and its engine when embedded.
 fn open(target: &str) -> (Option<Engine>, Db) {
-    if let Some(dir) = target.strip_prefix("dir:") {
-        // Small memstores and log segments: flushes and log rolls happen between kills.
-        let options =
-            EngineOptions { memstore_flush_bytes: 32 * 1024, wal_segment_bytes: 64 * 1024, ..Default::default() };
-        let engine = Engine::open(dir, options).unwrap();
-        let db = Db::with_store(Arc::new(EmbeddedStore::new(engine.clone())));
-        return (Some(engine), db);
-    }
-    let (host, instance) = target.strip_prefix("bigtable:").and_then(|t| t.split_once('/')).expect("a target");
-    let store = BigtableStore::connect(BigtableOptions::new("cellar", instance).emulator(host)).unwrap();
-    (None, Db::with_store(Arc::new(store)))
+    common::backend::open_target(target)
 }
 
 /// Runs `$body` with `$repo` the repository of strategy number `$s` and `$v` its versions.

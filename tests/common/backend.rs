@@ -14,7 +14,8 @@ use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
-use cellar::orm::store::{BigtableOptions, BigtableStore};
+use cellar::engine::{Engine, EngineOptions};
+use cellar::orm::store::{BigtableOptions, BigtableStore, EmbeddedStore};
 use cellar::orm::Db;
 
 /// Where the Google Cloud SDK's Debian package puts the emulator.
@@ -131,6 +132,22 @@ pub fn bigtable_store() -> Option<BigtableStore> {
     let emulator = emulator()?;
     let options = BigtableOptions::new("cellar", instance_name()).emulator(emulator.host.clone());
     Some(BigtableStore::connect(options).expect("connecting to the emulator"))
+}
+
+/// The database a crash test's child writes and its parent checks, named by `target`:
+/// `dir:<path>` (the embedded engine, with small memstores and log segments so flushes and log
+/// rolls happen between kills; its engine is returned too) or `bigtable:<host:port>/<instance>`.
+pub fn open_target(target: &str) -> (Option<Engine>, Db) {
+    if let Some(dir) = target.strip_prefix("dir:") {
+        let options =
+            EngineOptions { memstore_flush_bytes: 32 * 1024, wal_segment_bytes: 64 * 1024, ..Default::default() };
+        let engine = Engine::open(dir, options).expect("the crash test's directory opens");
+        let db = Db::with_store(Arc::new(EmbeddedStore::new(engine.clone())));
+        return (Some(engine), db);
+    }
+    let (host, instance) = target.strip_prefix("bigtable:").and_then(|t| t.split_once('/')).expect("a target");
+    let store = BigtableStore::connect(BigtableOptions::new("cellar", instance).emulator(host)).expect("the emulator");
+    (None, Db::with_store(Arc::new(store)))
 }
 
 /// Which backend a suite test runs on.
