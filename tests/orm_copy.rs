@@ -4,15 +4,12 @@
 
 mod common;
 
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
-use bytes::Bytes;
-use cellar::orm::store::{
-    Condition, Guarantees, ReadSpec, Row, RowCheck, RowMutation, RowStream, ScanSpec, Store, TableSpec,
-};
-use cellar::orm::{Error, Result};
+use cellar::orm::store::{ReadSpec, Row, ScanSpec, Store};
+use cellar::orm::Error;
 use cellar::prelude::*;
+use common::faulty::Faulty;
 use common::people::{person, Person};
 
 #[derive(Entity, Debug, Clone, PartialEq)]
@@ -77,61 +74,13 @@ fn a_copy_brings_every_version_and_the_indexes_answer_without_a_backfill(db: Db)
 }
 }
 
-/// A store whose `mutate` of one table fails once a number of calls have gone through.
-struct FailsAfter {
-    inner: Arc<dyn Store>,
-    table: &'static str,
-    left: AtomicUsize,
-}
-
-impl Store for FailsAfter {
-    fn ensure_table(&self, spec: &TableSpec) -> Result<()> {
-        self.inner.ensure_table(spec)
-    }
-    fn mutate(&self, table: &str, rows: Vec<RowMutation>) -> Result<()> {
-        if table == self.table
-            && self.left.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1)).is_err()
-        {
-            return Err(Error::Store("the disk is gone".into()));
-        }
-        self.inner.mutate(table, rows)
-    }
-    fn read_rows(&self, table: &str, rows: &[Bytes], read: &ReadSpec) -> Result<Vec<Option<Row>>> {
-        self.inner.read_rows(table, rows, read)
-    }
-    fn scan<'a>(&'a self, table: &str, scan: &ScanSpec) -> Result<RowStream<'a>> {
-        self.inner.scan(table, scan)
-    }
-    fn check_and_mutate(&self, table: &str, condition: Condition, mutation: RowMutation) -> Result<bool> {
-        self.inner.check_and_mutate(table, condition, mutation)
-    }
-    fn describe(&self, table: &str) -> Result<Option<TableSpec>> {
-        self.inner.describe(table)
-    }
-    fn split_keys(&self, table: &str) -> Result<Option<Vec<Bytes>>> {
-        self.inner.split_keys(table)
-    }
-    fn increment(&self, table: &str, row: Bytes, family: &str, qualifier: &str, delta: i64) -> Result<i64> {
-        self.inner.increment(table, row, family, qualifier, delta)
-    }
-    fn guarantees(&self) -> Guarantees {
-        self.inner.guarantees()
-    }
-    fn mutate_group(&self, table: &str, checks: Vec<RowCheck>, rows: Vec<RowMutation>) -> Result<bool> {
-        self.inner.mutate_group(table, checks, rows)
-    }
-}
-
 on_every_backend! {
 fn a_failed_copy_resumes_after_its_last_batch(db: Db) {
     let from = source();
-    let failing = Db::with_store(Arc::new(FailsAfter {
-        inner: db.store().clone(),
-        table: "people",
-        left: AtomicUsize::new(1),
-    }));
+    // Mutating calls: the first batch, its checkpoint, then the second batch fails.
+    let failing = Db::with_store(Arc::new(Faulty::new(db.store().clone(), 3, false)));
     let err = from.copy_to(&failing).table("people").batch_rows(100).run().unwrap_err();
-    assert!(err.to_string().contains("the disk is gone"), "{err}");
+    assert!(err.to_string().contains("injected failure of mutating call 3"), "{err}");
 
     let report = from.copy_to(&db).table("people").batch_rows(100).run().unwrap();
     let people = &report.tables[0];

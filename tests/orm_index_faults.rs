@@ -9,74 +9,16 @@
 mod common;
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use bytes::Bytes;
 use cellar::engine::{Engine, EngineOptions};
-use cellar::orm::store::{
-    Condition, EmbeddedStore, Guarantees, ReadSpec, Row, RowCheck, RowMutation, RowStream, ScanSpec, Store, TableSpec,
-};
-use cellar::orm::{Error, Result};
+use cellar::orm::store::{EmbeddedStore, Store};
+use cellar::orm::Error;
 use cellar::prelude::*;
+use common::faulty::Faulty;
 use common::people::{person, Person};
 use proptest::prelude::*;
-
-/// A store failing its k-th mutating call.
-struct Faulty {
-    inner: Arc<dyn Store>,
-    calls: AtomicU64,
-    fail_at: AtomicU64,
-    /// Fail after the call took effect (a lost acknowledgement) instead of before.
-    after: AtomicBool,
-}
-
-impl Faulty {
-    /// Runs `apply` unless this is the call to fail.
-    fn call<T>(&self, apply: impl FnOnce() -> Result<T>) -> Result<T> {
-        let n = self.calls.fetch_add(1, Ordering::SeqCst) + 1;
-        if n != self.fail_at.load(Ordering::SeqCst) {
-            return apply();
-        }
-        if self.after.load(Ordering::SeqCst) {
-            apply()?;
-        }
-        Err(Error::Store(format!("injected failure of mutating call {n}")))
-    }
-}
-
-impl Store for Faulty {
-    fn ensure_table(&self, spec: &TableSpec) -> Result<()> {
-        self.inner.ensure_table(spec)
-    }
-    fn mutate(&self, table: &str, rows: Vec<RowMutation>) -> Result<()> {
-        self.call(|| self.inner.mutate(table, rows))
-    }
-    fn read_rows(&self, table: &str, rows: &[Bytes], read: &ReadSpec) -> Result<Vec<Option<Row>>> {
-        self.inner.read_rows(table, rows, read)
-    }
-    fn scan<'a>(&'a self, table: &str, scan: &ScanSpec) -> Result<RowStream<'a>> {
-        self.inner.scan(table, scan)
-    }
-    fn check_and_mutate(&self, table: &str, condition: Condition, mutation: RowMutation) -> Result<bool> {
-        self.call(|| self.inner.check_and_mutate(table, condition, mutation))
-    }
-    fn check_and_mutate_many(&self, table: &str, entries: Vec<(Condition, RowMutation)>) -> Result<Vec<bool>> {
-        self.call(|| self.inner.check_and_mutate_many(table, entries))
-    }
-    fn split_keys(&self, table: &str) -> Result<Option<Vec<Bytes>>> {
-        self.inner.split_keys(table)
-    }
-    fn increment(&self, table: &str, row: Bytes, family: &str, qualifier: &str, delta: i64) -> Result<i64> {
-        self.call(|| self.inner.increment(table, row, family, qualifier, delta))
-    }
-    fn guarantees(&self) -> Guarantees {
-        self.inner.guarantees()
-    }
-    fn mutate_group(&self, table: &str, checks: Vec<RowCheck>, rows: Vec<RowMutation>) -> Result<bool> {
-        self.call(|| self.inner.mutate_group(table, checks, rows))
-    }
-}
 
 #[derive(Debug, Clone)]
 enum Op {
@@ -224,8 +166,7 @@ fn run(backend: Backend, ops: &[Op], fail_at: u64, after: bool) -> u64 {
         Backend::Embedded => Arc::new(EmbeddedStore::new(Engine::open(dir.path(), EngineOptions::default()).unwrap())),
         Backend::Bigtable => Arc::new(common::backend::bigtable_store().expect("checked by the caller")),
     };
-    let store =
-        Arc::new(Faulty { inner, calls: AtomicU64::new(0), fail_at: AtomicU64::new(0), after: AtomicBool::new(after) });
+    let store = Arc::new(Faulty::new(inner, 0, after));
     let db = Db::with_store(store.clone());
     let people = db.repo::<Person>().unwrap();
     // Faults start with the sequence, after the repository's set-up.

@@ -3,6 +3,7 @@
 
 pub mod backend;
 pub mod blob_orders;
+pub mod faulty;
 pub mod hooked;
 pub mod orders;
 pub mod people;
