@@ -160,10 +160,14 @@ impl BigtableStore {
         })
     }
 
+    /// The runtime calls run on (present until the store is dropped).
+    fn runtime(&self) -> Result<&Runtime> {
+        self.inner.runtime.as_ref().ok_or_else(|| Error::Store("the Bigtable client is closed".into()))
+    }
+
     /// Runs `call` on the backend's runtime and waits for it.
     fn run<T: Send + 'static>(&self, call: impl Future<Output = Result<T>> + Send + 'static) -> Result<T> {
-        let runtime =
-            self.inner.runtime.as_ref().ok_or_else(|| Error::Store("the Bigtable client is closed".into()))?;
+        let runtime = self.runtime()?;
         wait(runtime.spawn(call)).map_err(|e| Error::Store(format!("a Bigtable call failed to complete: {e}")))?
     }
 
@@ -220,8 +224,7 @@ impl BigtableStore {
 
     /// Starts a ReadRows stream feeding `tx`.
     fn start_read(&self, table: &str, request: pb::ReadRowsRequest, tx: mpsc::Sender<Result<Row>>) -> Result<()> {
-        let runtime =
-            self.inner.runtime.as_ref().ok_or_else(|| Error::Store("the Bigtable client is closed".into()))?;
+        let runtime = self.runtime()?;
         runtime.spawn(read_rows(self.inner.ctx.clone(), table.to_string(), request, tx));
         Ok(())
     }
@@ -843,8 +846,7 @@ impl Store for BigtableStore {
                 Ok::<_, Error>(out)
             });
         }
-        let runtime =
-            self.inner.runtime.as_ref().ok_or_else(|| Error::Store("the Bigtable client is closed".into()))?;
+        let runtime = self.runtime()?;
         let handles: Vec<_> = tasks.into_iter().map(|t| runtime.spawn(t)).collect();
         let mut results = vec![false; n];
         let mut first_error = None;
