@@ -3,6 +3,10 @@
 //! A filter sees the visible cells of one row (after delete masking, versions, TTL and time
 //! range) and decides which of them are returned; a row whose cells are all filtered out is
 //! not returned at all. `KeyOnly` strips values and `Page` bounds the number of rows.
+//!
+//! Filters on qualifiers also tell a read where in a row it may seek ([`ColumnWindow`]): a
+//! column range or page of a row with a million columns reads the blocks that hold the slice,
+//! not the row.
 
 use bytes::Bytes;
 
@@ -41,16 +45,153 @@ pub enum Filter {
     FirstKeyOnly,
     /// Rows inside any of the `[start, stop)` ranges; an empty stop means "to the end".
     MultiRowRange(Vec<(Bytes, Bytes)>),
-    /// Cells every sub-filter keeps.
+    /// Cells whose qualifier lies between two bounds (HBase's ColumnRangeFilter); `None` leaves
+    /// that side open.
+    ColumnRange {
+        /// Lower bound.
+        min: Option<Bytes>,
+        /// Whether the lower bound itself is in the range.
+        min_inclusive: bool,
+        /// Upper bound.
+        max: Option<Bytes>,
+        /// Whether the upper bound itself is in the range.
+        max_inclusive: bool,
+    },
+    /// At most `limit` columns of each row, from an offset (HBase's ColumnPaginationFilter).
+    /// Columns count in the order a row is read (family, then qualifier), each once whatever
+    /// its versions.
+    ColumnPagination {
+        /// Columns returned per row.
+        limit: usize,
+        /// Where the page starts.
+        offset: ColumnOffset,
+    },
+    /// Cells every sub-filter keeps, each sub-filter seeing the cells the ones before it kept
+    /// (so a page counts only the columns the filters before it let through).
     And(Vec<Filter>),
     /// Cells any sub-filter keeps.
     Or(Vec<Filter>),
 }
 
+/// Where a [`Filter::ColumnPagination`] page starts.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ColumnOffset {
+    /// After this many columns.
+    Count(usize),
+    /// At the first column whose qualifier is at or after this one (in every family).
+    Qualifier(Bytes),
+}
+
+/// The part of each row (of each family) a read must look at for a filter to see every cell
+/// it could keep: qualifiers from `start` on, before `stop`, and no more than `columns` of
+/// them. A superset: the filter's own mask still decides.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct ColumnWindow {
+    /// The smallest qualifier worth reading.
+    pub start: Option<Bytes>,
+    /// The first qualifier past the window, and whether it is itself inside.
+    pub stop: Option<(Bytes, bool)>,
+    /// Columns worth gathering per family.
+    pub columns: Option<usize>,
+}
+
+impl ColumnWindow {
+    /// True if `qualifier` is past the window's end.
+    pub(crate) fn past_stop(&self, qualifier: &[u8]) -> bool {
+        match &self.stop {
+            Some((stop, inclusive)) => qualifier > stop.as_ref() || (!inclusive && qualifier == stop.as_ref()),
+            None => false,
+        }
+    }
+
+    /// True if the window narrows nothing.
+    pub(crate) fn is_whole(&self) -> bool {
+        self.start.is_none() && self.stop.is_none() && self.columns.is_none()
+    }
+
+    /// The window both `self` and `other` allow (for filters that all must keep a cell).
+    fn intersect(self, other: ColumnWindow) -> ColumnWindow {
+        let start = match (self.start, other.start) {
+            (Some(a), Some(b)) => Some(a.max(b)),
+            (a, b) => a.or(b),
+        };
+        let stop = match (self.stop, other.stop) {
+            (Some(a), Some(b)) => Some(if (&a.0, a.1) <= (&b.0, b.1) { a } else { b }),
+            (a, b) => a.or(b),
+        };
+        let columns = match (self.columns, other.columns) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        ColumnWindow { start, stop, columns }
+    }
+}
+
 impl Filter {
+    /// The part of a row this filter can keep cells from (see [`ColumnWindow`]).
+    pub(crate) fn column_window(&self) -> ColumnWindow {
+        match self {
+            Filter::ColumnRange { min, min_inclusive, max, max_inclusive } => ColumnWindow {
+                // An exclusive bound starts at the next possible qualifier: the bound plus a zero.
+                start: min.as_ref().map(|m| {
+                    if *min_inclusive {
+                        m.clone()
+                    } else {
+                        Bytes::from([m.as_ref(), &[0]].concat())
+                    }
+                }),
+                stop: max.clone().map(|m| (m, *max_inclusive)),
+                columns: None,
+            },
+            Filter::ColumnPrefix(p) if !p.is_empty() => ColumnWindow {
+                start: Some(p.clone()),
+                stop: crate::query::prefix_successor(p).map(|s| (Bytes::from(s), false)),
+                columns: None,
+            },
+            Filter::ColumnPagination { limit, offset: ColumnOffset::Count(n) } => {
+                ColumnWindow { columns: Some(n.saturating_add(*limit)), ..ColumnWindow::default() }
+            }
+            Filter::ColumnPagination { limit, offset: ColumnOffset::Qualifier(q) } => {
+                ColumnWindow { start: Some(q.clone()), stop: None, columns: Some(*limit) }
+            }
+            Filter::And(fs) => {
+                // A column cap holds only if no filter before the page drops columns inside the
+                // window; the range-like ones only move the window's ends.
+                let mut window = ColumnWindow::default();
+                let mut capped = true;
+                for f in fs {
+                    let mut w = f.column_window();
+                    if !capped {
+                        w.columns = None;
+                    }
+                    capped &= f.keeps_whole_columns_in_window();
+                    window = window.intersect(w);
+                }
+                window
+            }
+            _ => ColumnWindow::default(),
+        }
+    }
+
+    /// True if, within its own window, the filter keeps or drops whole rows only (so a page
+    /// after it counts the same columns).
+    fn keeps_whole_columns_in_window(&self) -> bool {
+        match self {
+            Filter::Prefix(_)
+            | Filter::MultiRowRange(_)
+            | Filter::ColumnRange { .. }
+            | Filter::ColumnPrefix(_)
+            | Filter::Page(_)
+            | Filter::KeyOnly
+            | Filter::SingleColumnValue { .. } => true,
+            Filter::And(fs) => fs.iter().all(Filter::keeps_whole_columns_in_window),
+            _ => false,
+        }
+    }
+
     /// Which of a row's `n` cells pass the filter; `cell(i)` lends the i-th. Reads apply the
     /// mask to the cells they have gathered, before any is copied out.
-    pub(crate) fn keep_mask<'a>(&self, row: &[u8], n: usize, cell: &impl Fn(usize) -> CellRef<'a>) -> Vec<bool> {
+    pub(crate) fn keep_mask<'a>(&self, row: &[u8], n: usize, cell: &dyn Fn(usize) -> CellRef<'a>) -> Vec<bool> {
         let all = |keep: bool| vec![keep; n];
         let each = |test: &dyn Fn(CellRef<'a>) -> bool| (0..n).map(|i| test(cell(i))).collect();
         match self {
@@ -70,12 +211,53 @@ impl Filter {
             }
             Filter::Page(_) | Filter::KeyOnly => all(true),
             Filter::FirstKeyOnly => (0..n).map(|i| i == 0).collect(),
-            Filter::And(fs) => {
-                let mut mask = all(true);
-                for f in fs {
-                    for (m, k) in mask.iter_mut().zip(f.keep_mask(row, n, cell)) {
-                        *m &= k;
+            Filter::ColumnRange { min, min_inclusive, max, max_inclusive } => each(&|c| {
+                let above = min
+                    .as_ref()
+                    .is_none_or(|m| c.qualifier > m.as_ref() || (*min_inclusive && c.qualifier == m.as_ref()));
+                let below = max
+                    .as_ref()
+                    .is_none_or(|m| c.qualifier < m.as_ref() || (*max_inclusive && c.qualifier == m.as_ref()));
+                above && below
+            }),
+            Filter::ColumnPagination { limit, offset } => {
+                let mut mask = Vec::with_capacity(n);
+                // Columns of the page seen so far, and the column the last cell belonged to.
+                let (mut counted, mut last): (usize, Option<(&[u8], &[u8])>) = (0, None);
+                let mut keep_column = false;
+                for i in 0..n {
+                    let c = cell(i);
+                    if last != Some((c.family, c.qualifier)) {
+                        last = Some((c.family, c.qualifier));
+                        let in_page = match offset {
+                            ColumnOffset::Count(_) => true,
+                            ColumnOffset::Qualifier(q) => c.qualifier >= q.as_ref(),
+                        };
+                        keep_column = false;
+                        if in_page {
+                            let skip = match offset {
+                                ColumnOffset::Count(skip) => *skip,
+                                ColumnOffset::Qualifier(_) => 0,
+                            };
+                            keep_column = counted >= skip && counted < skip.saturating_add(*limit);
+                            counted += 1;
+                        }
                     }
+                    mask.push(keep_column);
+                }
+                mask
+            }
+            Filter::And(fs) => {
+                // Each filter sees the cells the ones before it kept.
+                let mut kept: Vec<usize> = (0..n).collect();
+                for f in fs {
+                    let inner = f.keep_mask(row, kept.len(), &|j| cell(kept[j]));
+                    let mut keep = inner.into_iter();
+                    kept.retain(|_| keep.next().unwrap_or(false));
+                }
+                let mut mask = all(false);
+                for i in kept {
+                    mask[i] = true;
                 }
                 mask
             }
@@ -167,6 +349,49 @@ mod tests {
         assert!(run(&scv("a1", false), b"r").is_empty());
         assert!(run(&scv("zz", true), b"r").is_empty());
         assert_eq!(run(&scv("zz", false), b"r").len(), 3);
+    }
+
+    fn range(min: Option<&'static str>, min_inclusive: bool, max: Option<&'static str>, max_inclusive: bool) -> Filter {
+        Filter::ColumnRange {
+            min: min.map(|m| Bytes::from_static(m.as_bytes())),
+            min_inclusive,
+            max: max.map(|m| Bytes::from_static(m.as_bytes())),
+            max_inclusive,
+        }
+    }
+
+    #[test]
+    fn column_ranges_and_pages() {
+        assert_eq!(run(&range(Some("a1"), true, Some("a2"), true), b"r"), ["a1=x", "a2=y"]);
+        assert_eq!(run(&range(Some("a1"), false, Some("b"), false), b"r"), ["a2=y"]);
+        assert_eq!(run(&range(None, false, Some("a2"), false), b"r"), ["a1=x"]);
+        assert_eq!(run(&range(Some("a2"), true, None, false), b"r"), ["a2=y", "b=z"]);
+        let page = |limit, offset| Filter::ColumnPagination { limit, offset };
+        assert_eq!(run(&page(2, ColumnOffset::Count(0)), b"r"), ["a1=x", "a2=y"]);
+        assert_eq!(run(&page(2, ColumnOffset::Count(1)), b"r"), ["a2=y", "b=z"]);
+        assert!(run(&page(2, ColumnOffset::Count(3)), b"r").is_empty());
+        assert_eq!(run(&page(1, ColumnOffset::Qualifier("a2".into())), b"r"), ["a2=y"]);
+        assert_eq!(run(&page(5, ColumnOffset::Qualifier("a15".into())), b"r"), ["a2=y", "b=z"]);
+        // A page after another filter counts only the columns that filter kept.
+        let after_value =
+            Filter::And(vec![Filter::Value(CompareOp::Greater, "x".into()), page(1, ColumnOffset::Count(0))]);
+        assert_eq!(run(&after_value, b"r"), ["a2=y"]);
+    }
+
+    #[test]
+    fn windows_bound_what_a_read_must_look_at() {
+        let w = range(Some("a1"), false, Some("b"), true).column_window();
+        assert_eq!(w.start.as_deref(), Some(&b"a1\0"[..]));
+        assert!(!w.past_stop(b"b") && w.past_stop(b"b0"));
+        let page = Filter::ColumnPagination { limit: 30, offset: ColumnOffset::Count(10) };
+        assert_eq!(page.column_window().columns, Some(40));
+        // A range narrows a page that follows it; a value filter before a page lifts the cap.
+        let both = Filter::And(vec![range(Some("m"), true, None, false), page.clone()]);
+        assert_eq!((both.column_window().start.as_deref(), both.column_window().columns), (Some(&b"m"[..]), Some(40)));
+        let uncapped = Filter::And(vec![Filter::Value(CompareOp::Equal, "v".into()), page]);
+        assert_eq!(uncapped.column_window().columns, None);
+        assert!(Filter::Or(vec![range(Some("m"), true, None, false)]).column_window().is_whole());
+        assert_eq!(Filter::ColumnPrefix("ab".into()).column_window().stop, Some((Bytes::from_static(b"ac"), false)));
     }
 
     #[test]

@@ -62,7 +62,7 @@ pub use clock::{Clock, ManualClock, SystemClock};
 pub use descriptor::{BloomType, Compression, Durability, FamilyDescriptor, TableDescriptor};
 pub use engine::{Engine, EngineOptions, RegionInfo};
 pub use error::{Error, Result};
-pub use filter::Filter;
+pub use filter::{ColumnOffset, Filter};
 pub use mutation::{
     Append, CheckAndMutate, CompareOp, Delete, Increment, MultiRowMutation, Mutation, Put, RowCondition, RowMutations,
 };

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 
 use crate::cell::{same_bytes, KeyView};
+use crate::filter::{ColumnWindow, Filter};
 use crate::masking::DeleteTracker;
 use crate::query::{ReadSpec, RowRange};
 use crate::read::cursor::{CellCursor, MergeCursor, Source};
@@ -91,6 +92,7 @@ pub(crate) fn read_rows(
         raw: read.spec.raw,
         now: read.now,
     };
+    let window = read.spec.filter.as_ref().map(Filter::column_window).unwrap_or_default();
     let mut tracker = DeleteTracker::default();
     let names = families.iter().map(|f| f.view.name.clone()).collect();
     let mut buf = RowBuf::new(names, if read.point_row.is_some() { 256 } else { 16 * 1024 });
@@ -114,7 +116,7 @@ pub(crate) fn read_rows(
                 break;
             }
             buf.start_row(row);
-            if !gather_row(&mut families, &params, &mut tracker, &mut buf, read, &mut sink)? {
+            if !gather_row(&mut families, &params, &window, &mut tracker, &mut buf, read, &mut sink)? {
                 break;
             }
         }
@@ -142,7 +144,7 @@ pub(crate) fn read_rows(
             }
             bound = Some(row.to_vec());
             buf.start_row(&row);
-            if !gather_row(&mut families, &params, &mut tracker, &mut buf, read, &mut sink)? {
+            if !gather_row(&mut families, &params, &window, &mut tracker, &mut buf, read, &mut sink)? {
                 break;
             }
         }
@@ -152,9 +154,11 @@ pub(crate) fn read_rows(
 
 /// Reads the row `buf` was started on from every family positioned at it, applies the read's
 /// filter, and hands a non-empty result to `sink`; false when the sink wants no more rows.
+#[allow(clippy::too_many_arguments)]
 fn gather_row(
     families: &mut [FamilyRead<'_>],
     params: &ReadParams,
+    window: &ColumnWindow,
     tracker: &mut DeleteTracker,
     buf: &mut RowBuf,
     read: &RowRead<'_>,
@@ -162,7 +166,7 @@ fn gather_row(
 ) -> Result<bool> {
     for (i, f) in families.iter_mut().enumerate() {
         if f.cursor.key().is_some_and(|k| same_bytes(k.row, buf.row())) {
-            read_row_family(&mut f.cursor, i, &f.view, params, tracker, buf)?;
+            read_row_family(&mut f.cursor, i, &f.view, params, window, tracker, buf)?;
         }
     }
     if let Some(filter) = &read.spec.filter {

@@ -11,6 +11,7 @@ use bytes::Bytes;
 
 use crate::cell::{same_bytes, CellType, KeyView};
 use crate::descriptor::FamilyDescriptor;
+use crate::filter::ColumnWindow;
 use crate::masking::{is_expired, DeleteTracker, Marker};
 use crate::query::TimeRange;
 use crate::read::cursor::CellCursor;
@@ -53,11 +54,15 @@ struct ColumnState {
 /// Reads the cells of `buf`'s row in family number `family` from `cur` (positioned at or
 /// before the row's first cell of this family) and appends what the read returns to `buf`.
 /// Leaves `cur` after the row.
+///
+/// Columns outside `window` are sought past rather than read. Family-wide delete markers sit
+/// at the empty qualifier, before every column, so they are always read.
 pub(crate) fn read_row_family(
     cur: &mut dyn CellCursor,
     family: usize,
     fam: &FamilyView<'_>,
     p: &ReadParams,
+    window: &ColumnWindow,
     tracker: &mut DeleteTracker,
     buf: &mut RowBuf,
 ) -> Result<()> {
@@ -65,11 +70,28 @@ pub(crate) fn read_row_family(
     let ceiling = if fam.desc.keep_deleted_cells { p.time_range.max } else { u64::MAX };
     let ttl = fam.desc.ttl_ms();
     let mut col: Option<ColumnState> = None;
+    // Columns that returned a cell, for the window's column cap.
+    let mut returned_columns = 0usize;
     while let Some(k) = cur.key() {
         if !same_bytes(k.row, buf.row()) {
             break;
         }
         if col.as_ref().is_none_or(|c| !same_bytes(buf.bytes(c.qualifier.clone()), k.qualifier)) {
+            if col.as_ref().is_some_and(|c| c.returned > 0) {
+                returned_columns += 1;
+            }
+            if !k.qualifier.is_empty() && !window.is_whole() {
+                if let Some(start) = window.start.as_ref().filter(|s| k.qualifier < s.as_ref()) {
+                    let start = start.clone();
+                    cur.seek_forward(&KeyView::first_of_column(buf.row(), &start))?;
+                    continue;
+                }
+                if window.past_stop(k.qualifier) || window.columns.is_some_and(|cap| returned_columns >= cap) {
+                    let next_row = [buf.row(), &[0u8]].concat();
+                    cur.seek_forward(&KeyView::first_of_row(&next_row))?;
+                    break;
+                }
+            }
             tracker.start_column();
             let selected = fam.selects(k.qualifier);
             let qualifier = buf.push_bytes(k.qualifier);
