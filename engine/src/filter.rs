@@ -223,7 +223,8 @@ impl Filter {
             Filter::ColumnPagination { limit, offset } => {
                 let mut mask = Vec::with_capacity(n);
                 // Columns of the page seen so far, and the column the last cell belonged to.
-                let (mut counted, mut last): (usize, Option<(&[u8], &[u8])>) = (0, None);
+                let mut counted = 0usize;
+                let mut last: Option<(&[u8], &[u8])> = None;
                 let mut keep_column = false;
                 for i in 0..n {
                     let c = cell(i);
