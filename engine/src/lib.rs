@@ -37,6 +37,7 @@ pub mod descriptor;
 mod engine;
 mod error;
 pub mod filter;
+mod filter_lang;
 mod fsutil;
 mod heap;
 mod masking;

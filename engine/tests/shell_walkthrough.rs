@@ -39,6 +39,21 @@ fn keep_deleted_cells_walkthrough() {
 }
 
 #[test]
+fn column_filters_in_the_filter_language() {
+    let dir = tempfile::tempdir().unwrap();
+    let here = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/shell");
+    let (out, ok) = run_shell(&dir.path().join("data"), &here.join("column_filters.hbase"));
+    assert!(ok, "shell reported errors:\n{out}");
+    let expected = std::fs::read_to_string(here.join("column_filters.out")).unwrap();
+    assert_eq!(normalize(&out), normalize(&expected));
+
+    let script = dir.path().join("bad.hbase");
+    std::fs::write(&script, "scan 'wide', {FILTER => \"ValueFilter(=, 'regexstring:.*')\"}\n").unwrap();
+    let (out, ok) = run_shell(&dir.path().join("data"), &script);
+    assert!(!ok && out.contains("ERROR: ") && out.contains("comparator `regexstring` is not supported"), "{out}");
+}
+
+#[test]
 fn counters_print_as_hex_like_hbase() {
     let dir = tempfile::tempdir().unwrap();
     let script = dir.path().join("s.hbase");

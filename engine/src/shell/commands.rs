@@ -7,7 +7,7 @@ use super::parse::{Command, Value};
 use super::Output;
 use crate::cell::to_printable;
 use crate::descriptor::{BloomType, Compression, Durability, FamilyDescriptor, TableDescriptor};
-use crate::{Delete, Engine, Get, Increment, PrefixField, Put, Scan, SplitAlgorithm, SplitPolicy};
+use crate::{Delete, Engine, Filter, Get, Increment, PrefixField, Put, Scan, SplitAlgorithm, SplitPolicy};
 
 type CmdResult = Result<Output, String>;
 
@@ -468,11 +468,19 @@ fn scan_options(h: &[(Value, Value)], mut scan: Scan) -> Result<Scan, String> {
                 }
                 scan
             }
+            "FILTER" => scan.filter(filter_of(v)?),
             "CACHE" | "CACHE_BLOCKS" => scan,
             other => return Err(format!("unknown option {other}")),
         };
     }
     Ok(scan)
+}
+
+/// `FILTER => "..."`: HBase's filter language.
+fn filter_of(v: &Value) -> Result<Filter, String> {
+    let text = bytes_of(v, "FILTER")?;
+    let text = String::from_utf8(text).map_err(|_| "FILTER must be text".to_string())?;
+    Filter::parse(&text).map_err(|e| e.to_string())
 }
 
 fn bytes_of(v: &Value, key: &str) -> Result<Vec<u8>, String> {
@@ -507,6 +515,7 @@ fn get(engine: &Engine, a: &Args<'_>) -> CmdResult {
                             g.time_range(lo, hi)
                         }
                         "TIMESTAMP" => g.timestamp(as_u64(v, "TIMESTAMP")?),
+                        "FILTER" => g.filter(filter_of(v)?),
                         other => return Err(format!("unknown option {other}")),
                     };
                 }
