@@ -122,6 +122,14 @@ pub enum Error {
         /// The value, printable (its index encoding).
         value: String,
     },
+    /// Every id of a kind of substituted name is taken.
+    #[error("kind `{kind}`: every id of {width} bytes is taken; substitute it with a wider id")]
+    UidsExhausted {
+        /// The kind of name.
+        kind: String,
+        /// Bytes per id.
+        width: u8,
+    },
     /// An index that cannot answer yet: declared on a table that already held rows, and not
     /// built since (run its backfill).
     #[error("{entity}: index `{index}` is not built yet: {reason}")]

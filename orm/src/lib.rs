@@ -25,6 +25,7 @@ pub mod migrate;
 pub mod record;
 pub mod repo;
 pub mod store;
+pub mod uid;
 pub mod value;
 mod writer;
 

@@ -1,0 +1,236 @@
+//! Numeric substitution of names (OpenTSDB's UIDs): a fixed-width id stands for a string in
+//! row keys, so a metric name or host of any length takes 3 to 8 bytes of every key that
+//! holds it.
+//!
+//! Each kind of name (`"metrics"`, `"hosts"`, ...) has its own ids, kept in [`UIDS_TABLE`]
+//! (family `u`):
+//!
+//! | row                        | qualifier | value                                  |
+//! |----------------------------|-----------|----------------------------------------|
+//! | `c` 00 `kind`              | `next`    | the last id handed out (8-byte counter) |
+//! | `n` 00 `kind` 00 `name`    | `id`      | the name's id (`width` bytes)           |
+//! | `i` 00 `kind` 00 `id`      | `name`    | the id's name                           |
+//!
+//! Assigning a new name draws the next id from the counter, writes the id's row (id → name),
+//! then claims the name's row (name → id) with a put-if-absent. Two writers assigning the same
+//! new name race on that claim: the loser adopts the winner's id and removes the id row it
+//! wrote, so a name has one id and an id names one name. A crash between the two writes
+//! leaves an id row nothing points to, which costs an id and nothing else; the reverse row is
+//! always written first, so every id a key holds has a name. Both directions are cached:
+//! mappings never change once made.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use parking_lot::RwLock;
+
+use crate::store::{CellMutation, Condition, FamilySpec, ReadSpec, RowMutation, SplitPolicy, Store, TableSpec};
+use crate::{Db, Error, Result};
+
+/// The table holding every kind's ids.
+pub const UIDS_TABLE: &str = "cellar_uids";
+const FAMILY: &str = "u";
+const NEXT: &str = "next";
+const ID: &[u8] = b"id";
+const NAME: &[u8] = b"name";
+
+/// The ids of one kind of name; from [`Db::uids`]. Cheap to clone; clones share the cache.
+#[derive(Clone)]
+pub struct Uids {
+    store: Arc<dyn Store>,
+    kind: Arc<str>,
+    width: u8,
+    cache: Arc<RwLock<Cache>>,
+}
+
+#[derive(Default)]
+struct Cache {
+    ids: HashMap<String, Bytes>,
+    names: HashMap<Bytes, String>,
+}
+
+impl std::fmt::Debug for Uids {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Uids").field("kind", &self.kind).field("width", &self.width).finish_non_exhaustive()
+    }
+}
+
+impl Db {
+    /// The ids of names of `kind`, `width` bytes each (3 to 8: 2^24 − 1 to 2^64 − 1 names).
+    /// Creates [`UIDS_TABLE`] if missing. Use one width per kind: ids already handed out keep
+    /// the width they were written with.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for a width outside 3..=8 or a kind that is empty or holds a
+    /// zero byte; store errors.
+    pub fn uids(&self, kind: &str, width: u8) -> Result<Uids> {
+        if !(3..=8).contains(&width) {
+            return Err(Error::InvalidArgument { arg: "width", reason: format!("{width} bytes; ids take 3 to 8") });
+        }
+        if kind.is_empty() || kind.contains('\0') {
+            return Err(Error::InvalidArgument { arg: "kind", reason: format!("{kind:?}: empty or with a zero byte") });
+        }
+        self.store().ensure_table(&TableSpec {
+            name: UIDS_TABLE.into(),
+            families: vec![FamilySpec { name: FAMILY.into(), max_versions: 1, ttl_secs: None }],
+            split_keys: Vec::new(),
+            split_policy: SplitPolicy::MidKey,
+            deferred: false,
+        })?;
+        Ok(Uids { store: self.store().clone(), kind: kind.into(), width, cache: Arc::default() })
+    }
+}
+
+fn row(tag: u8, kind: &str, rest: &[u8]) -> Bytes {
+    let mut key = Vec::with_capacity(3 + kind.len() + rest.len());
+    key.push(tag);
+    key.push(0);
+    key.extend_from_slice(kind.as_bytes());
+    if tag != b'c' {
+        key.push(0);
+        key.extend_from_slice(rest);
+    }
+    key.into()
+}
+
+fn put(qualifier: &'static [u8], value: Bytes) -> CellMutation {
+    CellMutation::Put {
+        family: Bytes::from_static(FAMILY.as_bytes()),
+        qualifier: Bytes::from_static(qualifier),
+        value,
+        timestamp: None,
+    }
+}
+
+impl Uids {
+    /// The kind of name.
+    pub fn kind(&self) -> &str {
+        &self.kind
+    }
+
+    /// Bytes per id.
+    pub fn width(&self) -> u8 {
+        self.width
+    }
+
+    /// The row of this kind's id counter in [`UIDS_TABLE`] (family `u`, qualifier `next`).
+    pub fn counter_row(&self) -> Bytes {
+        row(b'c', &self.kind, &[])
+    }
+
+    /// The largest id the width allows.
+    fn max_id(&self) -> u64 {
+        if self.width >= 8 {
+            u64::MAX
+        } else {
+            (1u64 << (8 * u32::from(self.width))) - 1
+        }
+    }
+
+    fn encode(&self, id: u64) -> Bytes {
+        Bytes::copy_from_slice(&id.to_be_bytes()[8 - usize::from(self.width)..])
+    }
+
+    fn remember(&self, name: &str, id: &Bytes) {
+        let mut cache = self.cache.write();
+        cache.ids.insert(name.to_string(), id.clone());
+        cache.names.insert(id.clone(), name.to_string());
+    }
+
+    /// The id of `name`, if it has one.
+    ///
+    /// # Errors
+    /// A stored id of the wrong width (the kind was used with another width); store errors.
+    pub fn lookup(&self, name: &str) -> Result<Option<Bytes>> {
+        if let Some(id) = self.cache.read().ids.get(name) {
+            return Ok(Some(id.clone()));
+        }
+        let key = row(b'n', &self.kind, name.as_bytes());
+        let found = self.store.read_rows(UIDS_TABLE, std::slice::from_ref(&key), &ReadSpec::default())?;
+        let Some(id) =
+            found.into_iter().flatten().next().and_then(|r| r.value(FAMILY, "id").map(Bytes::copy_from_slice))
+        else {
+            return Ok(None);
+        };
+        if id.len() != usize::from(self.width) {
+            return Err(Error::InvalidArgument {
+                arg: "width",
+                reason: format!("kind `{}` stores {}-byte ids; this handle uses {}", self.kind, id.len(), self.width),
+            });
+        }
+        self.remember(name, &id);
+        Ok(Some(id))
+    }
+
+    /// The id of `name`, assigning the next free one if it has none. Writers assigning the
+    /// same new name at once, in this process or others, all get the same id.
+    ///
+    /// # Errors
+    /// [`Error::UidsExhausted`] when every id of the width is taken; store errors.
+    pub fn id(&self, name: &str) -> Result<Bytes> {
+        if let Some(id) = self.lookup(name)? {
+            return Ok(id);
+        }
+        let next = self.store.increment(UIDS_TABLE, self.counter_row(), FAMILY, NEXT, 1)?;
+        let next = u64::try_from(next).unwrap_or(u64::MAX);
+        if next == 0 || next > self.max_id() {
+            return Err(Error::UidsExhausted { kind: self.kind.to_string(), width: self.width });
+        }
+        let id = self.encode(next);
+        // The reverse row first: an id a key can hold always has its name.
+        let reverse = row(b'i', &self.kind, &id);
+        self.store.mutate(
+            UIDS_TABLE,
+            vec![RowMutation {
+                row: reverse.clone(),
+                mutations: vec![put(NAME, Bytes::copy_from_slice(name.as_bytes()))],
+            }],
+        )?;
+        let forward = row(b'n', &self.kind, name.as_bytes());
+        let claimed = self.store.check_and_mutate(
+            UIDS_TABLE,
+            Condition::Absent { family: Bytes::from_static(FAMILY.as_bytes()), qualifier: Bytes::from_static(ID) },
+            RowMutation { row: forward, mutations: vec![put(ID, id.clone())] },
+        )?;
+        if claimed {
+            self.remember(name, &id);
+            return Ok(id);
+        }
+        // Another writer named it first: its id stands, ours goes unused.
+        self.store.mutate(UIDS_TABLE, vec![RowMutation { row: reverse, mutations: vec![CellMutation::DeleteRow] }])?;
+        self.lookup(name)?
+            .ok_or_else(|| Error::Store(format!("uid of `{name}` vanished after another writer claimed it")))
+    }
+
+    /// The name `id` stands for.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for an id of another width; store errors.
+    pub fn name(&self, id: &[u8]) -> Result<Option<String>> {
+        if id.len() != usize::from(self.width) {
+            return Err(Error::InvalidArgument {
+                arg: "id",
+                reason: format!("{} bytes; kind `{}` uses {}", id.len(), self.kind, self.width),
+            });
+        }
+        if let Some(name) = self.cache.read().names.get(id) {
+            return Ok(Some(name.clone()));
+        }
+        let key = row(b'i', &self.kind, id);
+        let found = self.store.read_rows(UIDS_TABLE, std::slice::from_ref(&key), &ReadSpec::default())?;
+        let Some(name) = found.into_iter().flatten().next().and_then(|r| r.value(FAMILY, "name").map(<[u8]>::to_vec))
+        else {
+            return Ok(None);
+        };
+        let name = String::from_utf8(name).map_err(|_| Error::Decode {
+            table: UIDS_TABLE,
+            row: crate::repo::printable(&key),
+            column: Some("u:name".into()),
+            reason: "the name is not UTF-8".into(),
+        })?;
+        let id = Bytes::copy_from_slice(id);
+        self.remember(&name, &id);
+        Ok(Some(name))
+    }
+}

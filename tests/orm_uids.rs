@@ -1,0 +1,108 @@
+//! Numeric substitution of names (`Db::uids`): ids handed out in order and looked up both
+//! ways, cached after the first read, one id per name and one name per id however many
+//! writers race to name the same new values, and a clear error when a width runs out.
+//!
+//! Each test runs on every backend: the embedded engine and the Bigtable emulator.
+
+mod common;
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use bytes::Bytes;
+use cellar::orm::store::{ReadSpec, ScanSpec};
+use cellar::orm::uid::UIDS_TABLE;
+use cellar::orm::Error;
+use cellar::prelude::*;
+
+on_every_backend! {
+fn ids_are_handed_out_in_order_and_read_both_ways_from_the_cache(db: Db) {
+    let hosts = db.uids("hosts", 3).unwrap();
+    assert_eq!(hosts.id("web-1").unwrap(), Bytes::from_static(&[0, 0, 1]));
+    assert_eq!(hosts.id("web-2").unwrap(), Bytes::from_static(&[0, 0, 2]));
+    assert_eq!(hosts.id("web-1").unwrap(), Bytes::from_static(&[0, 0, 1]), "an assigned name keeps its id");
+    // Kinds count apart; a wider kind writes wider ids.
+    let metrics = db.uids("metrics", 8).unwrap();
+    assert_eq!(metrics.id("cpu.load").unwrap(), Bytes::from_static(&[0, 0, 0, 0, 0, 0, 0, 1]));
+
+    // Known both ways, from the cache: no round trip.
+    let (known, costs) = db.measure(|| (hosts.id("web-2").unwrap(), hosts.name(&[0, 0, 2]).unwrap()));
+    assert_eq!(known, (Bytes::from_static(&[0, 0, 2]), Some("web-2".to_string())));
+    assert_eq!(costs.round_trips(), 0, "{costs}");
+
+    // A new handle (another process) reads them from the table, then from its own cache.
+    let other = db.uids("hosts", 3).unwrap();
+    let (name, costs) = db.measure(|| other.name(&[0, 0, 1]).unwrap());
+    assert_eq!((name.as_deref(), costs.round_trips()), (Some("web-1"), 1));
+    assert_eq!(other.lookup("web-1").unwrap(), Some(Bytes::from_static(&[0, 0, 1])));
+    assert_eq!(other.lookup("nobody").unwrap(), None, "a lookup assigns nothing");
+    assert_eq!(other.name(&[0, 0, 9]).unwrap(), None);
+
+    // Bad arguments are errors that say so.
+    for width in [0, 2, 9] {
+        assert!(matches!(db.uids("hosts", width), Err(Error::InvalidArgument { arg: "width", .. })));
+    }
+    assert!(matches!(db.uids("", 3), Err(Error::InvalidArgument { arg: "kind", .. })));
+    assert!(matches!(other.name(&[1, 2]), Err(Error::InvalidArgument { arg: "id", .. })));
+    let wider = db.uids("hosts", 4).unwrap();
+    let err = wider.lookup("web-1").unwrap_err();
+    assert!(err.to_string().contains("stores 3-byte ids"), "{err}");
+}
+}
+
+on_every_backend! {
+fn writers_racing_to_name_the_same_values_agree_on_every_id(db: Db) {
+    let names: Vec<String> = (0..60).map(|i| format!("host-{i}")).collect();
+    // Each thread has its own handle (its own cache), as separate processes would.
+    let seen: Vec<BTreeMap<String, Bytes>> = std::thread::scope(|s| {
+        let threads: Vec<_> = (0..6usize)
+            .map(|t| {
+                let (db, names) = (db.clone(), &names);
+                s.spawn(move || {
+                    let uids = db.uids("hosts", 3).unwrap();
+                    // Every thread walks the names from a different place.
+                    (0..names.len())
+                        .map(|i| {
+                            let name = &names[(i * 7 + t * 11) % names.len()];
+                            (name.clone(), uids.id(name).unwrap())
+                        })
+                        .collect()
+                })
+            })
+            .collect();
+        threads.into_iter().map(|t| t.join().unwrap()).collect()
+    });
+    // One id per name, whoever asked.
+    for map in &seen[1..] {
+        assert_eq!(map, &seen[0]);
+    }
+    let ids: BTreeSet<&Bytes> = seen[0].values().collect();
+    assert_eq!(ids.len(), names.len(), "never one id for two names");
+    // Every id row left names the name whose id it is: losers removed theirs.
+    let uids = db.uids("hosts", 3).unwrap();
+    let scan = ScanSpec { start: Bytes::from_static(b"i\0hosts\0"), end: Some(Bytes::from_static(b"i\0hosts\x01")), ..ScanSpec::default() };
+    let rows: Vec<_> = db.store().scan(UIDS_TABLE, &scan).unwrap().map(|r| r.unwrap()).collect();
+    assert_eq!(rows.len(), names.len());
+    for row in rows {
+        let id = row.key.slice(b"i\0hosts\0".len()..);
+        let name = uids.name(&id).unwrap().unwrap();
+        assert_eq!(seen[0][&name], id);
+    }
+    let read = ReadSpec::default();
+    let counter = db.store().read_rows(UIDS_TABLE, &[uids.counter_row()], &read).unwrap();
+    assert!(counter[0].is_some());
+}
+}
+
+on_every_backend! {
+fn a_width_that_runs_out_is_a_clear_error(db: Db) {
+    let tiny = db.uids("tags", 3).unwrap();
+    // Hand out all but the last id.
+    db.store().increment(UIDS_TABLE, tiny.counter_row(), "u", "next", (1 << 24) - 2).unwrap();
+    assert_eq!(tiny.id("last").unwrap(), Bytes::from_static(&[0xff, 0xff, 0xff]));
+    let err = tiny.id("one too many").unwrap_err();
+    assert!(matches!(&err, Error::UidsExhausted { kind, width: 3 } if kind == "tags"), "{err}");
+    assert!(err.to_string().contains("every id of 3 bytes is taken"), "{err}");
+    assert_eq!(tiny.lookup("one too many").unwrap(), None, "nothing was half-assigned");
+    assert_eq!(tiny.id("last").unwrap(), Bytes::from_static(&[0xff, 0xff, 0xff]), "names already assigned still resolve");
+}
+}
