@@ -165,7 +165,7 @@ fn a_batch_whose_answer_is_lost_is_sent_again_and_applies_once() {
     let after = proxied.rpcs();
     assert!(after.retries > before.retries && after.mutate_rows >= before.mutate_rows + 2, "{before:?} -> {after:?}");
     // Written once: one version per cell, although the batch went out twice.
-    let read = cellar::orm::store::ReadSpec { max_versions: 10, time_range: None };
+    let read = cellar::orm::store::ReadSpec { max_versions: 10, ..Default::default() };
     let rows = direct.read_rows("events", &[Event::row_key(&7u64.into()).unwrap().for_write()], &read).unwrap();
     let row = rows[0].as_ref().expect("written");
     assert_eq!(row.cells.len(), 2, "{row:?}");

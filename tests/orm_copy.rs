@@ -23,7 +23,10 @@ struct Price {
 
 /// Every row of `table` with all its versions.
 fn dump(store: &dyn Store, table: &str) -> Vec<Row> {
-    let scan = ScanSpec { read: ReadSpec { max_versions: u32::MAX, time_range: None }, ..ScanSpec::default() };
+    let scan = ScanSpec {
+        read: ReadSpec { max_versions: u32::MAX, time_range: None, ..ReadSpec::default() },
+        ..ScanSpec::default()
+    };
     store.scan(table, &scan).unwrap().map(|r| r.unwrap()).collect()
 }
 

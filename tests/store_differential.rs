@@ -1,7 +1,7 @@
 //! The embedded engine and Cloud Bigtable (its emulator) give the same answers: random
 //! sequences of puts, deletes, increments, check-and-mutates, version reads and scans (with
-//! limits, reversed) run on both stores through the `Store` trait, and every result must
-//! match.
+//! limits, reversed, of every column, of some families, or of a slice of one family's columns)
+//! run on both stores through the `Store` trait, and every result must match.
 //!
 //! Writes carry explicit timestamps (a store's own clock would differ between the two), all in
 //! the recent past; increments stamp their cells with the store's clock, so counter cells are
@@ -13,7 +13,8 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
 use cellar::orm::store::{
-    CellMutation, Condition, FamilySpec, ReadSpec, Row, RowMutation, ScanSpec, SplitPolicy, Store, TableSpec,
+    CellMutation, ColumnSlice, Columns, Condition, FamilySpec, ReadSpec, Row, RowMutation, ScanSpec, SplitPolicy,
+    Store, TableSpec,
 };
 use cellar::orm::EmbeddedStore;
 use cellar::prelude::*;
@@ -21,7 +22,7 @@ use proptest::prelude::*;
 
 const TABLE: &str = "diff";
 const ROWS: &[&str] = &["a", "b", "ba", "c", "d"];
-const QUALIFIERS: &[&str] = &["q1", "q2"];
+const QUALIFIERS: &[&str] = &["q1", "q2", "q3", "q4"];
 /// `d` keeps 3 versions, `e` one, `t` two for an hour, `c` holds counters.
 const FAMILIES: &[(&str, u32, Option<u64>)] = &[("c", 1, None), ("d", 3, None), ("e", 1, None), ("t", 2, Some(3600))];
 
@@ -33,8 +34,49 @@ enum Op {
     Increment { row: usize, qualifier: usize, delta: i64 },
     CheckEquals { row: usize, family: usize, qualifier: usize, value: Vec<u8>, put: Vec<u8>, ts: u64 },
     CheckAbsent { row: usize, family: usize, qualifier: usize, put: Vec<u8>, ts: u64 },
-    Read { rows: Vec<usize>, versions: u32, range: Option<(u64, u64)> },
-    Scan { start: usize, end: Option<usize>, reverse: bool, limit: Option<usize>, versions: u32 },
+    Read { rows: Vec<usize>, versions: u32, range: Option<(u64, u64)>, columns: Cols },
+    Scan { start: usize, end: Option<usize>, reverse: bool, limit: Option<usize>, versions: u32, columns: Cols },
+}
+
+/// Which columns a read selects.
+#[derive(Debug, Clone)]
+enum Cols {
+    All,
+    /// Families `d` and `t`.
+    Families,
+    Slice {
+        family: usize,
+        from: Option<usize>,
+        to: Option<usize>,
+        limit: Option<usize>,
+        keys_only: bool,
+    },
+}
+
+fn cols() -> impl Strategy<Value = Cols> {
+    let q = prop::option::of(0..QUALIFIERS.len() + 1);
+    prop_oneof![
+        2 => Just(Cols::All),
+        1 => Just(Cols::Families),
+        3 => (1..FAMILIES.len(), q.clone(), q, prop::option::of(0usize..4), any::<bool>())
+            .prop_map(|(family, from, to, limit, keys_only)| Cols::Slice { family, from, to, limit, keys_only }),
+    ]
+}
+
+fn columns(c: &Cols) -> Columns {
+    // Past the last qualifier: a bound beyond every column.
+    let q = |i: usize| Bytes::from_static(QUALIFIERS.get(i).copied().unwrap_or("z").as_bytes());
+    match c {
+        Cols::All => Columns::All,
+        Cols::Families => Columns::Families(&["d", "t"]),
+        Cols::Slice { family, from, to, limit, keys_only } => Columns::Slice(ColumnSlice {
+            family: Bytes::from_static(FAMILIES[*family].0.as_bytes()),
+            from: from.map(q),
+            to: to.map(q),
+            limit: *limit,
+            keys_only: *keys_only,
+        }),
+    }
 }
 
 fn value() -> impl Strategy<Value = Vec<u8>> {
@@ -61,10 +103,10 @@ fn op() -> impl Strategy<Value = Op> {
             .prop_map(|(row, family, qualifier, value, put, ts)| Op::CheckEquals { row, family, qualifier, value, put, ts }),
         2 => (row.clone(), family.clone(), qualifier.clone(), value(), ts.clone())
             .prop_map(|(row, family, qualifier, put, ts)| Op::CheckAbsent { row, family, qualifier, put, ts }),
-        2 => (prop::collection::vec(row.clone(), 1..4), 1u32..5, prop::option::of((0u64..20, 0u64..21)))
-            .prop_map(|(rows, versions, range)| Op::Read { rows, versions, range }),
-        3 => (row.clone(), prop::option::of(0..ROWS.len() + 1), any::<bool>(), prop::option::of(0usize..4), 1u32..4)
-            .prop_map(|(start, end, reverse, limit, versions)| Op::Scan { start, end, reverse, limit, versions }),
+        2 => (prop::collection::vec(row.clone(), 1..4), 1u32..5, prop::option::of((0u64..20, 0u64..21)), cols())
+            .prop_map(|(rows, versions, range, columns)| Op::Read { rows, versions, range, columns }),
+        3 => (row.clone(), prop::option::of(0..ROWS.len() + 1), any::<bool>(), prop::option::of(0usize..4), 1u32..4, cols())
+            .prop_map(|(start, end, reverse, limit, versions, columns)| Op::Scan { start, end, reverse, limit, versions, columns }),
     ]
 }
 
@@ -166,22 +208,26 @@ fn run(store: &dyn Store, op: &Op, base: u64) -> Answer {
             let m = RowMutation { row: key(*row), mutations: vec![put(*family, *qualifier, new, base + ts)] };
             answer(store.check_and_mutate(TABLE, condition, m).map(Answer::Applied))
         }
-        Op::Read { rows, versions, range } => {
+        Op::Read { rows, versions, range, columns: c } => {
             let keys: Vec<Bytes> = rows.iter().map(|r| key(*r)).collect();
-            let read = ReadSpec { max_versions: *versions, time_range: range.map(|(a, b)| (base + a, base + b)) };
+            let read = ReadSpec {
+                max_versions: *versions,
+                time_range: range.map(|(a, b)| (base + a, base + b)),
+                columns: columns(c),
+            };
             answer(
                 store
                     .read_rows(TABLE, &keys, &read)
                     .map(|rows| Answer::Rows(rows.into_iter().map(|r| r.map(comparable)).collect())),
             )
         }
-        Op::Scan { start, end, reverse, limit, versions } => {
+        Op::Scan { start, end, reverse, limit, versions, columns: c } => {
             let spec = ScanSpec {
                 start: key(*start),
                 end: end.map(|e| if e == ROWS.len() { Bytes::from_static(b"z") } else { key(e) }),
                 reverse: *reverse,
                 limit: *limit,
-                read: ReadSpec { max_versions: *versions, time_range: None },
+                read: ReadSpec { max_versions: *versions, time_range: None, columns: columns(c) },
             };
             answer(store.scan(TABLE, &spec).and_then(|rows| {
                 rows.map(|r| r.map(|r| Some(comparable(r)))).collect::<cellar::orm::Result<Vec<_>>>().map(Answer::Rows)

@@ -170,7 +170,7 @@ impl<'a> Copy<'a> {
             end: None,
             reverse: false,
             limit: None,
-            read: ReadSpec { max_versions: u32::MAX, time_range: None },
+            read: ReadSpec { max_versions: u32::MAX, time_range: None, ..ReadSpec::default() },
         };
         let mut batch: Vec<RowMutation> = Vec::with_capacity(self.batch_rows);
         let mut batch_bytes = 0u64;

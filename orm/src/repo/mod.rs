@@ -396,7 +396,8 @@ impl<E: Entity> Repository<E> {
     /// # Errors
     /// As [`Repository::get`].
     pub fn get_as_of(&self, key: impl Into<E::Key>, timestamp: u64) -> Result<Option<E>> {
-        let read = ReadSpec { max_versions: 1, time_range: Some((0, timestamp.saturating_add(1))) };
+        let read =
+            ReadSpec { max_versions: 1, time_range: Some((0, timestamp.saturating_add(1))), ..ReadSpec::default() };
         self.read_one(key, &read)?.map(|row| Self::decode(&row, u64::MAX)).transpose()
     }
 
@@ -406,7 +407,7 @@ impl<E: Entity> Repository<E> {
     /// # Errors
     /// As [`Repository::get`].
     pub fn history(&self, key: impl Into<E::Key>, max: u32) -> Result<Vec<(u64, E)>> {
-        let read = ReadSpec { max_versions: max.max(1), time_range: None };
+        let read = ReadSpec { max_versions: max.max(1), time_range: None, ..ReadSpec::default() };
         let Some(row) = self.read_one(key, &read)? else {
             return Ok(Vec::new());
         };

@@ -4,14 +4,14 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use cellar_engine::{
-    CheckAndMutate, CompareOp, Delete, Durability, Engine, FamilyDescriptor, Get, Increment, MultiRowMutation,
-    Mutation, Put, RowCondition, RowMutations, RowResult, Scan, SplitPolicy, Table, TableDescriptor,
+    CheckAndMutate, ColumnOffset, CompareOp, Delete, Durability, Engine, FamilyDescriptor, Filter, Get, Increment,
+    MultiRowMutation, Mutation, Put, RowCondition, RowMutations, RowResult, Scan, SplitPolicy, Table, TableDescriptor,
 };
 use parking_lot::RwLock;
 
 use super::{
-    CellMutation, Condition, Guarantees, ReadSpec, Row, RowCheck, RowMutation, RowStream, ScanSpec, Store, StoredCell,
-    TableSpec,
+    CellMutation, Columns, Condition, Guarantees, ReadSpec, Row, RowCheck, RowMutation, RowStream, ScanSpec, Store,
+    StoredCell, TableSpec,
 };
 use crate::{Error, Result};
 
@@ -99,11 +99,61 @@ fn to_row(r: RowResult) -> Option<Row> {
     Some(Row { key: r.row, cells })
 }
 
-fn apply_read<T>(q: T, read: &ReadSpec, versions: impl Fn(T, u32) -> T, range: impl Fn(T, u64, u64) -> T) -> T {
-    let q = versions(q, read.max_versions.max(1));
-    match read.time_range {
-        Some((min, max)) => range(q, min, max),
+/// The read settings Gets and Scans share.
+trait Read: Sized {
+    fn max_versions(self, n: u32) -> Self;
+    fn time_range(self, min: u64, max: u64) -> Self;
+    fn family(self, family: Bytes) -> Self;
+    fn filter(self, filter: Filter) -> Self;
+}
+
+macro_rules! read_settings {
+    ($t:ty) => {
+        impl Read for $t {
+            fn max_versions(self, n: u32) -> Self {
+                <$t>::max_versions(self, n)
+            }
+            fn time_range(self, min: u64, max: u64) -> Self {
+                <$t>::time_range(self, min, max)
+            }
+            fn family(self, family: Bytes) -> Self {
+                <$t>::family(self, family)
+            }
+            fn filter(self, filter: Filter) -> Self {
+                <$t>::filter(self, filter)
+            }
+        }
+    };
+}
+read_settings!(Get);
+read_settings!(Scan);
+
+/// `read` applied to a Get or Scan: versions, time range, and the columns — a slice as the
+/// column filters, which seek to it inside each row.
+fn apply_read<T: Read>(q: T, read: &ReadSpec) -> T {
+    let q = q.max_versions(read.max_versions.max(1));
+    let q = match read.time_range {
+        Some((min, max)) => q.time_range(min, max),
         None => q,
+    };
+    match &read.columns {
+        Columns::All => q,
+        Columns::Families(families) => families.iter().fold(q, |q, f| q.family(Bytes::from_static(f.as_bytes()))),
+        Columns::Slice(slice) => {
+            let mut filters = vec![Filter::ColumnRange {
+                min: slice.from.clone(),
+                min_inclusive: true,
+                max: slice.to.clone(),
+                max_inclusive: false,
+            }];
+            if let Some(limit) = slice.limit {
+                filters.push(Filter::ColumnPagination { limit, offset: ColumnOffset::Count(0) });
+            }
+            if slice.keys_only {
+                filters.push(Filter::KeyOnly);
+            }
+            q.family(slice.family.clone()).filter(Filter::And(filters))
+        }
     }
 }
 
@@ -216,8 +266,7 @@ impl Store for EmbeddedStore {
 
     fn read_rows(&self, table: &str, rows: &[Bytes], read: &ReadSpec) -> Result<Vec<Option<Row>>> {
         let t = self.table(table)?;
-        let gets =
-            rows.iter().map(|r| apply_read(Get::new(r.clone()), read, Get::max_versions, Get::time_range)).collect();
+        let gets = rows.iter().map(|r| apply_read(Get::new(r.clone()), read)).collect();
         Ok(t.get_many(gets)?.into_iter().map(to_row).collect())
     }
 
@@ -243,7 +292,7 @@ impl Store for EmbeddedStore {
         if let Some(n) = spec.limit {
             scan = scan.limit(n.saturating_add(usize::from(skip_row.is_some())));
         }
-        let scan = apply_read(scan, &spec.read, Scan::max_versions, Scan::time_range);
+        let scan = apply_read(scan, &spec.read);
         let start = spec.start.clone();
         let reverse = spec.reverse;
         let stream = t

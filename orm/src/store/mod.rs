@@ -118,18 +118,56 @@ pub struct RowMutation {
     pub mutations: Vec<CellMutation>,
 }
 
-/// Which versions a read returns.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// Which columns and versions a read returns.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ReadSpec {
     /// Versions per column, newest first.
     pub max_versions: u32,
     /// Only versions with `min <= timestamp < max`.
     pub time_range: Option<(u64, u64)>,
+    /// Which columns.
+    pub columns: Columns,
 }
 
 impl Default for ReadSpec {
     fn default() -> Self {
-        ReadSpec { max_versions: 1, time_range: None }
+        ReadSpec { max_versions: 1, time_range: None, columns: Columns::All }
+    }
+}
+
+/// Which columns of a row a read returns.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub enum Columns {
+    /// Every column.
+    #[default]
+    All,
+    /// The columns of these families only (an entity read without its wide fields).
+    Families(&'static [&'static str]),
+    /// Part of one family's columns: a slice of a wide row.
+    Slice(ColumnSlice),
+}
+
+/// Part of one family's columns: qualifiers in `[from, to)`, at most `limit` of them per row,
+/// with or without their values. Backends seek to the slice rather than read the row
+/// (embedded: the column filters; Bigtable: a column-range filter and a per-row cell limit).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ColumnSlice {
+    /// The family.
+    pub family: Bytes,
+    /// First qualifier (inclusive); `None` from the family's first.
+    pub from: Option<Bytes>,
+    /// Qualifier to stop before; `None` to the family's last.
+    pub to: Option<Bytes>,
+    /// At most this many columns per row.
+    pub limit: Option<usize>,
+    /// Values left out (empty): to list or count entries cheaply.
+    pub keys_only: bool,
+}
+
+impl ColumnSlice {
+    /// Every column of `family`.
+    pub fn family(family: impl Into<Bytes>) -> Self {
+        ColumnSlice { family: family.into(), from: None, to: None, limit: None, keys_only: false }
     }
 }
 

@@ -11,7 +11,7 @@ use pb::row_filter::{Chain, Filter, Interleave};
 
 use bytes::Bytes;
 
-use crate::store::{FamilySpec, ReadSpec};
+use crate::store::{Columns, FamilySpec, ReadSpec};
 
 fn filter(f: Filter) -> pb::RowFilter {
     pb::RowFilter { filter: Some(f) }
@@ -108,6 +108,68 @@ pub(crate) fn read_filter(families: &[FamilySpec], read: &ReadSpec, now_ms: u64)
     Some(filter(Filter::Interleave(Interleave { filters })))
 }
 
+/// The whole filter of a read: the columns it selects, then [`read_filter`] over their
+/// families, then (for a slice) the per-row limit and the values stripped. A slice's column
+/// limit is sent as a cell limit only when each column yields one cell; otherwise the rows are
+/// trimmed as they arrive (see [`column_limit`]).
+pub(crate) fn columns_filter(families: &[FamilySpec], read: &ReadSpec, now_ms: u64) -> Option<pb::RowFilter> {
+    use pb::column_range::{EndQualifier, StartQualifier};
+    match &read.columns {
+        Columns::All => read_filter(families, read, now_ms),
+        Columns::Families(names) => {
+            let chosen: Vec<FamilySpec> =
+                families.iter().filter(|f| names.contains(&f.name.as_str())).cloned().collect();
+            let pattern = names.iter().map(|n| family_pattern(n)).collect::<Vec<_>>().join("|");
+            let mut filters = vec![filter(Filter::FamilyNameRegexFilter(pattern))];
+            filters.extend(read_filter(&chosen, read, now_ms));
+            Some(chain(filters))
+        }
+        Columns::Slice(slice) => {
+            let name = String::from_utf8_lossy(&slice.family).into_owned();
+            let chosen: Vec<FamilySpec> = families.iter().filter(|f| f.name == name).cloned().collect();
+            let mut filters = vec![filter(Filter::ColumnRangeFilter(pb::ColumnRange {
+                family_name: name,
+                start_qualifier: slice.from.clone().map(StartQualifier::StartQualifierClosed),
+                end_qualifier: slice.to.clone().map(EndQualifier::EndQualifierOpen),
+            }))];
+            filters.extend(read_filter(&chosen, read, now_ms));
+            let one_cell_per_column = read.max_versions <= 1 || chosen.iter().all(|f| f.max_versions <= 1);
+            match slice.limit {
+                Some(0) => filters.push(filter(Filter::BlockAllFilter(true))),
+                Some(limit) if one_cell_per_column => {
+                    filters.push(filter(Filter::CellsPerRowLimitFilter(i32::try_from(limit).unwrap_or(i32::MAX))));
+                }
+                _ => {}
+            }
+            if slice.keys_only {
+                filters.push(filter(Filter::StripValueTransformer(true)));
+            }
+            Some(chain(filters))
+        }
+    }
+}
+
+/// The columns per row a read keeps, when the rows must be trimmed as they arrive.
+pub(crate) fn column_limit(read: &ReadSpec) -> Option<usize> {
+    match &read.columns {
+        Columns::Slice(slice) => slice.limit,
+        _ => None,
+    }
+}
+
+/// Keeps the cells of the first `limit` columns of `row` (cells are in column order).
+pub(crate) fn trim_columns(row: &mut crate::store::Row, limit: usize) {
+    let mut columns = 0;
+    let mut last: Option<(Bytes, Bytes)> = None;
+    row.cells.retain(|c| {
+        if last.as_ref().is_none_or(|(f, q)| *f != c.family || *q != c.qualifier) {
+            last = Some((c.family.clone(), c.qualifier.clone()));
+            columns += 1;
+        }
+        columns <= limit
+    });
+}
+
 /// Matches the newest live version of `family:qualifier`, if its value is `value` (any value
 /// for `None`): the predicate of a check-and-mutate. Values compare as bytes with a value
 /// range, not a regular expression, so binary values need no escaping.
@@ -125,7 +187,7 @@ pub(crate) fn column_predicate(
         end_qualifier: Some(EndQualifier::EndQualifierClosed(qualifier.clone())),
     }))];
     // The newest version is the newest live one unless it expired, and then all older did too.
-    let read = ReadSpec { max_versions: 1, time_range: None };
+    let read = ReadSpec { max_versions: 1, time_range: None, ..ReadSpec::default() };
     if let Some((from, _)) = visible_range(family, &read, now_ms).filter(|(from, _)| *from > 0) {
         filters.push(filter(Filter::TimestampRangeFilter(pb::TimestampRange {
             start_timestamp_micros: micros(from),
@@ -158,7 +220,7 @@ mod tests {
 
     #[test]
     fn the_family_limit_applies_before_a_time_range() {
-        let read = ReadSpec { max_versions: 5, time_range: Some((10, 20)) };
+        let read = ReadSpec { max_versions: 5, time_range: Some((10, 20)), ..ReadSpec::default() };
         let f = read_filter(&[family("d", 3, None)], &read, 0).unwrap();
         let Some(Filter::Chain(c)) = f.filter else { panic!("{f:?}") };
         assert_eq!(c.filters[0], versions(3));
@@ -189,7 +251,7 @@ mod tests {
 
     #[test]
     fn an_empty_time_range_reads_nothing() {
-        let read = ReadSpec { max_versions: 1, time_range: Some((5, 5)) };
+        let read = ReadSpec { max_versions: 1, time_range: Some((5, 5)), ..ReadSpec::default() };
         assert_eq!(read_filter(&[family("d", 1, None)], &read, 0), Some(filter(Filter::BlockAllFilter(true))));
     }
 }

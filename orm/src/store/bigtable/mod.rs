@@ -215,7 +215,7 @@ impl BigtableStore {
             table_name: self.inner.ctx.table_name(table),
             app_profile_id: self.inner.ctx.app_profile.clone(),
             rows: Some(rows),
-            filter: filters::read_filter(&families, read, now_ms()),
+            filter: filters::columns_filter(&families, read, now_ms()),
             rows_limit: limit,
             reversed: reverse,
             ..Default::default()
@@ -607,13 +607,24 @@ async fn read_once(
 /// Rows arriving from a read task.
 struct Rows {
     rx: mpsc::Receiver<Result<Row>>,
+    /// Columns per row to keep, for slices Bigtable could not limit itself.
+    column_limit: Option<usize>,
 }
 
 impl Iterator for Rows {
     type Item = Result<Row>;
 
     fn next(&mut self) -> Option<Result<Row>> {
-        wait(self.rx.recv())
+        loop {
+            let mut row = wait(self.rx.recv());
+            if let (Some(Ok(row)), Some(limit)) = (&mut row, self.column_limit) {
+                filters::trim_columns(row, limit);
+                if row.cells.is_empty() {
+                    continue;
+                }
+            }
+            return row;
+        }
     }
 }
 
@@ -785,7 +796,7 @@ impl Store for BigtableStore {
         let (tx, rx) = mpsc::channel(SCAN_BUFFER);
         self.start_read(table, request, tx)?;
         let mut found = HashMap::new();
-        for row in (Rows { rx }) {
+        for row in (Rows { rx, column_limit: filters::column_limit(read) }) {
             let row = row?;
             found.insert(row.key.clone(), row);
         }
@@ -808,7 +819,7 @@ impl Store for BigtableStore {
         // The read starts now, before the first row is asked for: scans opened one after the
         // other (salt buckets) run at the same time.
         self.start_read(table, request, tx)?;
-        Ok(Box::new(Rows { rx }))
+        Ok(Box::new(Rows { rx, column_limit: filters::column_limit(&spec.read) }))
     }
 
     fn check_and_mutate(&self, table: &str, condition: Condition, mutation: RowMutation) -> Result<bool> {
