@@ -1,7 +1,8 @@
 //! The embedded engine and Cloud Bigtable (its emulator) give the same answers: random
-//! sequences of puts, deletes, increments, check-and-mutates, version reads and scans (with
-//! limits, reversed, of every column, of some families, or of a slice of one family's columns)
-//! run on both stores through the `Store` trait, and every result must match.
+//! sequences of puts, deletes (of columns, families and rows), increments, check-and-mutates,
+//! version reads and scans (with limits, reversed, of every column, of some families, or of a
+//! slice of one family's columns) run on both stores through the `Store` trait, and every
+//! result must match.
 //!
 //! Writes carry explicit timestamps (a store's own clock would differ between the two), all in
 //! the recent past; increments stamp their cells with the store's clock, so counter cells are
@@ -31,6 +32,7 @@ enum Op {
     Put { row: usize, family: usize, qualifier: usize, value: Vec<u8>, ts: u64 },
     DeleteColumn { row: usize, family: usize, qualifier: usize },
     DeleteRow { row: usize },
+    DeleteFamily { row: usize, family: usize },
     Increment { row: usize, qualifier: usize, delta: i64 },
     CheckEquals { row: usize, family: usize, qualifier: usize, value: Vec<u8>, put: Vec<u8>, ts: u64 },
     CheckAbsent { row: usize, family: usize, qualifier: usize, put: Vec<u8>, ts: u64 },
@@ -98,6 +100,7 @@ fn op() -> impl Strategy<Value = Op> {
         1 => (row.clone(), family.clone(), qualifier.clone())
             .prop_map(|(row, family, qualifier)| Op::DeleteColumn { row, family, qualifier }),
         1 => row.clone().prop_map(|row| Op::DeleteRow { row }),
+        1 => (row.clone(), family.clone()).prop_map(|(row, family)| Op::DeleteFamily { row, family }),
         2 => (row.clone(), qualifier.clone(), -5i64..5).prop_map(|(row, qualifier, delta)| Op::Increment { row, qualifier, delta }),
         2 => (row.clone(), family.clone(), qualifier.clone(), value(), value(), ts.clone())
             .prop_map(|(row, family, qualifier, value, put, ts)| Op::CheckEquals { row, family, qualifier, value, put, ts }),
@@ -188,6 +191,10 @@ fn run(store: &dyn Store, op: &Op, base: u64) -> Answer {
                 .mutate(TABLE, vec![RowMutation { row: key(*row), mutations: vec![CellMutation::DeleteRow] }])
                 .map(|()| Answer::Done),
         ),
+        Op::DeleteFamily { row, family } => {
+            let m = CellMutation::DeleteFamily { family: Bytes::from_static(FAMILIES[*family].0.as_bytes()) };
+            answer(store.mutate(TABLE, vec![RowMutation { row: key(*row), mutations: vec![m] }]).map(|()| Answer::Done))
+        }
         Op::Increment { row, qualifier, delta } => {
             answer(store.increment(TABLE, key(*row), "c", QUALIFIERS[*qualifier], *delta).map(Answer::Counter))
         }

@@ -82,6 +82,10 @@ fn put_mutations(out: &mut Vec<u8>, mutations: &[CellMutation]) {
                 put_bytes(out, qualifier);
             }
             CellMutation::DeleteRow => out.push(2),
+            CellMutation::DeleteFamily { family } => {
+                out.push(3);
+                put_bytes(out, family);
+            }
         }
     }
 }
@@ -100,6 +104,7 @@ fn get_mutations(input: &mut &[u8]) -> std::result::Result<Vec<CellMutation>, St
             }
             1 => CellMutation::DeleteColumn { family: get_bytes(input)?, qualifier: get_bytes(input)? },
             2 => CellMutation::DeleteRow,
+            3 => CellMutation::DeleteFamily { family: get_bytes(input)? },
             t => return Err(format!("intent holds an unknown mutation kind {t}")),
         });
     }
@@ -367,6 +372,13 @@ mod tests {
             rows: vec![
                 (1, RowMutation { row: Bytes::from_static(b"r1"), mutations: vec![put, del] }),
                 (2, RowMutation { row: Bytes::from_static(b"r2"), mutations: vec![CellMutation::DeleteRow] }),
+                (
+                    3,
+                    RowMutation {
+                        row: Bytes::from_static(b"r3"),
+                        mutations: vec![CellMutation::DeleteFamily { family: Bytes::from_static(b"w") }],
+                    },
+                ),
             ],
         };
         let pending = encode_pending(&[9; 8], &intent);

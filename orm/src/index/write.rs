@@ -105,6 +105,7 @@ impl IndexedWrite<'_> {
                 {
                     Some(None)
                 }
+                CellMutation::DeleteFamily { family } if family == c.family.as_bytes() => Some(None),
                 _ => None,
             })?
         };

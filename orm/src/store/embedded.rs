@@ -63,7 +63,7 @@ fn add_cell(put: Put, m: CellMutation) -> Put {
     match m {
         CellMutation::Put { family, qualifier, value, timestamp: Some(ts) } => put.add_at(family, qualifier, ts, value),
         CellMutation::Put { family, qualifier, value, timestamp: None } => put.add(family, qualifier, value),
-        CellMutation::DeleteColumn { .. } | CellMutation::DeleteRow => put,
+        CellMutation::DeleteColumn { .. } | CellMutation::DeleteFamily { .. } | CellMutation::DeleteRow => put,
     }
 }
 
@@ -73,6 +73,7 @@ fn to_engine_mutation(row: &Bytes, m: CellMutation) -> Mutation {
         CellMutation::DeleteColumn { family, qualifier } => {
             Delete::new(row.clone()).add_columns(family, qualifier).into()
         }
+        CellMutation::DeleteFamily { family } => Delete::new(row.clone()).add_family(family).into(),
         CellMutation::DeleteRow => Delete::new(row.clone()).into(),
     }
 }

@@ -257,6 +257,7 @@ impl Volume {
                     key + len(family) + len(qualifier) + len(value) + TIMESTAMP_BYTES
                 }
                 CellMutation::DeleteColumn { family, qualifier } => key + len(family) + len(qualifier),
+                CellMutation::DeleteFamily { family } => key + len(family),
                 CellMutation::DeleteRow => key,
             })
             .sum();

@@ -105,6 +105,11 @@ pub enum CellMutation {
         /// Qualifier.
         qualifier: Bytes,
     },
+    /// Deletes every column of a family (a wide field replaced whole).
+    DeleteFamily {
+        /// Family.
+        family: Bytes,
+    },
     /// Deletes the whole row.
     DeleteRow,
 }

@@ -335,7 +335,7 @@ fn family_name(table: &str, family: &Bytes) -> Result<String> {
 
 /// Bigtable mutations for one row's changes; writes without a timestamp get `now_ms`.
 fn mutations(table: &str, changes: Vec<CellMutation>, now_ms: u64) -> Result<Vec<pb::Mutation>> {
-    use pb::mutation::{DeleteFromColumn, DeleteFromRow, Mutation, SetCell};
+    use pb::mutation::{DeleteFromColumn, DeleteFromFamily, DeleteFromRow, Mutation, SetCell};
     changes
         .into_iter()
         .map(|m| {
@@ -351,6 +351,9 @@ fn mutations(table: &str, changes: Vec<CellMutation>, now_ms: u64) -> Result<Vec
                     column_qualifier: qualifier,
                     time_range: None,
                 }),
+                CellMutation::DeleteFamily { family } => {
+                    Mutation::DeleteFromFamily(DeleteFromFamily { family_name: family_name(table, &family)? })
+                }
                 CellMutation::DeleteRow => Mutation::DeleteFromRow(DeleteFromRow {}),
             };
             Ok(pb::Mutation { mutation: Some(mutation) })
