@@ -27,6 +27,7 @@ pub mod repo;
 pub mod store;
 pub mod uid;
 pub mod value;
+pub mod wide;
 mod writer;
 
 pub use advice::Advice;

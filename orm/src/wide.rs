@@ -1,0 +1,223 @@
+//! Collections stored as columns: the entries of a map become qualifiers of one family of a
+//! row ("wide" rows, or the paginated "middle" of the tall/wide trade-off).
+//!
+//! An entry's key is encoded into its qualifier order-preservingly, with the encodings of row
+//! key parts (after an optional fixed prefix), and its value like any column. So a family's
+//! qualifiers sort as the keys do, and a slice of the map — a key range, the first N, a page
+//! after a given key — is a slice of the row's columns, which the stores read without reading
+//! the row: the embedded engine seeks to it with its column filters, Bigtable applies a
+//! column-range filter and a per-row cell limit. Single entries are written and deleted
+//! without reading or rewriting the row. A `desc` key makes the first N the largest keys.
+//!
+//! A row never splits across regions (or tablets): a map that can grow without bound makes a
+//! row that can outgrow a region. Bound it, or store the entries as rows of their own.
+
+use std::marker::PhantomData;
+use std::sync::Arc;
+
+use bytes::Bytes;
+
+use crate::key::{decode_part, encode_part, KeyPart, PartSpec};
+use crate::repo::printable;
+use crate::store::{CellMutation, ColumnSlice, Columns, ReadSpec, Row, RowMutation, Store};
+use crate::value::ColumnValue;
+use crate::{Error, Result};
+
+/// Where a map's entries live: the family (which holds nothing else), the qualifier prefix
+/// and the key's encoding.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WideSpec {
+    /// The field, for errors and layouts.
+    pub field: &'static str,
+    /// The family holding the entries.
+    pub family: &'static str,
+    /// Bytes every qualifier of the map starts with (empty for none).
+    pub prefix: &'static [u8],
+    /// How an entry's key is encoded after the prefix (the last part of the qualifier: raw
+    /// strings, big-endian numbers; `desc` inverts the order).
+    pub key: PartSpec,
+}
+
+/// The entries of one map field of one row; reads and writes go straight to the row's
+/// columns. Cheap to clone.
+#[derive(Clone)]
+pub struct WideColumns<K, V> {
+    store: Arc<dyn Store>,
+    table: &'static str,
+    row: Bytes,
+    spec: WideSpec,
+    _types: PhantomData<fn() -> (K, V)>,
+}
+
+impl<K, V> std::fmt::Debug for WideColumns<K, V> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WideColumns")
+            .field("table", &self.table)
+            .field("row", &printable(&self.row))
+            .field("field", &self.spec.field)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<K: KeyPart, V: ColumnValue> WideColumns<K, V> {
+    /// The entries of `spec`'s field in `row` of `table`.
+    pub fn new(store: Arc<dyn Store>, table: &'static str, row: Bytes, spec: WideSpec) -> Self {
+        WideColumns { store, table, row, spec, _types: PhantomData }
+    }
+
+    /// The qualifier of `key`.
+    ///
+    /// # Errors
+    /// A key that does not fit its encoding.
+    pub fn qualifier(&self, key: &K) -> Result<Bytes> {
+        let mut q = self.spec.prefix.to_vec();
+        encode_part(key, &self.spec.key, &mut q)
+            .map_err(|e| Error::InvalidArgument { arg: "key", reason: format!("{}: {e}", self.spec.field) })?;
+        Ok(q.into())
+    }
+
+    fn family(&self) -> Bytes {
+        Bytes::from_static(self.spec.family.as_bytes())
+    }
+
+    fn decode(&self, row: &Row) -> Result<Vec<(K, V)>> {
+        let mut out = Vec::new();
+        for cell in row.cells.iter().filter(|c| c.family == self.spec.family.as_bytes()) {
+            let bad = |reason: String| Error::Decode {
+                table: self.table,
+                row: printable(&row.key),
+                column: Some(format!("{}:{}", self.spec.family, printable(&cell.qualifier))),
+                reason: format!("{}: {reason}", self.spec.field),
+            };
+            let Some(mut rest) = cell.qualifier.strip_prefix(self.spec.prefix) else { continue };
+            let key = decode_part::<K>(&mut rest, &self.spec.key)
+                .map_err(|e| bad(e.to_string()))?
+                .ok_or_else(|| bad("a hashed key cannot be read back".into()))?;
+            if !rest.is_empty() {
+                return Err(bad(format!("{} bytes after the key", rest.len())));
+            }
+            out.push((key, V::from_bytes(&cell.value).map_err(|e| bad(e.to_string()))?));
+        }
+        Ok(out)
+    }
+
+    fn slice(&self, from: Option<Bytes>, to: Option<Bytes>, limit: Option<usize>) -> Result<Vec<(K, V)>> {
+        let prefix = Bytes::from_static(self.spec.prefix);
+        // The map's qualifiers all start with the prefix: bound the slice to them.
+        let from = from.or_else(|| (!prefix.is_empty()).then(|| prefix.clone()));
+        let to = to.or_else(|| crate::key::prefix_end(&prefix).map(Bytes::from));
+        let read = ReadSpec {
+            columns: Columns::Slice(ColumnSlice { family: self.family(), from, to, limit, keys_only: false }),
+            ..ReadSpec::default()
+        };
+        let rows = self.store.read_rows(self.table, std::slice::from_ref(&self.row), &read)?;
+        match rows.into_iter().next().flatten() {
+            Some(row) => self.decode(&row),
+            None => Ok(Vec::new()),
+        }
+    }
+
+    /// Writes one entry, without reading the row.
+    ///
+    /// # Errors
+    /// Store errors; a key that does not fit its encoding.
+    pub fn put(&self, key: &K, value: &V) -> Result<()> {
+        self.put_many([(key, value)])
+    }
+
+    /// Writes several entries in one call.
+    ///
+    /// # Errors
+    /// As [`WideColumns::put`].
+    pub fn put_many<'a>(&self, entries: impl IntoIterator<Item = (&'a K, &'a V)>) -> Result<()>
+    where
+        K: 'a,
+        V: 'a,
+    {
+        let mutations = entries
+            .into_iter()
+            .map(|(k, v)| {
+                Ok(CellMutation::Put {
+                    family: self.family(),
+                    qualifier: self.qualifier(k)?,
+                    value: v.to_bytes().into(),
+                    timestamp: None,
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        if mutations.is_empty() {
+            return Ok(());
+        }
+        self.store.mutate(self.table, vec![RowMutation { row: self.row.clone(), mutations }])
+    }
+
+    /// Deletes one entry.
+    ///
+    /// # Errors
+    /// As [`WideColumns::put`].
+    pub fn delete(&self, key: &K) -> Result<()> {
+        let m = CellMutation::DeleteColumn { family: self.family(), qualifier: self.qualifier(key)? };
+        self.store.mutate(self.table, vec![RowMutation { row: self.row.clone(), mutations: vec![m] }])
+    }
+
+    /// The value of one entry.
+    ///
+    /// # Errors
+    /// Store errors; a stored entry that does not decode.
+    pub fn get(&self, key: &K) -> Result<Option<V>> {
+        let q = self.qualifier(key)?;
+        let next = Bytes::from([&q[..], &[0]].concat());
+        Ok(self.slice(Some(q), Some(next), Some(1))?.into_iter().next().map(|(_, v)| v))
+    }
+
+    /// The first `n` entries in the key's order (the largest keys for a `desc` key).
+    ///
+    /// # Errors
+    /// As [`WideColumns::get`].
+    pub fn first(&self, n: usize) -> Result<Vec<(K, V)>> {
+        self.slice(None, None, Some(n))
+    }
+
+    /// The `n` entries after `key` (a page that starts where the last one ended).
+    ///
+    /// # Errors
+    /// As [`WideColumns::get`].
+    pub fn after(&self, key: &K, n: usize) -> Result<Vec<(K, V)>> {
+        let from = Bytes::from([&self.qualifier(key)?[..], &[0]].concat());
+        self.slice(Some(from), None, Some(n))
+    }
+
+    /// Entries from `from` (inclusive) to `to` (exclusive) in the key's order, at most `limit`.
+    ///
+    /// # Errors
+    /// As [`WideColumns::get`].
+    pub fn between(&self, from: &K, to: &K, limit: Option<usize>) -> Result<Vec<(K, V)>> {
+        self.slice(Some(self.qualifier(from)?), Some(self.qualifier(to)?), limit)
+    }
+
+    /// Every entry.
+    ///
+    /// # Errors
+    /// As [`WideColumns::get`].
+    pub fn all(&self) -> Result<Vec<(K, V)>> {
+        self.slice(None, None, None)
+    }
+
+    /// How many entries there are, reading qualifiers only.
+    ///
+    /// # Errors
+    /// Store errors.
+    pub fn count(&self) -> Result<usize> {
+        let prefix = Bytes::from_static(self.spec.prefix);
+        let slice = ColumnSlice {
+            family: self.family(),
+            from: (!prefix.is_empty()).then(|| prefix.clone()),
+            to: crate::key::prefix_end(&prefix).map(Bytes::from),
+            limit: None,
+            keys_only: true,
+        };
+        let read = ReadSpec { columns: Columns::Slice(slice), ..ReadSpec::default() };
+        let rows = self.store.read_rows(self.table, std::slice::from_ref(&self.row), &read)?;
+        Ok(rows.into_iter().next().flatten().map_or(0, |r| r.cells.len()))
+    }
+}

@@ -1,0 +1,192 @@
+//! Collections stored as columns (`cellar::orm::wide`): entries written and deleted one by one
+//! without reading the row, and slices — first N, pages after a key, key ranges, single
+//! entries, counts — equal to the same slices of an in-memory model, in ascending and
+//! descending key order, next to other columns of the row.
+//!
+//! Each test runs on every backend: the embedded engine and the Bigtable emulator.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use cellar::orm::key::{Form, Modifier, PartSpec};
+use cellar::orm::store::{CellMutation, FamilySpec, RowMutation, SplitPolicy, TableSpec};
+use cellar::orm::wide::{WideColumns, WideSpec};
+use cellar::prelude::*;
+use proptest::prelude::*;
+use proptest::test_runner::{Config, TestRunner};
+
+const POINTS: WideSpec =
+    WideSpec { field: "points", family: "p", prefix: b"pt", key: PartSpec::new("points", Form::Last) };
+const NEWEST: WideSpec = WideSpec {
+    field: "newest",
+    family: "n",
+    prefix: b"",
+    key: PartSpec::new("newest", Form::Last).with(Modifier::Desc),
+};
+
+fn table(db: &Db) {
+    let family = |name: &str| FamilySpec { name: name.into(), max_versions: 1, ttl_secs: None };
+    db.store()
+        .ensure_table(&TableSpec {
+            name: "series".into(),
+            families: vec![family("d"), family("p"), family("n")],
+            split_keys: Vec::new(),
+            split_policy: SplitPolicy::MidKey,
+            deferred: false,
+        })
+        .unwrap();
+}
+
+#[derive(Debug, Clone)]
+enum Op {
+    Put(u16, i64),
+    PutMany(Vec<(u16, i64)>),
+    Delete(u16),
+}
+
+#[derive(Debug, Clone)]
+enum Read {
+    First(usize),
+    After(u16, usize),
+    Between(u16, u16, Option<usize>),
+    Get(u16),
+    Count,
+    All,
+}
+
+fn ops() -> impl Strategy<Value = Vec<Op>> {
+    let op = prop_oneof![
+        4 => (0u16..500, any::<i64>()).prop_map(|(k, v)| Op::Put(k, v)),
+        1 => prop::collection::vec((0u16..500, any::<i64>()), 0..20).prop_map(Op::PutMany),
+        2 => (0u16..500).prop_map(Op::Delete),
+    ];
+    prop::collection::vec(op, 1..60)
+}
+
+fn reads() -> impl Strategy<Value = Vec<Read>> {
+    let read = prop_oneof![
+        (0usize..40).prop_map(Read::First),
+        (0u16..500, 0usize..40).prop_map(|(k, n)| Read::After(k, n)),
+        (0u16..500, 0u16..500, prop::option::of(0usize..40)).prop_map(|(a, b, n)| Read::Between(a, b, n)),
+        (0u16..500).prop_map(Read::Get),
+        Just(Read::Count),
+        Just(Read::All),
+    ];
+    prop::collection::vec(read, 1..12)
+}
+
+/// What `read` answers on the model, in the field's order (`desc`: largest key first).
+fn expected(model: &BTreeMap<u16, i64>, read: &Read, desc: bool) -> Vec<(u16, i64)> {
+    let mut ordered: Vec<(u16, i64)> = model.iter().map(|(k, v)| (*k, *v)).collect();
+    if desc {
+        ordered.reverse();
+    }
+    let before = |a: u16, b: u16| if desc { a > b } else { a < b };
+    match read {
+        Read::First(n) => ordered.into_iter().take(*n).collect(),
+        Read::After(k, n) => ordered.into_iter().filter(|(x, _)| before(*k, *x)).take(*n).collect(),
+        Read::Between(a, b, n) => ordered
+            .into_iter()
+            .filter(|(x, _)| !before(*x, *a) && before(*x, *b))
+            .take(n.unwrap_or(usize::MAX))
+            .collect(),
+        Read::Get(k) => model.get(k).map(|v| vec![(*k, *v)]).unwrap_or_default(),
+        Read::Count => vec![(model.len() as u16, 0)],
+        Read::All => ordered,
+    }
+}
+
+fn answer(w: &WideColumns<u16, i64>, read: &Read) -> Vec<(u16, i64)> {
+    match read {
+        Read::First(n) => w.first(*n).unwrap(),
+        Read::After(k, n) => w.after(k, *n).unwrap(),
+        Read::Between(a, b, n) => w.between(a, b, *n).unwrap(),
+        Read::Get(k) => w.get(k).unwrap().map(|v| vec![(*k, v)]).unwrap_or_default(),
+        Read::Count => vec![(w.count().unwrap() as u16, 0)],
+        Read::All => w.all().unwrap(),
+    }
+}
+
+on_every_backend! {
+fn slices_match_a_model_in_both_orders(db: Db) {
+    table(&db);
+    // Other columns of the row stay out of every slice.
+    let other = |row: &str| RowMutation {
+        row: Bytes::copy_from_slice(row.as_bytes()),
+        mutations: vec![CellMutation::Put {
+            family: Bytes::from_static(b"p"),
+            qualifier: Bytes::from_static(b"other"),
+            value: Bytes::from_static(b"x"),
+            timestamp: None,
+        }],
+    };
+    let case = std::sync::atomic::AtomicU32::new(0);
+    let mut runner = TestRunner::new(Config { cases: 16, ..Config::default() });
+    runner
+        .run(&(ops(), reads(), any::<bool>()), |(ops, reads, desc)| {
+            let row = format!("series-{}", case.fetch_add(1, std::sync::atomic::Ordering::Relaxed));
+            db.store().mutate("series", vec![other(&row)]).unwrap();
+            let spec = if desc { NEWEST } else { POINTS };
+            let w: WideColumns<u16, i64> =
+                WideColumns::new(db.store().clone(), "series", Bytes::from(row.clone()), spec);
+            let mut model = BTreeMap::new();
+            for op in &ops {
+                match op {
+                    Op::Put(k, v) => {
+                        w.put(k, v).unwrap();
+                        model.insert(*k, *v);
+                    }
+                    Op::PutMany(entries) => {
+                        w.put_many(entries.iter().map(|(k, v)| (k, v))).unwrap();
+                        model.extend(entries.iter().copied());
+                    }
+                    Op::Delete(k) => {
+                        w.delete(k).unwrap();
+                        model.remove(k);
+                    }
+                }
+            }
+            for read in &reads {
+                prop_assert_eq!(answer(&w, read), expected(&model, read, desc), "{:?}", read);
+            }
+            Ok(())
+        })
+        .unwrap();
+}
+}
+
+on_every_backend! {
+fn a_first_page_reads_only_its_entries(db: Db) {
+    table(&db);
+    let w: WideColumns<u16, i64> = WideColumns::new(db.store().clone(), "series", Bytes::from_static(b"big"), POINTS);
+    let entries: Vec<(u16, i64)> = (0..2_000).map(|k| (k, i64::from(k) * 10)).collect();
+    w.put_many(entries.iter().map(|(k, v)| (k, v))).unwrap();
+    let (page, costs) = db.measure(|| w.after(&999, 30).unwrap());
+    assert_eq!(page.first(), Some(&(1000, 10_000)));
+    assert_eq!(page.len(), 30);
+    assert_eq!((costs.round_trips(), costs.cells_read), (1, 30), "{costs}");
+    let (n, costs) = db.measure(|| w.count().unwrap());
+    assert_eq!(n, 2_000);
+    assert_eq!(costs.bytes_read, 2_000 * (3 + 1 + 4 + 8), "keys only: row key, family, qualifier, timestamp");
+    // A key that does not decode is an error naming the column.
+    let arc: Arc<dyn cellar::orm::Store> = db.store().clone();
+    arc.mutate(
+        "series",
+        vec![RowMutation {
+            row: Bytes::from_static(b"big"),
+            mutations: vec![CellMutation::Put {
+                family: Bytes::from_static(b"p"),
+                qualifier: Bytes::from_static(b"pt\x01"),
+                value: Bytes::from_static(b"12345678"),
+                timestamp: None,
+            }],
+        }],
+    )
+    .unwrap();
+    let err = w.all().unwrap_err();
+    assert!(err.to_string().contains("points"), "{err}");
+}
+}
