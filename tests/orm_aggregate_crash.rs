@@ -18,17 +18,12 @@ use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use cellar::prelude::*;
 
 /// Where the child writes: `dir:<path>` (the embedded engine) or `bigtable:<host:port>/<instance>`.
 const CHILD_ENV: &str = "CELLAR_AGGREGATE_CRASH_TARGET";
 /// Aggregates per strategy.
 const ORDERS: u64 = 4;
 const STRATEGIES: [&str; 4] = ["normalized", "single_table", "denormalized", "blob"];
-
-fn open(target: &str) -> (Option<Engine>, Db) {
-    common::backend::open_target(target)
-}
 
 /// Runs `$body` with `$repo` the repository of strategy number `$s` and `$v` its versions.
 macro_rules! with_strategy {
@@ -66,7 +61,7 @@ fn aggregate_crash_child() {
         return;
     };
     let first: u64 = std::env::var("CELLAR_AGGREGATE_CRASH_FIRST").unwrap().parse().unwrap();
-    let (engine, db) = open(&target);
+    let (engine, db) = common::backend::open_target(&target);
     for i in 0u64.. {
         let (s, k, v) = (i % 4, (i / 4) % ORDERS, first + i);
         with_strategy!(db, s, |orders, versions| {
@@ -164,7 +159,7 @@ fn kill_rounds(target: &str, rounds: u64) {
         let status = child.wait().unwrap();
         assert!(killed, "round {round}: the child stopped before it was killed: {status}");
 
-        let (_engine, db) = open(target);
+        let (_engine, db) = common::backend::open_target(target);
         for s in 0..4 {
             for k in 0..ORDERS {
                 let entry = known.get(&(s, k)).copied().unwrap_or_default();

@@ -22,10 +22,6 @@ use common::people::{person, Person};
 /// Where the child writes: `dir:<path>` (the embedded engine) or `bigtable:<host:port>/<instance>`.
 const CHILD_ENV: &str = "CELLAR_INDEX_CRASH_TARGET";
 
-fn open(target: &str) -> (Option<Engine>, Db) {
-    common::backend::open_target(target)
-}
-
 fn xorshift(seed: &mut u64) -> u64 {
     *seed ^= *seed << 13;
     *seed ^= *seed >> 7;
@@ -40,7 +36,7 @@ fn index_crash_child() {
         return;
     };
     let seed: u64 = std::env::var("CELLAR_INDEX_CRASH_SEED").unwrap().parse().unwrap();
-    let (engine, db) = open(&target);
+    let (engine, db) = common::backend::open_target(&target);
     let people = db.repo::<Person>().unwrap();
     let threads: u64 = std::env::var("CELLAR_INDEX_CRASH_THREADS").ok().and_then(|v| v.parse().ok()).unwrap_or(2);
     std::thread::scope(|s| {
@@ -165,7 +161,7 @@ fn kill_rounds(target: &str, rounds: u64) {
         let status = child.wait().unwrap();
         assert!(acks >= kill_after, "round {round}: the child stopped before it was killed: {status}");
 
-        let (_engine, db) = open(target);
+        let (_engine, db) = common::backend::open_target(target);
         let people = db.repo::<Person>().unwrap();
         // Verification first: reads settle what they meet.
         for index in [

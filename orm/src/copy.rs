@@ -143,22 +143,30 @@ impl<'a> Copy<'a> {
     pub fn run(mut self) -> Result<CopyReport> {
         let (from, to) = (self.from.store().as_ref(), self.to.store().as_ref());
         let mut report = CopyReport::default();
+        let mut checkpoints = Vec::new();
         for table in std::mem::take(&mut self.tables) {
             let spec = from.describe(&table)?.ok_or_else(|| Error::InvalidArgument {
                 arg: "table",
                 reason: format!("the source has no table `{table}`"),
             })?;
             to.ensure_table(&spec)?;
-            report.tables.push(self.copy_table(from, to, &table)?);
+            let checkpoint = Checkpoint::open(to, job(&table))?;
+            report.tables.push(self.copy_table(from, to, &table, &checkpoint)?);
+            checkpoints.push(checkpoint);
         }
-        for t in &report.tables {
-            Checkpoint::open(to, job(&t.table))?.clear()?;
+        for checkpoint in checkpoints {
+            checkpoint.clear()?;
         }
         Ok(report)
     }
 
-    fn copy_table(&mut self, from: &dyn Store, to: &dyn Store, table: &str) -> Result<TableCopy> {
-        let checkpoint = Checkpoint::open(to, job(table))?;
+    fn copy_table(
+        &mut self,
+        from: &dyn Store,
+        to: &dyn Store,
+        table: &str,
+        checkpoint: &Checkpoint<'_>,
+    ) -> Result<TableCopy> {
         let last = checkpoint.last()?;
         let mut done = TableCopy {
             table: table.to_string(),
@@ -196,11 +204,11 @@ impl<'a> Copy<'a> {
             batch_bytes += bytes;
             batch.push(RowMutation { row: row.key, mutations });
             if batch.len() >= self.batch_rows || batch_bytes >= BATCH_BYTES {
-                self.flush(to, &checkpoint, &mut batch, &done)?;
+                self.flush(to, checkpoint, &mut batch, &done)?;
                 batch_bytes = 0;
             }
         }
-        self.flush(to, &checkpoint, &mut batch, &done)?;
+        self.flush(to, checkpoint, &mut batch, &done)?;
         Ok(done)
     }
 

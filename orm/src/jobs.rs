@@ -3,7 +3,7 @@
 
 use bytes::Bytes;
 
-use crate::store::{CellMutation, FamilySpec, ReadSpec, RowMutation, SplitPolicy, Store, TableSpec};
+use crate::store::{CellMutation, ReadSpec, RowMutation, Store, TableSpec};
 use crate::Result;
 
 /// The table where jobs keep their checkpoints.
@@ -20,13 +20,7 @@ pub(crate) struct Checkpoint<'s> {
 impl<'s> Checkpoint<'s> {
     /// The checkpoint of job `job`; creates the jobs table if missing.
     pub(crate) fn open(store: &'s dyn Store, job: Bytes) -> Result<Self> {
-        store.ensure_table(&TableSpec {
-            name: JOBS_TABLE.into(),
-            families: vec![FamilySpec { name: FAMILY.into(), max_versions: 1, ttl_secs: None }],
-            split_keys: Vec::new(),
-            split_policy: SplitPolicy::MidKey,
-            deferred: false,
-        })?;
+        store.ensure_table(&TableSpec::internal(JOBS_TABLE, FAMILY))?;
         Ok(Checkpoint { store, job })
     }
 
@@ -43,12 +37,7 @@ impl<'s> Checkpoint<'s> {
 
     /// Records that the job finished every row up to `last`.
     pub(crate) fn save(&self, last: &Bytes) -> Result<()> {
-        let put = CellMutation::Put {
-            family: Bytes::from_static(FAMILY.as_bytes()),
-            qualifier: Bytes::from_static(LAST),
-            value: last.clone(),
-            timestamp: None,
-        };
+        let put = CellMutation::put_now(FAMILY, LAST, last.clone());
         self.store.mutate(JOBS_TABLE, vec![RowMutation { row: self.job.clone(), mutations: vec![put] }])
     }
 

@@ -25,7 +25,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 use parking_lot::RwLock;
 
-use crate::store::{CellMutation, Condition, FamilySpec, ReadSpec, RowMutation, SplitPolicy, Store, TableSpec};
+use crate::store::{CellMutation, Condition, ReadSpec, RowMutation, Store, TableSpec};
 use crate::{Db, Error, Result};
 
 /// The table holding every kind's ids.
@@ -71,13 +71,7 @@ impl Db {
         if kind.is_empty() || kind.contains('\0') {
             return Err(Error::InvalidArgument { arg: "kind", reason: format!("{kind:?}: empty or with a zero byte") });
         }
-        self.store().ensure_table(&TableSpec {
-            name: UIDS_TABLE.into(),
-            families: vec![FamilySpec { name: FAMILY.into(), max_versions: 1, ttl_secs: None }],
-            split_keys: Vec::new(),
-            split_policy: SplitPolicy::MidKey,
-            deferred: false,
-        })?;
+        self.store().ensure_table(&TableSpec::internal(UIDS_TABLE, FAMILY))?;
         Ok(Uids { store: self.store().clone(), kind: kind.into(), width, cache: Arc::default() })
     }
 }
@@ -92,15 +86,6 @@ fn row(tag: u8, kind: &str, rest: &[u8]) -> Bytes {
         key.extend_from_slice(rest);
     }
     key.into()
-}
-
-fn put(qualifier: &'static [u8], value: Bytes) -> CellMutation {
-    CellMutation::Put {
-        family: Bytes::from_static(FAMILY.as_bytes()),
-        qualifier: Bytes::from_static(qualifier),
-        value,
-        timestamp: None,
-    }
 }
 
 impl Uids {
@@ -184,14 +169,14 @@ impl Uids {
             UIDS_TABLE,
             vec![RowMutation {
                 row: reverse.clone(),
-                mutations: vec![put(NAME, Bytes::copy_from_slice(name.as_bytes()))],
+                mutations: vec![CellMutation::put_now(FAMILY, NAME, Bytes::copy_from_slice(name.as_bytes()))],
             }],
         )?;
         let forward = row(b'n', &self.kind, name.as_bytes());
         let claimed = self.store.check_and_mutate(
             UIDS_TABLE,
             Condition::Absent { family: Bytes::from_static(FAMILY.as_bytes()), qualifier: Bytes::from_static(ID) },
-            RowMutation { row: forward, mutations: vec![put(ID, id.clone())] },
+            RowMutation { row: forward, mutations: vec![CellMutation::put_now(FAMILY, ID, id.clone())] },
         )?;
         if claimed {
             self.remember(name, &id);

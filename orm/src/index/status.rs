@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use bytes::Bytes;
 
 use crate::entity::Schema;
-use crate::store::{CellMutation, Condition, FamilySpec, ReadSpec, RowMutation, Store, TableSpec};
+use crate::store::{CellMutation, Condition, ReadSpec, RowMutation, Store, TableSpec};
 use crate::{Error, Result};
 
 /// Where index statuses are kept.
@@ -57,15 +57,6 @@ fn shape(schema: &Schema, position: usize) -> Bytes {
     Bytes::from(format!("on({}) unique={} include({})", parts.join(", "), index.unique, include.join(", ")))
 }
 
-fn put(qualifier: &'static [u8], value: Bytes) -> CellMutation {
-    CellMutation::Put {
-        family: Bytes::from_static(FAMILY.as_bytes()),
-        qualifier: Bytes::from_static(qualifier),
-        value,
-        timestamp: None,
-    }
-}
-
 /// Which indexes of an entity are built, as far as this process knows (a built index stays
 /// built; a pending one is looked up again until it is).
 #[derive(Debug, Default)]
@@ -79,13 +70,7 @@ impl Statuses {
             return Ok(Statuses(Vec::new()));
         }
         store.ensure_table(&super::entry::table_spec(schema))?;
-        store.ensure_table(&TableSpec {
-            name: STATUS_TABLE.into(),
-            families: vec![FamilySpec { name: FAMILY.into(), max_versions: 1, ttl_secs: None }],
-            split_keys: Vec::new(),
-            split_policy: Default::default(),
-            deferred: false,
-        })?;
+        store.ensure_table(&TableSpec::internal(STATUS_TABLE, FAMILY))?;
         let table = STATUS_TABLE;
         let keys: Vec<Bytes> = (0..schema.indexes.len()).map(|i| key(schema, i)).collect();
         let rows = store.read_rows(table, &keys, &ReadSpec::default())?;
@@ -107,7 +92,10 @@ impl Statuses {
                     // has cleared the old entries and written new ones.
                     let m = RowMutation {
                         row: key.clone(),
-                        mutations: vec![put(QUALIFIER, Bytes::from_static(REDEFINED)), put(SHAPE, shape)],
+                        mutations: vec![
+                            CellMutation::put_now(FAMILY, QUALIFIER, Bytes::from_static(REDEFINED)),
+                            CellMutation::put_now(FAMILY, SHAPE, shape),
+                        ],
                     };
                     let was = Condition::Equals {
                         family: Bytes::from_static(FAMILY.as_bytes()),
@@ -121,7 +109,10 @@ impl Statuses {
                 Some(_) => {
                     let m = RowMutation {
                         row: key.clone(),
-                        mutations: vec![put(QUALIFIER, Bytes::from_static(BUILT)), put(SHAPE, shape)],
+                        mutations: vec![
+                            CellMutation::put_now(FAMILY, QUALIFIER, Bytes::from_static(BUILT)),
+                            CellMutation::put_now(FAMILY, SHAPE, shape),
+                        ],
                     };
                     store.mutate(table, vec![m])?;
                     BUILT.to_vec()
@@ -130,7 +121,10 @@ impl Statuses {
                     let status = if existing { PENDING } else { BUILT };
                     let m = RowMutation {
                         row: key.clone(),
-                        mutations: vec![put(QUALIFIER, Bytes::from_static(status)), put(SHAPE, shape)],
+                        mutations: vec![
+                            CellMutation::put_now(FAMILY, QUALIFIER, Bytes::from_static(status)),
+                            CellMutation::put_now(FAMILY, SHAPE, shape),
+                        ],
                     };
                     let absent = Condition::Absent {
                         family: Bytes::from_static(FAMILY.as_bytes()),
@@ -165,8 +159,10 @@ impl Statuses {
 
     /// Records that the old entries of a redefined index are gone: the backfill comes next.
     pub(crate) fn mark_cleared(&self, store: &dyn Store, schema: &Schema, position: usize) -> Result<()> {
-        let m =
-            RowMutation { row: key(schema, position), mutations: vec![put(QUALIFIER, Bytes::from_static(PENDING))] };
+        let m = RowMutation {
+            row: key(schema, position),
+            mutations: vec![CellMutation::put_now(FAMILY, QUALIFIER, Bytes::from_static(PENDING))],
+        };
         store.mutate(STATUS_TABLE, vec![m])
     }
 
@@ -193,7 +189,10 @@ impl Statuses {
 
     /// Records that index `position` is built.
     pub(crate) fn mark_built(&self, store: &dyn Store, schema: &Schema, position: usize) -> Result<()> {
-        let m = RowMutation { row: key(schema, position), mutations: vec![put(QUALIFIER, Bytes::from_static(BUILT))] };
+        let m = RowMutation {
+            row: key(schema, position),
+            mutations: vec![CellMutation::put_now(FAMILY, QUALIFIER, Bytes::from_static(BUILT))],
+        };
         store.mutate(STATUS_TABLE, vec![m])?;
         if let Some(b) = self.0.get(position) {
             b.store(true, Ordering::Release);

@@ -200,13 +200,9 @@ impl Store for EmbeddedStore {
             match existing.get_family(f.name.as_bytes()) {
                 None => self.engine.modify_family(&spec.name, family_descriptor(f))?,
                 Some(d) if d.max_versions != f.max_versions || d.ttl_secs != f.ttl_secs => {
-                    return Err(Error::SchemaMismatch {
-                        table: spec.name.clone(),
-                        reason: format!(
-                            "family `{}` keeps {} versions with TTL {:?} s; the entity declares {} versions, TTL {:?} s",
-                            f.name, d.max_versions, d.ttl_secs, f.max_versions, f.ttl_secs
-                        ),
-                    })
+                    let have =
+                        super::FamilySpec { name: f.name.clone(), max_versions: d.max_versions, ttl_secs: d.ttl_secs };
+                    return Err(have.mismatch(&spec.name, f));
                 }
                 Some(_) => {}
             }
@@ -323,10 +319,7 @@ impl Store for EmbeddedStore {
         let t = self.table(table)?;
         let r = t.increment(Increment::new(row).add(family.to_string(), qualifier.to_string(), delta))?;
         let cell = r.cells.first().ok_or_else(|| Error::Store("increment returned no cell".into()))?;
-        let bytes: [u8; 8] = cell.value[..]
-            .try_into()
-            .map_err(|_| Error::Store(format!("counter cell has {} bytes, not 8", cell.value.len())))?;
-        Ok(i64::from_be_bytes(bytes))
+        super::counter_value(&cell.value)
     }
 
     fn guarantees(&self) -> Guarantees {

@@ -53,6 +53,40 @@ pub struct TableSpec {
     pub deferred: bool,
 }
 
+impl TableSpec {
+    /// One of Cellar's own tables (job checkpoints, index statuses, ids): one family keeping
+    /// one version, not pre-split.
+    pub(crate) fn internal(name: &str, family: &str) -> Self {
+        TableSpec {
+            name: name.into(),
+            families: vec![FamilySpec { name: family.into(), max_versions: 1, ttl_secs: None }],
+            split_keys: Vec::new(),
+            split_policy: SplitPolicy::MidKey,
+            deferred: false,
+        }
+    }
+}
+
+impl FamilySpec {
+    /// The error for an existing family (`self`) whose settings differ from `wanted`.
+    pub(crate) fn mismatch(&self, table: &str, wanted: &FamilySpec) -> crate::Error {
+        crate::Error::SchemaMismatch {
+            table: table.to_string(),
+            reason: format!(
+                "family `{}` keeps {} versions with TTL {:?} s; the entity declares {} versions, TTL {:?} s",
+                wanted.name, self.max_versions, self.ttl_secs, wanted.max_versions, wanted.ttl_secs
+            ),
+        }
+    }
+}
+
+/// An 8-byte big-endian counter cell's value.
+pub(crate) fn counter_value(cell: &[u8]) -> Result<i64> {
+    let bytes: [u8; 8] =
+        cell.try_into().map_err(|_| crate::Error::Store(format!("counter cell has {} bytes, not 8", cell.len())))?;
+    Ok(i64::from_be_bytes(bytes))
+}
+
 /// What a backend makes atomic beyond a single row. The layers above branch on this, never on
 /// which backend they talk to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -112,6 +146,18 @@ pub enum CellMutation {
     },
     /// Deletes the whole row.
     DeleteRow,
+}
+
+impl CellMutation {
+    /// A put of `family:qualifier` (names known at compile time) at the store's current time.
+    pub(crate) fn put_now(family: &'static str, qualifier: &'static [u8], value: Bytes) -> Self {
+        CellMutation::Put {
+            family: Bytes::from_static(family.as_bytes()),
+            qualifier: Bytes::from_static(qualifier),
+            value,
+            timestamp: None,
+        }
+    }
 }
 
 /// Changes to one row, applied atomically.

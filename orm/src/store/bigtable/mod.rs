@@ -252,6 +252,28 @@ fn parse_url(url: &str) -> Result<BigtableOptions> {
     Ok(options)
 }
 
+/// Where the table's tablets begin, as SampleRowKeys reports them (the table's end, an empty
+/// key, left out).
+async fn sample_row_keys(ctx: &Ctx, table: &str) -> Result<Vec<Bytes>> {
+    let name = ctx.table_name(table);
+    let message = pb::SampleRowKeysRequest {
+        table_name: name.clone(),
+        app_profile_id: ctx.app_profile.clone(),
+        ..Default::default()
+    };
+    let request = ctx.request(Rpc::SampleRowKeys, message, ("table_name", &name)).await?;
+    let fail = |s: Status| rpc_error("SampleRowKeys", table, None, &s);
+    let mut stream = ctx.deadline(ctx.data.clone().sample_row_keys(request)).await.map_err(fail)?.into_inner();
+    let mut keys = Vec::new();
+    while let Some(sample) = ctx.deadline(stream.message()).await.map_err(fail)? {
+        if !sample.row_key.is_empty() {
+            keys.push(sample.row_key);
+        }
+    }
+    keys.dedup();
+    Ok(keys)
+}
+
 /// The families of a table, or `None` if it does not exist.
 async fn get_table(ctx: &Ctx, table: &str) -> Result<Option<Vec<FamilySpec>>> {
     let name = ctx.table_name(table);
@@ -738,15 +760,7 @@ impl Store for BigtableStore {
             for f in &spec.families {
                 match existing.iter().find(|e| e.name == f.name) {
                     Some(e) if e.max_versions == f.max_versions && e.ttl_secs == f.ttl_secs => {}
-                    Some(e) => {
-                        return Err(Error::SchemaMismatch {
-                            table: spec.name.clone(),
-                            reason: format!(
-                                "family `{}` keeps {} versions with TTL {:?} s; the entity declares {} versions, TTL {:?} s",
-                                f.name, e.max_versions, e.ttl_secs, f.max_versions, f.ttl_secs
-                            ),
-                        })
-                    }
+                    Some(e) => return Err(e.mismatch(&spec.name, f)),
                     None => {
                         return Err(Error::SchemaMismatch {
                             table: spec.name.clone(),
@@ -884,17 +898,17 @@ impl Store for BigtableStore {
     fn describe(&self, table: &str) -> Result<Option<TableSpec>> {
         let ctx = self.inner.ctx.clone();
         let name = table.to_string();
-        let Some(families) = self.run(async move { get_table(&ctx, &name).await })? else {
-            return Ok(None);
-        };
-        let split_keys = self.split_keys(table)?.unwrap_or_default().into_iter().map(|k| k.to_vec()).collect();
-        Ok(Some(TableSpec {
-            name: table.to_string(),
-            families,
-            split_keys,
-            split_policy: super::SplitPolicy::MidKey,
-            deferred: false,
-        }))
+        self.run(async move {
+            let Some(families) = get_table(&ctx, &name).await? else { return Ok(None) };
+            let split_keys = sample_row_keys(&ctx, &name).await?.into_iter().map(|k| k.to_vec()).collect();
+            Ok(Some(TableSpec {
+                name,
+                families,
+                split_keys,
+                split_policy: super::SplitPolicy::MidKey,
+                deferred: false,
+            }))
+        })
     }
 
     fn split_keys(&self, table: &str) -> Result<Option<Vec<Bytes>>> {
@@ -904,23 +918,7 @@ impl Store for BigtableStore {
             if get_table(&ctx, &table).await?.is_none() {
                 return Ok(None);
             }
-            let name = ctx.table_name(&table);
-            let message = pb::SampleRowKeysRequest {
-                table_name: name.clone(),
-                app_profile_id: ctx.app_profile.clone(),
-                ..Default::default()
-            };
-            let request = ctx.request(Rpc::SampleRowKeys, message, ("table_name", &name)).await?;
-            let fail = |s: Status| rpc_error("SampleRowKeys", &table, None, &s);
-            let mut stream = ctx.deadline(ctx.data.clone().sample_row_keys(request)).await.map_err(fail)?.into_inner();
-            let mut keys = Vec::new();
-            while let Some(sample) = ctx.deadline(stream.message()).await.map_err(fail)? {
-                if !sample.row_key.is_empty() {
-                    keys.push(sample.row_key);
-                }
-            }
-            keys.dedup();
-            Ok(Some(keys))
+            sample_row_keys(&ctx, &table).await.map(Some)
         })
     }
 
@@ -955,10 +953,7 @@ impl Store for BigtableStore {
                 .and_then(|f| f.columns.into_iter().next())
                 .and_then(|c| c.cells.into_iter().next())
                 .ok_or_else(|| Error::Store("ReadModifyWriteRow returned no cell".into()))?;
-            let bytes: [u8; 8] = cell.value[..]
-                .try_into()
-                .map_err(|_| Error::Store(format!("counter cell has {} bytes, not 8", cell.value.len())))?;
-            Ok(i64::from_be_bytes(bytes))
+            super::counter_value(&cell.value)
         })
     }
 
