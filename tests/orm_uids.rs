@@ -1,6 +1,8 @@
 //! Numeric substitution of names (`Db::uids`): ids handed out in order and looked up both
 //! ways, cached after the first read, one id per name and one name per id however many
-//! writers race to name the same new values, and a clear error when a width runs out.
+//! writers race to name the same new values, and a clear error when a width runs out; and
+//! `#[cellar(key, substitute = "...")]`: entities whose keys hold the ids of their names,
+//! which reads restore.
 //!
 //! Each test runs on every backend: the embedded engine and the Bigtable emulator.
 
@@ -104,5 +106,83 @@ fn a_width_that_runs_out_is_a_clear_error(db: Db) {
     assert!(err.to_string().contains("every id of 3 bytes is taken"), "{err}");
     assert_eq!(tiny.lookup("one too many").unwrap(), None, "nothing was half-assigned");
     assert_eq!(tiny.id("last").unwrap(), Bytes::from_static(&[0xff, 0xff, 0xff]), "names already assigned still resolve");
+}
+}
+
+/// A data point keyed OpenTSDB's way: metric and host stored as ids.
+#[derive(Entity, Debug, Clone, PartialEq)]
+#[cellar(table = "tsdb")]
+struct Point {
+    #[cellar(partition, substitute = "metrics")]
+    metric: String,
+    #[cellar(key, reverse_ts)]
+    at: u64,
+    #[cellar(key, substitute(kind = "hosts", width = 4))]
+    host: String,
+    #[cellar(column = "v")]
+    value: f64,
+}
+
+fn point(metric: &str, at: u64, host: &str, value: f64) -> Point {
+    Point { metric: metric.into(), at, host: host.into(), value }
+}
+
+on_every_backend! {
+fn substituted_key_parts_hold_ids_and_read_back_as_names(db: Db) {
+    let points = db.repo::<Point>().unwrap();
+    let long_metric = "datacenter.rack.server.cpu.load.one_minute_average";
+    points.put(&point(long_metric, 1_000, "web-1.example.com", 0.5)).unwrap();
+    points.put_many(&[point(long_metric, 2_000, "web-2.example.com", 0.7), point("mem.free", 2_000, "web-1.example.com", 3.0)]).unwrap();
+
+    // The row key holds a 3-byte metric id, the timestamp and a 4-byte host id: 15 bytes,
+    // however long the names.
+    let rows: Vec<_> = db.store().scan("tsdb", &ScanSpec::default()).unwrap().map(Result::unwrap).collect();
+    assert_eq!(rows.iter().map(|r| r.key.len()).collect::<Vec<_>>(), vec![15, 15, 15]);
+    assert_eq!(&rows[0].key[..3], &[0, 0, 1], "the first metric named gets id 1");
+    assert_eq!(Point::layout().to_string().lines().nth(1), Some("row key (15 bytes):"));
+
+    // Reads restore the names; prefix scans and gets take names.
+    let key = PointKey::metric(long_metric.to_string()).at(2_000).host("web-2.example.com".to_string());
+    assert_eq!(points.get(key).unwrap(), Some(point(long_metric, 2_000, "web-2.example.com", 0.7)));
+    let series = points.scan().prefix(PointKey::metric(long_metric.to_string())).to_vec().unwrap();
+    assert_eq!(series.iter().map(|p| (p.at, p.host.as_str())).collect::<Vec<_>>(), vec![(2_000, "web-2.example.com"), (1_000, "web-1.example.com")]);
+
+    // A name that has no id is in no row: reads find nothing and assign nothing.
+    assert!(points.scan().prefix(PointKey::metric("disk.used".to_string())).to_vec().unwrap().is_empty());
+    assert_eq!(points.get(PointKey::from(("disk.used".to_string(), 1, "web-1.example.com".to_string()))).unwrap(), None);
+    points.delete(PointKey::from(("disk.used".to_string(), 1, "web-9".to_string()))).unwrap();
+    assert_eq!(db.uids("metrics", 3).unwrap().lookup("disk.used").unwrap(), None);
+    assert_eq!(db.uids("hosts", 4).unwrap().lookup("web-9").unwrap(), None);
+
+    // Without a repository a substituted key does not encode: the error says why.
+    let err = Point::row_key(&PointKey::from(("mem.free".to_string(), 1, "h".to_string()))).unwrap_err();
+    assert!(err.to_string().contains("key part `metric` is substituted"), "{err}");
+
+    // Another kind's width for the same kind of names is refused, not misread.
+    let narrow = db.uids("hosts", 3).unwrap();
+    assert!(matches!(narrow.lookup("web-1.example.com"), Err(Error::InvalidArgument { .. })));
+}
+}
+
+on_every_backend! {
+fn writers_substituting_the_same_new_names_share_their_ids(db: Db) {
+    // Eight writers put points of the same new hosts at once: each host gets one id, and
+    // every point reads back under its own name.
+    std::thread::scope(|s| {
+        for w in 0..8u64 {
+            let points = db.repo::<Point>().unwrap();
+            s.spawn(move || {
+                for h in 0..20u64 {
+                    points.put(&point("load", w * 100 + h, &format!("host-{h}"), w as f64)).unwrap();
+                }
+            });
+        }
+    });
+    let hosts = db.uids("hosts", 4).unwrap();
+    let ids: BTreeSet<Bytes> = (0..20).map(|h| hosts.lookup(&format!("host-{h}")).unwrap().unwrap()).collect();
+    assert_eq!(ids.len(), 20, "one id per name, never two names per id");
+    let all = db.repo::<Point>().unwrap().scan().to_vec().unwrap();
+    assert_eq!(all.len(), 160);
+    assert!(all.iter().all(|p| p.host == format!("host-{}", p.at % 100) && p.value == (p.at / 100) as f64));
 }
 }

@@ -19,12 +19,13 @@ use proptest::prelude::*;
 use proptest::test_runner::{Config, TestRunner};
 
 const POINTS: WideSpec =
-    WideSpec { field: "points", family: "p", prefix: b"pt", key: PartSpec::new("points", Form::Last) };
+    WideSpec { field: "points", family: "p", prefix: b"pt", key: PartSpec::new("points", Form::Last), lazy: false };
 const NEWEST: WideSpec = WideSpec {
     field: "newest",
     family: "n",
     prefix: b"",
     key: PartSpec::new("newest", Form::Last).with(Modifier::Desc),
+    lazy: false,
 };
 
 fn table(db: &Db) {
@@ -189,4 +190,102 @@ fn a_first_page_reads_only_its_entries(db: Db) {
     let err = w.all().unwrap_err();
     assert!(err.to_string().contains("points"), "{err}");
 }
+}
+
+/// A sensor with an eager map (read with the entity, replaced whole by a put) and a lazy one
+/// (left out of entity reads, reached through `Repository::wide`).
+#[derive(Entity, Debug, Clone, PartialEq)]
+#[cellar(table = "sensors")]
+struct Sensor {
+    #[cellar(key)]
+    id: u32,
+    #[cellar(column = "n")]
+    name: String,
+    #[cellar(columns(family = "r", prefix = "t"))]
+    readings: BTreeMap<u32, f64>,
+    #[cellar(columns(family = "l", desc, lazy))]
+    log: BTreeMap<u64, String>,
+}
+
+fn sensor(id: u32, readings: &[(u32, f64)], log: &[(u64, &str)]) -> Sensor {
+    Sensor {
+        id,
+        name: format!("sensor {id}"),
+        readings: readings.iter().copied().collect(),
+        log: log.iter().map(|(k, v)| (*k, v.to_string())).collect(),
+    }
+}
+
+on_every_backend! {
+fn entity_maps_are_eager_or_lazy(db: Db) {
+    let sensors = db.repo::<Sensor>().unwrap();
+    sensors.put(&sensor(7, &[(1, 0.5), (2, 1.5), (3, 2.5)], &[(100, "boot"), (200, "calibrated")])).unwrap();
+
+    // An entity read returns the eager map and leaves the lazy one out, cells and all.
+    let (got, costs) = db.measure(|| sensors.get(7).unwrap().unwrap());
+    assert_eq!(got, sensor(7, &[(1, 0.5), (2, 1.5), (3, 2.5)], &[]));
+    assert_eq!(costs.cells_read, 4, "name and three readings: {costs}");
+
+    // The lazy map on demand, largest key first (`desc`), and counted without values.
+    let log = sensors.wide(7, Sensor::LOG).unwrap();
+    assert_eq!(log.all().unwrap(), vec![(200, "calibrated".to_string()), (100, "boot".to_string())]);
+    log.put(&300, &"rebooted".to_string()).unwrap();
+    assert_eq!(log.first(1).unwrap(), vec![(300, "rebooted".to_string())]);
+    assert_eq!(log.count().unwrap(), 3);
+
+    // A put replaces the eager map whole and only adds to the lazy one.
+    sensors.put(&sensor(7, &[(9, 9.0)], &[(400, "moved")])).unwrap();
+    assert_eq!(sensors.get(7).unwrap().unwrap().readings, [(9, 9.0)].into_iter().collect());
+    assert_eq!(log.count().unwrap(), 4, "the lazy entries the put did not hold are kept");
+
+    // Single entries of the eager map, without reading or rewriting the row.
+    let readings = sensors.wide(7, Sensor::READINGS).unwrap();
+    readings.put(&10, &10.0).unwrap();
+    readings.delete(&9).unwrap();
+    assert_eq!(sensors.get(7).unwrap().unwrap().readings, [(10, 10.0)].into_iter().collect());
+    assert_eq!(readings.qualifier(&10).unwrap(), Bytes::from_static(b"t\x00\x00\x00\x0a"));
+
+    // Scans read entities like gets; a delete takes the maps with the row.
+    sensors.put(&sensor(8, &[], &[(1, "new")])).unwrap();
+    let all = sensors.scan().to_vec().unwrap();
+    assert_eq!(all.iter().map(|s| (s.id, s.readings.len(), s.log.len())).collect::<Vec<_>>(), vec![(7, 1, 0), (8, 0, 0)]);
+    sensors.delete(7).unwrap();
+    assert_eq!(sensors.get(7).unwrap(), None);
+    assert_eq!(log.count().unwrap(), 0);
+    assert_eq!(sensors.wide(8, Sensor::LOG).unwrap().all().unwrap(), vec![(1, "new".to_string())]);
+}
+}
+
+#[test]
+fn a_replaced_map_stays_replaced_through_flush_and_compaction() {
+    use cellar::engine::{Engine, EngineOptions};
+    use cellar::orm::store::EmbeddedStore;
+    let dir = tempfile::tempdir().unwrap();
+    let engine = Engine::open(dir.path(), EngineOptions::default()).unwrap();
+    let db = Db::with_store(Arc::new(EmbeddedStore::new(engine.clone())));
+    let sensors = db.repo::<Sensor>().unwrap();
+    sensors.put(&sensor(1, &[(1, 1.0), (2, 2.0)], &[])).unwrap();
+    engine.flush("sensors").unwrap();
+    // The family delete and the new entries share a timestamp: the entries written after the
+    // delete in the same row mutation survive it, in the memstore and in every file after.
+    sensors.put(&sensor(1, &[(3, 3.0)], &[])).unwrap();
+    let expected: BTreeMap<u32, f64> = [(3, 3.0)].into_iter().collect();
+    assert_eq!(sensors.get(1).unwrap().unwrap().readings, expected);
+    engine.flush("sensors").unwrap();
+    assert_eq!(sensors.get(1).unwrap().unwrap().readings, expected);
+    engine.major_compact("sensors").unwrap();
+    assert_eq!(sensors.get(1).unwrap().unwrap().readings, expected);
+    drop((sensors, db));
+    drop(engine);
+    let engine = Engine::open(dir.path(), EngineOptions::default()).unwrap();
+    let db = Db::with_store(Arc::new(EmbeddedStore::new(engine)));
+    assert_eq!(db.repo::<Sensor>().unwrap().get(1).unwrap().unwrap().readings, expected);
+}
+
+#[test]
+fn the_layout_shows_where_each_map_lives() {
+    let layout = Sensor::layout().to_string();
+    assert!(layout.contains("  readings  r:\"t\" + key, smallest first, read with the entity"), "{layout}");
+    assert!(layout.contains("  log       l:key, largest first, lazy: read on demand"), "{layout}");
+    assert!(layout.contains("  r  max versions 1"), "{layout}");
 }

@@ -39,6 +39,12 @@ pub mod sym {
     pub const ON: &str = "on";
     pub const INCLUDE: &str = "include";
     pub const UNIQUE: &str = "unique";
+    pub const COLUMNS: &str = "columns";
+    pub const PREFIX: &str = "prefix";
+    pub const LAZY: &str = "lazy";
+    pub const SUBSTITUTE: &str = "substitute";
+    pub const KIND: &str = "kind";
+    pub const WIDTH: &str = "width";
 }
 
 /// Which derive is parsing.
@@ -157,6 +163,24 @@ pub enum ModifierAttr {
     Md5,
 }
 
+/// `columns(family = "p", prefix = "...", desc, lazy)`: a map whose entries are columns.
+pub struct WideAttr {
+    pub family: Option<Spanned<String>>,
+    pub prefix: String,
+    pub desc: bool,
+    pub lazy: bool,
+}
+
+/// `substitute = "kind"` or `substitute(kind = "...", width = N)`: a string key part stored as
+/// a fixed-width id.
+pub struct SubstituteAttr {
+    pub kind: String,
+    pub width: u8,
+}
+
+/// The id width of `substitute = "kind"` (OpenTSDB's default: 16 million names).
+pub const DEFAULT_ID_WIDTH: u8 = 3;
+
 /// One field's attributes.
 pub struct FieldAttr {
     pub ident: Ident,
@@ -181,6 +205,10 @@ pub struct FieldAttr {
     pub index: Option<Spanned<String>>,
     /// `unique`: the field's index holds one entity per value.
     pub unique: Option<Span>,
+    /// `columns(...)`: a map stored as columns of its own family.
+    pub wide: Option<Spanned<WideAttr>>,
+    /// `substitute`: a key part stored as an id.
+    pub substitute: Option<Spanned<SubstituteAttr>>,
 }
 
 impl FieldAttr {
@@ -195,7 +223,10 @@ impl FieldAttr {
 
     /// Stored in a column: every field but skipped ones and key parts that are not hashed.
     pub fn is_stored(&self) -> bool {
-        self.skip.is_none() && self.children.is_none() && (!self.is_key_part() || self.is_hashed())
+        self.skip.is_none()
+            && self.children.is_none()
+            && self.wide.is_none()
+            && (!self.is_key_part() || self.is_hashed())
     }
 }
 
@@ -427,6 +458,8 @@ pub fn parse(ctx: &mut Ctx, input: &DeriveInput, kind: Kind) -> Option<EntityAtt
             record_type: None,
             index: None,
             unique: None,
+            wide: None,
+            substitute: None,
         };
         for_each_meta(ctx, &field.attrs, |ctx, meta| {
             let span = meta.path.span();
@@ -481,6 +514,19 @@ pub fn parse(ctx: &mut Ctx, input: &DeriveInput, kind: Kind) -> Option<EntityAtt
                 sym::FAMILY => {
                     f.family = lit_str(ctx, &value_expr(&meta)?).map(|s| Spanned { value: s.value(), span: s.span() })
                 }
+                sym::COLUMNS => {
+                    let value = parse_wide(ctx, &meta)?;
+                    if f.wide.replace(Spanned { value, span }).is_some() {
+                        ctx.error(span, "duplicate attribute `columns`");
+                    }
+                }
+                sym::SUBSTITUTE => {
+                    if let Some(value) = parse_substitute(ctx, &meta)? {
+                        if f.substitute.replace(Spanned { value, span }).is_some() {
+                            ctx.error(span, "duplicate attribute `substitute`");
+                        }
+                    }
+                }
                 sym::COLUMN => {
                     f.column = lit_str(ctx, &value_expr(&meta)?).map(|s| Spanned { value: s.value(), span: s.span() })
                 }
@@ -506,6 +552,63 @@ pub fn parse(ctx: &mut Ctx, input: &DeriveInput, kind: Kind) -> Option<EntityAtt
         }
     }
     Some(entity)
+}
+
+/// `columns(family = "p", prefix = "...", desc, lazy)`.
+fn parse_wide(ctx: &mut Ctx, meta: &syn::meta::ParseNestedMeta<'_>) -> syn::Result<WideAttr> {
+    let mut wide = WideAttr { family: None, prefix: String::new(), desc: false, lazy: false };
+    if !meta.input.peek(syn::token::Paren) {
+        ctx.error(meta.path.span(), "`columns` needs `(family = \"...\")`");
+        skip_value(meta)?;
+        return Ok(wide);
+    }
+    meta.parse_nested_meta(|inner| {
+        match name_of(&inner).as_str() {
+            sym::FAMILY => {
+                wide.family = lit_str(ctx, &value_expr(&inner)?).map(|s| Spanned { value: s.value(), span: s.span() })
+            }
+            sym::PREFIX => wide.prefix = lit_str(ctx, &value_expr(&inner)?).map(|s| s.value()).unwrap_or_default(),
+            sym::DESC => wide.desc = true,
+            sym::LAZY => wide.lazy = true,
+            other => {
+                ctx.error(
+                    inner.path.span(),
+                    format!("unknown columns option `{other}`; one of: family, prefix, desc, lazy"),
+                );
+                skip_value(&inner)?;
+            }
+        }
+        Ok(())
+    })?;
+    if wide.family.is_none() {
+        ctx.error(meta.path.span(), "`columns` needs `family = \"...\"`: the family that holds the entries");
+    }
+    Ok(wide)
+}
+
+/// `substitute = "kind"` or `substitute(kind = "...", width = N)`.
+fn parse_substitute(ctx: &mut Ctx, meta: &syn::meta::ParseNestedMeta<'_>) -> syn::Result<Option<SubstituteAttr>> {
+    if meta.input.peek(syn::Token![=]) {
+        return Ok(
+            lit_str(ctx, &value_expr(meta)?).map(|s| SubstituteAttr { kind: s.value(), width: DEFAULT_ID_WIDTH })
+        );
+    }
+    let (mut kind, mut width) = (None, DEFAULT_ID_WIDTH);
+    meta.parse_nested_meta(|inner| {
+        match name_of(&inner).as_str() {
+            sym::KIND => kind = lit_str(ctx, &value_expr(&inner)?).map(|s| s.value()),
+            sym::WIDTH => width = lit_int(ctx, &value_expr(&inner)?, "id width (3 to 8 bytes)").unwrap_or(width),
+            other => {
+                ctx.error(inner.path.span(), format!("unknown substitute option `{other}`; one of: kind, width"));
+                skip_value(&inner)?;
+            }
+        }
+        Ok(())
+    })?;
+    if kind.is_none() {
+        ctx.error(meta.path.span(), "`substitute(...)` needs `kind = \"...\"`: the kind of names its ids stand for");
+    }
+    Ok(kind.map(|kind| SubstituteAttr { kind, width }))
 }
 
 /// The single identifier of a nested meta (a field name), or an error at its path.

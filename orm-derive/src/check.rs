@@ -69,6 +69,8 @@ pub fn check(ctx: &mut Ctx, e: &EntityAttr) {
     }
     check_kind(ctx, e);
     check_indexes(ctx, e);
+    check_wide(ctx, e);
+    check_substitute(ctx, e);
     let mut versions = 0;
     let mut columns: BTreeMap<(String, String), Span> = BTreeMap::new();
     let mut last_key_seen = false;
@@ -146,7 +148,9 @@ pub fn check(ctx: &mut Ctx, e: &EntityAttr) {
         if fam.name.is_empty() {
             ctx.error(span, "family_options needs `name = \"...\"`");
         }
-        if !e.fields.iter().any(|f| f.is_stored() && column_of(e, f).0 == fam.name) {
+        let wide_family =
+            |f: &FieldAttr| f.wide.as_ref().and_then(|w| w.value.family.as_ref()).is_some_and(|w| w.value == fam.name);
+        if !e.fields.iter().any(|f| (f.is_stored() && column_of(e, f).0 == fam.name) || wide_family(f)) {
             ctx.error(span, format!("no field is stored in family `{}`", fam.name));
         }
     }
@@ -243,6 +247,121 @@ fn check_kind(ctx: &mut Ctx, e: &EntityAttr) {
         }
         if let Some(s) = f.counter.or(f.version) {
             ctx.error(s, "aggregates do not take counters or version fields");
+        }
+    }
+}
+
+/// The key and value types of `BTreeMap<K, V>`.
+pub fn map_types(ty: &Type) -> Option<(&Type, &Type)> {
+    let Type::Path(p) = ty else { return None };
+    let last = p.path.segments.last().filter(|s| s.ident == "BTreeMap")?;
+    let syn::PathArguments::AngleBracketed(args) = &last.arguments else { return None };
+    let mut types = args.args.iter().filter_map(|a| match a {
+        syn::GenericArgument::Type(t) => Some(t),
+        _ => None,
+    });
+    Some((types.next()?, types.next()?))
+}
+
+/// The constant a wide field or counter gets on the entity's impl.
+pub fn field_const(f: &FieldAttr) -> String {
+    f.ident.to_string().to_uppercase()
+}
+
+/// Wide fields: a `BTreeMap` on an entity, alone in a family of its own.
+fn check_wide(ctx: &mut Ctx, e: &EntityAttr) {
+    let mut families: BTreeMap<String, Span> = BTreeMap::new();
+    for f in &e.fields {
+        let Some(wide) = &f.wide else { continue };
+        let span = wide.span;
+        if e.kind != Kind::Entity {
+            ctx.error(span, "`columns(...)` applies to #[derive(Entity)] fields; aggregates store parts as rows");
+        }
+        if map_types(&f.ty).is_none() {
+            ctx.error(f.ty.span(), "a `columns(...)` field is a `BTreeMap<K, V>` (K a key-part type, V a column type)");
+        }
+        let others = f.is_key_part() || f.counter.is_some() || f.version.is_some() || f.column.is_some();
+        if others
+            || f.family.is_some()
+            || f.serde.is_some()
+            || f.blob.is_some()
+            || f.skip.is_some()
+            || f.children.is_some()
+            || f.index.is_some()
+            || f.fixed.is_some()
+            || f.substitute.is_some()
+            || !f.modifiers.is_empty()
+        {
+            ctx.error(
+                span,
+                "a `columns(...)` field takes no other attribute (its options go inside: family, prefix, desc, lazy)",
+            );
+        }
+        let Some(family) = &wide.value.family else { continue };
+        if family.value.is_empty() {
+            ctx.error(family.span, "family must not be empty");
+        }
+        if family.value == e.family {
+            ctx.error(
+                family.span,
+                format!("`{}` is the default family: a map's entries need a family of their own", family.value),
+            );
+        }
+        if let Some(other) = e.fields.iter().find(|o| o.is_stored() && column_of(e, o).0 == family.value) {
+            ctx.error(
+                family.span,
+                format!(
+                    "family `{}` also holds `{}`: a map's entries need a family of their own",
+                    family.value, other.ident
+                ),
+            );
+        }
+        if let Some(first) = families.insert(family.value.clone(), family.span) {
+            ctx.error(family.span, format!("family `{}` holds another map already", family.value));
+            ctx.error(first, format!("family `{}` first used here", family.value));
+        }
+        let konst = field_const(f);
+        if let Some(c) = e.fields.iter().find(|c| c.counter.is_some() && field_const(c) == konst) {
+            ctx.error(span, format!("the constant `{konst}` is also the counter `{}`'s", c.ident));
+        }
+        if let Some(i) = e.indexes.iter().find(|i| i.name.value.to_uppercase() == konst) {
+            ctx.error(span, format!("the constant `{konst}` is also the index `{}`'s", i.name.value));
+        }
+    }
+}
+
+/// Substituted key parts: `String` key parts of an entity, ids of 3 to 8 bytes.
+fn check_substitute(ctx: &mut Ctx, e: &EntityAttr) {
+    for f in &e.fields {
+        let Some(sub) = &f.substitute else { continue };
+        let span = sub.span;
+        if e.kind != Kind::Entity {
+            ctx.error(span, "`substitute` applies to #[derive(Entity)] key parts");
+        }
+        if !f.is_key_part() {
+            ctx.error(span, "`substitute` applies to key parts: mark the field #[cellar(key)] or #[cellar(partition)]");
+        }
+        if type_name(&f.ty).as_deref() != Some("String") {
+            ctx.error(f.ty.span(), "a substituted key part is a `String`");
+        }
+        if !f.modifiers.is_empty() || f.fixed.is_some() {
+            ctx.error(span, "a substituted key part takes no modifier or `fixed`: its id has a width of its own");
+        }
+        if !(3..=8).contains(&sub.value.width) {
+            ctx.error(span, format!("id width {}: ids take 3 to 8 bytes", sub.value.width));
+        }
+        if let Some(index) = e.indexes.first() {
+            ctx.error(
+                span,
+                format!(
+                    "substituted key parts and secondary indexes do not combine yet (index `{}`): index rows \
+                     would need the ids resolved",
+                    index.name.value
+                ),
+            );
+        }
+        if sub.value.kind.is_empty() || sub.value.kind.contains('\0') {
+            ctx.error(span, "the kind of names must not be empty or hold a zero byte");
         }
     }
 }
@@ -377,6 +496,8 @@ fn not_indexable(f: &FieldAttr, in_on: bool) -> Option<&'static str> {
          column): scan by key prefix instead"
     } else if f.skip.is_some() {
         "is skipped: it is not stored"
+    } else if f.wide.is_some() {
+        "is a map stored as columns: it has no single value to index or copy"
     } else if f.children.is_some() {
         "is a `children` collection, not a column"
     } else if f.counter.is_some() {

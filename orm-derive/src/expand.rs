@@ -2,11 +2,11 @@
 //! Generated code names everything by full path (`::cellar::orm::...`, `::core::...`).
 
 use proc_macro2::{Span, TokenStream};
-use quote::{format_ident, quote, quote_spanned};
+use quote::{format_ident, quote, quote_spanned, ToTokens as _};
 use syn::spanned::Spanned as _;
 use syn::{Ident, LitStr};
 
-use crate::attr::{EntityAttr, FieldAttr, ModifierAttr, SaltAttr};
+use crate::attr::{EntityAttr, FieldAttr, ModifierAttr, SaltAttr, WideAttr};
 use crate::check::{column_of, is_option, option_element};
 
 /// Where a key part sits in the schema.
@@ -79,7 +79,22 @@ pub fn expand(e: &EntityAttr) -> TokenStream {
             Some(ModifierAttr::Reversed) => quote!(Reversed),
             Some(ModifierAttr::Md5) => quote!(Md5),
         };
+        let substitute = match &f.substitute {
+            Some(sub) => {
+                let (kind, width) = (lit(&sub.value.kind), sub.value.width);
+                quote!(::core::option::Option::Some(#orm::key::Substitute { kind: #kind, width: #width }))
+            }
+            None => quote!(::core::option::Option::None),
+        };
+        let encoding = match &f.substitute {
+            Some(sub) => lit(&format!("id of a `{}` name", sub.value.kind)).into_token_stream(),
+            None => quote!(<#ty as #orm::key::KeyPart>::ENCODING),
+        };
         let width = match (f.modifiers.first().map(|m| m.value), &f.fixed) {
+            _ if f.substitute.is_some() => {
+                let n = f.substitute.as_ref().map_or(0, |s| usize::from(s.value.width));
+                quote!(::core::option::Option::Some(#n))
+            }
             (Some(ModifierAttr::Md5), _) => quote!(::core::option::Option::Some(#orm::key::MD5_WIDTH)),
             (_, Some(n)) => {
                 let n = usize::from(n.value);
@@ -92,7 +107,8 @@ pub fn expand(e: &EntityAttr) -> TokenStream {
                 spec: #orm::key::PartSpec::new(#name, #form).with(#orm::key::Modifier::#modifier),
                 type_name: #ty_name,
                 width: #width,
-                encoding: <#ty as #orm::key::KeyPart>::ENCODING,
+                encoding: #encoding,
+                substitute: #substitute,
             }
         }
     };
@@ -139,12 +155,16 @@ pub fn expand(e: &EntityAttr) -> TokenStream {
 
     // Families: the default first, then those named by fields, with declared options.
     let mut family_names: Vec<String> = vec![e.family.clone()];
-    for f in &stored {
-        let fam = column_of(e, f).0;
+    let wides: Vec<(&FieldAttr, &WideAttr)> =
+        e.fields.iter().filter_map(|f| Some((f, &f.wide.as_ref()?.value))).collect();
+    let wide_family = |w: &WideAttr| w.family.as_ref().map(|f| f.value.clone()).unwrap_or_default();
+    for fam in stored.iter().map(|f| column_of(e, f).0).chain(wides.iter().map(|(_, w)| wide_family(w))) {
         if !family_names.contains(&fam) {
             family_names.push(fam);
         }
     }
+    let lazy_families: Vec<String> = wides.iter().filter(|(_, w)| w.lazy).map(|(_, w)| wide_family(w)).collect();
+    let eager_families = family_names.iter().filter(|f| !lazy_families.contains(f)).map(|f| lit(f));
     let family_schemas = family_names.iter().map(|name| {
         let opts = e.families.iter().find(|f| &f.name == name);
         let max_versions = opts.and_then(|o| o.max_versions).unwrap_or(1);
@@ -175,6 +195,43 @@ pub fn expand(e: &EntityAttr) -> TokenStream {
     };
     let table = lit(&e.table);
 
+    // Wide fields: their specs in the schema, a typed constant each, their entries on put.
+    let wide_specs = wides.iter().map(|(f, w)| {
+        let field = lit(&f.ident.to_string());
+        let family = lit(&wide_family(w));
+        let prefix = syn::LitByteStr::new(w.prefix.as_bytes(), Span::call_site());
+        let modifier = if w.desc { quote!(Desc) } else { quote!(None) };
+        let lazy = w.lazy;
+        quote!(#orm::wide::WideSpec {
+            field: #field,
+            family: #family,
+            prefix: #prefix,
+            key: #orm::key::PartSpec::new(#field, #orm::key::Form::Last).with(#orm::key::Modifier::#modifier),
+            lazy: #lazy,
+        })
+    });
+    let wide_consts = wides.iter().enumerate().filter_map(|(position, (f, _))| {
+        let (k, v) = crate::check::map_types(&f.ty)?;
+        let konst = format_ident!("{}", crate::check::field_const(f), span = f.ident.span());
+        let doc = lit(&format!("The map `{}`, stored as columns: pass it to `Repository::wide`.", f.ident));
+        Some(quote! {
+            #[doc = #doc]
+            pub const #konst: #orm::wide::Wide<#ident, #k, #v> = #orm::wide::Wide::new(#position);
+        })
+    });
+    let wide_cells = (!wides.is_empty()).then(|| {
+        let each = wides.iter().enumerate().map(|(position, (f, _))| {
+            let name = &f.ident;
+            quote_spanned!(f.ty.span()=> #orm::wide::encode_entries(&S.wide[#position], &self.#name)?)
+        });
+        quote! {
+            fn wide_cells(&self) -> #orm::Result<::std::vec::Vec<#orm::wide::WideCells>> {
+                const S: &#orm::Schema = &<#ident as #orm::Entity>::SCHEMA;
+                ::core::result::Result::Ok(::std::vec![#(#each),*])
+            }
+        }
+    });
+
     // Encoding the first `k` parts of a key held in `src` (`key.` fields or prefix fields).
     let encode_parts = |k: usize| {
         let steps = parts.iter().take(k).enumerate().map(|(i, p)| {
@@ -184,8 +241,13 @@ pub fn expand(e: &EntityAttr) -> TokenStream {
             let end = (i + 1 == partition.len()).then(|| quote!(b.end_partition();));
             let bucket = (bucket_field.as_deref() == Some(&f.to_string()))
                 .then(|| quote!(b.bucket(#orm::entity::BucketValue::bucket_value(&src.#f));));
+            let part = if p.field.substitute.is_some() {
+                quote!(b.substituted(&src.#f, &S.#list[#index], names)?;)
+            } else {
+                quote!(b.part(&src.#f, &S.#list[#index])?;)
+            };
             quote! {
-                b.part(&src.#f, &S.#list[#index])?;
+                #part
                 #bucket
                 #end
             }
@@ -194,6 +256,7 @@ pub fn expand(e: &EntityAttr) -> TokenStream {
         let complete = k == n_parts;
         quote! {
             const S: &#orm::Schema = &<#ident as #orm::Entity>::SCHEMA;
+            let _ = names;
             let mut b = #orm::key::KeyBuilder::new(S);
             #start
             #(#steps)*
@@ -262,7 +325,10 @@ pub fn expand(e: &EntityAttr) -> TokenStream {
             impl #this { #method }
             #[automatically_derived]
             impl #orm::KeyPrefix<#ident> for #this {
-                fn encode_prefix(&self) -> ::core::result::Result<#orm::key::RowKey, #orm::key::KeyError> {
+                fn encode_prefix_in(
+                    &self,
+                    names: &dyn #orm::key::Names,
+                ) -> ::core::result::Result<#orm::key::RowKey, #orm::key::KeyError> {
                     let src = self;
                     #encode
                 }
@@ -293,6 +359,7 @@ pub fn expand(e: &EntityAttr) -> TokenStream {
     // Row -> entity. Hashed parts leave a digest; their values are restored from their
     // columns only after the whole key (record type included) has been read.
     let digest_of = |f: &FieldAttr| format_ident!("__digest_{}", f.ident);
+    let id_of = |f: &FieldAttr| format_ident!("__id_{}", f.ident);
     let read_parts = parts
         .iter()
         .enumerate()
@@ -302,6 +369,9 @@ pub fn expand(e: &EntityAttr) -> TokenStream {
             let read = if p.field.is_hashed() {
                 let digest = digest_of(p.field);
                 quote!(let #digest = reader.digest(&S.#list[#index])?;)
+            } else if p.field.substitute.is_some() {
+                let id = id_of(p.field);
+                quote!(let #id = reader.id(&S.#list[#index])?;)
             } else {
                 quote!(let #name: #ty = reader.part::<#ty>(&S.#list[#index])?;)
             };
@@ -317,12 +387,25 @@ pub fn expand(e: &EntityAttr) -> TokenStream {
         let c = column_index(p.field).unwrap_or_default();
         quote!(let #name: #ty = #orm::entity::restore_hashed::<#ty>(&#digest, row, &S.#list[#index], &S.columns[#c])?;)
     }).collect::<Vec<_>>();
+    let restore_names = parts
+        .iter()
+        .filter(|p| p.field.substitute.is_some())
+        .map(|p| {
+            let (name, list, index) = (&p.field.ident, &p.list, p.index);
+            let id = id_of(p.field);
+            quote!(let #name: ::std::string::String = #orm::key::name_of(&S.#list[#index], #id, names)?;)
+        })
+        .collect::<Vec<_>>();
     let start_partition = partition.is_empty().then(|| quote!(reader.end_partition()?;));
     let read_columns = e.fields.iter().filter(|f| !f.is_key_part()).map(|f| {
         let name = &f.ident;
         let ty = &f.ty;
-        if f.skip.is_some() {
+        if f.skip.is_some() || f.wide.as_ref().is_some_and(|w| w.value.lazy) {
             return quote!(let #name: #ty = ::core::default::Default::default(););
+        }
+        if f.wide.is_some() {
+            let position = wides.iter().position(|(w, _)| w.ident == f.ident).unwrap_or_default();
+            return quote_spanned!(ty.span()=> let #name: #ty = #orm::wide::decode_entries(row, &S.wide[#position], as_of)?;);
         }
         let i = column_index(f).unwrap_or_default();
         if f.counter.is_some() {
@@ -432,8 +515,11 @@ pub fn expand(e: &EntityAttr) -> TokenStream {
 
             #[automatically_derived]
             impl #orm::KeyPrefix<#ident> for #key_ident {
-                fn encode_prefix(&self) -> ::core::result::Result<#orm::key::RowKey, #orm::key::KeyError> {
-                    <#ident as #orm::Entity>::row_key(self)
+                fn encode_prefix_in(
+                    &self,
+                    names: &dyn #orm::key::Names,
+                ) -> ::core::result::Result<#orm::key::RowKey, #orm::key::KeyError> {
+                    <#ident as #orm::Entity>::row_key_in(self, names)
                 }
             }
 
@@ -441,6 +527,7 @@ pub fn expand(e: &EntityAttr) -> TokenStream {
             impl #ident {
                 #(#counters)*
                 #(#index_consts)*
+                #(#wide_consts)*
             }
 
             #[automatically_derived]
@@ -457,6 +544,8 @@ pub fn expand(e: &EntityAttr) -> TokenStream {
                     key: &[#(#key_fields),*],
                     columns: &[#(#column_specs),*],
                     indexes: &[#(#index_specs),*],
+                    wide: &[#(#wide_specs),*],
+                    eager_families: &[#(#eager_families),*],
                 };
 
                 #standalone
@@ -465,7 +554,10 @@ pub fn expand(e: &EntityAttr) -> TokenStream {
                     #key_ident { #(#key_names: ::core::clone::Clone::clone(&self.#key_names),)* }
                 }
 
-                fn row_key(src: &#key_ident) -> ::core::result::Result<#orm::key::RowKey, #orm::key::KeyError> {
+                fn row_key_in(
+                    src: &#key_ident,
+                    names: &dyn #orm::key::Names,
+                ) -> ::core::result::Result<#orm::key::RowKey, #orm::key::KeyError> {
                     #encode_key
                 }
 
@@ -474,28 +566,40 @@ pub fn expand(e: &EntityAttr) -> TokenStream {
                     ::core::result::Result::Ok(::std::vec![#(#cells),*])
                 }
 
-                fn key_from_row(row: &#orm::store::Row) -> ::core::result::Result<#key_ident, #orm::entity::FieldError> {
+                fn key_from_row_in(
+                    row: &#orm::store::Row,
+                    names: &dyn #orm::key::Names,
+                ) -> ::core::result::Result<#key_ident, #orm::entity::FieldError> {
                     const S: &#orm::Schema = &<#ident as #orm::Entity>::SCHEMA;
+                    let _ = names;
                     let mut reader = #orm::key::KeyReader::new(S, &row.key)?;
                     #start_partition
                     #(#read_parts)*
                     reader.finish()?;
                     #(#restore_hashed)*
+                    #(#restore_names)*
                     ::core::result::Result::Ok(#key_ident { #(#key_names),* })
                 }
 
-                fn from_row(row: &#orm::store::Row, as_of: u64) -> ::core::result::Result<Self, #orm::entity::FieldError> {
+                fn from_row_in(
+                    row: &#orm::store::Row,
+                    as_of: u64,
+                    names: &dyn #orm::key::Names,
+                ) -> ::core::result::Result<Self, #orm::entity::FieldError> {
                     const S: &#orm::Schema = &<#ident as #orm::Entity>::SCHEMA;
+                    let _ = names;
                     let mut reader = #orm::key::KeyReader::new(S, &row.key)?;
                     #start_partition
                     #(#read_parts)*
                     reader.finish()?;
                     #(#restore_hashed)*
+                    #(#restore_names)*
                     #(#read_columns)*
                     ::core::result::Result::Ok(#ident { #(#all_fields),* })
                 }
 
                 #version
+                #wide_cells
             }
         };
     }

@@ -54,6 +54,8 @@ use syn::{parse_macro_input, DeriveInput};
 /// | `blob` | the value as a versioned blob (a `#[derive(Versioned)]` type): cells of earlier versions are migrated on read |
 /// | `skip` | not stored; `Default` on read |
 /// | `index = "by_x"`, `unique` | a secondary index on this field alone (`unique`: one entity per value) |
+/// | `substitute = "kind"`, `substitute(kind = "kind", width = N)` | a `String` key part stored as a fixed-width id of its name (3 bytes by default, 3 to 8): see `cellar::orm::uid` |
+/// | `columns(family = "f", prefix = "p", desc, lazy)` | a `BTreeMap<K, V>` stored as one column per entry in a family of its own, the key encoded into the qualifier (after `prefix`; `desc`: largest first); `lazy`: left out of entity reads. Each gets a constant (`points` → `Sensor::POINTS`) for `Repository::wide` |
 ///
 /// Each index is a constant on the entity (`by_city_name` → `Customer::BY_CITY_NAME`, an
 /// `Index<Customer, (String, String)>`). Indexed fields are plain columns (an `Option` is not

@@ -2,7 +2,7 @@
 //! that describes an entity's physical layout (table, key parts, record type, salt, families,
 //! columns).
 
-use crate::key::{Digest, KeyError, PartSpec, RowKey, Salt, Timestamp};
+use crate::key::{Digest, KeyError, Names, PartSpec, RowKey, Salt, Timestamp, Unresolved};
 use crate::store::Row;
 use crate::value::ValueError;
 
@@ -17,6 +17,8 @@ pub struct KeyField {
     pub width: Option<usize>,
     /// The type's encoding, in words (framing and modifier are in `spec`).
     pub encoding: &'static str,
+    /// Stored as the id of its name ([`crate::uid`]), if substituted.
+    pub substitute: Option<crate::key::Substitute>,
 }
 
 /// How a field is stored in its cell.
@@ -87,12 +89,35 @@ pub struct Schema {
     pub columns: &'static [ColumnSpec],
     /// Secondary indexes.
     pub indexes: &'static [crate::index::IndexSpec],
+    /// Map fields stored as columns of a family of their own ([`crate::wide`]).
+    pub wide: &'static [crate::wide::WideSpec],
+    /// The families an entity read returns: all but those of lazy wide fields.
+    pub eager_families: &'static [&'static str],
 }
 
 impl Schema {
     /// The column that stores `field`.
     pub fn column(&self, field: &str) -> Option<&'static ColumnSpec> {
         self.columns.iter().find(|c| c.field == field)
+    }
+
+    /// The columns an entity read asks for: every family but those of lazy wide fields.
+    pub fn read_columns(&self) -> crate::store::Columns {
+        if self.wide.iter().any(|w| w.lazy) {
+            crate::store::Columns::Families(self.eager_families)
+        } else {
+            crate::store::Columns::All
+        }
+    }
+
+    /// How an entity read reads its row: the newest version of [`Schema::read_columns`].
+    pub fn read_spec(&self) -> crate::store::ReadSpec {
+        crate::store::ReadSpec { columns: self.read_columns(), ..crate::store::ReadSpec::default() }
+    }
+
+    /// The wide field `field`.
+    pub fn wide_field(&self, field: &str) -> Option<&'static crate::wide::WideSpec> {
+        self.wide.iter().find(|w| w.field == field)
     }
 
     /// The version column, if the entity has one.
@@ -159,8 +184,17 @@ pub trait Entity: Sized + 'static {
     /// Encodes a key.
     ///
     /// # Errors
-    /// A key part whose value does not fit its declared form.
-    fn row_key(key: &Self::Key) -> Result<RowKey, KeyError>;
+    /// A key part whose value does not fit its declared form; a substituted part (resolved
+    /// only by [`Entity::row_key_in`]).
+    fn row_key(key: &Self::Key) -> Result<RowKey, KeyError> {
+        Self::row_key_in(key, &Unresolved)
+    }
+
+    /// Encodes a key, substituted parts resolved by `names`.
+    ///
+    /// # Errors
+    /// As [`Entity::row_key`]; as [`Names::id`].
+    fn row_key_in(key: &Self::Key, names: &dyn Names) -> Result<RowKey, KeyError>;
 
     /// The cells a put writes (counters excluded).
     ///
@@ -168,19 +202,43 @@ pub trait Entity: Sized + 'static {
     /// [`crate::Error::Encode`] for a value serde cannot encode.
     fn cells(&self) -> crate::Result<Vec<CellValue>>;
 
+    /// The entries of the entity's wide fields (see [`crate::wide`]), one set per field.
+    ///
+    /// # Errors
+    /// [`crate::Error::InvalidArgument`] for an entry key that does not fit its encoding.
+    fn wide_cells(&self) -> crate::Result<Vec<crate::wide::WideCells>> {
+        Ok(Vec::new())
+    }
+
     /// Decodes the key of a stored row: the key parts from the row key, hashed ones from their
     /// columns (which `row` must hold: a row of copies, such as an index entry, may not).
     ///
     /// # Errors
     /// A [`FieldError`] for a malformed key, another record type (flagged
     /// [`FieldError::other_record_type`]), or a hashed part's missing or mismatching column.
-    fn key_from_row(row: &Row) -> Result<Self::Key, FieldError>;
+    fn key_from_row(row: &Row) -> Result<Self::Key, FieldError> {
+        Self::key_from_row_in(row, &Unresolved)
+    }
+
+    /// Decodes the key of a stored row, substituted parts resolved by `names`.
+    ///
+    /// # Errors
+    /// As [`Entity::key_from_row`]; as [`Names::name`].
+    fn key_from_row_in(row: &Row, names: &dyn Names) -> Result<Self::Key, FieldError>;
 
     /// Rebuilds an entity from a row, taking each column's newest version at or before `as_of`.
     ///
     /// # Errors
     /// A [`FieldError`] naming what does not decode.
-    fn from_row(row: &Row, as_of: u64) -> Result<Self, FieldError>;
+    fn from_row(row: &Row, as_of: u64) -> Result<Self, FieldError> {
+        Self::from_row_in(row, as_of, &Unresolved)
+    }
+
+    /// Rebuilds an entity from a row, substituted parts resolved by `names`.
+    ///
+    /// # Errors
+    /// As [`Entity::from_row`]; as [`Names::name`].
+    fn from_row_in(row: &Row, as_of: u64, names: &dyn Names) -> Result<Self, FieldError>;
 
     /// The physical layout, printable: table, key parts with encodings and widths, record
     /// type, families and columns.
@@ -209,8 +267,16 @@ pub trait KeyPrefix<E: Entity> {
     /// The encoded prefix.
     ///
     /// # Errors
-    /// A part value that does not fit its declared form.
-    fn encode_prefix(&self) -> Result<RowKey, KeyError>;
+    /// A part value that does not fit its declared form; a substituted part.
+    fn encode_prefix(&self) -> Result<RowKey, KeyError> {
+        self.encode_prefix_in(&Unresolved)
+    }
+
+    /// The encoded prefix, substituted parts resolved by `names`.
+    ///
+    /// # Errors
+    /// As [`KeyPrefix::encode_prefix`]; as [`Names::id`].
+    fn encode_prefix_in(&self, names: &dyn Names) -> Result<RowKey, KeyError>;
 }
 
 /// Decodes a column of `row` as `T` (helper for generated code).

@@ -122,6 +122,20 @@ impl fmt::Display for Layout {
             };
             writeln!(f, "  {name:col_w$}  {field:field_w$}  {}{role}", c.encoding)?;
         }
+        if !s.wide.is_empty() {
+            writeln!(f, "maps stored as columns (one qualifier per entry):")?;
+            let field_w = s.wide.iter().map(|w| w.field.len()).max().unwrap_or(0);
+            for w in s.wide {
+                let prefix = if w.prefix.is_empty() {
+                    String::new()
+                } else {
+                    format!("\"{}\" + ", cellar_engine::to_printable(w.prefix))
+                };
+                let order = if w.key.modifier == Modifier::Desc { "largest first" } else { "smallest first" };
+                let read = if w.lazy { "lazy: read on demand" } else { "read with the entity" };
+                writeln!(f, "  {:field_w$}  {}:{prefix}key, {order}, {read}", w.field, w.family)?;
+            }
+        }
         if !s.indexes.is_empty() {
             writeln!(f, "indexes (table `{}`):", crate::index::index_table(s.table))?;
             for index in s.indexes {

@@ -65,14 +65,21 @@ impl Db {
     /// [`Error::InvalidArgument`] for a width outside 3..=8 or a kind that is empty or holds a
     /// zero byte; store errors.
     pub fn uids(&self, kind: &str, width: u8) -> Result<Uids> {
+        Uids::open(self.store().clone(), kind, width)
+    }
+}
+
+impl Uids {
+    /// As [`Db::uids`], on `store`.
+    pub(crate) fn open(store: Arc<dyn Store>, kind: &str, width: u8) -> Result<Uids> {
         if !(3..=8).contains(&width) {
             return Err(Error::InvalidArgument { arg: "width", reason: format!("{width} bytes; ids take 3 to 8") });
         }
         if kind.is_empty() || kind.contains('\0') {
             return Err(Error::InvalidArgument { arg: "kind", reason: format!("{kind:?}: empty or with a zero byte") });
         }
-        self.store().ensure_table(&TableSpec::internal(UIDS_TABLE, FAMILY))?;
-        Ok(Uids { store: self.store().clone(), kind: kind.into(), width, cache: Arc::default() })
+        store.ensure_table(&TableSpec::internal(UIDS_TABLE, FAMILY))?;
+        Ok(Uids { store, kind: kind.into(), width, cache: Arc::default() })
     }
 }
 

@@ -9,18 +9,26 @@
 //! column-range filter and a per-row cell limit. Single entries are written and deleted
 //! without reading or rewriting the row. A `desc` key makes the first N the largest keys.
 //!
+//! An entity declares such a field with `#[cellar(columns(family = "p"))]` on a
+//! `BTreeMap<K, V>`: an eager field is read with the entity and written whole by a put (the
+//! family is cleared, then every entry written, in one atomic row mutation); a `lazy` one is
+//! left out of entity reads (its map reads empty) and a put only adds the entries its map
+//! holds. Either is reached entry by entry through [`crate::Repository::wide`].
+//!
 //! A row never splits across regions (or tablets): a map that can grow without bound makes a
 //! row that can outgrow a region. Bound it, or store the entries as rows of their own.
 
+use std::collections::BTreeMap;
 use std::marker::PhantomData;
 use std::sync::Arc;
 
 use bytes::Bytes;
 
+use crate::entity::FieldError;
 use crate::key::{decode_part, encode_part, KeyPart, PartSpec};
 use crate::repo::printable;
 use crate::store::{CellMutation, ColumnSlice, Columns, ReadSpec, Row, RowMutation, Store};
-use crate::value::ColumnValue;
+use crate::value::{ColumnValue, ValueError};
 use crate::{Error, Result};
 
 /// Where a map's entries live: the family (which holds nothing else), the qualifier prefix
@@ -36,6 +44,119 @@ pub struct WideSpec {
     /// How an entry's key is encoded after the prefix (the last part of the qualifier: raw
     /// strings, big-endian numbers; `desc` inverts the order).
     pub key: PartSpec,
+    /// Left out of entity reads; reached through [`crate::Repository::wide`] only.
+    pub lazy: bool,
+}
+
+impl WideSpec {
+    /// The qualifier of `key`.
+    ///
+    /// # Errors
+    /// A key that does not fit its encoding.
+    pub fn qualifier<K: KeyPart>(&self, key: &K) -> Result<Bytes> {
+        let mut q = self.prefix.to_vec();
+        encode_part(key, &self.key, &mut q)
+            .map_err(|e| Error::InvalidArgument { arg: "key", reason: format!("{}: {e}", self.field) })?;
+        Ok(q.into())
+    }
+
+    /// The key a qualifier of this field holds; `None` for a qualifier without the prefix.
+    ///
+    /// # Errors
+    /// What does not decode, in words.
+    pub fn key_of<K: KeyPart>(&self, qualifier: &[u8]) -> std::result::Result<Option<K>, String> {
+        let Some(mut rest) = qualifier.strip_prefix(self.prefix) else { return Ok(None) };
+        let key = decode_part::<K>(&mut rest, &self.key)
+            .map_err(|e| e.to_string())?
+            .ok_or_else(|| "a hashed key cannot be read back".to_string())?;
+        if !rest.is_empty() {
+            return Err(format!("{} bytes after the key", rest.len()));
+        }
+        Ok(Some(key))
+    }
+}
+
+/// A map field of entity `E` stored as columns, generated as an associated constant
+/// (`UserList::VALUES`): pass it to [`crate::Repository::wide`].
+pub struct Wide<E, K, V> {
+    position: usize,
+    _types: PhantomData<Types<E, K, V>>,
+}
+
+/// Entity, key and value types a [`Wide`] is typed by (it holds none of them).
+type Types<E, K, V> = fn() -> (E, K, V);
+
+impl<E, K, V> Clone for Wide<E, K, V> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+impl<E, K, V> Copy for Wide<E, K, V> {}
+
+impl<E, K, V> std::fmt::Debug for Wide<E, K, V> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Wide").field("position", &self.position).finish()
+    }
+}
+
+impl<E: crate::Entity, K, V> Wide<E, K, V> {
+    /// The `position`-th wide field of `E`'s schema (generated code only).
+    pub const fn new(position: usize) -> Self {
+        Wide { position, _types: PhantomData }
+    }
+
+    /// Where the field's entries live.
+    pub fn spec(&self) -> &'static WideSpec {
+        &E::SCHEMA.wide[self.position]
+    }
+}
+
+/// The entries of an entity's wide field, encoded for a put.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WideCells {
+    /// The field.
+    pub spec: &'static WideSpec,
+    /// Qualifier and value of every entry.
+    pub entries: Vec<(Bytes, Bytes)>,
+}
+
+/// Encodes a map field's entries (helper for generated code).
+///
+/// # Errors
+/// [`Error::InvalidArgument`] for a key that does not fit its encoding.
+pub fn encode_entries<K: KeyPart, V: ColumnValue>(spec: &'static WideSpec, map: &BTreeMap<K, V>) -> Result<WideCells> {
+    let entries =
+        map.iter().map(|(k, v)| Ok((spec.qualifier(k)?, Bytes::from(v.to_bytes())))).collect::<Result<Vec<_>>>()?;
+    Ok(WideCells { spec, entries })
+}
+
+/// Decodes a map field from the cells of its family in `row` (helper for generated code).
+///
+/// # Errors
+/// A [`FieldError`] naming the entry that does not decode.
+pub fn decode_entries<K: KeyPart + Ord, V: ColumnValue>(
+    row: &Row,
+    spec: &WideSpec,
+    as_of: u64,
+) -> std::result::Result<BTreeMap<K, V>, FieldError> {
+    let mut map = BTreeMap::new();
+    // Cells come newest version first: the first one at or before `as_of` is the value.
+    let mut last: Option<&[u8]> = None;
+    for cell in row.cells.iter().filter(|c| c.family == spec.family.as_bytes() && c.timestamp <= as_of) {
+        if last == Some(&cell.qualifier[..]) {
+            continue;
+        }
+        last = Some(&cell.qualifier);
+        let bad = |reason: String| FieldError {
+            column: Some(format!("{}:{}", spec.family, printable(&cell.qualifier))),
+            reason: format!("field `{}`: {reason}", spec.field),
+            other_record_type: false,
+        };
+        let Some(key) = spec.key_of::<K>(&cell.qualifier).map_err(bad)? else { continue };
+        let value = V::from_bytes(&cell.value).map_err(|e: ValueError| bad(e.to_string()))?;
+        map.insert(key, value);
+    }
+    Ok(map)
 }
 
 /// The entries of one map field of one row; reads and writes go straight to the row's
@@ -70,10 +191,7 @@ impl<K: KeyPart, V: ColumnValue> WideColumns<K, V> {
     /// # Errors
     /// A key that does not fit its encoding.
     pub fn qualifier(&self, key: &K) -> Result<Bytes> {
-        let mut q = self.spec.prefix.to_vec();
-        encode_part(key, &self.spec.key, &mut q)
-            .map_err(|e| Error::InvalidArgument { arg: "key", reason: format!("{}: {e}", self.spec.field) })?;
-        Ok(q.into())
+        self.spec.qualifier(key)
     }
 
     fn family(&self) -> Bytes {
@@ -89,13 +207,7 @@ impl<K: KeyPart, V: ColumnValue> WideColumns<K, V> {
                 column: Some(format!("{}:{}", self.spec.family, printable(&cell.qualifier))),
                 reason: format!("{}: {reason}", self.spec.field),
             };
-            let Some(mut rest) = cell.qualifier.strip_prefix(self.spec.prefix) else { continue };
-            let key = decode_part::<K>(&mut rest, &self.spec.key)
-                .map_err(|e| bad(e.to_string()))?
-                .ok_or_else(|| bad("a hashed key cannot be read back".into()))?;
-            if !rest.is_empty() {
-                return Err(bad(format!("{} bytes after the key", rest.len())));
-            }
+            let Some(key) = self.spec.key_of::<K>(&cell.qualifier).map_err(bad)? else { continue };
             out.push((key, V::from_bytes(&cell.value).map_err(|e| bad(e.to_string()))?));
         }
         Ok(out)

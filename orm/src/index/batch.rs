@@ -10,7 +10,7 @@ use bytes::Bytes;
 use super::entry::{self, Entry};
 use super::write::{Change, IndexedWrite};
 use crate::entity::Schema;
-use crate::store::{Condition, ReadSpec, RowMutation, Store};
+use crate::store::{Condition, RowMutation, Store};
 use crate::writer::{self, now_ms, Owner};
 use crate::Result;
 
@@ -85,7 +85,7 @@ fn run_batch(store: &dyn Store, schema: &'static Schema, batch: &mut [(usize, Pe
     let index_table = super::index_table(schema.table);
     // Step 1: the data rows.
     let keys: Vec<Bytes> = batch.iter().map(|(_, p)| p.write.row.clone()).collect();
-    let olds = store.read_rows(schema.table, &keys, &ReadSpec::default())?;
+    let olds = store.read_rows(schema.table, &keys, &schema.read_spec())?;
     for ((_, p), old) in batch.iter_mut().zip(olds) {
         if old.is_none() && matches!(p.write.change, Change::Delete | Change::Rebuild(_)) {
             continue; // Nothing to write: no plan.

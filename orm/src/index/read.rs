@@ -65,7 +65,7 @@ impl<E: Entity> IndexEntry<E> {
     /// # Errors
     /// [`Error::Decode`] naming a column the index does not copy.
     pub fn entity(&self) -> Result<E> {
-        Repository::<E>::decode(&self.row, u64::MAX)
+        E::from_row(&self.row, u64::MAX).map_err(|e| crate::repo::decode_error(E::SCHEMA.table, &self.row.key, e))
     }
 }
 
@@ -99,7 +99,7 @@ impl<E: Entity, V: IndexValue> IndexReader<E, V> {
             return Ok(None);
         };
         match self.check(vec![index_row], &Mode::Entities)?.pop().and_then(|hit| hit.data) {
-            Some(row) => Repository::<E>::decode(&row, u64::MAX).map(Some),
+            Some(row) => self.repo.decode(&row, u64::MAX).map(Some),
             None => Ok(None),
         }
     }
@@ -116,7 +116,7 @@ impl<E: Entity, V: IndexValue> IndexReader<E, V> {
         let mut data = if wanted.is_empty() {
             Vec::new()
         } else {
-            repo.store().read_rows(schema.table, &wanted, &ReadSpec::default())?
+            repo.store().read_rows(schema.table, &wanted, &schema.read_spec())?
         }
         .into_iter();
         let mut hits = Vec::new();
@@ -337,7 +337,7 @@ impl<'r, E: Entity, V: IndexValue> IndexQuery<'r, E, V> {
             let exhausted = chunk.len() < want;
             for hit in self.reader.check(chunk, &mode)? {
                 let entity = match (&mode, &hit.data) {
-                    (Mode::Entities, Some(row)) => Some(Repository::<E>::decode(row, u64::MAX)?),
+                    (Mode::Entities, Some(row)) => Some(self.reader.repo.decode(row, u64::MAX)?),
                     _ => None,
                 };
                 found.push((hit, entity));

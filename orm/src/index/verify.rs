@@ -214,7 +214,7 @@ impl<E: Entity> Verify<'_, E> {
             })
             .collect();
         let primaries: Vec<Bytes> = parsed.iter().filter_map(|(_, p)| p.as_ref().map(|p| p.primary.clone())).collect();
-        let mut data = store.read_rows(schema.table, &primaries, &ReadSpec::default())?.into_iter();
+        let mut data = store.read_rows(schema.table, &primaries, &schema.read_spec())?.into_iter();
         let mut fixes = Vec::new();
         for (raw, parsed) in parsed {
             let raw_state = raw.value(entry::FAMILY, "s").map(Bytes::copy_from_slice);

@@ -169,7 +169,8 @@ impl IndexedWrite<'_> {
         let owner = Owner::new();
         let new = self.new_entries()?;
         for _ in 0..ATTEMPTS {
-            let old = self.store.read_rows(self.schema.table, std::slice::from_ref(&self.row), &ReadSpec::default())?;
+            let old =
+                self.store.read_rows(self.schema.table, std::slice::from_ref(&self.row), &self.schema.read_spec())?;
             let old = old.into_iter().flatten().next();
             self.check_version(old.as_ref())?;
             if old.is_none() && matches!(self.change, Change::Delete | Change::Rebuild(_)) {
@@ -412,7 +413,7 @@ impl IndexedWrite<'_> {
             }
         }
         let rows =
-            self.store.read_rows(self.schema.table, std::slice::from_ref(&holder.primary), &ReadSpec::default())?;
+            self.store.read_rows(self.schema.table, std::slice::from_ref(&holder.primary), &self.schema.read_spec())?;
         Ok(rows
             .into_iter()
             .flatten()

@@ -14,7 +14,7 @@ mod salt;
 use md5::{Digest as _, Md5};
 
 pub use parts::Timestamp;
-pub use row::{Digest, KeyBuilder, KeyReader, RowKey, SaltByte};
+pub use row::{name_of, Digest, KeyBuilder, KeyReader, RowKey, SaltByte};
 pub use salt::{bucket_of, random_bucket, salt_of, Salt};
 
 /// A row key that does not encode or decode.
@@ -57,6 +57,68 @@ pub enum KeyError {
         /// What is wrong.
         reason: String,
     },
+    /// A substituted part's name has no id yet: no row holds it.
+    #[error("key part `{part}`: `{name}` has no id yet, so no row holds it")]
+    Unassigned {
+        /// The substituted part.
+        part: &'static str,
+        /// The name.
+        name: String,
+    },
+    /// A substituted part could not be resolved (its id or name could not be read or
+    /// assigned, or the key was encoded without a repository to resolve it).
+    #[error("key part `{part}` is substituted: {reason}")]
+    Substitution {
+        /// The substituted part.
+        part: &'static str,
+        /// What went wrong.
+        reason: String,
+    },
+}
+
+/// A `String` key part stored as a fixed-width id of its kind (`#[cellar(key, substitute =
+/// "hosts")]`): see [`crate::uid`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Substitute {
+    /// The kind of names the ids stand for.
+    pub kind: &'static str,
+    /// Id width in bytes (3 to 8).
+    pub width: u8,
+}
+
+/// Resolves substituted key parts: names to ids when keys are encoded, ids to names when they
+/// are decoded. A repository supplies one backed by the database's id tables.
+pub trait Names {
+    /// The id of `name` for the substituted part `part`: for a write, assigned if new; for a
+    /// read, [`KeyError::Unassigned`] if it has none.
+    ///
+    /// # Errors
+    /// [`KeyError::Unassigned`]; [`KeyError::Substitution`] when it cannot be resolved.
+    fn id(&self, part: &'static str, sub: &Substitute, name: &str) -> Result<Vec<u8>, KeyError>;
+
+    /// The name `id` stands for.
+    ///
+    /// # Errors
+    /// [`KeyError::Substitution`] when it cannot be resolved, or the id has no name.
+    fn name(&self, part: &'static str, sub: &Substitute, id: &[u8]) -> Result<String, KeyError>;
+}
+
+/// The [`Names`] of code without a repository: every substituted part is an error.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Unresolved;
+
+impl Names for Unresolved {
+    fn id(&self, part: &'static str, _: &Substitute, _: &str) -> Result<Vec<u8>, KeyError> {
+        Err(unresolved(part))
+    }
+
+    fn name(&self, part: &'static str, _: &Substitute, _: &[u8]) -> Result<String, KeyError> {
+        Err(unresolved(part))
+    }
+}
+
+fn unresolved(part: &'static str) -> KeyError {
+    KeyError::Substitution { part, reason: "its id is resolved by a repository: read and write through one".into() }
 }
 
 /// How a part's encoding is framed inside the row key.

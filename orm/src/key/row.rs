@@ -4,7 +4,8 @@
 use bytes::Bytes;
 
 use super::{
-    decode_part, encode_part, md5_of, random_bucket, salt_of, take, KeyError, KeyPart, Modifier, Salt, MD5_WIDTH,
+    decode_part, encode_part, md5_of, random_bucket, salt_of, take, KeyError, KeyPart, Modifier, Names, Salt,
+    Substitute, MD5_WIDTH,
 };
 use crate::entity::{KeyField, Schema};
 
@@ -119,6 +120,23 @@ impl KeyBuilder {
         encode_part(value, &field.spec, &mut self.body)
     }
 
+    /// Appends a substituted part: the id `names` gives its name.
+    ///
+    /// # Errors
+    /// As [`Names::id`]; [`KeyError::Layout`] for a part that is not substituted.
+    pub fn substituted(&mut self, name: &str, field: &KeyField, names: &dyn Names) -> Result<(), KeyError> {
+        let sub = substitute_of(field)?;
+        let id = names.id(field.spec.name, sub, name)?;
+        if id.len() != usize::from(sub.width) {
+            return Err(KeyError::Substitution {
+                part: field.spec.name,
+                reason: format!("an id of {} bytes where {} were declared", id.len(), sub.width),
+            });
+        }
+        self.body.extend_from_slice(&id);
+        Ok(())
+    }
+
     /// Marks the end of the partition parts and appends the record type byte, if any.
     pub fn end_partition(&mut self) {
         self.partition_end = Some(self.body.len());
@@ -150,6 +168,21 @@ impl KeyBuilder {
         };
         RowKey { salt, body: self.body, partition_len: self.partition_end }
     }
+}
+
+/// The name a substituted part's id stands for.
+///
+/// # Errors
+/// As [`Names::name`]; [`KeyError::Layout`] for a part that is not substituted.
+pub fn name_of(field: &KeyField, id: &[u8], names: &dyn Names) -> Result<String, KeyError> {
+    names.name(field.spec.name, substitute_of(field)?, id)
+}
+
+fn substitute_of(field: &KeyField) -> Result<&Substitute, KeyError> {
+    field
+        .substitute
+        .as_ref()
+        .ok_or_else(|| KeyError::Layout { reason: format!("key part `{}` is not substituted", field.spec.name) })
 }
 
 /// Reads a row key part by part, in layout order.
@@ -215,6 +248,16 @@ impl<'a> KeyReader<'a> {
         let mut digest = [0u8; MD5_WIDTH];
         digest.copy_from_slice(take(&mut self.input, MD5_WIDTH, field.spec.name)?);
         Ok(Digest(digest))
+    }
+
+    /// Reads a substituted part's id. Resolve its name once the whole key has been read (so
+    /// a row of another record type is recognised first) with [`Names::name`].
+    ///
+    /// # Errors
+    /// [`KeyError::Truncated`]; [`KeyError::Layout`] for a part that is not substituted.
+    pub fn id(&mut self, field: &KeyField) -> Result<&'a [u8], KeyError> {
+        let width = substitute_of(field)?.width;
+        take(&mut self.input, usize::from(width), field.spec.name)
     }
 
     /// Reads the record type byte, if the entity has one.

@@ -1,5 +1,6 @@
 //! [`Repository`]: typed reads and writes of one entity type over a [`Store`].
 
+mod names;
 mod query;
 
 use std::marker::PhantomData;
@@ -11,10 +12,11 @@ pub use query::{Cursor, EntityIter, Page, Query, Skipped};
 
 use crate::entity::{ColumnKind, ColumnSpec, Entity, FieldError};
 use crate::index::{write_many, Change, IndexedWrite, Statuses};
-use crate::key::RowKey;
+use crate::key::{KeyError, RowKey};
 use crate::store::{CellMutation, Condition, ReadSpec, Row, RowMutation, Store};
 use crate::value::ColumnValue;
 use crate::{Error, Result};
+use names::SubstitutedNames;
 
 /// A counter column of entity `E`, generated as an associated constant (`Customer::ORDERS`).
 #[derive(Debug)]
@@ -51,6 +53,8 @@ pub struct Repository<E> {
     write_back: bool,
     /// Which of the entity's indexes can answer.
     indexes: Arc<Statuses>,
+    /// The ids of substituted key parts.
+    names: Arc<SubstitutedNames>,
     _entity: PhantomData<fn() -> E>,
 }
 
@@ -60,6 +64,7 @@ impl<E> Clone for Repository<E> {
             store: self.store.clone(),
             write_back: self.write_back,
             indexes: self.indexes.clone(),
+            names: self.names.clone(),
             _entity: PhantomData,
         }
     }
@@ -107,7 +112,8 @@ impl<E: Entity> Repository<E> {
     /// A repository of `E` on `store`: records the status of new indexes (see
     /// [`crate::index`]).
     pub(crate) fn open(store: Arc<dyn Store>) -> Result<Self> {
-        let mut repo = Repository { store, write_back: false, indexes: Arc::default(), _entity: PhantomData };
+        let names = Arc::new(SubstitutedNames::open(&store, &E::SCHEMA)?);
+        let mut repo = Repository { store, write_back: false, indexes: Arc::default(), names, _entity: PhantomData };
         if !E::SCHEMA.indexes.is_empty() {
             if matches!(E::SCHEMA.salt, crate::key::Salt::Random { .. }) {
                 return Err(Error::SchemaMismatch {
@@ -154,14 +160,27 @@ impl<E: Entity> Repository<E> {
         E::SCHEMA.table
     }
 
-    fn row_key(key: &E::Key) -> Result<RowKey> {
-        E::row_key(key).map_err(|source| Error::Key { entity: E::SCHEMA.entity, source })
+    /// Encodes `key` for a write: substituted names without an id get one.
+    fn write_key(&self, key: &E::Key) -> Result<RowKey> {
+        let names = self.names.writing();
+        E::row_key_in(key, &names)
+            .map_err(|e| names.error(&e, || Error::Key { entity: E::SCHEMA.entity, source: e.clone() }))
+    }
+
+    /// Encodes `key` for a read: `None` if a substituted name has no id, so no row holds it.
+    fn read_key(&self, key: &E::Key) -> Result<Option<RowKey>> {
+        let names = self.names.reading();
+        match E::row_key_in(key, &names) {
+            Ok(key) => Ok(Some(key)),
+            Err(KeyError::Unassigned { .. }) => Ok(None),
+            Err(e) => Err(names.error(&e, || Error::Key { entity: E::SCHEMA.entity, source: e.clone() })),
+        }
     }
 
     /// The row of an entity and the mutation that writes it: every cell, and a column delete
     /// for every `None` field so an earlier value does not linger.
-    fn mutation(entity: &E, version: Option<u64>) -> Result<RowMutation> {
-        let key = Self::row_key(&entity.key())?;
+    fn mutation(&self, entity: &E, version: Option<u64>) -> Result<RowMutation> {
+        let key = self.write_key(&entity.key())?;
         let mut mutations = Vec::new();
         for cell in entity.cells()? {
             let family = Bytes::from_static(cell.family.as_bytes());
@@ -170,6 +189,21 @@ impl<E: Entity> Repository<E> {
                 Some(v) => CellMutation::Put { family, qualifier, value: v.into(), timestamp: None },
                 None => CellMutation::DeleteColumn { family, qualifier },
             });
+        }
+        // An eager wide field is replaced whole: its family cleared, then every entry written
+        // (a later mutation of a row masks an earlier one, never the reverse); a lazy one only
+        // gains the entries its map holds.
+        for wide in entity.wide_cells()? {
+            let family = Bytes::from_static(wide.spec.family.as_bytes());
+            if !wide.spec.lazy {
+                mutations.push(CellMutation::DeleteFamily { family: family.clone() });
+            }
+            mutations.extend(wide.entries.into_iter().map(|(qualifier, value)| CellMutation::Put {
+                family: family.clone(),
+                qualifier,
+                value,
+                timestamp: None,
+            }));
         }
         if let (Some(v), Some(col)) = (version, E::SCHEMA.version_column()) {
             mutations.push(CellMutation::Put {
@@ -196,13 +230,15 @@ impl<E: Entity> Repository<E> {
 
     /// The stored row of `key` (probing every bucket under a random salt).
     fn read_one(&self, key: impl Into<E::Key>, read: &ReadSpec) -> Result<Option<Row>> {
-        let key = Self::row_key(&key.into())?;
+        let Some(key) = self.read_key(&key.into())? else { return Ok(None) };
         let rows = self.store.read_rows(self.table(), &key.candidates(), read)?;
         Ok(rows.into_iter().flatten().next())
     }
 
-    pub(crate) fn decode(row: &Row, as_of: u64) -> Result<E> {
-        E::from_row(row, as_of).map_err(|e| decode_error(E::SCHEMA.table, &row.key, e))
+    pub(crate) fn decode(&self, row: &Row, as_of: u64) -> Result<E> {
+        let names = self.names.reading();
+        E::from_row_in(row, as_of, &names)
+            .map_err(|e| names.take_failure().unwrap_or_else(|| decode_error(E::SCHEMA.table, &row.key, e)))
     }
 
     /// Writes an entity, replacing every field of a stored one (counters excepted: they change
@@ -213,7 +249,7 @@ impl<E: Entity> Repository<E> {
     /// # Errors
     /// Key or value encoding errors; store errors.
     pub fn put(&self, entity: &E) -> Result<()> {
-        let m = Self::mutation(entity, None)?;
+        let m = self.mutation(entity, None)?;
         if self.indexed() {
             return self.write_indexed(m.row, Change::Put(m.mutations), None);
         }
@@ -228,7 +264,7 @@ impl<E: Entity> Repository<E> {
     /// As [`Repository::put`]; nothing is written if an entity does not encode; the first
     /// entity's error (a [`Error::UniqueViolation`]) once the others are written.
     pub fn put_many<'a>(&self, entities: impl IntoIterator<Item = &'a E>) -> Result<()> {
-        let rows = entities.into_iter().map(|e| Self::mutation(e, None)).collect::<Result<Vec<_>>>()?;
+        let rows = entities.into_iter().map(|e| self.mutation(e, None)).collect::<Result<Vec<_>>>()?;
         if rows.is_empty() {
             return Ok(());
         }
@@ -256,7 +292,7 @@ impl<E: Entity> Repository<E> {
         let next = expected
             .checked_add(1)
             .ok_or(Error::InvalidArgument { arg: "entity", reason: "version counter is exhausted".into() })?;
-        let mutation = Self::mutation(entity, Some(next))?;
+        let mutation = self.mutation(entity, Some(next))?;
         if self.indexed() {
             self.write_indexed(mutation.row, Change::Put(mutation.mutations), Some((expected, col)))?;
             entity.set_version(next);
@@ -282,8 +318,8 @@ impl<E: Entity> Repository<E> {
     /// # Errors
     /// [`Error::Decode`] for a stored row that is not a valid `E`; store errors.
     pub fn get(&self, key: impl Into<E::Key>) -> Result<Option<E>> {
-        let Some(row) = self.read_one(key, &ReadSpec::default())? else { return Ok(None) };
-        let entity = Self::decode(&row, u64::MAX)?;
+        let Some(row) = self.read_one(key, &E::SCHEMA.read_spec())? else { return Ok(None) };
+        let entity = self.decode(&row, u64::MAX)?;
         self.write_back_blobs(&row, &entity)?;
         Ok(Some(entity))
     }
@@ -335,15 +371,17 @@ impl<E: Entity> Repository<E> {
     /// # Errors
     /// As [`Repository::get`].
     pub fn get_many<K: Into<E::Key>>(&self, keys: impl IntoIterator<Item = K>) -> Result<Vec<Option<E>>> {
-        let keys = keys.into_iter().map(|k| Self::row_key(&k.into())).collect::<Result<Vec<_>>>()?;
-        let candidates: Vec<Vec<Bytes>> = keys.iter().map(RowKey::candidates).collect();
+        let keys = keys.into_iter().map(|k| self.read_key(&k.into())).collect::<Result<Vec<_>>>()?;
+        // A key whose substituted name has no id has no candidate rows.
+        let candidates: Vec<Vec<Bytes>> =
+            keys.iter().map(|k| k.as_ref().map(RowKey::candidates).unwrap_or_default()).collect();
         let flat: Vec<Bytes> = candidates.iter().flatten().cloned().collect();
-        let mut rows = self.store.read_rows(self.table(), &flat, &ReadSpec::default())?.into_iter();
+        let mut rows = self.store.read_rows(self.table(), &flat, &E::SCHEMA.read_spec())?.into_iter();
         candidates
             .iter()
             .map(|c| {
                 let Some(row) = rows.by_ref().take(c.len()).flatten().next() else { return Ok(None) };
-                let entity = Self::decode(&row, u64::MAX)?;
+                let entity = self.decode(&row, u64::MAX)?;
                 self.write_back_blobs(&row, &entity)?;
                 Ok(Some(entity))
             })
@@ -355,7 +393,7 @@ impl<E: Entity> Repository<E> {
     /// # Errors
     /// Key encoding and store errors.
     pub fn exists(&self, key: impl Into<E::Key>) -> Result<bool> {
-        Ok(self.read_one(key, &ReadSpec::default())?.is_some())
+        Ok(self.read_one(key, &E::SCHEMA.read_spec())?.is_some())
     }
 
     /// Deletes an entity (its whole row, counters included).
@@ -363,7 +401,7 @@ impl<E: Entity> Repository<E> {
     /// # Errors
     /// Key encoding and store errors.
     pub fn delete(&self, key: impl Into<E::Key>) -> Result<()> {
-        let key = Self::row_key(&key.into())?;
+        let Some(key) = self.read_key(&key.into())? else { return Ok(()) };
         if self.indexed() {
             return self.write_indexed(key.for_write(), Change::Delete, None);
         }
@@ -382,12 +420,31 @@ impl<E: Entity> Repository<E> {
     /// [`Error::InvalidArgument`] under a random salt (the row is not known); store errors.
     pub fn increment(&self, key: impl Into<E::Key>, counter: Counter<E>, delta: i64) -> Result<i64> {
         let col = counter.column()?;
-        let key = Self::row_key(&key.into())?;
+        let key = self.write_key(&key.into())?;
         let [row] = key.candidates().try_into().map_err(|_| Error::InvalidArgument {
             arg: "key",
             reason: "counters of randomly salted entities cannot be addressed".into(),
         })?;
         self.store.increment(self.table(), row, col.family, col.qualifier, delta)
+    }
+
+    /// The entries of the wide field `field` of the entity at `key`, read and written one by
+    /// one (see [`crate::wide`]). The row need not exist: writing an entry creates it.
+    ///
+    /// # Errors
+    /// Key encoding errors; [`Error::InvalidArgument`] under a random salt (the row is not
+    /// known).
+    pub fn wide<K: crate::key::KeyPart, V: ColumnValue>(
+        &self,
+        key: impl Into<E::Key>,
+        field: crate::wide::Wide<E, K, V>,
+    ) -> Result<crate::wide::WideColumns<K, V>> {
+        let key = self.write_key(&key.into())?;
+        let [row] = key.candidates().try_into().map_err(|_| Error::InvalidArgument {
+            arg: "key",
+            reason: "wide fields of randomly salted entities cannot be addressed".into(),
+        })?;
+        Ok(crate::wide::WideColumns::new(self.store.clone(), self.table(), row, *field.spec()))
     }
 
     /// The entity as it was at `timestamp` (milliseconds): each column's newest version at or
@@ -397,8 +454,8 @@ impl<E: Entity> Repository<E> {
     /// As [`Repository::get`].
     pub fn get_as_of(&self, key: impl Into<E::Key>, timestamp: u64) -> Result<Option<E>> {
         let read =
-            ReadSpec { max_versions: 1, time_range: Some((0, timestamp.saturating_add(1))), ..ReadSpec::default() };
-        self.read_one(key, &read)?.map(|row| Self::decode(&row, u64::MAX)).transpose()
+            ReadSpec { max_versions: 1, time_range: Some((0, timestamp.saturating_add(1))), ..E::SCHEMA.read_spec() };
+        self.read_one(key, &read)?.map(|row| self.decode(&row, u64::MAX)).transpose()
     }
 
     /// Up to `max` past states of an entity, newest first, each with the timestamp it took
@@ -407,7 +464,7 @@ impl<E: Entity> Repository<E> {
     /// # Errors
     /// As [`Repository::get`].
     pub fn history(&self, key: impl Into<E::Key>, max: u32) -> Result<Vec<(u64, E)>> {
-        let read = ReadSpec { max_versions: max.max(1), time_range: None, ..ReadSpec::default() };
+        let read = ReadSpec { max_versions: max.max(1), time_range: None, ..E::SCHEMA.read_spec() };
         let Some(row) = self.read_one(key, &read)? else {
             return Ok(Vec::new());
         };
@@ -416,7 +473,7 @@ impl<E: Entity> Repository<E> {
         times.dedup();
         let mut states = Vec::new();
         for ts in times.into_iter().take(max as usize) {
-            match E::from_row(&row, ts) {
+            match E::from_row_in(&row, ts, &self.names.reading()) {
                 Ok(e) => states.push((ts, e)),
                 // Before its first complete write the entity did not exist yet.
                 Err(e) if e.column.is_some() && !states.is_empty() => break,

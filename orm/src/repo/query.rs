@@ -8,10 +8,14 @@ use std::str::FromStr;
 use bytes::Bytes;
 
 use super::{Records, Repository};
+use std::sync::Arc;
+
+use super::names::SubstitutedNames;
 use crate::entity::{Entity, FieldError, KeyPrefix};
+use crate::key::Names;
 use crate::key::{prefix_end, KeyBuilder, RowKey, Salt, SaltByte};
 use crate::record::{Member, Record};
-use crate::store::{Row, RowStream, ScanSpec, Store};
+use crate::store::{ReadSpec, Row, RowStream, ScanSpec, Store};
 use crate::{Error, Result};
 
 /// Where a scan resumes: after the last entity of the previous page. Opaque; it prints as a
@@ -81,7 +85,11 @@ struct Target<T> {
     own: Option<RowKey>,
     /// Rows that are not the target's may lie in range, so the store cannot apply the limit.
     mixed: bool,
-    decode: fn(&Row) -> std::result::Result<T, FieldError>,
+    /// Which columns a row is read with.
+    columns: crate::store::Columns,
+    /// Resolves substituted key parts.
+    names: Arc<SubstitutedNames>,
+    decode: fn(&Row, &dyn Names) -> std::result::Result<T, FieldError>,
 }
 
 /// A scan being set up. Build it with [`Repository::scan`] or [`Records::scan`], then
@@ -99,6 +107,8 @@ pub struct Query<'a, E> {
     error: Option<Error>,
     /// Rows that do not decode are set aside instead of ending the scan.
     skip_unreadable: bool,
+    /// Nothing can match (a prefix names a substituted name that has no id).
+    nothing: bool,
 }
 
 impl<E: Entity> Repository<E> {
@@ -117,7 +127,9 @@ impl<E: Entity> Repository<E> {
             salt: schema.salt,
             own,
             mixed: schema.record_type.is_some(),
-            decode: |row| E::from_row(row, u64::MAX),
+            columns: schema.read_columns(),
+            names: self.names.clone(),
+            decode: |row, names| E::from_row_in(row, u64::MAX, names),
         };
         Query::new(&*self.store, target)
     }
@@ -128,8 +140,16 @@ impl<R: Record> Records<R> {
     /// reversed; narrow it to one partition with [`Query::partition`].
     pub fn scan(&self) -> Query<'_, R> {
         let first = self.first;
-        let target =
-            Target { name: R::NAME, table: first.table, salt: first.salt, own: None, mixed: true, decode: R::from_row };
+        let target = Target {
+            name: R::NAME,
+            table: first.table,
+            salt: first.salt,
+            own: None,
+            mixed: true,
+            columns: crate::store::Columns::All,
+            names: Arc::default(),
+            decode: |row, _| R::from_row(row),
+        };
         Query::new(&*self.store, target)
     }
 }
@@ -147,6 +167,7 @@ impl<'a, T> Query<'a, T> {
             after: None,
             error: None,
             skip_unreadable: false,
+            nothing: false,
         }
     }
 
@@ -174,8 +195,22 @@ impl<R: Record> Query<'_, R> {
 impl<E: Entity> Query<'_, E> {
     /// Only entities whose key starts with `prefix` (built with the generated
     /// `<Entity>Key::<first part>(..)` methods).
-    pub fn prefix(self, prefix: impl KeyPrefix<E>) -> Self {
-        self.with_prefix(prefix.encode_prefix())
+    pub fn prefix(mut self, prefix: impl KeyPrefix<E>) -> Self {
+        let names = self.target.names.clone();
+        let names = names.reading();
+        match prefix.encode_prefix_in(&names) {
+            // A name without an id is in no key: nothing starts with the prefix.
+            Err(crate::key::KeyError::Unassigned { .. }) => {
+                self.nothing = true;
+                self
+            }
+            Err(e) => {
+                let failure = names.error(&e, || Error::Key { entity: self.target.name, source: e.clone() });
+                self.error.get_or_insert(failure);
+                self
+            }
+            encoded => self.with_prefix(encoded),
+        }
     }
 
     /// Only entities with `from <= key < to`; either end may be left open with `..`.
@@ -195,7 +230,9 @@ impl<'a, T> Query<'a, T> {
             salt: schema.salt,
             own: None,
             mixed,
-            decode: |_| Ok(()),
+            columns: schema.read_columns(),
+            names: Arc::default(),
+            decode: |_, _| Ok(()),
         };
         Query::new(store, target)
     }
@@ -206,17 +243,27 @@ impl<'a, T> Query<'a, T> {
         self
     }
 
-    /// Only rows with keys of `E` in `range`.
+    /// Only rows with keys of `E` in `range` (substituted parts order by id).
     pub(crate) fn with_range<E: Entity>(mut self, range: impl std::ops::RangeBounds<E::Key>) -> Self {
         use std::ops::Bound;
+        let names = self.target.names.clone();
+        let names = names.reading();
+        let encode = |q: &mut Self, k: &E::Key| match E::row_key_in(k, &names) {
+            Ok(k) => Some(k),
+            Err(e) => {
+                let failure = names.error(&e, || Error::Key { entity: q.target.name, source: e.clone() });
+                q.error.get_or_insert(failure);
+                None
+            }
+        };
         self.from = match range.start_bound() {
-            Bound::Included(k) => self.keep(E::row_key(k)),
-            Bound::Excluded(k) => self.keep(E::row_key(k)).map(|k| k.successor()),
+            Bound::Included(k) => encode(&mut self, k),
+            Bound::Excluded(k) => encode(&mut self, k).map(|k| k.successor()),
             Bound::Unbounded => None,
         };
         self.to = match range.end_bound() {
-            Bound::Excluded(k) => self.keep(E::row_key(k)),
-            Bound::Included(k) => self.keep(E::row_key(k)).map(|k| k.successor()),
+            Bound::Excluded(k) => encode(&mut self, k),
+            Bound::Included(k) => encode(&mut self, k).map(|k| k.successor()),
             Bound::Unbounded => None,
         };
         self
@@ -296,7 +343,7 @@ impl<'a, E> Query<'a, E> {
         }
         let salted = self.target.salt.is_some();
         let mut streams = Vec::new();
-        for bucket in buckets {
+        for bucket in buckets.into_iter().filter(|_| !self.nothing) {
             let with = |body: &[u8]| -> Bytes {
                 let mut k = Vec::with_capacity(body.len() + 1);
                 k.extend(bucket);
@@ -315,7 +362,7 @@ impl<'a, E> Query<'a, E> {
                 // Rows of other record types are skipped after reading, so only a table
                 // without them can let the store stop early.
                 limit: self.limit.filter(|_| !self.target.mixed && !self.skip_unreadable),
-                read: Default::default(),
+                read: ReadSpec { columns: self.target.columns.clone(), ..ReadSpec::default() },
             };
             let mut stream = self.store.scan(self.target.table, &spec)?;
             let head = stream.next();
@@ -499,13 +546,19 @@ impl<E> EntityIter<'_, E> {
                 Ok(row) => row,
                 Err(e) => return Some(Err(e)),
             };
-            match (self.target.decode)(&row) {
+            let names = self.target.names.reading();
+            match (self.target.decode)(&row, &names) {
                 Ok(e) => {
                     self.left -= 1;
                     return Some(Ok((self.body(&row.key).to_vec(), e)));
                 }
                 Err(e) if e.other_record_type => continue,
                 Err(e) => {
+                    // A store error while resolving a substituted part is the scan's error,
+                    // not the row's.
+                    if let Some(failure) = names.take_failure() {
+                        return Some(Err(failure));
+                    }
                     if let Some(e) = self.set_aside(&row.key, super::decode_error(self.target.table, &row.key, e)) {
                         return Some(Err(e));
                     }
