@@ -18,14 +18,23 @@ use cellar::prelude::*;
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestRunner};
 
-const POINTS: WideSpec =
-    WideSpec { field: "points", family: "p", prefix: b"pt", key: PartSpec::new("points", Form::Last), lazy: false };
+const POINTS: WideSpec = WideSpec {
+    field: "points",
+    family: "p",
+    prefix: b"pt",
+    key: PartSpec::new("points", Form::Last),
+    lazy: false,
+    key_type: "u16",
+    key_width: Some(2),
+};
 const NEWEST: WideSpec = WideSpec {
     field: "newest",
     family: "n",
     prefix: b"",
     key: PartSpec::new("newest", Form::Last).with(Modifier::Desc),
     lazy: false,
+    key_type: "u16",
+    key_width: Some(2),
 };
 
 fn table(db: &Db) {
@@ -288,4 +297,28 @@ fn the_layout_shows_where_each_map_lives() {
     assert!(layout.contains("  readings  r:\"t\" + key, smallest first, read with the entity"), "{layout}");
     assert!(layout.contains("  log       l:key, largest first, lazy: read on demand"), "{layout}");
     assert!(layout.contains("  r  max versions 1"), "{layout}");
+}
+
+/// An hour of readings per row, keyed by the second within the hour: bounded.
+#[derive(Entity, Debug, Clone, PartialEq)]
+#[cellar(table = "hours")]
+struct Hour {
+    #[cellar(key)]
+    sensor: u32,
+    #[cellar(key)]
+    hour: u32,
+    #[cellar(columns(family = "s"))]
+    seconds: BTreeMap<u16, f64>,
+}
+
+#[test]
+fn advice_warns_of_maps_that_can_grow_without_bound() {
+    use cellar::orm::advice::Rule;
+    let advice = Sensor::advice();
+    let unbounded: Vec<&str> =
+        advice.iter().filter(|a| a.rule == Rule::UnboundedRow).map(|a| a.subject.as_str()).collect();
+    assert_eq!(unbounded, ["map `readings`", "map `log`"], "{advice:?}");
+    assert!(advice[0].reason.contains("`u32` keys allow more than 65536 entries"), "{}", advice[0]);
+    assert!(advice[0].reason.contains("one row per entry"), "the tall alternative: {}", advice[0]);
+    assert_eq!(Hour::advice(), [], "a u16 key bounds a row to 65,536 entries");
 }

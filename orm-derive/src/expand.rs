@@ -202,7 +202,14 @@ pub fn expand(e: &EntityAttr) -> TokenStream {
         let prefix = syn::LitByteStr::new(w.prefix.as_bytes(), Span::call_site());
         let modifier = if w.desc { quote!(Desc) } else { quote!(None) };
         let lazy = w.lazy;
+        let key_ty = crate::check::map_types(&f.ty).map(|(k, _)| k.clone());
+        let (key_type, key_width) = match &key_ty {
+            Some(k) => (type_string(k), quote!(<#k as #orm::key::KeyPart>::FIXED_WIDTH)),
+            None => (lit(""), quote!(::core::option::Option::None)),
+        };
         quote!(#orm::wide::WideSpec {
+            key_type: #key_type,
+            key_width: #key_width,
             field: #field,
             family: #family,
             prefix: #prefix,

@@ -34,7 +34,13 @@ pub enum Rule {
     UnreachableRegion,
     /// What an aggregate's storage strategy costs for its common operations.
     StrategyCost,
+    /// A map stored as columns whose key allows more entries than a row should hold.
+    UnboundedRow,
 }
+
+/// The most entries a map stored as columns is bounded to without advice: what a key of one or
+/// two bytes allows (OpenTSDB's hour of seconds fits, with room to spare).
+pub const MAX_ROW_ENTRIES: usize = 1 << 16;
 
 /// One finding.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -124,6 +130,21 @@ impl Schema {
                         .into(),
                 });
             }
+        }
+        for wide in self.wide.iter().filter(|w| w.key_width.is_none_or(|n| n > 2)) {
+            out.push(Advice {
+                rule: Rule::UnboundedRow,
+                subject: format!("map `{}`", wide.field),
+                reason: format!(
+                    "one column per entry, and its `{}` keys allow more than {MAX_ROW_ENTRIES} entries in one \
+                     row; a row never splits across regions, so a row that keeps growing outgrows its \
+                     region and slows every read of it. Bound it — key the entries by a small offset (a \
+                     u16) inside a key part that starts a new row per range, as OpenTSDB keeps an hour per \
+                     row — or store them tall: one row per entry, the map's key as the entity's last key \
+                     part",
+                    wide.key_type
+                ),
+            });
         }
         for col in self.columns.iter().filter(|c| c.kind == ColumnKind::Value && is_string(c.type_name)) {
             if names_any(col.field, NUMERIC_WORDS) {

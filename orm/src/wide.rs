@@ -46,6 +46,10 @@ pub struct WideSpec {
     pub key: PartSpec,
     /// Left out of entity reads; reached through [`crate::Repository::wide`] only.
     pub lazy: bool,
+    /// The key's Rust type, as written (for layouts and advice).
+    pub key_type: &'static str,
+    /// The key's encoded width, if fixed: a width of 1 or 2 bytes bounds the map's entries.
+    pub key_width: Option<usize>,
 }
 
 impl WideSpec {

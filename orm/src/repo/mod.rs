@@ -213,10 +213,11 @@ impl<E: Entity> Repository<E> {
                 timestamp: None,
             });
         }
-        // A row exists only through its cells: an entity with nothing else to store (only key
-        // parts, or every field `None`) gets an empty marker cell under the empty qualifier,
-        // which no field can map to.
-        if !mutations.iter().any(|m| matches!(m, CellMutation::Put { .. })) {
+        // A row exists only through its cells: an entity with nothing else to store that an
+        // entity read returns (only key parts, every field `None`, only lazy maps) gets an
+        // empty marker cell under the empty qualifier, which no field can map to.
+        let lazy = |family: &Bytes| E::SCHEMA.wide.iter().any(|w| w.lazy && w.family.as_bytes() == family);
+        if !mutations.iter().any(|m| matches!(m, CellMutation::Put { family, .. } if !lazy(family))) {
             let family = E::SCHEMA.families.first().map_or("d", |f| f.name);
             mutations.push(CellMutation::Put {
                 family: Bytes::from_static(family.as_bytes()),
@@ -243,8 +244,8 @@ impl<E: Entity> Repository<E> {
 
     /// Writes an entity, replacing every field of a stored one (counters excepted: they change
     /// only through [`Repository::increment`], so a put cannot undo a concurrent increment).
-    /// An entity with no field to store (only key parts, or every field `None`) is written as
-    /// an empty marker cell with the empty qualifier, so that it exists.
+    /// An entity with no field to store (only key parts, every field `None`, or only lazy maps)
+    /// is written as an empty marker cell with the empty qualifier, so that it exists.
     ///
     /// # Errors
     /// Key or value encoding errors; store errors.
