@@ -2,11 +2,14 @@
 //! the follower graph, time-series events, one order aggregate in all four storage strategies
 //! with what each operation costs, the bulk migration of an order store's versioned blobs from
 //! two old versions to the current one, and secondary indexes added to a table with data:
-//! backfilled, verified and repaired — each example in turn, every result asserted.
+//! backfilled, verified and repaired; time series the OpenTSDB way (substituted names, an
+//! hour per row, a column per second); and per-user lists tall, wide and in between, with what
+//! each read costs — each example in turn, every result asserted.
 //!
 //! Run with `cargo run --release --example tour`; each part also runs on its own
 //! (`--example customer_orders`, `--example followers`, `--example timeseries`,
-//! `--example order_strategies`, `--example blob_migration`, `--example index_backfill`).
+//! `--example order_strategies`, `--example blob_migration`, `--example index_backfill`,
+//! `--example opentsdb`, `--example list_data`).
 
 #[path = "blob_migration.rs"]
 mod blob_migration;
@@ -16,6 +19,10 @@ mod customer_orders;
 mod followers;
 #[path = "index_backfill.rs"]
 mod index_backfill;
+#[path = "list_data.rs"]
+mod list_data;
+#[path = "opentsdb.rs"]
+mod opentsdb;
 #[path = "order_strategies.rs"]
 mod order_strategies;
 #[path = "timeseries.rs"]
@@ -34,6 +41,10 @@ fn main() -> cellar::orm::Result<()> {
     blob_migration::main()?;
     println!("\n== index_backfill ==");
     index_backfill::main()?;
+    println!("\n== opentsdb ==");
+    opentsdb::main()?;
+    println!("\n== list_data ==");
+    list_data::main()?;
     println!("\ntour: ok");
     Ok(())
 }

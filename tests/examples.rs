@@ -11,6 +11,10 @@ mod customer_orders;
 mod followers;
 #[path = "../examples/index_backfill.rs"]
 mod index_backfill;
+#[path = "../examples/list_data.rs"]
+mod list_data;
+#[path = "../examples/opentsdb.rs"]
+mod opentsdb;
 #[path = "../examples/order_strategies.rs"]
 mod order_strategies;
 #[path = "../examples/scale_out.rs"]
@@ -52,4 +56,15 @@ fn index_backfill_example() {
 fn scale_out_example() {
     let Some(store) = common::backend::bigtable_store() else { return };
     scale_out::run(store).unwrap();
+}
+
+#[test]
+fn list_data_example() {
+    // The biggest user holds 20,000 values here (10^6 when run as an example).
+    list_data::run(20_000).unwrap();
+}
+
+#[test]
+fn opentsdb_example() {
+    opentsdb::main().unwrap();
 }

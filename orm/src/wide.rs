@@ -311,6 +311,27 @@ impl<K: KeyPart, V: ColumnValue> WideColumns<K, V> {
         self.slice(Some(self.qualifier(from)?), Some(self.qualifier(to)?), limit)
     }
 
+    /// Entries with keys in `range` (in the key's order: for a `desc` key, `a..b` runs from
+    /// the larger `a` down to `b`), at most `limit`.
+    ///
+    /// # Errors
+    /// As [`WideColumns::get`].
+    pub fn range(&self, range: impl std::ops::RangeBounds<K>, limit: Option<usize>) -> Result<Vec<(K, V)>> {
+        use std::ops::Bound;
+        let successor = |q: Bytes| Bytes::from([&q[..], &[0]].concat());
+        let from = match range.start_bound() {
+            Bound::Included(k) => Some(self.qualifier(k)?),
+            Bound::Excluded(k) => Some(successor(self.qualifier(k)?)),
+            Bound::Unbounded => None,
+        };
+        let to = match range.end_bound() {
+            Bound::Included(k) => Some(successor(self.qualifier(k)?)),
+            Bound::Excluded(k) => Some(self.qualifier(k)?),
+            Bound::Unbounded => None,
+        };
+        self.slice(from, to, limit)
+    }
+
     /// Every entry.
     ///
     /// # Errors
