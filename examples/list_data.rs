@@ -181,7 +181,7 @@ pub(crate) fn run(max: u64) -> Result<()> {
 
     let db = Db::open_temporary()?;
     let layouts = Layouts { tall: db.repo()?, wide: db.repo()?, middle: db.repo()? };
-    let users = population(max, 200);
+    let users = population(max, 1_000);
     let (small, big) = (users.iter().filter(|(_, n)| *n < PAGE as u64).count(), users[0].1);
     println!("{} users: {small} with fewer than {PAGE} values, the biggest with {big}", users.len());
     assert!(small > users.len() / 2, "most users hold fewer than a page");

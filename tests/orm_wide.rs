@@ -65,6 +65,8 @@ enum Read {
     Get(u16),
     Count,
     All,
+    Last(usize),
+    Page(usize, usize),
 }
 
 fn ops() -> impl Strategy<Value = Vec<Op>> {
@@ -84,6 +86,8 @@ fn reads() -> impl Strategy<Value = Vec<Read>> {
         (0u16..500).prop_map(Read::Get),
         Just(Read::Count),
         Just(Read::All),
+        (0usize..40).prop_map(Read::Last),
+        (0usize..60, 0usize..20).prop_map(|(o, n)| Read::Page(o, n)),
     ];
     prop::collection::vec(read, 1..12)
 }
@@ -105,6 +109,8 @@ fn expected(model: &BTreeMap<u16, i64>, read: &Read, desc: bool) -> Vec<(u16, i6
             .collect(),
         Read::Get(k) => model.get(k).map(|v| vec![(*k, *v)]).unwrap_or_default(),
         Read::Count => vec![(model.len() as u16, 0)],
+        Read::Last(n) => ordered.split_off(ordered.len().saturating_sub(*n)),
+        Read::Page(offset, n) => ordered.into_iter().skip(*offset).take(*n).collect(),
         Read::All => ordered,
     }
 }
@@ -117,6 +123,8 @@ fn answer(w: &WideColumns<u16, i64>, read: &Read) -> Vec<(u16, i64)> {
         Read::Get(k) => w.get(k).unwrap().map(|v| vec![(*k, v)]).unwrap_or_default(),
         Read::Count => vec![(w.count().unwrap() as u16, 0)],
         Read::All => w.all().unwrap(),
+        Read::Last(n) => w.last(*n).unwrap(),
+        Read::Page(offset, n) => w.page(*offset, *n).unwrap(),
     }
 }
 
@@ -321,4 +329,49 @@ fn advice_warns_of_maps_that_can_grow_without_bound() {
     assert!(advice[0].reason.contains("`u32` keys allow more than 65536 entries"), "{}", advice[0]);
     assert!(advice[0].reason.contains("one row per entry"), "the tall alternative: {}", advice[0]);
     assert_eq!(Hour::advice(), [], "a u16 key bounds a row to 65,536 entries");
+}
+
+/// A map of `K` keys after `prefix`, ascending or descending.
+fn spec_of(prefix: &'static [u8], desc: bool) -> WideSpec {
+    let key = PartSpec::new("k", Form::Last).with(if desc { Modifier::Desc } else { Modifier::None });
+    WideSpec { field: "k", family: "m", prefix, key, lazy: false, key_type: "K", key_width: None }
+}
+
+/// Qualifiers of `a` and `b` order as the keys do (reversed for `desc`), and decode back.
+fn check_encoding<K: cellar::orm::key::KeyPart + PartialEq + Clone + std::fmt::Debug>(
+    a: &K,
+    b: &K,
+    order: std::cmp::Ordering,
+    prefix: &'static [u8],
+    desc: bool,
+) -> Result<(), TestCaseError> {
+    let spec = spec_of(prefix, desc);
+    let (qa, qb) = (spec.qualifier(a).unwrap(), spec.qualifier(b).unwrap());
+    prop_assert!(qa.starts_with(prefix));
+    prop_assert_eq!(qa.cmp(&qb), if desc { order.reverse() } else { order }, "{:?} vs {:?}", a, b);
+    prop_assert_eq!(spec.key_of::<K>(&qa).unwrap(), Some(a.clone()));
+    prop_assert_eq!(spec.key_of::<K>(&qb).unwrap(), Some(b.clone()));
+    Ok(())
+}
+
+proptest! {
+    #[test]
+    fn qualifiers_order_as_their_keys_and_decode_back(
+        prefix in prop::sample::select(vec![&b""[..], &b"p"[..], &b"\x00\xff"[..]]),
+        desc in any::<bool>(),
+        (a16, b16) in (any::<u16>(), any::<u16>()),
+        (a64, b64) in (any::<i64>(), any::<i64>()),
+        (af, bf) in (any::<f64>().prop_filter("not NaN", |f| !f.is_nan()), any::<f64>().prop_filter("not NaN", |f| !f.is_nan())),
+        (astr, bstr) in (".{0,12}", ".{0,12}"),
+        (abytes, bbytes) in (prop::collection::vec(any::<u8>(), 0..10), prop::collection::vec(any::<u8>(), 0..10)),
+    ) {
+        check_encoding(&a16, &b16, a16.cmp(&b16), prefix, desc)?;
+        check_encoding(&a64, &b64, a64.cmp(&b64), prefix, desc)?;
+        check_encoding(&af, &bf, af.total_cmp(&bf), prefix, desc)?;
+        check_encoding(&astr, &bstr, astr.cmp(&bstr), prefix, desc)?;
+        check_encoding(&abytes, &bbytes, abytes.cmp(&bbytes), prefix, desc)?;
+        // Floats come back bit for bit (-0.0 stays -0.0).
+        let spec = spec_of(prefix, desc);
+        prop_assert_eq!(spec.key_of::<f64>(&spec.qualifier(&af).unwrap()).unwrap().map(f64::to_bits), Some(af.to_bits()));
+    }
 }

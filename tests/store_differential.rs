@@ -50,6 +50,7 @@ enum Cols {
         family: usize,
         from: Option<usize>,
         to: Option<usize>,
+        offset: usize,
         limit: Option<usize>,
         keys_only: bool,
     },
@@ -60,8 +61,8 @@ fn cols() -> impl Strategy<Value = Cols> {
     prop_oneof![
         2 => Just(Cols::All),
         1 => Just(Cols::Families),
-        3 => (1..FAMILIES.len(), q.clone(), q, prop::option::of(0usize..4), any::<bool>())
-            .prop_map(|(family, from, to, limit, keys_only)| Cols::Slice { family, from, to, limit, keys_only }),
+        3 => (1..FAMILIES.len(), q.clone(), q, prop_oneof![Just(0usize), 1usize..4], prop::option::of(0usize..4), any::<bool>())
+            .prop_map(|(family, from, to, offset, limit, keys_only)| Cols::Slice { family, from, to, offset, limit, keys_only }),
     ]
 }
 
@@ -71,10 +72,11 @@ fn columns(c: &Cols) -> Columns {
     match c {
         Cols::All => Columns::All,
         Cols::Families => Columns::Families(&["d", "t"]),
-        Cols::Slice { family, from, to, limit, keys_only } => Columns::Slice(ColumnSlice {
+        Cols::Slice { family, from, to, offset, limit, keys_only } => Columns::Slice(ColumnSlice {
             family: Bytes::from_static(FAMILIES[*family].0.as_bytes()),
             from: from.map(q),
             to: to.map(q),
+            offset: *offset,
             limit: *limit,
             keys_only: *keys_only,
         }),

@@ -218,12 +218,22 @@ impl<K: KeyPart, V: ColumnValue> WideColumns<K, V> {
     }
 
     fn slice(&self, from: Option<Bytes>, to: Option<Bytes>, limit: Option<usize>) -> Result<Vec<(K, V)>> {
+        self.slice_at(from, to, 0, limit)
+    }
+
+    fn slice_at(
+        &self,
+        from: Option<Bytes>,
+        to: Option<Bytes>,
+        offset: usize,
+        limit: Option<usize>,
+    ) -> Result<Vec<(K, V)>> {
         let prefix = Bytes::from_static(self.spec.prefix);
         // The map's qualifiers all start with the prefix: bound the slice to them.
         let from = from.or_else(|| (!prefix.is_empty()).then(|| prefix.clone()));
         let to = to.or_else(|| crate::key::prefix_end(&prefix).map(Bytes::from));
         let read = ReadSpec {
-            columns: Columns::Slice(ColumnSlice { family: self.family(), from, to, limit, keys_only: false }),
+            columns: Columns::Slice(ColumnSlice { family: self.family(), from, to, offset, limit, keys_only: false }),
             ..ReadSpec::default()
         };
         let rows = self.store.read_rows(self.table, std::slice::from_ref(&self.row), &read)?;
@@ -294,6 +304,26 @@ impl<K: KeyPart, V: ColumnValue> WideColumns<K, V> {
         self.slice(None, None, Some(n))
     }
 
+    /// The `n` entries after the first `offset` (a page by position, as HBase's
+    /// ColumnPaginationFilter with an offset: the store still walks the skipped columns, so
+    /// [`WideColumns::after`] is cheaper for deep pages).
+    ///
+    /// # Errors
+    /// As [`WideColumns::get`].
+    pub fn page(&self, offset: usize, n: usize) -> Result<Vec<(K, V)>> {
+        self.slice_at(None, None, offset, Some(n))
+    }
+
+    /// The last `n` entries in the key's order: a count of the entries (qualifiers only), then
+    /// a page at its end — two reads. Declare the key `desc` if the largest are read most.
+    ///
+    /// # Errors
+    /// As [`WideColumns::get`].
+    pub fn last(&self, n: usize) -> Result<Vec<(K, V)>> {
+        let total = self.count()?;
+        self.page(total.saturating_sub(n), n)
+    }
+
     /// The `n` entries after `key` (a page that starts where the last one ended).
     ///
     /// # Errors
@@ -350,6 +380,7 @@ impl<K: KeyPart, V: ColumnValue> WideColumns<K, V> {
             family: self.family(),
             from: (!prefix.is_empty()).then(|| prefix.clone()),
             to: crate::key::prefix_end(&prefix).map(Bytes::from),
+            offset: 0,
             limit: None,
             keys_only: true,
         };

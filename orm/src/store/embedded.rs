@@ -147,8 +147,9 @@ fn apply_read<T: Read>(q: T, read: &ReadSpec) -> T {
                 max: slice.to.clone(),
                 max_inclusive: false,
             }];
-            if let Some(limit) = slice.limit {
-                filters.push(Filter::ColumnPagination { limit, offset: ColumnOffset::Count(0) });
+            if slice.limit.is_some() || slice.offset > 0 {
+                let limit = slice.limit.unwrap_or(usize::MAX);
+                filters.push(Filter::ColumnPagination { limit, offset: ColumnOffset::Count(slice.offset) });
             }
             if slice.keys_only {
                 filters.push(Filter::KeyOnly);

@@ -209,7 +209,9 @@ pub struct ColumnSlice {
     pub from: Option<Bytes>,
     /// Qualifier to stop before; `None` to the family's last.
     pub to: Option<Bytes>,
-    /// At most this many columns per row.
+    /// Columns of the range skipped first (HBase's ColumnPaginationFilter offset).
+    pub offset: usize,
+    /// At most this many columns per row, after the offset.
     pub limit: Option<usize>,
     /// Values left out (empty): to list or count entries cheaply.
     pub keys_only: bool,
@@ -218,7 +220,7 @@ pub struct ColumnSlice {
 impl ColumnSlice {
     /// Every column of `family`.
     pub fn family(family: impl Into<Bytes>) -> Self {
-        ColumnSlice { family: family.into(), from: None, to: None, limit: None, keys_only: false }
+        ColumnSlice { family: family.into(), from: None, to: None, offset: 0, limit: None, keys_only: false }
     }
 }
 

@@ -108,21 +108,34 @@ pub(crate) fn read_filter(families: &[FamilySpec], read: &ReadSpec, now_ms: u64)
     Some(filter(Filter::Interleave(Interleave { filters })))
 }
 
+/// Columns of each row a slice keeps — the first `skip` left out, then at most `limit` —
+/// when Bigtable cannot select them itself and the rows are trimmed as they arrive.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct ColumnWindow {
+    pub skip: usize,
+    pub limit: Option<usize>,
+}
+
 /// The whole filter of a read: the columns it selects, then [`read_filter`] over their
-/// families, then (for a slice) the per-row limit and the values stripped. A slice's column
-/// limit is sent as a cell limit only when each column yields one cell; otherwise the rows are
-/// trimmed as they arrive (see [`column_limit`]).
-pub(crate) fn columns_filter(families: &[FamilySpec], read: &ReadSpec, now_ms: u64) -> Option<pb::RowFilter> {
+/// families, then (for a slice) the per-row offset and limit and the values stripped. A
+/// slice's offset and limit are sent as cell offset and limit only when each column yields one
+/// cell; otherwise the window is returned, to trim the rows as they arrive
+/// ([`trim_columns`]).
+pub(crate) fn columns_filter(
+    families: &[FamilySpec],
+    read: &ReadSpec,
+    now_ms: u64,
+) -> (Option<pb::RowFilter>, Option<ColumnWindow>) {
     use pb::column_range::{EndQualifier, StartQualifier};
     match &read.columns {
-        Columns::All => read_filter(families, read, now_ms),
+        Columns::All => (read_filter(families, read, now_ms), None),
         Columns::Families(names) => {
             let chosen: Vec<FamilySpec> =
                 families.iter().filter(|f| names.contains(&f.name.as_str())).cloned().collect();
             let pattern = names.iter().map(|n| family_pattern(n)).collect::<Vec<_>>().join("|");
             let mut filters = vec![filter(Filter::FamilyNameRegexFilter(pattern))];
             filters.extend(read_filter(&chosen, read, now_ms));
-            Some(chain(filters))
+            (Some(chain(filters)), None)
         }
         Columns::Slice(slice) => {
             let name = String::from_utf8_lossy(&slice.family).into_owned();
@@ -134,31 +147,30 @@ pub(crate) fn columns_filter(families: &[FamilySpec], read: &ReadSpec, now_ms: u
             }))];
             filters.extend(read_filter(&chosen, read, now_ms));
             let one_cell_per_column = read.max_versions <= 1 || chosen.iter().all(|f| f.max_versions <= 1);
-            match slice.limit {
-                Some(0) => filters.push(filter(Filter::BlockAllFilter(true))),
-                Some(limit) if one_cell_per_column => {
-                    filters.push(filter(Filter::CellsPerRowLimitFilter(i32::try_from(limit).unwrap_or(i32::MAX))));
+            let cells = |n: usize| i32::try_from(n).unwrap_or(i32::MAX);
+            let mut window = None;
+            if slice.limit == Some(0) {
+                filters.push(filter(Filter::BlockAllFilter(true)));
+            } else if one_cell_per_column {
+                if slice.offset > 0 {
+                    filters.push(filter(Filter::CellsPerRowOffsetFilter(cells(slice.offset))));
                 }
-                _ => {}
+                if let Some(limit) = slice.limit {
+                    filters.push(filter(Filter::CellsPerRowLimitFilter(cells(limit))));
+                }
+            } else if slice.offset > 0 || slice.limit.is_some() {
+                window = Some(ColumnWindow { skip: slice.offset, limit: slice.limit });
             }
             if slice.keys_only {
                 filters.push(filter(Filter::StripValueTransformer(true)));
             }
-            Some(chain(filters))
+            (Some(chain(filters)), window)
         }
     }
 }
 
-/// The columns per row a read keeps, when the rows must be trimmed as they arrive.
-pub(crate) fn column_limit(read: &ReadSpec) -> Option<usize> {
-    match &read.columns {
-        Columns::Slice(slice) => slice.limit,
-        _ => None,
-    }
-}
-
-/// Keeps the cells of the first `limit` columns of `row` (cells are in column order).
-pub(crate) fn trim_columns(row: &mut crate::store::Row, limit: usize) {
+/// Keeps the cells of the columns of `row` inside `window` (cells are in column order).
+pub(crate) fn trim_columns(row: &mut crate::store::Row, window: ColumnWindow) {
     let mut columns = 0;
     let mut last: Option<(Bytes, Bytes)> = None;
     row.cells.retain(|c| {
@@ -166,7 +178,7 @@ pub(crate) fn trim_columns(row: &mut crate::store::Row, limit: usize) {
             last = Some((c.family.clone(), c.qualifier.clone()));
             columns += 1;
         }
-        columns <= limit
+        columns > window.skip && window.limit.is_none_or(|limit| columns <= window.skip + limit)
     });
 }
 

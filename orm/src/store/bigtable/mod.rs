@@ -209,17 +209,19 @@ impl BigtableStore {
         read: &ReadSpec,
         limit: i64,
         reverse: bool,
-    ) -> Result<pb::ReadRowsRequest> {
+    ) -> Result<(pb::ReadRowsRequest, Option<filters::ColumnWindow>)> {
         let families = self.families(table)?;
-        Ok(pb::ReadRowsRequest {
+        let (filter, window) = filters::columns_filter(&families, read, now_ms());
+        let request = pb::ReadRowsRequest {
             table_name: self.inner.ctx.table_name(table),
             app_profile_id: self.inner.ctx.app_profile.clone(),
             rows: Some(rows),
-            filter: filters::columns_filter(&families, read, now_ms()),
+            filter,
             rows_limit: limit,
             reversed: reverse,
             ..Default::default()
-        })
+        };
+        Ok((request, window))
     }
 
     /// Starts a ReadRows stream feeding `tx`.
@@ -632,8 +634,8 @@ async fn read_once(
 /// Rows arriving from a read task.
 struct Rows {
     rx: mpsc::Receiver<Result<Row>>,
-    /// Columns per row to keep, for slices Bigtable could not limit itself.
-    column_limit: Option<usize>,
+    /// Columns per row to keep, for slices Bigtable could not select itself.
+    window: Option<filters::ColumnWindow>,
 }
 
 impl Iterator for Rows {
@@ -642,8 +644,8 @@ impl Iterator for Rows {
     fn next(&mut self) -> Option<Result<Row>> {
         loop {
             let mut row = wait(self.rx.recv());
-            if let (Some(Ok(row)), Some(limit)) = (&mut row, self.column_limit) {
-                filters::trim_columns(row, limit);
+            if let (Some(Ok(row)), Some(window)) = (&mut row, self.window) {
+                filters::trim_columns(row, window);
                 if row.cells.is_empty() {
                     continue;
                 }
@@ -808,12 +810,12 @@ impl Store for BigtableStore {
         let mut keys = rows.to_vec();
         keys.sort();
         keys.dedup();
-        let request =
+        let (request, window) =
             self.read_request(table, pb::RowSet { row_keys: keys, row_ranges: Vec::new() }, read, 0, false)?;
         let (tx, rx) = mpsc::channel(SCAN_BUFFER);
         self.start_read(table, request, tx)?;
         let mut found = HashMap::new();
-        for row in (Rows { rx, column_limit: filters::column_limit(read) }) {
+        for row in (Rows { rx, window }) {
             let row = row?;
             found.insert(row.key.clone(), row);
         }
@@ -831,12 +833,12 @@ impl Store for BigtableStore {
         };
         let limit = spec.limit.map_or(0, |n| i64::try_from(n).unwrap_or(i64::MAX));
         let rows = pb::RowSet { row_keys: Vec::new(), row_ranges: vec![range] };
-        let request = self.read_request(table, rows, &spec.read, limit, spec.reverse)?;
+        let (request, window) = self.read_request(table, rows, &spec.read, limit, spec.reverse)?;
         let (tx, rx) = mpsc::channel(SCAN_BUFFER);
         // The read starts now, before the first row is asked for: scans opened one after the
         // other (salt buckets) run at the same time.
         self.start_read(table, request, tx)?;
-        Ok(Box::new(Rows { rx, column_limit: filters::column_limit(&spec.read) }))
+        Ok(Box::new(Rows { rx, window }))
     }
 
     fn check_and_mutate(&self, table: &str, condition: Condition, mutation: RowMutation) -> Result<bool> {
