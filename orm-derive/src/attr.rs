@@ -216,6 +216,20 @@ impl FieldAttr {
         self.partition.is_some() || self.key.is_some()
     }
 
+    /// Says how the field maps to a key part or a cell: what a collection stored another way
+    /// (`children`, `columns(...)`) cannot take.
+    pub fn has_cell_attributes(&self) -> bool {
+        self.is_key_part()
+            || self.counter.is_some()
+            || self.version.is_some()
+            || self.column.is_some()
+            || self.family.is_some()
+            || self.serde.is_some()
+            || self.blob.is_some()
+            || self.skip.is_some()
+            || !self.modifiers.is_empty()
+    }
+
     /// A key part stored as its MD5 digest (its value goes in a column).
     pub fn is_hashed(&self) -> bool {
         self.modifiers.iter().any(|m| m.value == ModifierAttr::Md5)

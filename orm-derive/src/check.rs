@@ -228,14 +228,7 @@ fn check_kind(ctx: &mut Ctx, e: &EntityAttr) {
             if vec_element(&f.ty).is_none() {
                 ctx.error(f.ty.span(), "a `children` field is a `Vec` of a #[derive(Part)] type");
             }
-            let others = f.is_key_part() || f.counter.is_some() || f.version.is_some() || f.column.is_some();
-            if others
-                || f.family.is_some()
-                || f.serde.is_some()
-                || f.blob.is_some()
-                || f.skip.is_some()
-                || !f.modifiers.is_empty()
-            {
+            if f.has_cell_attributes() {
                 ctx.error(c, "a `children` field takes no other attribute but `record_type`");
             }
         }
@@ -280,18 +273,8 @@ fn check_wide(ctx: &mut Ctx, e: &EntityAttr) {
         if map_types(&f.ty).is_none() {
             ctx.error(f.ty.span(), "a `columns(...)` field is a `BTreeMap<K, V>` (K a key-part type, V a column type)");
         }
-        let others = f.is_key_part() || f.counter.is_some() || f.version.is_some() || f.column.is_some();
-        if others
-            || f.family.is_some()
-            || f.serde.is_some()
-            || f.blob.is_some()
-            || f.skip.is_some()
-            || f.children.is_some()
-            || f.index.is_some()
-            || f.fixed.is_some()
-            || f.substitute.is_some()
-            || !f.modifiers.is_empty()
-        {
+        let others = f.children.is_some() || f.index.is_some() || f.fixed.is_some() || f.substitute.is_some();
+        if f.has_cell_attributes() || others {
             ctx.error(
                 span,
                 "a `columns(...)` field takes no other attribute (its options go inside: family, prefix, desc, lazy)",
