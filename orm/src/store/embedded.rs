@@ -243,6 +243,10 @@ impl Store for EmbeddedStore {
         let t = self.table(table)?;
         if rows.len() == 1 {
             if let Some(m) = rows.pop() {
+                // A row of puts only is one engine put: one mutation, not one per cell.
+                if m.mutations.iter().all(|c| matches!(c, CellMutation::Put { .. })) {
+                    return Ok(t.put(single_put(m))?);
+                }
                 return Ok(t.mutate_row(row_mutations(m))?);
             }
         }

@@ -1,0 +1,161 @@
+//! `cargo bench --bench orm`: what the object mapper costs over the engine it runs on. An
+//! entity with an 8-byte key and three columns is put, got, got ten at a time and scanned a
+//! hundred rows at a time through a `Repository`, and the same cells through hand-written
+//! `Table` calls that encode and decode them the same way — both sides in one run, on one
+//! table, so the difference is the mapper's: key encoding, schema walks, the store trait, the
+//! cost meter and the decoding into the struct.
+
+#[path = "workloads/mod.rs"]
+mod workloads;
+
+use std::hint::black_box;
+use std::sync::Arc;
+
+use cellar::engine::{Engine, EngineOptions, Get, Put, Scan, Table};
+use cellar::orm::store::EmbeddedStore;
+use cellar::prelude::*;
+use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughput};
+use workloads::Rng;
+
+const ROWS: u64 = 100_000;
+
+#[derive(Entity, Debug, Clone, PartialEq)]
+#[cellar(table = "people")]
+struct Person {
+    #[cellar(key)]
+    id: u64,
+    #[cellar(column = "n")]
+    name: String,
+    #[cellar(column = "e")]
+    email: String,
+    #[cellar(column = "a")]
+    age: u32,
+}
+
+fn person(id: u64) -> Person {
+    Person { id, name: format!("name {id:08}"), email: format!("user{id:08}@example.com"), age: (id % 90) as u32 }
+}
+
+/// The raw side: the cells the mapper writes, by hand.
+fn raw_put(table: &Table, p: &Person) -> cellar::engine::Result<()> {
+    table.put(
+        Put::new(p.id.to_be_bytes().to_vec())
+            .add("d", "n", p.name.clone().into_bytes())
+            .add("d", "e", p.email.clone().into_bytes())
+            .add("d", "a", p.age.to_be_bytes().to_vec()),
+    )
+}
+
+/// The raw side's decoding: a row's cells back into the struct.
+fn raw_decode(row: &[u8], cells: &[cellar::engine::Cell]) -> Option<Person> {
+    let value = |q: &[u8]| cells.iter().find(|c| c.family == "d" && c.qualifier == q).map(|c| &c.value[..]);
+    Some(Person {
+        id: u64::from_be_bytes(row.try_into().ok()?),
+        name: String::from_utf8(value(b"n")?.to_vec()).ok()?,
+        email: String::from_utf8(value(b"e")?.to_vec()).ok()?,
+        age: u32::from_be_bytes(value(b"a")?.try_into().ok()?),
+    })
+}
+
+struct Fixture {
+    _dir: tempfile::TempDir,
+    table: Table,
+    people: Repository<Person>,
+}
+
+fn loaded() -> Fixture {
+    let dir = tempfile::tempdir().unwrap();
+    let engine = Engine::open(dir.path(), EngineOptions::default()).unwrap();
+    let db = Db::with_store(Arc::new(EmbeddedStore::new(engine.clone())));
+    let people = db.repo::<Person>().unwrap();
+    let batch: Vec<Person> = (0..ROWS).map(person).collect();
+    for chunk in batch.chunks(10_000) {
+        people.put_many(chunk).unwrap();
+    }
+    engine.major_compact("people").unwrap();
+    let table = engine.table("people").unwrap();
+    let check = table.get(Get::new(7u64.to_be_bytes().to_vec())).unwrap();
+    assert_eq!(raw_decode(&check.row, &check.cells), Some(person(7)), "both sides read the same cells");
+    Fixture { _dir: dir, table, people }
+}
+
+fn puts(c: &mut Criterion) {
+    let f = loaded();
+    let mut g = c.benchmark_group("orm_put");
+    g.throughput(Throughput::Elements(1));
+    let mut rng = Rng::new(3);
+    g.bench_function("raw", |b| b.iter(|| raw_put(&f.table, &person(rng.next_u64() % ROWS)).unwrap()));
+    g.bench_function("orm", |b| b.iter(|| f.people.put(&person(rng.next_u64() % ROWS)).unwrap()));
+    g.finish();
+}
+
+fn gets(c: &mut Criterion) {
+    let f = loaded();
+    let mut g = c.benchmark_group("orm_get");
+    g.throughput(Throughput::Elements(1));
+    let mut rng = Rng::new(5);
+    g.bench_function("raw", |b| {
+        b.iter(|| {
+            let r = f.table.get(Get::new((rng.next_u64() % ROWS).to_be_bytes().to_vec())).unwrap();
+            black_box(raw_decode(&r.row, &r.cells).unwrap())
+        })
+    });
+    g.bench_function("orm", |b| b.iter(|| black_box(f.people.get(rng.next_u64() % ROWS).unwrap().unwrap())));
+    g.finish();
+}
+
+fn get_many(c: &mut Criterion) {
+    let f = loaded();
+    let mut g = c.benchmark_group("orm_get_many_10");
+    g.throughput(Throughput::Elements(10));
+    let mut rng = Rng::new(7);
+    g.bench_function("raw", |b| {
+        b.iter(|| {
+            let gets = (0..10).map(|_| Get::new((rng.next_u64() % ROWS).to_be_bytes().to_vec())).collect();
+            let rows = f.table.get_many(gets).unwrap();
+            black_box(rows.iter().map(|r| raw_decode(&r.row, &r.cells).unwrap()).collect::<Vec<_>>())
+        })
+    });
+    g.bench_function("orm", |b| {
+        b.iter(|| {
+            let keys: Vec<u64> = (0..10).map(|_| rng.next_u64() % ROWS).collect();
+            black_box(f.people.get_many(keys).unwrap())
+        })
+    });
+    g.finish();
+}
+
+fn scans(c: &mut Criterion) {
+    let f = loaded();
+    let mut g = c.benchmark_group("orm_scan_100");
+    g.throughput(Throughput::Elements(100));
+    let mut rng = Rng::new(11);
+    g.bench_function("raw", |b| {
+        b.iter_batched(
+            || rng.next_u64() % (ROWS - 100),
+            |start| {
+                let scan = Scan::new().start(start.to_be_bytes().to_vec()).limit(100);
+                let rows: Vec<Person> =
+                    f.table.scan(scan).unwrap().map(|r| r.unwrap()).map(|r| raw_decode(&r.row, &r.cells).unwrap()).collect();
+                assert_eq!(rows.len(), 100);
+                rows
+            },
+            BatchSize::SmallInput,
+        )
+    });
+    g.bench_function("orm", |b| {
+        b.iter_batched(
+            || rng.next_u64() % (ROWS - 100),
+            |start| {
+                let rows = f.people.scan().range(PersonKey::from(start)..).limit(100).to_vec().unwrap();
+                assert_eq!(rows.len(), 100);
+                rows
+            },
+            BatchSize::SmallInput,
+        )
+    });
+    g.finish();
+}
+
+criterion_group!(benches, puts, gets, get_many, scans);
+criterion_main!(benches);
