@@ -135,8 +135,13 @@ fn scans(c: &mut Criterion) {
             || rng.next_u64() % (ROWS - 100),
             |start| {
                 let scan = Scan::new().start(start.to_be_bytes().to_vec()).limit(100);
-                let rows: Vec<Person> =
-                    f.table.scan(scan).unwrap().map(|r| r.unwrap()).map(|r| raw_decode(&r.row, &r.cells).unwrap()).collect();
+                let rows: Vec<Person> = f
+                    .table
+                    .scan(scan)
+                    .unwrap()
+                    .map(|r| r.unwrap())
+                    .map(|r| raw_decode(&r.row, &r.cells).unwrap())
+                    .collect();
                 assert_eq!(rows.len(), 100);
                 rows
             },

@@ -410,7 +410,7 @@ impl<'a, E> Query<'a, E> {
         while items.len() < size {
             match iter.next_with_key() {
                 Some(Ok((key, e))) => {
-                    last = Some(key);
+                    last = Some(iter.body(&key).to_vec());
                     items.push(e);
                 }
                 Some(Err(e)) => return Err(e),
@@ -539,8 +539,8 @@ impl<E> EntityIter<'_, E> {
         std::mem::replace(head, next)
     }
 
-    /// The next entity and its key body (for page cursors).
-    fn next_with_key(&mut self) -> Option<Result<(Vec<u8>, E)>> {
+    /// The next entity and its row key (for page cursors).
+    fn next_with_key(&mut self) -> Option<Result<(Bytes, E)>> {
         while self.left > 0 {
             let row = match self.next_row()? {
                 Ok(row) => row,
@@ -550,7 +550,7 @@ impl<E> EntityIter<'_, E> {
             match (self.target.decode)(&row, &names) {
                 Ok(e) => {
                     self.left -= 1;
-                    return Some(Ok((self.body(&row.key).to_vec(), e)));
+                    return Some(Ok((row.key, e)));
                 }
                 Err(e) if e.other_record_type => continue,
                 Err(e) => {
