@@ -4,6 +4,11 @@
 //! `Table` calls that encode and decode them the same way — both sides in one run, on one
 //! table, so the difference is the mapper's: key encoding, schema walks, the store trait, the
 //! cost meter and the decoding into the struct.
+//!
+//! On a shared VM the time of one call drifts by tens of percent between runs, more than the
+//! difference measured. So after criterion's groups a paired run settles the ratio: rounds of
+//! raw and mapped calls taking turns (the order alternating), the ratio taken per round and
+//! its median reported. `-- --quick` (or a `cargo test --benches` smoke run) does fewer rounds.
 
 #[path = "workloads/mod.rs"]
 mod workloads;
@@ -14,7 +19,7 @@ use std::sync::Arc;
 use cellar::engine::{Engine, EngineOptions, Get, Put, Scan, Table};
 use cellar::orm::store::EmbeddedStore;
 use cellar::prelude::*;
-use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughput};
+use criterion::{criterion_group, BatchSize, Criterion, Throughput};
 use workloads::Rng;
 
 const ROWS: u64 = 100_000;
@@ -162,5 +167,93 @@ fn scans(c: &mut Criterion) {
     g.finish();
 }
 
+/// The median over `rounds` of (time of `n` mapped calls) / (time of `n` raw calls), the two
+/// taking turns.
+fn paired(rounds: usize, n: u64, mut raw: impl FnMut(u64), mut orm: impl FnMut(u64)) -> f64 {
+    let time = |f: &mut dyn FnMut(u64), round: usize| {
+        let started = std::time::Instant::now();
+        for i in 0..n {
+            f(i + round as u64 * n);
+        }
+        started.elapsed().as_secs_f64()
+    };
+    let mut ratios: Vec<f64> = (0..rounds)
+        .map(|round| {
+            if round % 2 == 0 {
+                let r = time(&mut raw, round);
+                time(&mut orm, round) / r
+            } else {
+                let o = time(&mut orm, round);
+                o / time(&mut raw, round)
+            }
+        })
+        .collect();
+    ratios.sort_by(f64::total_cmp);
+    ratios[ratios.len() / 2]
+}
+
+/// The paired ratios of every operation, printed as a table.
+fn ratios(quick: bool) {
+    let f = loaded();
+    let (rounds, n) = if quick { (3, 200) } else { (21, 20_000) };
+    let key = |i: u64| i.wrapping_mul(0x9E37_79B9_7F4A_7C15) % ROWS;
+    let put =
+        paired(rounds, n, |i| raw_put(&f.table, &person(key(i))).unwrap(), |i| f.people.put(&person(key(i))).unwrap());
+    let get = paired(
+        rounds,
+        n,
+        |i| {
+            let r = f.table.get(Get::new(key(i).to_be_bytes().to_vec())).unwrap();
+            black_box(raw_decode(&r.row, &r.cells).unwrap());
+        },
+        |i| {
+            black_box(f.people.get(key(i)).unwrap().unwrap());
+        },
+    );
+    let many = paired(
+        rounds,
+        n / 10,
+        |i| {
+            let gets = (0..10).map(|j| Get::new(key(i * 10 + j).to_be_bytes().to_vec())).collect();
+            let rows = f.table.get_many(gets).unwrap();
+            black_box(rows.iter().map(|r| raw_decode(&r.row, &r.cells).unwrap()).collect::<Vec<_>>());
+        },
+        |i| {
+            black_box(f.people.get_many((0..10).map(|j| key(i * 10 + j))).unwrap());
+        },
+    );
+    let scan = paired(
+        rounds,
+        n / 100,
+        |i| {
+            let scan = Scan::new().start((key(i) % (ROWS - 100)).to_be_bytes().to_vec()).limit(100);
+            let rows = f.table.scan(scan).unwrap().map(|r| r.unwrap()).map(|r| raw_decode(&r.row, &r.cells).unwrap());
+            assert_eq!(rows.count(), 100);
+        },
+        |i| {
+            let rows = f.people.scan().range(PersonKey::from(key(i) % (ROWS - 100))..).limit(100).to_vec().unwrap();
+            assert_eq!(rows.len(), 100);
+        },
+    );
+    println!(
+        "\nmapped / raw, median of {rounds} paired rounds of {n} calls (get_many: {} of 10, scan: {} of 100 rows):",
+        n / 10,
+        n / 100
+    );
+    println!("| operation | mapped / raw |\n|---|---:|");
+    for (op, r) in [("put", put), ("get", get), ("get_many(10)", many), ("scan(100)", scan)] {
+        println!("| {op} | {r:.3} |");
+    }
+}
+
 criterion_group!(benches, puts, gets, get_many, scans);
-criterion_main!(benches);
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    let quick = args.iter().any(|a| a == "--quick") || !args.iter().any(|a| a == "--bench");
+    if !quick {
+        benches();
+        Criterion::default().configure_from_args().final_summary();
+    }
+    ratios(quick);
+}

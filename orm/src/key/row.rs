@@ -86,6 +86,22 @@ impl RowKey {
         }
     }
 
+    /// [`RowKey::for_write`], taking the key: an unsalted key's bytes are not copied.
+    pub fn into_write(self) -> Bytes {
+        match self.salt {
+            SaltByte::None => Bytes::from(self.body),
+            _ => self.for_write(),
+        }
+    }
+
+    /// [`RowKey::candidates`], taking the key: an unsalted key's bytes are not copied.
+    pub fn into_candidates(self) -> Vec<Bytes> {
+        match self.salt {
+            SaltByte::None => vec![Bytes::from(self.body)],
+            _ => self.candidates(),
+        }
+    }
+
     /// Every row key this key may be stored under: one, or one per bucket.
     pub fn candidates(&self) -> Vec<Bytes> {
         match self.salt {

@@ -226,13 +226,13 @@ impl<E: Entity> Repository<E> {
                 timestamp: None,
             });
         }
-        Ok(RowMutation { row: key.for_write(), mutations })
+        Ok(RowMutation { row: key.into_write(), mutations })
     }
 
     /// The stored row of `key` (probing every bucket under a random salt).
     fn read_one(&self, key: impl Into<E::Key>, read: &ReadSpec) -> Result<Option<Row>> {
         let Some(key) = self.read_key(&key.into())? else { return Ok(None) };
-        let rows = self.store.read_rows(self.table(), &key.candidates(), read)?;
+        let rows = self.store.read_rows(self.table(), &key.into_candidates(), read)?;
         Ok(rows.into_iter().flatten().next())
     }
 
@@ -372,16 +372,20 @@ impl<E: Entity> Repository<E> {
     /// # Errors
     /// As [`Repository::get`].
     pub fn get_many<K: Into<E::Key>>(&self, keys: impl IntoIterator<Item = K>) -> Result<Vec<Option<E>>> {
-        let keys = keys.into_iter().map(|k| self.read_key(&k.into())).collect::<Result<Vec<_>>>()?;
-        // A key whose substituted name has no id has no candidate rows.
-        let candidates: Vec<Vec<Bytes>> =
-            keys.iter().map(|k| k.as_ref().map(RowKey::candidates).unwrap_or_default()).collect();
-        let flat: Vec<Bytes> = candidates.iter().flatten().cloned().collect();
+        // Every key's candidate rows, in one list; a key whose substituted name has no id has
+        // none.
+        let mut counts = Vec::new();
+        let mut flat: Vec<Bytes> = Vec::new();
+        for key in keys {
+            let candidates = self.read_key(&key.into())?.map(RowKey::into_candidates).unwrap_or_default();
+            counts.push(candidates.len());
+            flat.extend(candidates);
+        }
         let mut rows = self.store.read_rows(self.table(), &flat, &E::SCHEMA.read_spec())?.into_iter();
-        candidates
-            .iter()
-            .map(|c| {
-                let Some(row) = rows.by_ref().take(c.len()).flatten().next() else { return Ok(None) };
+        counts
+            .into_iter()
+            .map(|n| {
+                let Some(row) = rows.by_ref().take(n).flatten().next() else { return Ok(None) };
                 let entity = self.decode(&row, u64::MAX)?;
                 self.write_back_blobs(&row, &entity)?;
                 Ok(Some(entity))
