@@ -163,8 +163,7 @@ impl<E: Entity> Repository<E> {
     /// Encodes `key` for a write: substituted names without an id get one.
     fn write_key(&self, key: &E::Key) -> Result<RowKey> {
         let names = self.names.writing();
-        E::row_key_in(key, &names)
-            .map_err(|e| names.error(&e, || Error::Key { entity: E::SCHEMA.entity, source: e.clone() }))
+        E::row_key_in(key, &names).map_err(|e| names.error(E::SCHEMA.entity, e))
     }
 
     /// Encodes `key` for a read: `None` if a substituted name has no id, so no row holds it.
@@ -173,7 +172,7 @@ impl<E: Entity> Repository<E> {
         match E::row_key_in(key, &names) {
             Ok(key) => Ok(Some(key)),
             Err(KeyError::Unassigned { .. }) => Ok(None),
-            Err(e) => Err(names.error(&e, || Error::Key { entity: E::SCHEMA.entity, source: e.clone() })),
+            Err(e) => Err(names.error(E::SCHEMA.entity, e)),
         }
     }
 

@@ -59,13 +59,11 @@ pub(crate) struct Resolve<'a> {
 }
 
 impl Resolve<'_> {
-    /// The error to report for `e`: the store error behind a failed resolution, if there was
-    /// one, else `e` as the caller words it.
-    pub(crate) fn error(&self, e: &KeyError, otherwise: impl FnOnce() -> Error) -> Error {
-        match e {
-            KeyError::Substitution { .. } => self.take_failure().unwrap_or_else(otherwise),
-            _ => otherwise(),
-        }
+    /// The error to report for a key of `entity` that did not encode: the store error behind
+    /// a failed resolution, if there was one, else the key error.
+    pub(crate) fn error(&self, entity: &'static str, e: KeyError) -> Error {
+        let failure = matches!(e, KeyError::Substitution { .. }).then(|| self.take_failure()).flatten();
+        failure.unwrap_or(Error::Key { entity, source: e })
     }
 
     /// The store error behind a failed resolution, if there was one.

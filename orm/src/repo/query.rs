@@ -205,8 +205,7 @@ impl<E: Entity> Query<'_, E> {
                 self
             }
             Err(e) => {
-                let failure = names.error(&e, || Error::Key { entity: self.target.name, source: e.clone() });
-                self.error.get_or_insert(failure);
+                self.error.get_or_insert(names.error(self.target.name, e));
                 self
             }
             encoded => self.with_prefix(encoded),
@@ -251,8 +250,7 @@ impl<'a, T> Query<'a, T> {
         let encode = |q: &mut Self, k: &E::Key| match E::row_key_in(k, &names) {
             Ok(k) => Some(k),
             Err(e) => {
-                let failure = names.error(&e, || Error::Key { entity: q.target.name, source: e.clone() });
-                q.error.get_or_insert(failure);
+                q.error.get_or_insert(names.error(q.target.name, e));
                 None
             }
         };
