@@ -115,11 +115,6 @@ impl Schema {
         crate::store::ReadSpec { columns: self.read_columns(), ..crate::store::ReadSpec::default() }
     }
 
-    /// The wide field `field`.
-    pub fn wide_field(&self, field: &str) -> Option<&'static crate::wide::WideSpec> {
-        self.wide.iter().find(|w| w.field == field)
-    }
-
     /// The version column, if the entity has one.
     pub fn version_column(&self) -> Option<&'static ColumnSpec> {
         self.columns.iter().find(|c| c.kind == ColumnKind::Version)
