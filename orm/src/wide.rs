@@ -20,6 +20,7 @@
 
 use std::collections::BTreeMap;
 use std::marker::PhantomData;
+use std::ops::{Bound, RangeBounds};
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -134,6 +135,21 @@ pub fn encode_entries<K: KeyPart, V: ColumnValue>(spec: &'static WideSpec, map: 
     Ok(WideCells { spec, entries })
 }
 
+/// The entry a cell of `spec`'s family holds; `None` for a qualifier without the prefix.
+fn decode_cell<K: KeyPart, V: ColumnValue>(
+    spec: &WideSpec,
+    cell: &crate::store::StoredCell,
+) -> std::result::Result<Option<(K, V)>, FieldError> {
+    let bad = |reason: String| FieldError {
+        column: Some(format!("{}:{}", spec.family, printable(&cell.qualifier))),
+        reason: format!("field `{}`: {reason}", spec.field),
+        other_record_type: false,
+    };
+    let Some(key) = spec.key_of::<K>(&cell.qualifier).map_err(bad)? else { return Ok(None) };
+    let value = V::from_bytes(&cell.value).map_err(|e: ValueError| bad(e.to_string()))?;
+    Ok(Some((key, value)))
+}
+
 /// Decodes a map field from the cells of its family in `row` (helper for generated code).
 ///
 /// # Errors
@@ -151,14 +167,7 @@ pub fn decode_entries<K: KeyPart + Ord, V: ColumnValue>(
             continue;
         }
         last = Some(&cell.qualifier);
-        let bad = |reason: String| FieldError {
-            column: Some(format!("{}:{}", spec.family, printable(&cell.qualifier))),
-            reason: format!("field `{}`: {reason}", spec.field),
-            other_record_type: false,
-        };
-        let Some(key) = spec.key_of::<K>(&cell.qualifier).map_err(bad)? else { continue };
-        let value = V::from_bytes(&cell.value).map_err(|e: ValueError| bad(e.to_string()))?;
-        map.insert(key, value);
+        map.extend(decode_cell::<K, V>(spec, cell)?);
     }
     Ok(map)
 }
@@ -203,18 +212,11 @@ impl<K: KeyPart, V: ColumnValue> WideColumns<K, V> {
     }
 
     fn decode(&self, row: &Row) -> Result<Vec<(K, V)>> {
-        let mut out = Vec::new();
-        for cell in row.cells.iter().filter(|c| c.family == self.spec.family.as_bytes()) {
-            let bad = |reason: String| Error::Decode {
-                table: self.table,
-                row: printable(&row.key),
-                column: Some(format!("{}:{}", self.spec.family, printable(&cell.qualifier))),
-                reason: format!("{}: {reason}", self.spec.field),
-            };
-            let Some(key) = self.spec.key_of::<K>(&cell.qualifier).map_err(bad)? else { continue };
-            out.push((key, V::from_bytes(&cell.value).map_err(|e| bad(e.to_string()))?));
-        }
-        Ok(out)
+        let cells = row.cells.iter().filter(|c| c.family == self.spec.family.as_bytes());
+        cells
+            .filter_map(|cell| decode_cell::<K, V>(&self.spec, cell).transpose())
+            .collect::<std::result::Result<_, _>>()
+            .map_err(|e| crate::repo::decode_error(self.table, &row.key, e))
     }
 
     fn slice(&self, from: Option<Bytes>, to: Option<Bytes>, limit: Option<usize>) -> Result<Vec<(K, V)>> {
@@ -228,19 +230,30 @@ impl<K: KeyPart, V: ColumnValue> WideColumns<K, V> {
         offset: usize,
         limit: Option<usize>,
     ) -> Result<Vec<(K, V)>> {
+        match self.read(from, to, offset, limit, false)? {
+            Some(row) => self.decode(&row),
+            None => Ok(Vec::new()),
+        }
+    }
+
+    /// The row's columns of this map from `from` to `to` (the whole map where open), past
+    /// `offset`, at most `limit`.
+    fn read(
+        &self,
+        from: Option<Bytes>,
+        to: Option<Bytes>,
+        offset: usize,
+        limit: Option<usize>,
+        keys_only: bool,
+    ) -> Result<Option<Row>> {
         let prefix = Bytes::from_static(self.spec.prefix);
         // The map's qualifiers all start with the prefix: bound the slice to them.
         let from = from.or_else(|| (!prefix.is_empty()).then(|| prefix.clone()));
         let to = to.or_else(|| crate::key::prefix_end(&prefix).map(Bytes::from));
-        let read = ReadSpec {
-            columns: Columns::Slice(ColumnSlice { family: self.family(), from, to, offset, limit, keys_only: false }),
-            ..ReadSpec::default()
-        };
+        let slice = ColumnSlice { family: self.family(), from, to, offset, limit, keys_only };
+        let read = ReadSpec { columns: Columns::Slice(slice), ..ReadSpec::default() };
         let rows = self.store.read_rows(self.table, std::slice::from_ref(&self.row), &read)?;
-        match rows.into_iter().next().flatten() {
-            Some(row) => self.decode(&row),
-            None => Ok(Vec::new()),
-        }
+        Ok(rows.into_iter().next().flatten())
     }
 
     /// Writes one entry, without reading the row.
@@ -291,9 +304,7 @@ impl<K: KeyPart, V: ColumnValue> WideColumns<K, V> {
     /// # Errors
     /// Store errors; a stored entry that does not decode.
     pub fn get(&self, key: &K) -> Result<Option<V>> {
-        let q = self.qualifier(key)?;
-        let next = Bytes::from([&q[..], &[0]].concat());
-        Ok(self.slice(Some(q), Some(next), Some(1))?.into_iter().next().map(|(_, v)| v))
+        Ok(self.bounded(Bound::Included(key), Bound::Included(key), Some(1))?.into_iter().next().map(|(_, v)| v))
     }
 
     /// The first `n` entries in the key's order (the largest keys for a `desc` key).
@@ -329,8 +340,7 @@ impl<K: KeyPart, V: ColumnValue> WideColumns<K, V> {
     /// # Errors
     /// As [`WideColumns::get`].
     pub fn after(&self, key: &K, n: usize) -> Result<Vec<(K, V)>> {
-        let from = Bytes::from([&self.qualifier(key)?[..], &[0]].concat());
-        self.slice(Some(from), None, Some(n))
+        self.bounded(Bound::Excluded(key), Bound::Unbounded, Some(n))
     }
 
     /// Entries from `from` (inclusive) to `to` (exclusive) in the key's order, at most `limit`.
@@ -338,7 +348,7 @@ impl<K: KeyPart, V: ColumnValue> WideColumns<K, V> {
     /// # Errors
     /// As [`WideColumns::get`].
     pub fn between(&self, from: &K, to: &K, limit: Option<usize>) -> Result<Vec<(K, V)>> {
-        self.slice(Some(self.qualifier(from)?), Some(self.qualifier(to)?), limit)
+        self.bounded(Bound::Included(from), Bound::Excluded(to), limit)
     }
 
     /// Entries with keys in `range` (in the key's order: for a `desc` key, `a..b` runs from
@@ -346,15 +356,18 @@ impl<K: KeyPart, V: ColumnValue> WideColumns<K, V> {
     ///
     /// # Errors
     /// As [`WideColumns::get`].
-    pub fn range(&self, range: impl std::ops::RangeBounds<K>, limit: Option<usize>) -> Result<Vec<(K, V)>> {
-        use std::ops::Bound;
+    pub fn range(&self, range: impl RangeBounds<K>, limit: Option<usize>) -> Result<Vec<(K, V)>> {
+        self.bounded(range.start_bound(), range.end_bound(), limit)
+    }
+
+    fn bounded(&self, start: Bound<&K>, end: Bound<&K>, limit: Option<usize>) -> Result<Vec<(K, V)>> {
         let successor = |q: Bytes| Bytes::from([&q[..], &[0]].concat());
-        let from = match range.start_bound() {
+        let from = match start {
             Bound::Included(k) => Some(self.qualifier(k)?),
             Bound::Excluded(k) => Some(successor(self.qualifier(k)?)),
             Bound::Unbounded => None,
         };
-        let to = match range.end_bound() {
+        let to = match end {
             Bound::Included(k) => Some(successor(self.qualifier(k)?)),
             Bound::Excluded(k) => Some(self.qualifier(k)?),
             Bound::Unbounded => None,
@@ -375,17 +388,6 @@ impl<K: KeyPart, V: ColumnValue> WideColumns<K, V> {
     /// # Errors
     /// Store errors.
     pub fn count(&self) -> Result<usize> {
-        let prefix = Bytes::from_static(self.spec.prefix);
-        let slice = ColumnSlice {
-            family: self.family(),
-            from: (!prefix.is_empty()).then(|| prefix.clone()),
-            to: crate::key::prefix_end(&prefix).map(Bytes::from),
-            offset: 0,
-            limit: None,
-            keys_only: true,
-        };
-        let read = ReadSpec { columns: Columns::Slice(slice), ..ReadSpec::default() };
-        let rows = self.store.read_rows(self.table, std::slice::from_ref(&self.row), &read)?;
-        Ok(rows.into_iter().next().flatten().map_or(0, |r| r.cells.len()))
+        Ok(self.read(None, None, 0, None, true)?.map_or(0, |r| r.cells.len()))
     }
 }

@@ -83,6 +83,11 @@ fn row_mutations(m: RowMutation) -> RowMutations {
     m.mutations.into_iter().fold(RowMutations::new(row.clone()), |rm, cm| rm.with(to_engine_mutation(&row, cm)))
 }
 
+/// True if `m` only puts cells: it can go to the engine as one put.
+fn puts_only(m: &RowMutation) -> bool {
+    m.mutations.iter().all(|c| matches!(c, CellMutation::Put { .. }))
+}
+
 /// A row mutation of puts only, as one engine put.
 fn single_put(m: RowMutation) -> Put {
     m.mutations.into_iter().fold(Put::new(m.row), add_cell)
@@ -244,7 +249,7 @@ impl Store for EmbeddedStore {
         if rows.len() == 1 {
             if let Some(m) = rows.pop() {
                 // A row of puts only is one engine put: one mutation, not one per cell.
-                if m.mutations.iter().all(|c| matches!(c, CellMutation::Put { .. })) {
+                if puts_only(&m) {
                     return Ok(t.put(single_put(m))?);
                 }
                 return Ok(t.mutate_row(row_mutations(m))?);
@@ -252,8 +257,7 @@ impl Store for EmbeddedStore {
         }
         // Rows that only put cells go out as one batch; rows that also delete columns are
         // applied one by one, each atomically.
-        let (puts, mixed): (Vec<_>, Vec<_>) =
-            rows.into_iter().partition(|m| m.mutations.iter().all(|c| matches!(c, CellMutation::Put { .. })));
+        let (puts, mixed): (Vec<_>, Vec<_>) = rows.into_iter().partition(puts_only);
         let batch: Vec<Mutation> = puts.into_iter().map(|m| Mutation::Put(single_put(m))).collect();
         if !batch.is_empty() {
             for r in t.batch(batch)? {
