@@ -9,7 +9,7 @@ use std::path::Path;
 use serde::{Deserialize, Serialize};
 
 use crate::descriptor::TableDescriptor;
-use crate::fsutil::write_atomic;
+use crate::fs::{write_atomic, FileSystem};
 use crate::{Error, Result};
 
 const MAGIC: u64 = u64::from_le_bytes(*b"CELLARMF");
@@ -56,8 +56,8 @@ pub(crate) struct CatalogState {
 
 impl CatalogState {
     /// Reads the manifest at `path`; a missing file is an empty catalog.
-    pub fn load(path: &Path) -> Result<CatalogState> {
-        let data = match std::fs::read(path) {
+    pub fn load(fs: &dyn FileSystem, path: &Path) -> Result<CatalogState> {
+        let data = match fs.read(path) {
             Ok(d) => d,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(CatalogState::default()),
             Err(e) => return Err(Error::io(path, e)),
@@ -82,7 +82,7 @@ impl CatalogState {
     }
 
     /// Writes the manifest atomically.
-    pub fn store(&self, path: &Path) -> Result<()> {
+    pub fn store(&self, fs: &dyn FileSystem, path: &Path) -> Result<()> {
         let payload = rmp_serde::to_vec_named(self)
             .map_err(|e| Error::io(path, std::io::Error::other(format!("encoding manifest: {e}"))))?;
         let mut out = Vec::with_capacity(HEADER + payload.len());
@@ -91,7 +91,7 @@ impl CatalogState {
         out.extend_from_slice(&(payload.len() as u32).to_le_bytes());
         out.extend_from_slice(&crc32c::crc32c(&payload).to_le_bytes());
         out.extend_from_slice(&payload);
-        write_atomic(path, &out)
+        write_atomic(fs, path, &out)
     }
 }
 
@@ -99,12 +99,13 @@ impl CatalogState {
 mod tests {
     use super::*;
     use crate::descriptor::FamilyDescriptor;
+    use crate::fs::OsFs;
 
     #[test]
     fn round_trips_and_detects_damage() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("MANIFEST");
-        assert_eq!(CatalogState::load(&path).unwrap(), CatalogState::default());
+        assert_eq!(CatalogState::load(&OsFs, &path).unwrap(), CatalogState::default());
         let state = CatalogState {
             tables: vec![TableEntry {
                 descriptor: TableDescriptor::new("t").family(FamilyDescriptor::new("f")),
@@ -120,12 +121,12 @@ mod tests {
             next_region_id: 2,
             last_seq: 9,
         };
-        state.store(&path).unwrap();
-        assert_eq!(CatalogState::load(&path).unwrap(), state);
+        state.store(&OsFs, &path).unwrap();
+        assert_eq!(CatalogState::load(&OsFs, &path).unwrap(), state);
         let mut bytes = std::fs::read(&path).unwrap();
         let n = bytes.len();
         bytes[n - 3] ^= 0xff;
         std::fs::write(&path, &bytes).unwrap();
-        assert!(matches!(CatalogState::load(&path), Err(Error::Corrupt { .. })));
+        assert!(matches!(CatalogState::load(&OsFs, &path), Err(Error::Corrupt { .. })));
     }
 }

@@ -5,7 +5,6 @@
 //! segments), `sst/` (every SSTable, named by a unique id).
 
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::fs::{self, File};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -19,7 +18,7 @@ use crate::cache::{BlockCache, CacheStats};
 use crate::catalog::{CatalogState, FileEntry, RegionEntry, TableEntry};
 use crate::clock::{Clock, SystemClock};
 use crate::descriptor::{FamilyDescriptor, TableDescriptor};
-use crate::fsutil::sync_dir;
+use crate::fs::{sync_dir, FileSystem, OsFs};
 use crate::memstore::MemAccount;
 use crate::region::{FileContext, Region};
 use crate::split::check_split_keys;
@@ -64,6 +63,9 @@ pub struct EngineOptions {
     pub flush_on_close: bool,
     /// Time source for default timestamps and TTL.
     pub clock: Arc<dyn Clock>,
+    /// The file layer every file goes through (default: the operating system's). Tests pass a
+    /// [`crate::fault::FaultFs`] to simulate power loss and I/O errors.
+    pub fs: Arc<dyn FileSystem>,
 }
 
 impl Default for EngineOptions {
@@ -82,6 +84,7 @@ impl Default for EngineOptions {
             auto_compact: true,
             flush_on_close: true,
             clock: Arc::new(SystemClock),
+            fs: Arc::new(OsFs),
         }
     }
 }
@@ -126,7 +129,7 @@ pub(crate) struct EngineInner {
     /// Bytes in all memstores (the global memstore budget's meter).
     pub memstore_bytes: MemAccount,
     pub background: Arc<Background>,
-    _lock: File,
+    _lock: Box<dyn std::any::Any + Send + Sync>,
 }
 
 /// What the manifest on disk lists: its files and each region's flushed sequence number.
@@ -140,7 +143,10 @@ pub(crate) struct EngineInner {
 /// cover its edits. Updated by every catalog write; read under `ddl`.
 #[derive(Default)]
 struct Durable {
+    /// Files a manifest that may be on disk lists: none of them may be deleted.
     files: HashSet<u64>,
+    /// Files every manifest that may be on disk lists: the log may go once rows are in them.
+    listed: HashSet<u64>,
     /// Region id to the flushed sequence number the manifest records for it.
     flushed: HashMap<u64, u64>,
 }
@@ -148,16 +154,16 @@ struct Durable {
 impl Durable {
     fn of(catalog: &CatalogState) -> Durable {
         let regions = || catalog.tables.iter().flat_map(|t| &t.regions);
-        Durable {
-            files: regions().flat_map(|r| r.files.iter().map(|f| f.id)).collect(),
-            flushed: regions().map(|r| (r.id, r.flushed_seq)).collect(),
-        }
+        let files: HashSet<u64> = regions().flat_map(|r| r.files.iter().map(|f| f.id)).collect();
+        Durable { listed: files.clone(), files, flushed: regions().map(|r| (r.id, r.flushed_seq)).collect() }
     }
 
     /// After a failed catalog write, either manifest may be the one on disk: keep the files
-    /// of both and the older flushed sequence numbers.
+    /// of both, count as listed only those both list, and keep the older flushed sequence
+    /// numbers.
     fn merge(&mut self, other: Durable) {
         self.files.extend(other.files);
+        self.listed.retain(|f| other.listed.contains(f));
         for (region, seq) in other.flushed {
             self.flushed.entry(region).and_modify(|s| *s = (*s).min(seq)).or_insert(seq);
         }
@@ -202,6 +208,7 @@ impl std::fmt::Debug for Engine {
 /// Builds a region from its catalog entry. Files shared by split siblings are opened once
 /// (`open_files` maps file id to reader).
 fn region_from_entry(
+    fs: &dyn FileSystem,
     entry: &RegionEntry,
     desc: &TableDescriptor,
     sst_dir: &Path,
@@ -217,7 +224,7 @@ fn region_from_entry(
                 Some(r) => r.clone(),
                 None => {
                     let path = sst_path(sst_dir, f.id);
-                    let r = Arc::new(SstReader::open(&path, f.id, cache.clone(), fam.in_memory)?);
+                    let r = Arc::new(SstReader::open(fs, &path, f.id, cache.clone(), fam.in_memory)?);
                     open_files.insert(f.id, r.clone());
                     r
                 }
@@ -240,24 +247,22 @@ impl Engine {
     pub fn open(dir: impl AsRef<Path>, opts: EngineOptions) -> Result<Engine> {
         let dir = dir.as_ref().to_path_buf();
         let sst_dir = dir.join("sst");
+        let fs = opts.fs.clone();
         for d in [&dir, &sst_dir] {
-            fs::create_dir_all(d).map_err(|e| Error::io(d, e))?;
+            fs.create_dir_all(d).map_err(|e| Error::io(d, e))?;
         }
-        sync_dir(&dir)?;
+        sync_dir(&*fs, &dir)?;
         let lock_path = dir.join("LOCK");
-        let lock = File::options()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(&lock_path)
-            .map_err(|e| Error::io(&lock_path, e))?;
-        lock.try_lock().map_err(|e| {
-            Error::io(
-                &lock_path,
-                std::io::Error::new(std::io::ErrorKind::WouldBlock, format!("data directory is in use: {e}")),
-            )
+        let lock = fs.lock(&lock_path).map_err(|e| {
+            let e = match e.kind() {
+                std::io::ErrorKind::WouldBlock => {
+                    std::io::Error::new(std::io::ErrorKind::WouldBlock, format!("data directory is in use: {e}"))
+                }
+                _ => e,
+            };
+            Error::io(&lock_path, e)
         })?;
-        let catalog = CatalogState::load(&dir.join("MANIFEST"))?;
+        let catalog = CatalogState::load(&*fs, &dir.join("MANIFEST"))?;
         let cache = Arc::new(BlockCache::new(opts.block_cache_bytes));
         let account = MemAccount::default();
 
@@ -270,17 +275,17 @@ impl Engine {
             for r in &t.regions {
                 referenced.extend(r.files.iter().map(|f| f.id));
                 let region =
-                    Arc::new(region_from_entry(r, &t.descriptor, &sst_dir, &cache, &mut open_files, &account)?);
+                    Arc::new(region_from_entry(&*fs, r, &t.descriptor, &sst_dir, &cache, &mut open_files, &account)?);
                 regions_by_id.insert(region.id, region.clone());
                 regions.push(region);
             }
             tables
                 .insert(t.descriptor.name.clone(), Arc::new(TableState::new(t.descriptor.clone(), t.enabled, regions)));
         }
-        let max_file_id = remove_orphan_files(&sst_dir, &referenced)?;
+        let max_file_id = remove_orphan_files(&*fs, &sst_dir, &referenced)?;
 
         let wal_dir = dir.join("wal");
-        let wal = Wal::open(&wal_dir, opts.wal_segment_bytes, catalog.last_seq, |record| {
+        let wal = Wal::open(fs.clone(), &wal_dir, opts.wal_segment_bytes, catalog.last_seq, |record| {
             let (region_id, edits) = decode_batch(&record.payload).ok_or_else(|| {
                 Error::corrupt(
                     &wal_dir,
@@ -633,6 +638,12 @@ impl Engine {
         self.inner.cache.stats()
     }
 
+    /// Why the engine refuses writes until it is reopened, if it does: a write or fsync of the
+    /// write-ahead log failed (see [`Error::ReadOnly`]). Reads keep working.
+    pub fn read_only_reason(&self) -> Option<String> {
+        self.inner.wal.failure()
+    }
+
     /// Number of write-ahead log segment files.
     pub fn wal_segments(&self) -> usize {
         self.inner.wal.segment_count()
@@ -641,23 +652,22 @@ impl Engine {
 
 /// Deletes SSTables the catalog does not list (left by a crash mid-flush or mid-compaction);
 /// returns the highest file id seen.
-fn remove_orphan_files(sst_dir: &Path, referenced: &HashSet<u64>) -> Result<u64> {
+fn remove_orphan_files(fs: &dyn FileSystem, sst_dir: &Path, referenced: &HashSet<u64>) -> Result<u64> {
     let mut max_id = referenced.iter().copied().max().unwrap_or(0);
     let mut removed = false;
-    for entry in fs::read_dir(sst_dir).map_err(|e| Error::io(sst_dir, e))? {
-        let entry = entry.map_err(|e| Error::io(sst_dir, e))?;
-        let name = entry.file_name();
+    for name in fs.list(sst_dir).map_err(|e| Error::io(sst_dir, e))? {
         let Some(id) = name.to_str().and_then(|n| n.strip_suffix(".sst")).and_then(|n| n.parse::<u64>().ok()) else {
             continue;
         };
         max_id = max_id.max(id);
         if !referenced.contains(&id) {
-            fs::remove_file(entry.path()).map_err(|e| Error::io(entry.path(), e))?;
+            let path = sst_dir.join(&name);
+            fs.remove(&path).map_err(|e| Error::io(&path, e))?;
             removed = true;
         }
     }
     if removed {
-        sync_dir(sst_dir)?;
+        sync_dir(fs, sst_dir)?;
     }
     Ok(max_id)
 }
@@ -676,7 +686,7 @@ impl EngineInner {
     }
 
     pub fn file_context(&self) -> FileContext<'_> {
-        FileContext { sst_dir: &self.sst_dir, cache: &self.cache, next_file_id: &self.next_file_id }
+        FileContext { fs: &*self.opts.fs, sst_dir: &self.sst_dir, cache: &self.cache, next_file_id: &self.next_file_id }
     }
 
     /// Flushes one region (catalog not persisted).
@@ -838,6 +848,10 @@ impl EngineInner {
 
     /// Writes the catalog; the caller holds `ddl`.
     pub fn persist_locked(&self) -> Result<()> {
+        // The manifest never runs ahead of the log: a flushed file holds edits up to the last
+        // sequence number, and a power loss must not keep them while losing earlier edits of
+        // other regions still only in the log's unsynced tail. Recovery stays a prefix.
+        self.wal.sync_to(self.wal.last_seq())?;
         let tables = self.tables.read();
         let mut state = CatalogState {
             tables: Vec::with_capacity(tables.len()),
@@ -865,7 +879,7 @@ impl EngineInner {
         }
         drop(tables);
         let listed = Durable::of(&state);
-        let stored = state.store(&self.dir.join("MANIFEST"));
+        let stored = state.store(&*self.opts.fs, &self.dir.join("MANIFEST"));
         let mut durable = self.durable.lock();
         match stored {
             Ok(()) => *durable = listed,
@@ -909,13 +923,24 @@ impl EngineInner {
         let ids =
             (self.next_region_id.fetch_add(1, Ordering::Relaxed), self.next_region_id.fetch_add(1, Ordering::Relaxed));
         let (lower, upper) = region.daughters(&at, ids);
-        state.replace_region(region.id, vec![Arc::new(lower), Arc::new(upper)]);
+        let (lower, upper) = (Arc::new(lower), Arc::new(upper));
+        // Writers that find a daughter wait until the manifest naming it is durable: their log
+        // records carry the daughter's id, which a recovery from an older manifest would skip.
+        let _lower_writes = lower.write_lock.lock();
+        let _upper_writes = upper.write_lock.lock();
+        state.replace_region(region.id, vec![lower.clone(), upper.clone()]);
         region.set_retired(true);
-        // One atomic catalog write makes the split happen; if it fails, the parent stays.
+        // One atomic catalog write makes the split happen. If it fails, the parent stays in
+        // memory; but the manifest on disk may be either one (a rename or a directory fsync
+        // can fail after the fact), and a recovery skips log records of regions its manifest
+        // does not name: writes stop until a reopen settles which regions exist.
         if let Err(e) = self.persist_locked() {
             state.replace_region(ids.0, vec![region.clone()]);
             state.remove_region(ids.1);
+            lower.set_retired(true);
+            upper.set_retired(true);
             region.set_retired(false);
+            self.wal.fail(format!("the catalog write of a split of region {} failed: {e}", region.id));
             return Err(e);
         }
         Ok(true)
@@ -934,7 +959,7 @@ impl EngineInner {
                     let stores = r.stores();
                     let in_memstore = stores.families.iter().any(|s| !s.active.is_empty() || s.frozen.is_some());
                     let in_unlisted_file =
-                        stores.families.iter().flat_map(|s| &s.files).any(|f| !durable.files.contains(&f.id()));
+                        stores.families.iter().flat_map(|s| &s.files).any(|f| !durable.listed.contains(&f.id()));
                     match durable.flushed.get(&r.id) {
                         // A recovery replays this region's log from the manifest's sequence
                         // number: keep it while rows past it are in a memstore, or only in a
@@ -971,9 +996,9 @@ impl EngineInner {
         for f in files.filter(|f| !live.contains(&f.id()) && seen.insert(f.id())) {
             self.cache.evict_file(f.id());
             // A failed removal leaves an orphan that the next open deletes.
-            let _ = fs::remove_file(f.path());
+            let _ = self.opts.fs.remove(f.path());
         }
-        let _ = sync_dir(&self.sst_dir);
+        let _ = sync_dir(&*self.opts.fs, &self.sst_dir);
     }
 }
 
@@ -991,11 +1016,11 @@ mod tests {
         let to = tempfile::tempdir().unwrap();
         for sub in ["", "sst", "wal"] {
             let (src, dst) = (from.join(sub), to.path().join(sub));
-            fs::create_dir_all(&dst).unwrap();
-            for entry in fs::read_dir(&src).unwrap() {
+            std::fs::create_dir_all(&dst).unwrap();
+            for entry in std::fs::read_dir(&src).unwrap() {
                 let entry = entry.unwrap();
                 if entry.file_type().unwrap().is_file() {
-                    fs::copy(entry.path(), dst.join(entry.file_name())).unwrap();
+                    std::fs::copy(entry.path(), dst.join(entry.file_name())).unwrap();
                 }
             }
         }

@@ -97,6 +97,12 @@ pub enum Error {
     /// The engine was closed, or a background failure made it refuse further writes.
     #[error("engine is closed: {0}")]
     Closed(String),
+    /// A write to the write-ahead log or an fsync of it failed earlier: what it held may not be
+    /// on disk, so the engine refuses writes until it is reopened; this write wrote nothing.
+    /// Reads keep working. Reopening recovers exactly what the log holds; free disk space
+    /// first if the disk was full.
+    #[error("read-only until reopened: {0}")]
+    ReadOnly(String),
     /// A [`crate::MultiRowMutation`] names rows of more than one region.
     #[error("table `{table}`: rows {first} and {other} lie in different regions; a multi-row mutation stays in one")]
     RowsSpanRegions {

@@ -15,7 +15,7 @@ use parking_lot::{Mutex, RwLock};
 use crate::cache::BlockCache;
 use crate::cell::KeyView;
 use crate::descriptor::FamilyDescriptor;
-use crate::fsutil::sync_dir;
+use crate::fs::{sync_dir, FileSystem};
 use crate::memstore::{MemAccount, Memstore};
 use crate::read::cursor::{BoundedCursor, CellCursor, MergeCursor, Source};
 use crate::read::rows::ReadSnapshot;
@@ -71,6 +71,7 @@ pub(crate) struct RegionCounters {
 
 /// Where flushes and compactions put files.
 pub(crate) struct FileContext<'a> {
+    pub fs: &'a dyn FileSystem,
     pub sst_dir: &'a Path,
     pub cache: &'a Arc<BlockCache>,
     pub next_file_id: &'a AtomicU64,
@@ -91,24 +92,24 @@ impl FileContext<'_> {
         let id = self.allocate();
         let path = sst_path(self.sst_dir, id);
         let result = (|| {
-            let mut w = SstWriter::create(&path, desc)?;
+            let mut w = SstWriter::create(self.fs, &path, desc)?;
             let kept = write_retained(cursor, desc, mode, &mut w)?;
             w.finish()?;
             Ok::<_, Error>(kept)
         })();
         match result {
             Ok(0) => {
-                let _ = std::fs::remove_file(&path);
+                let _ = self.fs.remove(&path);
                 Ok(None)
             }
             Ok(_) => {
                 // The catalog will name this file: its directory entry must be durable first.
-                sync_dir(self.sst_dir)?;
-                let reader = SstReader::open(&path, id, self.cache.clone(), desc.in_memory)?;
+                sync_dir(self.fs, self.sst_dir)?;
+                let reader = SstReader::open(self.fs, &path, id, self.cache.clone(), desc.in_memory)?;
                 Ok(Some(Arc::new(reader)))
             }
             Err(e) => {
-                let _ = std::fs::remove_file(&path);
+                let _ = self.fs.remove(&path);
                 Err(e)
             }
         }
@@ -127,6 +128,8 @@ pub(crate) struct Region {
     pub maintenance: Mutex<()>,
     visible_seq: AtomicU64,
     flushed_seq: AtomicU64,
+    /// The sequence number the frozen memstores hold writes up to, while there are any.
+    frozen_seq: AtomicU64,
     /// Set once the region has been split: writers that routed here re-route.
     retired: AtomicBool,
     stores: RwLock<Arc<RegionStores>>,
@@ -155,6 +158,7 @@ impl Region {
             maintenance: Mutex::new(()),
             visible_seq: AtomicU64::new(flushed_seq),
             flushed_seq: AtomicU64::new(flushed_seq),
+            frozen_seq: AtomicU64::new(0),
             retired: AtomicBool::new(false),
             stores: RwLock::new(Arc::new(stores)),
             account: account.clone(),
@@ -338,6 +342,12 @@ impl Region {
     /// there is nothing to flush.
     fn freeze_locked(&self) -> Option<u64> {
         let mut guard = self.stores.write();
+        if guard.families.iter().any(|s| s.frozen.is_some()) {
+            // A flush that failed left them: retry them alone, at the sequence number they were
+            // frozen at. Freezing more now, or claiming today's sequence number, would mark as
+            // flushed the writes still only in the active memstores.
+            return Some(self.frozen_seq.load(Ordering::Acquire));
+        }
         let mut next = (**guard).clone();
         let mut any = false;
         for s in &mut next.families {
@@ -350,7 +360,9 @@ impl Region {
             return None;
         }
         *guard = Arc::new(next);
-        Some(self.visible_seq.load(Ordering::Acquire))
+        let seq = self.visible_seq.load(Ordering::Acquire);
+        self.frozen_seq.store(seq, Ordering::Release);
+        Some(seq)
     }
 
     /// Writes the frozen memstores to SSTables and swaps them in; the caller holds
@@ -405,10 +417,11 @@ impl Region {
     /// Flushes while the caller holds both `maintenance` and the write lock: the last,
     /// short flush before a split, which must not let writes in.
     pub fn flush_write_locked(&self, ctx: &FileContext<'_>) -> Result<()> {
-        match self.freeze_locked() {
-            Some(seq) => self.write_frozen(ctx, seq),
-            None => Ok(()),
+        // Twice when memstores frozen by a failed flush are written first.
+        while let Some(seq) = self.freeze_locked() {
+            self.write_frozen(ctx, seq)?;
         }
+        Ok(())
     }
 
     /// Merges each family's files into one, keeping only rows inside the region (files shared

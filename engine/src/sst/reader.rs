@@ -1,8 +1,6 @@
 //! Opens an SSTable, keeps its index, bloom filter and meta block in memory, and reads data
 //! blocks through the shared block cache.
 
-use std::fs::File;
-use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -11,6 +9,7 @@ use bytes::Bytes;
 use crate::cache::BlockCache;
 use crate::cell::KeyView;
 use crate::descriptor::BloomType;
+use crate::fs::{FileSystem, ReadFile};
 use crate::read::cursor::CellCursor;
 use crate::sst::block::{unframe, Block, BlockIter};
 use crate::sst::bloom::{row_col_hash, row_hash, Bloom};
@@ -23,7 +22,7 @@ type RowSpan = (Box<[u8]>, Box<[u8]>);
 /// An open SSTable.
 pub(crate) struct SstReader {
     path: Arc<Path>,
-    file: File,
+    file: Arc<dyn ReadFile>,
     id: u64,
     size: u64,
     index: Vec<IndexEntry>,
@@ -67,9 +66,15 @@ pub(crate) fn encode_bloom_block(kind: BloomType, bloom: &Bloom) -> Vec<u8> {
 
 impl SstReader {
     /// Opens and validates the file's footer, index, bloom and meta blocks.
-    pub fn open(path: &Path, id: u64, cache: Arc<BlockCache>, in_memory: bool) -> Result<SstReader> {
-        let file = File::open(path).map_err(|e| Error::io(path, e))?;
-        let size = file.metadata().map_err(|e| Error::io(path, e))?.len();
+    pub fn open(
+        fs: &dyn FileSystem,
+        path: &Path,
+        id: u64,
+        cache: Arc<BlockCache>,
+        in_memory: bool,
+    ) -> Result<SstReader> {
+        let file = fs.open(path).map_err(|e| Error::io(path, e))?;
+        let size = file.size().map_err(|e| Error::io(path, e))?;
         if size < FOOTER_LEN as u64 {
             return Err(Error::corrupt(path, 0, "file shorter than an SSTable footer"));
         }
@@ -413,13 +418,14 @@ mod tests {
         rows.sort();
         rows.dedup();
         let family = FamilyDescriptor::new("f").block_size(1024);
-        let mut w = SstWriter::create(&path, &family).unwrap();
+        let mut w = SstWriter::create(&crate::fs::OsFs, &path, &family).unwrap();
         for (i, row) in rows.iter().enumerate() {
             let key = KeyView { row, qualifier: b"q", ts: 1, kind: CellType::Put, seq: i as u64 + 1 };
             w.add(&key, &[7u8; 100], None).unwrap();
         }
         w.finish().unwrap();
-        let reader = Arc::new(SstReader::open(&path, 1, Arc::new(BlockCache::new(1 << 20)), false).unwrap());
+        let reader =
+            Arc::new(SstReader::open(&crate::fs::OsFs, &path, 1, Arc::new(BlockCache::new(1 << 20)), false).unwrap());
         assert!(reader.index.len() > 4 * SAMPLE, "{} blocks", reader.index.len());
         let mut cur = reader.cursor();
         for (i, row) in rows.iter().enumerate() {

@@ -1,13 +1,13 @@
 //! Writes an SSTable from cells given in key order.
 
-use std::fs::File;
-use std::io::{BufWriter, Write};
+use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use bytes::Bytes;
 
 use crate::cell::KeyView;
 use crate::descriptor::{BloomType, Compression, FamilyDescriptor};
+use crate::fs::{Appender, FileSystem};
 use crate::sst::block::{frame, BlockBuilder};
 use crate::sst::bloom::{row_col_hash, row_hash, Bloom};
 use crate::sst::format::{encode_key, Footer, Handle, IndexBuilder, SstMeta, FORMAT_VERSION};
@@ -17,7 +17,7 @@ use crate::{Error, Result};
 /// Streams cells into a new SSTable file.
 pub(crate) struct SstWriter {
     path: PathBuf,
-    out: BufWriter<File>,
+    out: Appender,
     offset: u64,
     block: BlockBuilder,
     block_size: usize,
@@ -39,11 +39,11 @@ pub(crate) struct SstWriter {
 
 impl SstWriter {
     /// Creates the file at `path` (which must not exist).
-    pub fn create(path: &Path, family: &FamilyDescriptor) -> Result<SstWriter> {
-        let file = File::options().write(true).create_new(true).open(path).map_err(|e| Error::io(path, e))?;
+    pub fn create(fs: &dyn FileSystem, path: &Path, family: &FamilyDescriptor) -> Result<SstWriter> {
+        let file = fs.create_new(path).map_err(|e| Error::io(path, e))?;
         Ok(SstWriter {
             path: path.to_path_buf(),
-            out: BufWriter::with_capacity(256 * 1024, file),
+            out: Appender::new(file, 256 * 1024),
             offset: 0,
             block: BlockBuilder::default(),
             block_size: family.block_size as usize,
@@ -150,7 +150,7 @@ impl SstWriter {
         let footer = Footer { index, bloom, meta, version: FORMAT_VERSION };
         self.out.write_all(&footer.encode()).map_err(|e| Error::io(&self.path, e))?;
         self.offset += footer.encode().len() as u64;
-        let file = self.out.into_inner().map_err(|e| Error::io(&self.path, e.into_error()))?;
+        let file = self.out.finish().map_err(|e| Error::io(&self.path, e))?;
         file.sync_all().map_err(|e| Error::io(&self.path, e))?;
         Ok((self.meta, self.offset))
     }

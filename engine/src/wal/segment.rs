@@ -1,8 +1,6 @@
 //! WAL segments: appending with the four durability levels, group commit, rolling, recovery
 //! and removal of segments whose edits are all flushed.
 
-use std::fs::{self, File};
-use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -10,10 +8,12 @@ use bytes::Bytes;
 use parking_lot::Mutex;
 
 use crate::descriptor::Durability;
-use crate::fsutil::sync_dir;
+use crate::fs::{sync_dir, FileSystem, WriteFile};
 use crate::{Error, Result};
 
 const SEGMENT_MAGIC: &[u8; 8] = b"CELLRWAL";
+/// Extension of the copy that replaces the last segment at recovery.
+const REWRITE: &str = "rewrite";
 const SEGMENT_VERSION: u32 = 1;
 const SEGMENT_HEADER: usize = 12;
 const RECORD_HEADER: usize = 20;
@@ -32,7 +32,7 @@ pub(crate) struct WalRecord {
 }
 
 struct Inner {
-    file: Arc<File>,
+    file: Arc<dyn WriteFile>,
     id: u64,
     size: u64,
     /// AsyncWal records not yet handed to the OS.
@@ -43,12 +43,17 @@ struct Inner {
     /// Closed segments: (id, highest sequence number in it).
     closed: Vec<(u64, u64)>,
     cur_max_seq: u64,
-    /// Set after a write error we could not undo; the log then refuses writes.
+    /// Set by the first failed write or sync; the log then refuses writes. After a failed
+    /// write, records buffered with it (AsyncWal) are lost while later ones could land, and
+    /// after a failed fsync the kernel may have dropped the dirty pages while a retried fsync
+    /// reports success: either way only a reopen, which replays what the log really holds,
+    /// knows the state again.
     failed: Option<String>,
 }
 
 /// The engine's write-ahead log.
 pub(crate) struct Wal {
+    fs: Arc<dyn FileSystem>,
     dir: PathBuf,
     inner: Mutex<Inner>,
     /// Highest sequence number known to be on stable storage; held while fsyncing, so
@@ -82,15 +87,28 @@ enum Ending {
     Torn(u64),
 }
 
+fn segment_header() -> [u8; SEGMENT_HEADER] {
+    let mut header = [0u8; SEGMENT_HEADER];
+    header[..8].copy_from_slice(SEGMENT_MAGIC);
+    header[8..].copy_from_slice(&SEGMENT_VERSION.to_le_bytes());
+    header
+}
+
+/// A segment whose creation did not finish: part of its header, then nothing or zeros.
+fn unfinished(data: &[u8]) -> bool {
+    let header = segment_header();
+    let written = data.iter().zip(&header).take_while(|(a, b)| a == b).count();
+    written < SEGMENT_HEADER && data[written..].iter().all(|&b| b == 0)
+}
+
 /// Parses one segment; returns its records and how it ended, or a corruption error.
 fn parse_segment(path: &Path, data: &[u8], is_last: bool) -> Result<(Vec<WalRecord>, Ending)> {
     let mut records = Vec::new();
+    if is_last && unfinished(data) {
+        return Ok((records, Ending::Torn(0)));
+    }
     if data.len() < SEGMENT_HEADER {
-        return if is_last {
-            Ok((records, Ending::Torn(0)))
-        } else {
-            Err(Error::corrupt(path, 0, "WAL segment header missing"))
-        };
+        return Err(Error::corrupt(path, 0, "WAL segment header missing"));
     }
     if &data[..8] != SEGMENT_MAGIC {
         return Err(Error::corrupt(path, 0, "bad WAL segment magic"));
@@ -150,16 +168,21 @@ impl Wal {
     /// fresh segment for appends. Sequence numbers continue after the larger of the highest
     /// logged one and `min_last_seq`.
     pub fn open(
+        fs: Arc<dyn FileSystem>,
         dir: &Path,
         segment_limit: u64,
         min_last_seq: u64,
         mut replay: impl FnMut(WalRecord) -> Result<()>,
     ) -> Result<Wal> {
-        fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
+        fs.create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
         let mut ids: Vec<u64> = Vec::new();
-        for entry in fs::read_dir(dir).map_err(|e| Error::io(dir, e))? {
-            let entry = entry.map_err(|e| Error::io(dir, e))?;
-            let name = entry.file_name();
+        for name in fs.list(dir).map_err(|e| Error::io(dir, e))? {
+            if name.to_str().is_some_and(|n| n.ends_with(&format!(".{REWRITE}"))) {
+                // A rewrite a crash interrupted; the segment it copied is still in place.
+                let path = dir.join(&name);
+                fs.remove(&path).map_err(|e| Error::io(&path, e))?;
+                continue;
+            }
             let Some(id) = name.to_str().and_then(|n| n.strip_suffix(".log")).and_then(|n| n.parse().ok()) else {
                 continue;
             };
@@ -170,27 +193,48 @@ impl Wal {
         let mut closed = Vec::new();
         for (i, &id) in ids.iter().enumerate() {
             let path = segment_path(dir, id);
-            let data = fs::read(&path).map_err(|e| Error::io(&path, e))?;
+            let data = fs.read(&path).map_err(|e| Error::io(&path, e))?;
             let (records, ending) = parse_segment(&path, &data, i + 1 == ids.len())?;
             let mut seg_max = 0;
             for r in records {
                 seg_max = seg_max.max(r.first_seq + u64::from(r.count.max(1)) - 1);
                 replay(r)?;
             }
-            if let Ending::Torn(at) = ending {
-                let f = File::options().write(true).open(&path).map_err(|e| Error::io(&path, e))?;
-                f.set_len(at).map_err(|e| Error::io(&path, e))?;
-                f.sync_all().map_err(|e| Error::io(&path, e))?;
-            }
             last_seq = last_seq.max(seg_max);
+            if i + 1 == ids.len() {
+                if let Ending::Torn(0) = ending {
+                    // Its creation never finished, so no record went into it.
+                    fs.remove(&path).map_err(|e| Error::io(&path, e))?;
+                    sync_dir(&*fs, dir)?;
+                    continue;
+                }
+                // The last segment may hold records a previous run handed to the OS without an
+                // fsync (SyncWal, AsyncWal, a clean close, a failed fsync). They were replayed,
+                // and new records will follow them in the next segment: make them durable
+                // first, or a power loss could keep the new segment and cut this one short.
+                // An fsync of this file cannot be trusted after one failed (the kernel may
+                // have dropped the pages), so the records go to a fresh file that replaces it.
+                // A torn tail is left out.
+                let end = match ending {
+                    Ending::Torn(at) => at as usize,
+                    Ending::Clean => data.len(),
+                };
+                let fresh = path.with_extension(REWRITE);
+                let f = fs.create_new(&fresh).map_err(|e| Error::io(&fresh, e))?;
+                f.write_all(&data[..end]).map_err(|e| Error::io(&fresh, e))?;
+                f.sync_all().map_err(|e| Error::io(&fresh, e))?;
+                fs.rename(&fresh, &path).map_err(|e| Error::io(&path, e))?;
+                sync_dir(&*fs, dir)?;
+            }
             closed.push((id, seg_max));
         }
         let id = ids.last().map_or(1, |l| l + 1);
-        let file = Self::create_segment(dir, id)?;
+        let file = Self::create_segment(&*fs, dir, id)?;
         Ok(Wal {
+            fs,
             dir: dir.to_path_buf(),
             inner: Mutex::new(Inner {
-                file: Arc::new(file),
+                file,
                 id,
                 size: SEGMENT_HEADER as u64,
                 buf: Vec::new(),
@@ -205,15 +249,12 @@ impl Wal {
         })
     }
 
-    fn create_segment(dir: &Path, id: u64) -> Result<File> {
+    fn create_segment(fs: &dyn FileSystem, dir: &Path, id: u64) -> Result<Arc<dyn WriteFile>> {
         let path = segment_path(dir, id);
-        let mut f = File::options().append(true).create_new(true).open(&path).map_err(|e| Error::io(&path, e))?;
-        let mut header = Vec::with_capacity(SEGMENT_HEADER);
-        header.extend_from_slice(SEGMENT_MAGIC);
-        header.extend_from_slice(&SEGMENT_VERSION.to_le_bytes());
-        f.write_all(&header).map_err(|e| Error::io(&path, e))?;
+        let f = fs.create_new(&path).map_err(|e| Error::io(&path, e))?;
+        f.write_all(&segment_header()).map_err(|e| Error::io(&path, e))?;
         f.sync_all().map_err(|e| Error::io(&path, e))?;
-        sync_dir(dir)?;
+        sync_dir(fs, dir)?;
         Ok(f)
     }
 
@@ -222,7 +263,7 @@ impl Wal {
     pub fn append(&self, count: u32, payload: &[u8], durability: Durability) -> Result<u64> {
         let mut inner = self.inner.lock();
         if let Some(why) = &inner.failed {
-            return Err(Error::Closed(format!("write-ahead log failed earlier: {why}")));
+            return Err(Error::ReadOnly(why.clone()));
         }
         let first = inner.next_seq;
         let count = count.max(1);
@@ -250,19 +291,23 @@ impl Wal {
         written.map(|()| first)
     }
 
-    /// Hands `bytes` to the OS; on failure, cuts the segment back so no partial record stays.
+    /// Hands `bytes` to the OS. On failure, cuts the segment back so no partial record stays
+    /// (best effort: recovery treats a damaged tail as torn) and fails the log.
     fn write_out(&self, inner: &mut Inner, bytes: &[u8], last_seq: u64) -> Result<()> {
         let before = inner.size;
-        if let Err(e) = (&*inner.file).write_all(bytes) {
-            if let Err(e2) = inner.file.set_len(before) {
-                inner.failed = Some(format!("{e}; could not truncate partial record: {e2}"));
-            }
-            return Err(Error::io(segment_path(&self.dir, inner.id), e));
+        if let Err(e) = inner.file.write_all(bytes) {
+            let _ = inner.file.set_len(before);
+            let path = segment_path(&self.dir, inner.id);
+            inner.failed = Some(format!("writing the log segment {} failed: {e}", path.display()));
+            return Err(Error::io(path, e));
         }
         inner.size += bytes.len() as u64;
         inner.written_seq = inner.written_seq.max(last_seq);
         if inner.size >= self.segment_limit {
-            self.roll(inner)?;
+            if let Err(e) = self.roll(inner) {
+                inner.failed = Some(format!("starting a new log segment failed: {e}"));
+                return Err(e);
+            }
         }
         Ok(())
     }
@@ -271,9 +316,11 @@ impl Wal {
         let old = segment_path(&self.dir, inner.id);
         inner.file.sync_data().map_err(|e| Error::io(&old, e))?;
         let id = inner.id + 1;
-        let file = Self::create_segment(&self.dir, id)?;
+        // Later segments must not outlive this one's unsynced tail: synced above, and the
+        // synced mark covers it.
+        let file = Self::create_segment(&*self.fs, &self.dir, id)?;
         inner.closed.push((inner.id, inner.cur_max_seq));
-        inner.file = Arc::new(file);
+        inner.file = file;
         inner.id = id;
         inner.size = SEGMENT_HEADER as u64;
         Ok(())
@@ -296,16 +343,39 @@ impl Wal {
         if *synced >= seq {
             return Ok(());
         }
-        if !self.inner.lock().buf.is_empty() {
-            self.flush_buffer()?;
-        }
         let (file, written, id) = {
-            let inner = self.inner.lock();
+            let mut inner = self.inner.lock();
+            if let Some(why) = &inner.failed {
+                // The caller's records are logged (perhaps applied) but cannot be made durable.
+                let e = std::io::Error::other(format!("the log failed before this write was made durable: {why}"));
+                return Err(Error::io(segment_path(&self.dir, inner.id), e));
+            }
+            if !inner.buf.is_empty() {
+                let buf = std::mem::take(&mut inner.buf);
+                let last = inner.cur_max_seq;
+                self.write_out(&mut inner, &buf, last)?;
+            }
             (inner.file.clone(), inner.written_seq, inner.id)
         };
-        file.sync_data().map_err(|e| Error::io(segment_path(&self.dir, id), e))?;
+        if let Err(e) = file.sync_data() {
+            let path = segment_path(&self.dir, id);
+            // Never retried: after a failed fsync the kernel may have dropped the dirty pages,
+            // and a second fsync could succeed without them.
+            self.inner.lock().failed = Some(format!("fsync of the log segment {} failed: {e}", path.display()));
+            return Err(Error::io(path, e));
+        }
         *synced = written;
         Ok(())
+    }
+
+    /// Makes the log refuse writes until the engine is reopened, for `reason`.
+    pub fn fail(&self, reason: String) {
+        self.inner.lock().failed.get_or_insert(reason);
+    }
+
+    /// Why the log refuses writes, if it does.
+    pub fn failure(&self) -> Option<String> {
+        self.inner.lock().failed.clone()
     }
 
     /// Deletes closed segments whose every edit has a sequence number below `seq`.
@@ -318,14 +388,14 @@ impl Wal {
         };
         for id in &doomed {
             let path = segment_path(&self.dir, *id);
-            match fs::remove_file(&path) {
+            match self.fs.remove(&path) {
                 Ok(()) => {}
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
                 Err(e) => return Err(Error::io(path, e)),
             }
         }
         if !doomed.is_empty() {
-            sync_dir(&self.dir)?;
+            sync_dir(&*self.fs, &self.dir)?;
         }
         Ok(())
     }
@@ -347,7 +417,7 @@ mod tests {
 
     fn reopen(dir: &Path) -> Result<Vec<(u64, Vec<u8>)>> {
         let mut seen = Vec::new();
-        Wal::open(dir, 1 << 20, 0, |r| {
+        Wal::open(Arc::new(crate::fs::OsFs), dir, 1 << 20, 0, |r| {
             seen.push((r.first_seq, r.payload.to_vec()));
             Ok(())
         })?;
@@ -357,7 +427,7 @@ mod tests {
     #[test]
     fn records_survive_reopen_in_order() {
         let dir = tempfile::tempdir().unwrap();
-        let wal = Wal::open(dir.path(), 1 << 20, 0, |_| Ok(())).unwrap();
+        let wal = Wal::open(Arc::new(crate::fs::OsFs), dir.path(), 1 << 20, 0, |_| Ok(())).unwrap();
         assert_eq!(wal.append(2, b"one", Durability::SyncWal).unwrap(), 1);
         assert_eq!(wal.append(1, b"skip", Durability::SkipWal).unwrap(), 3);
         let s = wal.append(1, b"two", Durability::FsyncWal).unwrap();
@@ -374,7 +444,7 @@ mod tests {
     #[test]
     fn rolls_and_removes_flushed_segments() {
         let dir = tempfile::tempdir().unwrap();
-        let wal = Wal::open(dir.path(), 100, 0, |_| Ok(())).unwrap();
+        let wal = Wal::open(Arc::new(crate::fs::OsFs), dir.path(), 100, 0, |_| Ok(())).unwrap();
         for _ in 0..10 {
             wal.append(1, &[7u8; 60], Durability::SyncWal).unwrap();
         }
