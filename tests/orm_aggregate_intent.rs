@@ -31,6 +31,8 @@ struct Faulty {
     stall_next: AtomicU32,
     /// The next batch fails without being applied.
     fail_next: AtomicBool,
+    /// Every write fails, as on an engine gone read-only after a disk fault.
+    refuse_writes: AtomicBool,
 }
 
 impl Faulty {
@@ -43,6 +45,7 @@ impl Faulty {
             guarantees: Guarantees::new(single_process, single_process),
             stall_next: AtomicU32::new(0),
             fail_next: AtomicBool::new(false),
+            refuse_writes: AtomicBool::new(false),
         };
         (Arc::new(store), dir)
     }
@@ -55,7 +58,7 @@ impl Store for Faulty {
     fn mutate(&self, table: &str, rows: Vec<RowMutation>) -> Result<()> {
         let stall = self.stall_next.swap(0, Ordering::SeqCst);
         std::thread::sleep(Duration::from_millis(stall.into()));
-        if self.fail_next.swap(false, Ordering::SeqCst) {
+        if self.fail_next.swap(false, Ordering::SeqCst) || self.refuse_writes.load(Ordering::SeqCst) {
             return Err(Error::InvalidArgument { arg: "test", reason: "injected failure".into() });
         }
         self.inner.mutate(table, rows)
@@ -67,6 +70,9 @@ impl Store for Faulty {
         self.inner.scan(table, scan)
     }
     fn check_and_mutate(&self, table: &str, condition: Condition, mutation: RowMutation) -> Result<bool> {
+        if self.refuse_writes.load(Ordering::SeqCst) {
+            return Err(Error::InvalidArgument { arg: "test", reason: "writes refused".into() });
+        }
         self.inner.check_and_mutate(table, condition, mutation)
     }
     fn split_keys(&self, table: &str) -> Result<Option<Vec<Bytes>>> {
@@ -117,6 +123,27 @@ fn a_failed_writer_is_finished_by_the_next_reader_at_once() {
     // The intent was recorded before the failure: the write is finished, whole, by the reader.
     let read = orders.get((1, 1)).unwrap().unwrap();
     assert_eq!(version_of(&read), Some(2));
+}
+
+#[test]
+fn a_reader_that_cannot_finish_a_failed_write_still_reads_its_version() {
+    let (store, _dir) = Faulty::new(true);
+    let db = Db::with_store(store.clone());
+    let orders = db.aggregates::<Order>().unwrap();
+    orders.put(&version(1, 1, 1)).unwrap();
+    orders.put(&version(1, 2, 5)).unwrap();
+    store.fail_next.store(true, Ordering::SeqCst);
+    assert!(orders.put(&version(1, 1, 2)).is_err());
+    // The store now takes no writes: the reader rolls the intent forward in memory only.
+    store.refuse_writes.store(true, Ordering::SeqCst);
+    assert_eq!(orders.get((1, 1)).unwrap(), Some(version(1, 1, 2)));
+    let all = orders.scan().to_vec().unwrap();
+    assert_eq!(all, vec![version(1, 1, 2), version(1, 2, 5)]);
+    // Once writes work again, the next reader finishes the write for good.
+    store.refuse_writes.store(false, Ordering::SeqCst);
+    assert_eq!(orders.get((1, 1)).unwrap(), Some(version(1, 1, 2)));
+    store.refuse_writes.store(true, Ordering::SeqCst);
+    assert_eq!(orders.get((1, 1)).unwrap(), Some(version(1, 1, 2)));
 }
 
 /// Makes the intent pending on the order's root row look like another process's: the owner's

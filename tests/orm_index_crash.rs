@@ -16,8 +16,7 @@ use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use cellar::prelude::*;
-use common::people::{person, Person};
+use common::people::{check_index_queries, person, Person};
 
 /// Where the child writes: `dir:<path>` (the embedded engine) or `bigtable:<host:port>/<instance>`.
 const CHILD_ENV: &str = "CELLAR_INDEX_CRASH_TARGET";
@@ -78,41 +77,6 @@ fn index_crash_child() {
             });
         }
     });
-}
-
-/// Every index query answers what the data rows imply.
-fn check_queries(people: &Repository<Person>, round: u64) {
-    let stored = people.scan().to_vec().unwrap();
-    for email in 0..20u8 {
-        let email = person(0, email, 0, 0, None).email;
-        let want = stored.iter().find(|p| p.email == email).map(|p| p.id);
-        let got = people.index(Person::BY_EMAIL).get(email.clone()).unwrap().map(|p| p.id);
-        assert_eq!(got, want, "round {round}: by_email {email}");
-    }
-    for city in ["Oslo", "Lima", "Pune"] {
-        let mut want: Vec<&Person> = stored.iter().filter(|p| p.city == city).collect();
-        want.sort_by_key(|p| (p.age, p.id));
-        let want: Vec<u32> = want.iter().map(|p| p.id).collect();
-        let by_city = people.index(Person::BY_CITY_AGE);
-        let keys: Vec<u32> =
-            by_city.scan().prefix((city.to_string(),)).keys().unwrap().into_iter().map(|k| k.id).collect();
-        assert_eq!(keys, want, "round {round}: by_city_age keys {city}");
-        let got: Vec<u32> = by_city.scan().prefix((city.to_string(),)).to_vec().unwrap().iter().map(|p| p.id).collect();
-        assert_eq!(got, want, "round {round}: by_city_age {city}");
-    }
-    for tag in ["t0", "t1"] {
-        let want: Vec<u32> = stored.iter().filter(|p| p.tag.as_deref() == Some(tag)).map(|p| p.id).collect();
-        let got: Vec<u32> = people
-            .index(Person::BY_TAG)
-            .scan()
-            .prefix(tag.to_string())
-            .keys()
-            .unwrap()
-            .into_iter()
-            .map(|k| k.id)
-            .collect();
-        assert_eq!(got, want, "round {round}: by_tag {tag}");
-    }
 }
 
 #[test]
@@ -177,7 +141,7 @@ fn kill_rounds(target: &str, rounds: u64) {
             );
             leftovers += report.unverified;
         }
-        check_queries(&people, round);
+        check_index_queries(&people, &format!("round {round}"));
         let repair = || {
             for index in [
                 people.verify_index(Person::BY_EMAIL).repair(),
@@ -191,7 +155,7 @@ fn kill_rounds(target: &str, rounds: u64) {
         if target.starts_with("bigtable:") {
             // Another process's unverified entries are its own until its lease (5 s) has
             // passed: a stalled writer may still finish them. Then repair takes them over.
-            check_queries(&people, round);
+            check_index_queries(&people, &format!("round {round}"));
             std::thread::sleep(Duration::from_millis(5_500));
             repair();
         }
@@ -203,7 +167,7 @@ fn kill_rounds(target: &str, rounds: u64) {
             let report = index.run().unwrap();
             assert!(report.is_clean(), "round {round}: after repair\n{report}");
         }
-        check_queries(&people, round);
+        check_index_queries(&people, &format!("round {round}"));
     }
     eprintln!("index crash test on {target}: {rounds} kills, {leftovers} unverified leftovers found and settled");
 }

@@ -34,3 +34,38 @@ pub fn person(id: u32, email: u8, city: u8, age: u8, tag: Option<u8>) -> Person 
         version: 0,
     }
 }
+
+/// Every index query answers what the data rows imply.
+pub fn check_index_queries(people: &Repository<Person>, context: &str) {
+    let stored = people.scan().to_vec().unwrap();
+    for email in 0..20u8 {
+        let email = person(0, email, 0, 0, None).email;
+        let want = stored.iter().find(|p| p.email == email).map(|p| p.id);
+        let got = people.index(Person::BY_EMAIL).get(email.clone()).unwrap().map(|p| p.id);
+        assert_eq!(got, want, "{context}: by_email {email}");
+    }
+    for city in ["Oslo", "Lima", "Pune"] {
+        let mut want: Vec<&Person> = stored.iter().filter(|p| p.city == city).collect();
+        want.sort_by_key(|p| (p.age, p.id));
+        let want: Vec<u32> = want.iter().map(|p| p.id).collect();
+        let by_city = people.index(Person::BY_CITY_AGE);
+        let keys: Vec<u32> =
+            by_city.scan().prefix((city.to_string(),)).keys().unwrap().into_iter().map(|k| k.id).collect();
+        assert_eq!(keys, want, "{context}: by_city_age keys {city}");
+        let got: Vec<u32> = by_city.scan().prefix((city.to_string(),)).to_vec().unwrap().iter().map(|p| p.id).collect();
+        assert_eq!(got, want, "{context}: by_city_age {city}");
+    }
+    for tag in ["t0", "t1"] {
+        let want: Vec<u32> = stored.iter().filter(|p| p.tag.as_deref() == Some(tag)).map(|p| p.id).collect();
+        let got: Vec<u32> = people
+            .index(Person::BY_TAG)
+            .scan()
+            .prefix(tag.to_string())
+            .keys()
+            .unwrap()
+            .into_iter()
+            .map(|k| k.id)
+            .collect();
+        assert_eq!(got, want, "{context}: by_tag {tag}");
+    }
+}

@@ -42,7 +42,7 @@ use super::rows::{RowSet, GENERATION};
 use super::{Aggregate, AggregateRepository, Strategy};
 use crate::key::prefix_end;
 use crate::repo::printable;
-use crate::store::{CellMutation, Condition, ReadSpec, RowMutation, ScanSpec};
+use crate::store::{CellMutation, Condition, ReadSpec, RowMutation, ScanSpec, StoredCell};
 use crate::writer::{self, now_ms, Owner};
 use crate::{Error, Result};
 
@@ -55,6 +55,7 @@ const READ_PATIENCE: Duration = Duration::from_secs(30);
 pub(super) const TOKEN_LEN: usize = 8;
 
 /// A pending write, decoded from the root's generation cell.
+#[derive(Clone)]
 struct Intent {
     deadline_ms: u64,
     /// The process instance and writer rolling it forward.
@@ -314,35 +315,86 @@ pub(super) fn read<A: Aggregate>(
         if let Some(pending) = generation.as_ref().filter(|g| g.len() > TOKEN_LEN) {
             let intent = decode_pending(pending).map_err(|reason| pending_error(repo, root, reason))?;
             if abandoned(repo, &intent) {
-                take_over(repo, root, pending, intent)?;
+                let view = intent.clone();
+                if take_over(repo, root, pending, intent).is_err() {
+                    // The store takes no writes now (an engine gone read-only after a disk
+                    // fault, say): answer with what rolling forward will make of the rows.
+                    read_slots(repo, root, prefix, keep, &mut set)?;
+                    view.apply(root, &mut set, keep);
+                    return Ok(set);
+                }
             } else {
                 std::thread::sleep(pause);
                 pause = (pause * 2).min(Duration::from_millis(50));
             }
         } else {
-            let end = prefix_end(prefix).map(Bytes::from);
-            let slots: Vec<usize> = match repo.shape.strategy {
-                Strategy::Normalized => (1..repo.shape.levels.len()).filter(|&slot| keep(slot)).collect(),
-                Strategy::Blob => Vec::new(),
-                _ => vec![0],
-            };
-            for slot in slots {
-                let spec = ScanSpec { start: prefix.clone(), end: end.clone(), ..ScanSpec::default() };
-                for row in repo.store.scan(repo.table(slot), &spec)? {
-                    let row = row?;
-                    // The root row as read first is the one validated below.
-                    if slot == 0 && row.key == *root {
-                        continue;
-                    }
-                    set.insert((slot, row.key), row.cells);
-                }
-            }
+            read_slots(repo, root, prefix, keep, &mut set)?;
             if slots_are_trivial(repo) || root_generation(repo, root)?.1 == generation {
                 return Ok(set);
             }
         }
         if started.elapsed() > READ_PATIENCE {
             return Err(Error::Contended { entity: A::SCHEMA.entity, row: printable(root), attempts });
+        }
+    }
+}
+
+/// Reads the aggregate's rows other than the root's (already in `set`) in the slots `keep`
+/// selects.
+fn read_slots<A: Aggregate>(
+    repo: &AggregateRepository<A>,
+    root: &Bytes,
+    prefix: &Bytes,
+    keep: &dyn Fn(usize) -> bool,
+    set: &mut RowSet,
+) -> Result<()> {
+    let end = prefix_end(prefix).map(Bytes::from);
+    let slots: Vec<usize> = match repo.shape.strategy {
+        Strategy::Normalized => (1..repo.shape.levels.len()).filter(|&slot| keep(slot)).collect(),
+        Strategy::Blob => Vec::new(),
+        _ => vec![0],
+    };
+    for slot in slots {
+        let spec = ScanSpec { start: prefix.clone(), end: end.clone(), ..ScanSpec::default() };
+        for row in repo.store.scan(repo.table(slot), &spec)? {
+            let row = row?;
+            // The root row as read first is the one validated.
+            if slot == 0 && row.key == *root {
+                continue;
+            }
+            set.insert((slot, row.key), row.cells);
+        }
+    }
+    Ok(())
+}
+
+impl Intent {
+    /// Applies the intent to rows read before it was rolled forward (latest versions only),
+    /// in memory: the rows it leaves, for a reader that cannot roll it forward.
+    fn apply(self, root: &Bytes, set: &mut RowSet, keep: &dyn Fn(usize) -> bool) {
+        let root_change = RowMutation { row: root.clone(), mutations: self.root };
+        let changes = self.rows.into_iter().filter(|(slot, _)| keep(*slot)).chain([(0, root_change)]);
+        for (slot, change) in changes {
+            let key = (slot, change.row);
+            let mut cells = set.remove(&key).unwrap_or_default();
+            for m in change.mutations {
+                match m {
+                    CellMutation::Put { family, qualifier, value, timestamp } => {
+                        cells.retain(|c| c.family != family || c.qualifier != qualifier);
+                        let timestamp = timestamp.unwrap_or_else(now_ms);
+                        cells.push(StoredCell { family, qualifier, timestamp, value });
+                    }
+                    CellMutation::DeleteColumn { family, qualifier } => {
+                        cells.retain(|c| c.family != family || c.qualifier != qualifier);
+                    }
+                    CellMutation::DeleteFamily { family } => cells.retain(|c| c.family != family),
+                    CellMutation::DeleteRow => cells.clear(),
+                }
+            }
+            cells.sort_by(|a, b| (&a.family, &a.qualifier).cmp(&(&b.family, &b.qualifier)));
+            if !cells.is_empty() {
+                set.insert(key, cells);
+            }
         }
     }
 }
