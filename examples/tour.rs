@@ -4,12 +4,13 @@
 //! two old versions to the current one, and secondary indexes added to a table with data:
 //! backfilled, verified and repaired; time series the OpenTSDB way (substituted names, an
 //! hour per row, a column per second); and per-user lists tall, wide and in between, with what
-//! each read costs — each example in turn, every result asserted.
+//! each read costs; and what survives a power loss, a full disk and a failed fsync — each
+//! example in turn, every result asserted.
 //!
 //! Run with `cargo run --release --example tour`; each part also runs on its own
 //! (`--example customer_orders`, `--example followers`, `--example timeseries`,
 //! `--example order_strategies`, `--example blob_migration`, `--example index_backfill`,
-//! `--example opentsdb`, `--example list_data`).
+//! `--example opentsdb`, `--example list_data`, `--example power_loss`).
 
 #[path = "blob_migration.rs"]
 mod blob_migration;
@@ -25,6 +26,8 @@ mod list_data;
 mod opentsdb;
 #[path = "order_strategies.rs"]
 mod order_strategies;
+#[path = "power_loss.rs"]
+mod power_loss;
 #[path = "timeseries.rs"]
 mod timeseries;
 
@@ -45,6 +48,8 @@ fn main() -> cellar::orm::Result<()> {
     opentsdb::main()?;
     println!("\n== list_data ==");
     list_data::main()?;
+    println!("\n== power_loss ==");
+    power_loss::main()?;
     println!("\ntour: ok");
     Ok(())
 }

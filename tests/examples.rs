@@ -17,6 +17,8 @@ mod list_data;
 mod opentsdb;
 #[path = "../examples/order_strategies.rs"]
 mod order_strategies;
+#[path = "../examples/power_loss.rs"]
+mod power_loss;
 #[path = "../examples/scale_out.rs"]
 mod scale_out;
 #[path = "../examples/timeseries.rs"]
@@ -50,6 +52,11 @@ fn blob_migration_example() {
 #[test]
 fn index_backfill_example() {
     index_backfill::main().unwrap();
+}
+
+#[test]
+fn power_loss_example() {
+    power_loss::main().unwrap();
 }
 
 #[test]

@@ -6,7 +6,8 @@
 //! immutable SSTables; compactions merge them and apply the families' retention rules. The ORM
 //! layer (`cellar-orm`) sits on top and only calls this crate's public API.
 //!
-//! Layers, bottom up: [`cell`] and [`descriptor`] (the data model); `wal`, `memstore`, `sst`,
+//! Layers, bottom up: [`cell`] and [`descriptor`] (the data model); [`fs`] (the file layer, with
+//! [`fault`] for tests), `wal`, `memstore`, `sst`,
 //! `cache`, `catalog` (storage); `masking`, `retention`, `read` (semantics); `region`,
 //! [`Table`], [`Engine`] (operations).
 //!
