@@ -18,39 +18,13 @@ use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use common::versions::with_strategy;
+
 /// Where the child writes: `dir:<path>` (the embedded engine) or `bigtable:<host:port>/<instance>`.
 const CHILD_ENV: &str = "CELLAR_AGGREGATE_CRASH_TARGET";
 /// Aggregates per strategy.
 const ORDERS: u64 = 4;
 const STRATEGIES: [&str; 4] = ["normalized", "single_table", "denormalized", "blob"];
-
-/// Runs `$body` with `$repo` the repository of strategy number `$s` and `$v` its versions.
-macro_rules! with_strategy {
-    ($db:expr, $s:expr, |$repo:ident, $v:ident| $body:block) => {
-        match $s {
-            0 => {
-                use common::versions::normalized as $v;
-                let $repo = $db.aggregates::<common::orders::normalized::Order>().unwrap();
-                $body
-            }
-            1 => {
-                use common::versions::single_table as $v;
-                let $repo = $db.aggregates::<common::orders::single_table::Order>().unwrap();
-                $body
-            }
-            2 => {
-                use common::versions::denormalized as $v;
-                let $repo = $db.aggregates::<common::orders::denormalized::Order>().unwrap();
-                $body
-            }
-            _ => {
-                use common::versions::blob as $v;
-                let $repo = $db.aggregates::<common::orders::blob::Order>().unwrap();
-                $body
-            }
-        }
-    };
-}
 
 /// The child: rewrites aggregates forever, printing `try S K V` before and `ack S K V` after
 /// each put of version V of aggregate K of strategy S.

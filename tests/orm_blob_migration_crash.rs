@@ -5,71 +5,22 @@
 //!
 //! `CELLAR_MIGRATION_CRASH_ROUNDS` caps the number of kills (default 5).
 
+mod common;
+
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use bytes::Bytes;
-use cellar::orm::blob::{self, BlobFormat, Codec};
-use cellar::orm::store::{CellMutation, RowMutation};
 use cellar::prelude::*;
-use serde::{Deserialize, Serialize};
+use common::notes::{load, original, Note, Sticky};
 
 const CHILD_ENV: &str = "CELLAR_MIGRATION_CRASH_DIR";
 const ROWS: u64 = 4000;
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-struct NoteV1 {
-    text: String,
-}
-
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Versioned)]
-#[cellar(blob(version = 2, codec = "msgpack", history(1 = NoteV1 via "bincode")))]
-struct Note {
-    text: String,
-    by: String,
-}
-
-impl From<NoteV1> for Note {
-    fn from(v: NoteV1) -> Self {
-        Note { text: v.text, by: "migration".into() }
-    }
-}
-
-#[derive(Entity, Debug, Clone, PartialEq)]
-#[cellar(table = "notes")]
-struct Sticky {
-    #[cellar(key)]
-    id: u64,
-    #[cellar(blob, column = "n")]
-    note: Note,
-}
-
-fn original(id: u64) -> NoteV1 {
-    NoteV1 { text: format!("note {id} {}", "x".repeat((id % 13) as usize * 20)) }
-}
-
 fn migrated(id: u64) -> Note {
     Note::from(original(id))
-}
-
-fn load(db: &Db) {
-    db.repo::<Sticky>().unwrap();
-    let format = BlobFormat::new(1, Codec::Bincode);
-    let rows = (0..ROWS)
-        .map(|id| {
-            let put = CellMutation::Put {
-                family: Bytes::from_static(b"d"),
-                qualifier: Bytes::from_static(b"n"),
-                value: blob::encode(&original(id), &format, blob::type_tag("Note")).unwrap().into(),
-                timestamp: None,
-            };
-            RowMutation { row: Bytes::copy_from_slice(&id.to_be_bytes()), mutations: vec![put] }
-        })
-        .collect();
-    db.store().mutate("notes", rows).unwrap();
 }
 
 /// The child: an application thread writes notes (`try ID TEXT` / `ack ID TEXT`) while the
@@ -112,7 +63,7 @@ fn migration_crash_child() {
 fn a_killed_migration_resumes_and_reverts_nothing() {
     let rounds: u64 = std::env::var("CELLAR_MIGRATION_CRASH_ROUNDS").ok().and_then(|v| v.parse().ok()).unwrap_or(5);
     let dir = tempfile::tempdir().unwrap();
-    load(&Db::open(dir.path()).unwrap());
+    load(&Db::open(dir.path()).unwrap(), ROWS);
     let mut seed = SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_nanos() as u64 | 1;
     eprintln!("migration crash test seed {seed}");
     // Per row: the last acknowledged application text, and one in flight at a kill.

@@ -25,15 +25,15 @@ use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use bytes::Bytes;
 use cellar::engine::fault::{FaultFs, FaultRates};
 use cellar::engine::{Engine, EngineOptions};
-use cellar::orm::blob::{self as blob_codec, BlobFormat, Codec};
 use cellar::orm::store::EmbeddedStore;
-use cellar::orm::store::{CellMutation, RowMutation};
 use cellar::prelude::*;
-use common::people::{check_index_queries, person, Person};
-use serde::{Deserialize, Serialize};
+use common::notes::{load, original, Note, Sticky};
+use common::people::{
+    assert_indexes_clean, check_index_queries, person, repair_indexes, verify_only_leftovers, Person,
+};
+use common::versions::with_strategy;
 
 const ROOT: &str = "/orm";
 const ORDERS: u64 = 3;
@@ -51,34 +51,6 @@ fn open(fs: &FaultFs) -> cellar::engine::Result<(Engine, Db)> {
     };
     let engine = Engine::open(ROOT, options)?;
     Ok((engine.clone(), Db::with_store(Arc::new(EmbeddedStore::new(engine)))))
-}
-
-/// Runs `$body` with `$repo` the aggregates of strategy `$s` and `$v` its versions.
-macro_rules! with_strategy {
-    ($db:expr, $s:expr, |$repo:ident, $v:ident| $body:block) => {
-        match $s {
-            0 => {
-                use common::versions::normalized as $v;
-                let $repo = $db.aggregates::<common::orders::normalized::Order>().unwrap();
-                $body
-            }
-            1 => {
-                use common::versions::single_table as $v;
-                let $repo = $db.aggregates::<common::orders::single_table::Order>().unwrap();
-                $body
-            }
-            2 => {
-                use common::versions::denormalized as $v;
-                let $repo = $db.aggregates::<common::orders::denormalized::Order>().unwrap();
-                $body
-            }
-            _ => {
-                use common::versions::blob as $v;
-                let $repo = $db.aggregates::<common::orders::blob::Order>().unwrap();
-                $body
-            }
-        }
-    };
 }
 
 /// Versions written (tried) of each aggregate, by (strategy, order number).
@@ -105,39 +77,13 @@ fn check(db: &Db, written: &Written, context: &str) {
 /// Verification finds nothing but unverified leftovers (it runs before any read, which would
 /// settle them); then `check`; then repair leaves the index exactly the data. Returns the
 /// leftovers found.
-fn verify_check_repair(db: &Db, written: &Written, context: &str) -> usize {
+fn verify_check_repair(db: &Db, written: &Written, context: &str) -> u64 {
     let people = db.repo::<Person>().unwrap();
-    let mut leftovers = 0;
-    for index in [
-        people.verify_index(Person::BY_EMAIL),
-        people.verify_index(Person::BY_CITY_AGE),
-        people.verify_index(Person::BY_TAG),
-    ] {
-        let report = index.run().unwrap();
-        assert_eq!(
-            (report.missing, report.outdated, report.stale, report.violations),
-            (0, 0, 0, 0),
-            "{context}: only unverified leftovers may remain\n{report}"
-        );
-        leftovers += report.unverified;
-    }
+    let leftovers = verify_only_leftovers(&people, context);
     check(db, written, context);
-    for index in [
-        people.verify_index(Person::BY_EMAIL).repair(),
-        people.verify_index(Person::BY_CITY_AGE).repair(),
-        people.verify_index(Person::BY_TAG).repair(),
-    ] {
-        index.run().unwrap();
-    }
-    for index in [
-        people.verify_index(Person::BY_EMAIL),
-        people.verify_index(Person::BY_CITY_AGE),
-        people.verify_index(Person::BY_TAG),
-    ] {
-        let report = index.run().unwrap();
-        assert!(report.is_clean(), "{context}: after repair\n{report}");
-    }
-    leftovers as usize
+    repair_indexes(&people);
+    assert_indexes_clean(&people, context);
+    leftovers
 }
 
 /// Writes until `ops` are done or a write fails (a fault, or the power gone); returns the
@@ -220,38 +166,7 @@ fn multi_step_writes_survive_power_loss_and_io_errors() {
     assert!(fs.counts().errors() > 0 && power_losses > 0);
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-struct NoteV1 {
-    text: String,
-}
-
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Versioned)]
-#[cellar(blob(version = 2, codec = "msgpack", history(1 = NoteV1 via "bincode")))]
-struct Note {
-    text: String,
-    by: String,
-}
-
-impl From<NoteV1> for Note {
-    fn from(v: NoteV1) -> Self {
-        Note { text: v.text, by: "migration".into() }
-    }
-}
-
-#[derive(Entity, Debug, Clone, PartialEq)]
-#[cellar(table = "notes")]
-struct Sticky {
-    #[cellar(key)]
-    id: u64,
-    #[cellar(blob, column = "n")]
-    note: Note,
-}
-
 const NOTES: u64 = 5000;
-
-fn original(id: u64) -> NoteV1 {
-    NoteV1 { text: format!("note {id} {}", "x".repeat((id % 13) as usize * 20)) }
-}
 
 #[test]
 fn a_blob_migration_resumes_through_power_loss_and_reverts_nothing() {
@@ -259,21 +174,7 @@ fn a_blob_migration_resumes_through_power_loss_and_reverts_nothing() {
     let mut fs = FaultFs::new(0xB10B);
     {
         let (engine, db) = open(&fs).unwrap();
-        db.repo::<Sticky>().unwrap();
-        let format = BlobFormat::new(1, Codec::Bincode);
-        let rows = (0..NOTES)
-            .map(|id| {
-                let value = blob_codec::encode(&original(id), &format, blob_codec::type_tag("Note")).unwrap();
-                let put = CellMutation::Put {
-                    family: Bytes::from_static(b"d"),
-                    qualifier: Bytes::from_static(b"n"),
-                    value: value.into(),
-                    timestamp: None,
-                };
-                RowMutation { row: Bytes::copy_from_slice(&id.to_be_bytes()), mutations: vec![put] }
-            })
-            .collect();
-        db.store().mutate("notes", rows).unwrap();
+        load(&db, NOTES);
         // The load is durable before the first power loss.
         engine.flush("notes").unwrap();
     }

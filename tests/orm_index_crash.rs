@@ -16,7 +16,9 @@ use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use common::people::{check_index_queries, person, Person};
+use common::people::{
+    assert_indexes_clean, check_index_queries, person, repair_indexes, verify_only_leftovers, Person,
+};
 
 /// Where the child writes: `dir:<path>` (the embedded engine) or `bigtable:<host:port>/<instance>`.
 const CHILD_ENV: &str = "CELLAR_INDEX_CRASH_TARGET";
@@ -127,47 +129,21 @@ fn kill_rounds(target: &str, rounds: u64) {
 
         let (_engine, db) = common::backend::open_target(target);
         let people = db.repo::<Person>().unwrap();
+        let context = format!("round {round}");
         // Verification first: reads settle what they meet.
-        for index in [
-            people.verify_index(Person::BY_EMAIL),
-            people.verify_index(Person::BY_CITY_AGE),
-            people.verify_index(Person::BY_TAG),
-        ] {
-            let report = index.run().unwrap();
-            assert_eq!(
-                (report.missing, report.outdated, report.stale, report.violations),
-                (0, 0, 0, 0),
-                "round {round}: only unverified leftovers may remain\n{report}"
-            );
-            leftovers += report.unverified;
-        }
-        check_index_queries(&people, &format!("round {round}"));
-        let repair = || {
-            for index in [
-                people.verify_index(Person::BY_EMAIL).repair(),
-                people.verify_index(Person::BY_CITY_AGE).repair(),
-                people.verify_index(Person::BY_TAG).repair(),
-            ] {
-                index.run().unwrap();
-            }
-        };
+        leftovers += verify_only_leftovers(&people, &context);
+        check_index_queries(&people, &context);
+        let repair = || repair_indexes(&people);
         repair();
         if target.starts_with("bigtable:") {
             // Another process's unverified entries are its own until its lease (5 s) has
             // passed: a stalled writer may still finish them. Then repair takes them over.
-            check_index_queries(&people, &format!("round {round}"));
+            check_index_queries(&people, &context);
             std::thread::sleep(Duration::from_millis(5_500));
             repair();
         }
-        for index in [
-            people.verify_index(Person::BY_EMAIL),
-            people.verify_index(Person::BY_CITY_AGE),
-            people.verify_index(Person::BY_TAG),
-        ] {
-            let report = index.run().unwrap();
-            assert!(report.is_clean(), "round {round}: after repair\n{report}");
-        }
-        check_index_queries(&people, &format!("round {round}"));
+        assert_indexes_clean(&people, &context);
+        check_index_queries(&people, &context);
     }
     eprintln!("index crash test on {target}: {rounds} kills, {leftovers} unverified leftovers found and settled");
 }

@@ -5,6 +5,7 @@ pub mod backend;
 pub mod blob_orders;
 pub mod faulty;
 pub mod hooked;
+pub mod notes;
 pub mod orders;
 pub mod people;
 pub mod proxy;

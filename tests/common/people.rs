@@ -69,3 +69,46 @@ pub fn check_index_queries(people: &Repository<Person>, context: &str) {
         assert_eq!(got, want, "{context}: by_tag {tag}");
     }
 }
+
+/// Verifies the three indexes of [`Person`]: nothing but unverified entries (left by writes a
+/// crash or fault cut short) may be found. Returns how many of those there were.
+pub fn verify_only_leftovers(people: &Repository<Person>, context: &str) -> u64 {
+    let mut leftovers = 0;
+    for index in [
+        people.verify_index(Person::BY_EMAIL),
+        people.verify_index(Person::BY_CITY_AGE),
+        people.verify_index(Person::BY_TAG),
+    ] {
+        let report = index.run().unwrap();
+        assert_eq!(
+            (report.missing, report.outdated, report.stale, report.violations),
+            (0, 0, 0, 0),
+            "{context}: only unverified leftovers may remain\n{report}"
+        );
+        leftovers += report.unverified;
+    }
+    leftovers
+}
+
+/// Repairs the three indexes of [`Person`].
+pub fn repair_indexes(people: &Repository<Person>) {
+    for index in [
+        people.verify_index(Person::BY_EMAIL).repair(),
+        people.verify_index(Person::BY_CITY_AGE).repair(),
+        people.verify_index(Person::BY_TAG).repair(),
+    ] {
+        index.run().unwrap();
+    }
+}
+
+/// Asserts that verification of the three indexes of [`Person`] finds nothing.
+pub fn assert_indexes_clean(people: &Repository<Person>, context: &str) {
+    for index in [
+        people.verify_index(Person::BY_EMAIL),
+        people.verify_index(Person::BY_CITY_AGE),
+        people.verify_index(Person::BY_TAG),
+    ] {
+        let report = index.run().unwrap();
+        assert!(report.is_clean(), "{context}: after repair\n{report}");
+    }
+}

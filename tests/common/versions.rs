@@ -48,3 +48,35 @@ versions!(normalized);
 versions!(single_table);
 versions!(denormalized);
 versions!(blob);
+
+/// Runs `$body` with `$repo` the aggregate repository of strategy number `$s` (0 normalized,
+/// 1 single-table, 2 denormalized, 3 blob) on `$db`, and `$v` that strategy's versions module.
+#[allow(unused_macros)]
+macro_rules! with_strategy {
+    ($db:expr, $s:expr, |$repo:ident, $v:ident| $body:block) => {
+        match $s {
+            0 => {
+                use $crate::common::versions::normalized as $v;
+                let $repo = $db.aggregates::<$crate::common::orders::normalized::Order>().unwrap();
+                $body
+            }
+            1 => {
+                use $crate::common::versions::single_table as $v;
+                let $repo = $db.aggregates::<$crate::common::orders::single_table::Order>().unwrap();
+                $body
+            }
+            2 => {
+                use $crate::common::versions::denormalized as $v;
+                let $repo = $db.aggregates::<$crate::common::orders::denormalized::Order>().unwrap();
+                $body
+            }
+            _ => {
+                use $crate::common::versions::blob as $v;
+                let $repo = $db.aggregates::<$crate::common::orders::blob::Order>().unwrap();
+                $body
+            }
+        }
+    };
+}
+#[allow(unused_imports)]
+pub(crate) use with_strategy;
