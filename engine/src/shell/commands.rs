@@ -685,7 +685,7 @@ fn status(engine: &Engine) -> CmdResult {
             c.hits,
             c.misses,
             engine.wal_segments()
-        ),
+        ) + &engine.read_only_reason().map(|why| format!("READ-ONLY until reopened: {why}\n")).unwrap_or_default(),
         rows: None,
         ret: None,
     })
@@ -779,6 +779,25 @@ mod tests {
             shell.run_line(l, &mut out).unwrap();
         }
         (engine, String::from_utf8(out).unwrap(), dir)
+    }
+
+    #[test]
+    fn status_says_why_writes_are_refused() {
+        let fs = crate::fault::FaultFs::new(1);
+        let options = EngineOptions { fs: std::sync::Arc::new(fs.clone()), ..EngineOptions::default() };
+        let engine = crate::Engine::open("/db", options).unwrap();
+        let mut shell = Shell::new(engine.clone());
+        let mut out = Vec::new();
+        shell.run_line("create 't', 'f'", &mut out).unwrap();
+        shell.run_line("status", &mut out).unwrap();
+        assert!(!String::from_utf8_lossy(&out).contains("READ-ONLY"));
+        fs.set_rates(crate::fault::FaultRates { write: 1.0, ..Default::default() });
+        shell.run_line("put 't', 'r', 'f:q', 'v'", &mut out).unwrap();
+        fs.set_rates(crate::fault::FaultRates::default());
+        out.clear();
+        shell.run_line("status", &mut out).unwrap();
+        let text = String::from_utf8(out).unwrap();
+        assert!(text.contains("READ-ONLY until reopened: writing the log segment /db/wal/"), "{text}");
     }
 
     fn policy(engine: &crate::Engine, table: &str) -> SplitPolicy {
