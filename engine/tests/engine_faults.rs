@@ -320,3 +320,30 @@ fn acknowledged_writes_survive_power_loss_and_io_errors() {
     assert!(counts.power_losses > 0 && counts.errors() > 0, "{counts:?}");
     assert!(!Path::new(ROOT).exists(), "the test wrote to the real disk");
 }
+
+/// A flush that failed leaves its frozen memstore for the next flush, which must not count the
+/// writes made in between as flushed: recovery would skip their log records.
+#[test]
+fn a_retried_flush_claims_only_what_it_wrote() {
+    let fs = FaultFs::new(3);
+    // Memstores far from full: no background flush steps in.
+    let engine = Engine::open(ROOT, EngineOptions { memstore_flush_bytes: 1 << 20, ..options(&fs) }).unwrap();
+    engine
+        .create_table(TableDescriptor::new("t").family(FamilyDescriptor::new("f")).durability(Durability::FsyncWal))
+        .unwrap();
+    let t = engine.table("t").unwrap();
+    let put = |k: u64| t.put(Put::new(key(k)).add("f", "a", "v").add("f", "b", "v")).unwrap();
+    (0..10).for_each(put);
+    fs.set_rates(FaultRates { create: 1.0, ..FaultRates::default() });
+    assert!(engine.flush("t").is_err(), "the flush cannot create its file");
+    fs.set_rates(FaultRates::default());
+    (10..20).for_each(put);
+    // The retry writes the frozen memstore only; rows 10..20 stay in the log.
+    engine.flush("t").unwrap();
+    let fs = fs.power_loss();
+    drop(t);
+    drop(engine);
+    let engine = Engine::open(ROOT, options(&fs)).unwrap();
+    let found: Vec<u64> = read_all(&engine).into_keys().collect();
+    assert_eq!(found, (0..20).collect::<Vec<_>>());
+}

@@ -12,9 +12,9 @@ use crate::fs::{sync_dir, FileSystem, WriteFile};
 use crate::{Error, Result};
 
 const SEGMENT_MAGIC: &[u8; 8] = b"CELLRWAL";
+const SEGMENT_VERSION: u32 = 1;
 /// Extension of the copy that replaces the last segment at recovery.
 const REWRITE: &str = "rewrite";
-const SEGMENT_VERSION: u32 = 1;
 const SEGMENT_HEADER: usize = 12;
 const RECORD_HEADER: usize = 20;
 /// AsyncWal records are written out once this many bytes are buffered.
@@ -177,7 +177,7 @@ impl Wal {
         fs.create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
         let mut ids: Vec<u64> = Vec::new();
         for name in fs.list(dir).map_err(|e| Error::io(dir, e))? {
-            if name.to_str().is_some_and(|n| n.ends_with(&format!(".{REWRITE}"))) {
+            if Path::new(&name).extension().is_some_and(|e| e == REWRITE) {
                 // A rewrite a crash interrupted; the segment it copied is still in place.
                 let path = dir.join(&name);
                 fs.remove(&path).map_err(|e| Error::io(&path, e))?;
@@ -439,6 +439,27 @@ mod tests {
             reopen(dir.path()).unwrap(),
             vec![(1, b"one".to_vec()), (4, b"two".to_vec()), (5, b"three".to_vec())]
         );
+    }
+
+    #[test]
+    fn recovery_drops_unfinished_segments_and_interrupted_rewrites() {
+        let dir = tempfile::tempdir().unwrap();
+        let wal = Wal::open(Arc::new(crate::fs::OsFs), dir.path(), 1 << 20, 0, |_| Ok(())).unwrap();
+        wal.append(1, b"kept", Durability::SyncWal).unwrap();
+        drop(wal);
+        // A newer segment whose header never fully reached the disk, and a rewrite a crash cut.
+        std::fs::write(segment_path(dir.path(), 9), &SEGMENT_MAGIC[..5]).unwrap();
+        std::fs::write(dir.path().join(format!("0000000000000001.{REWRITE}")), b"partial").unwrap();
+        assert_eq!(reopen(dir.path()).unwrap(), vec![(1, b"kept".to_vec())]);
+        let mut names: Vec<String> =
+            std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
+        names.sort();
+        // The first reopen removed both; the log it left reads whole again.
+        assert!(
+            !names.iter().any(|n| n.ends_with(REWRITE)) && !names.contains(&"0000000000000009.log".into()),
+            "{names:?}"
+        );
+        assert_eq!(reopen(dir.path()).unwrap(), vec![(1, b"kept".to_vec())]);
     }
 
     #[test]
