@@ -37,6 +37,11 @@ impl Put {
         Put { row: row.into(), edits: Vec::new(), ttl_ms: None, durability: None }
     }
 
+    /// A put on `row` with room for `columns` columns, for callers that know how many they add.
+    pub fn with_capacity(row: impl Into<Bytes>, columns: usize) -> Self {
+        Put { row: row.into(), edits: Vec::with_capacity(columns), ttl_ms: None, durability: None }
+    }
+
     /// Writes `value` to `family:qualifier` at the current time.
     pub fn add(self, family: impl Into<Bytes>, qualifier: impl Into<Bytes>, value: impl Into<Bytes>) -> Self {
         self.add_at(family, qualifier, LATEST_TIMESTAMP, value)

@@ -180,8 +180,10 @@ impl<E: Entity> Repository<E> {
     /// for every `None` field so an earlier value does not linger.
     fn mutation(&self, entity: &E, version: Option<u64>) -> Result<RowMutation> {
         let key = self.write_key(&entity.key())?;
-        let mut mutations = Vec::new();
-        for cell in entity.cells()? {
+        let cells = entity.cells()?;
+        // Room for the version cell or the marker cell too.
+        let mut mutations = Vec::with_capacity(cells.len() + 1);
+        for cell in cells {
             let family = Bytes::from_static(cell.family.as_bytes());
             let qualifier = Bytes::from_static(cell.qualifier.as_bytes());
             mutations.push(match cell.value {

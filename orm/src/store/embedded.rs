@@ -90,7 +90,8 @@ fn puts_only(m: &RowMutation) -> bool {
 
 /// A row mutation of puts only, as one engine put.
 fn single_put(m: RowMutation) -> Put {
-    m.mutations.into_iter().fold(Put::new(m.row), add_cell)
+    let columns = m.mutations.len();
+    m.mutations.into_iter().fold(Put::with_capacity(m.row, columns), add_cell)
 }
 
 fn to_row(r: RowResult) -> Option<Row> {
