@@ -165,9 +165,9 @@ impl State {
         }
         *count(&mut self.counts) += 1;
         Err(if self.next().is_multiple_of(2) {
-            io::Error::from_raw_os_error(libc_eio())
+            io::Error::from_raw_os_error(EIO)
         } else {
-            io::Error::from_raw_os_error(libc_enospc())
+            io::Error::from_raw_os_error(ENOSPC)
         })
     }
 
@@ -222,15 +222,14 @@ impl State {
         }
     }
 
-    /// What survives of one file at a power loss.
-    fn surviving(&mut self, ino: u64) -> Option<Vec<u8>> {
-        let inode = self.inodes.get(&ino)?;
+    /// What survives of one file at a power loss; `None` if it was synced whole.
+    fn surviving(&mut self, inode: &Inode) -> Option<Vec<u8>> {
         let from = inode.dirty_from?;
-        let (data, durable, stuck_at) = (inode.data.clone(), inode.durable.clone(), inode.stuck_at);
-        let limit = stuck_at.unwrap_or(data.len()).min(data.len());
+        let data = &inode.data;
+        let limit = inode.stuck_at.unwrap_or(data.len()).min(data.len());
         let from = from.min(limit);
         Some(match self.below(4) {
-            0 => durable,
+            0 => inode.durable.clone(),
             1 => data[..limit].to_vec(),
             2 => {
                 let cut = from + self.below(limit - from + 1);
@@ -250,13 +249,9 @@ impl State {
 /// Calls a trace keeps.
 const TRACE_LEN: usize = 4_000;
 
-fn libc_eio() -> i32 {
-    5
-}
-
-fn libc_enospc() -> i32 {
-    28
-}
+/// Linux's error numbers for an I/O error and a full disk.
+const EIO: i32 = 5;
+const ENOSPC: i32 = 28;
 
 fn power_off() -> io::Error {
     io::Error::other("simulated power loss: this handle belongs to a machine that lost power")
@@ -356,23 +351,23 @@ impl FaultFs {
             })
             .collect();
         let alive_set: HashSet<u64> = alive.iter().copied().collect();
-        st.inodes.retain(|ino, _| alive_set.contains(ino));
+        let mut inodes = std::mem::take(&mut st.inodes);
+        inodes.retain(|ino, _| alive_set.contains(ino));
+        // In path order, so a seed gives the same losses every run.
         for ino in alive {
-            if let Some(kept) = st.surviving(ino) {
-                let inode = st.inodes.get_mut(&ino).expect("inode of a live entry");
-                let (had, durable) = (inode.data.len(), inode.durable.len());
-                if kept != inode.data {
-                    st.counts.files_cut += 1;
-                }
-                let len = kept.len();
-                st.log(|| format!("power loss: inode {ino} keeps {len} of {had} bytes ({durable} synced)"));
-                let inode = st.inodes.get_mut(&ino).expect("inode of a live entry");
-                inode.durable = kept.clone();
-                inode.data = kept;
-                inode.dirty_from = None;
-                inode.stuck_at = None;
+            let Some(inode) = inodes.get_mut(&ino) else { continue };
+            let Some(kept) = st.surviving(inode) else { continue };
+            let (had, durable, len) = (inode.data.len(), inode.durable.len(), kept.len());
+            if kept != inode.data {
+                st.counts.files_cut += 1;
             }
+            st.log(|| format!("power loss: inode {ino} keeps {len} of {had} bytes ({durable} synced)"));
+            inode.durable = kept.clone();
+            inode.data = kept;
+            inode.dirty_from = None;
+            inode.stuck_at = None;
         }
+        st.inodes = inodes;
         FaultFs { state: self.state.clone(), epoch: st.epoch }
     }
 
@@ -531,7 +526,7 @@ impl WriteFile for FaultFile {
             if free < buf.len() {
                 st.counts.disk_full += 1;
                 room = free;
-                failure = Some(io::Error::from_raw_os_error(libc_enospc()));
+                failure = Some(io::Error::from_raw_os_error(ENOSPC));
             }
         }
         let rate = st.rates.write;

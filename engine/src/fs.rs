@@ -159,44 +159,17 @@ pub(crate) fn write_atomic(fs: &dyn FileSystem, path: &Path, bytes: &[u8]) -> Re
     sync_dir(fs, dir)
 }
 
-/// Buffers writes to a [`WriteFile`] (SSTables are written in many small pieces).
-pub(crate) struct Appender {
-    file: Arc<dyn WriteFile>,
-    buf: Vec<u8>,
-}
-
-impl Appender {
-    pub fn new(file: Arc<dyn WriteFile>, capacity: usize) -> Appender {
-        Appender { file, buf: Vec::with_capacity(capacity) }
-    }
-
-    /// Writes what is buffered and returns the file.
-    pub fn finish(mut self) -> io::Result<Arc<dyn WriteFile>> {
-        self.flush()?;
-        Ok(self.file.clone())
-    }
-}
+/// A [`WriteFile`] as an [`io::Write`], for `BufWriter` (SSTables are written in many small
+/// pieces).
+pub(crate) struct Appender(pub Arc<dyn WriteFile>);
 
 impl Write for Appender {
     fn write(&mut self, data: &[u8]) -> io::Result<usize> {
-        if self.buf.len() + data.len() > self.buf.capacity() {
-            self.flush()?;
-            if data.len() >= self.buf.capacity() {
-                self.file.write_all(data)?;
-                return Ok(data.len());
-            }
-        }
-        self.buf.extend_from_slice(data);
+        self.0.write_all(data)?;
         Ok(data.len())
     }
 
     fn flush(&mut self) -> io::Result<()> {
-        if !self.buf.is_empty() {
-            // Dropped even on failure: a writer that failed is abandoned, never retried.
-            let result = self.file.write_all(&self.buf);
-            self.buf.clear();
-            result?;
-        }
         Ok(())
     }
 }

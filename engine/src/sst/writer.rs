@@ -1,6 +1,6 @@
 //! Writes an SSTable from cells given in key order.
 
-use std::io::Write;
+use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
 
 use bytes::Bytes;
@@ -17,7 +17,7 @@ use crate::{Error, Result};
 /// Streams cells into a new SSTable file.
 pub(crate) struct SstWriter {
     path: PathBuf,
-    out: Appender,
+    out: BufWriter<Appender>,
     offset: u64,
     block: BlockBuilder,
     block_size: usize,
@@ -43,7 +43,7 @@ impl SstWriter {
         let file = fs.create_new(path).map_err(|e| Error::io(path, e))?;
         Ok(SstWriter {
             path: path.to_path_buf(),
-            out: Appender::new(file, 256 * 1024),
+            out: BufWriter::with_capacity(256 * 1024, Appender(file)),
             offset: 0,
             block: BlockBuilder::default(),
             block_size: family.block_size as usize,
@@ -150,7 +150,7 @@ impl SstWriter {
         let footer = Footer { index, bloom, meta, version: FORMAT_VERSION };
         self.out.write_all(&footer.encode()).map_err(|e| Error::io(&self.path, e))?;
         self.offset += footer.encode().len() as u64;
-        let file = self.out.finish().map_err(|e| Error::io(&self.path, e))?;
+        let Appender(file) = self.out.into_inner().map_err(|e| Error::io(&self.path, e.into_error()))?;
         file.sync_all().map_err(|e| Error::io(&self.path, e))?;
         Ok((self.meta, self.offset))
     }
