@@ -15,7 +15,8 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use cellar::orm::store::{
-    CellMutation, Condition, Guarantees, ReadSpec, Row, RowCheck, RowMutation, RowStream, ScanSpec, Store, TableSpec,
+    CellMutation, Commit, Condition, Guarantees, ReadSpec, Row, RowCheck, RowMutation, RowStream, ScanSpec, Store,
+    TableSpec,
 };
 use cellar::orm::{EmbeddedStore, Error, Result};
 use cellar::prelude::*;
@@ -86,6 +87,9 @@ impl Store for Faulty {
     }
     fn mutate_group(&self, table: &str, checks: Vec<RowCheck>, rows: Vec<RowMutation>) -> Result<bool> {
         self.inner.mutate_group(table, checks, rows)
+    }
+    fn commit(&self, commit: Commit) -> Result<bool> {
+        self.inner.commit(commit)
     }
 }
 

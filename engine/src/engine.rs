@@ -286,18 +286,20 @@ impl Engine {
 
         let wal_dir = dir.join("wal");
         let wal = Wal::open(fs.clone(), &wal_dir, opts.wal_segment_bytes, catalog.last_seq, |record| {
-            let (region_id, edits) = decode_batch(&record.payload).ok_or_else(|| {
+            let batches = decode_batch(&record.payload).ok_or_else(|| {
                 Error::corrupt(
                     &wal_dir,
                     0,
                     format!("WAL record at sequence {} has a malformed payload", record.first_seq),
                 )
             })?;
-            if let Some(region) = regions_by_id.get(&region_id) {
-                let flushed = region.flushed_seq();
-                let fresh: Vec<_> =
-                    edits.into_iter().filter(|e| record.first_seq + u64::from(e.seq_offset) > flushed).collect();
-                region.apply(record.first_seq, &fresh);
+            for (region_id, edits) in batches {
+                if let Some(region) = regions_by_id.get(&region_id) {
+                    let flushed = region.flushed_seq();
+                    let fresh: Vec<_> =
+                        edits.into_iter().filter(|e| record.first_seq + u64::from(e.seq_offset) > flushed).collect();
+                    region.apply(record.first_seq, &fresh);
+                }
             }
             Ok(())
         })?;

@@ -44,6 +44,7 @@ pub mod fs;
 mod heap;
 mod masking;
 mod memstore;
+mod multi_table;
 pub mod mutation;
 pub mod query;
 mod read;
@@ -66,6 +67,7 @@ pub use descriptor::{BloomType, Compression, Durability, FamilyDescriptor, Table
 pub use engine::{Engine, EngineOptions, RegionInfo};
 pub use error::{Error, Result};
 pub use filter::{ColumnOffset, Filter};
+pub use multi_table::MultiTableMutation;
 pub use mutation::{
     Append, CheckAndMutate, CompareOp, Delete, Increment, MultiRowMutation, Mutation, Put, RowCondition, RowMutations,
 };

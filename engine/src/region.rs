@@ -127,6 +127,8 @@ pub(crate) struct Region {
     /// Serializes flushes, compactions, splits and schema changes.
     pub maintenance: Mutex<()>,
     visible_seq: AtomicU64,
+    /// Odd while a write spanning several regions publishes (see [`Region::publish_together`]).
+    publishing: AtomicU64,
     flushed_seq: AtomicU64,
     /// The sequence number the frozen memstores hold writes up to, while there are any.
     frozen_seq: AtomicU64,
@@ -157,6 +159,7 @@ impl Region {
             write_lock: Mutex::new(()),
             maintenance: Mutex::new(()),
             visible_seq: AtomicU64::new(flushed_seq),
+            publishing: AtomicU64::new(0),
             flushed_seq: AtomicU64::new(flushed_seq),
             frozen_seq: AtomicU64::new(0),
             retired: AtomicBool::new(false),
@@ -173,8 +176,32 @@ impl Region {
     /// A consistent view for a read: the read point first, then the stores, so every write
     /// at or below the read point is in a memstore or file of the snapshot.
     pub fn snapshot(&self) -> ReadSnapshot {
-        let read_point = self.visible_seq.load(Ordering::Acquire);
-        ReadSnapshot { stores: self.stores(), read_point }
+        ReadSnapshot { read_point: self.read_point(), stores: self.stores() }
+    }
+
+    /// The sequence number new readers see up to. A read point is never taken while a write
+    /// spanning several regions publishes: a reader that saw its edits in one region must see
+    /// them in every other (a seqlock on `publishing`; sequentially consistent so the order
+    /// holds across regions and threads).
+    fn read_point(&self) -> u64 {
+        let mut spins = 0u32;
+        loop {
+            let before = self.publishing.load(Ordering::SeqCst);
+            if before.is_multiple_of(2) {
+                let seq = self.visible_seq.load(Ordering::SeqCst);
+                if self.publishing.load(Ordering::SeqCst) == before {
+                    return seq;
+                }
+            }
+            // The publisher holds the regions' write locks and does no I/O in the window: it
+            // is only ever descheduled, so yield to it after a short spin.
+            spins += 1;
+            if spins < 64 {
+                std::hint::spin_loop();
+            } else {
+                std::thread::yield_now();
+            }
+        }
     }
 
     pub fn flushed_seq(&self) -> u64 {
@@ -219,6 +246,20 @@ impl Region {
     /// Makes every write up to `seq` visible to new readers.
     pub fn publish(&self, seq: u64) {
         self.visible_seq.fetch_max(seq, Ordering::AcqRel);
+    }
+
+    /// Makes every write up to `seq` visible in all of `regions` at once: no reader sees it in
+    /// one and not in another. The caller holds every region's write lock.
+    pub fn publish_together(regions: &[&Region], seq: u64) {
+        for r in regions {
+            r.publishing.fetch_add(1, Ordering::SeqCst);
+        }
+        for r in regions {
+            r.visible_seq.fetch_max(seq, Ordering::SeqCst);
+        }
+        for r in regions {
+            r.publishing.fetch_add(1, Ordering::SeqCst);
+        }
     }
 
     /// Bytes held in memstores.
@@ -512,5 +553,36 @@ impl Region {
     pub fn has_shared_files(&self) -> bool {
         let stores = self.stores();
         stores.families.iter().flat_map(|s| &s.files).any(|f| !f.within(&self.start, &self.end))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn region(id: u64) -> Region {
+        Region::new(id, (Bytes::new(), Bytes::new()), &[], Vec::new(), 0, &MemAccount::default())
+    }
+
+    /// A reader never takes its read point while a write spanning several regions is half
+    /// published: it waits, then sees the write.
+    #[test]
+    fn a_read_point_waits_for_a_publish_across_regions() {
+        let (a, b) = (region(1), region(2));
+        // Mid-publish: both regions entered, `a` already published, `b` not yet.
+        a.publishing.fetch_add(1, Ordering::SeqCst);
+        b.publishing.fetch_add(1, Ordering::SeqCst);
+        a.visible_seq.fetch_max(7, Ordering::SeqCst);
+        std::thread::scope(|s| {
+            let reader = s.spawn(|| (a.read_point(), b.read_point()));
+            std::thread::sleep(std::time::Duration::from_millis(50));
+            assert!(!reader.is_finished(), "a reader took a read point in the middle of a publish");
+            b.visible_seq.fetch_max(7, Ordering::SeqCst);
+            a.publishing.fetch_add(1, Ordering::SeqCst);
+            b.publishing.fetch_add(1, Ordering::SeqCst);
+            assert_eq!(reader.join().unwrap(), (7, 7));
+        });
+        Region::publish_together(&[&a, &b], 9);
+        assert_eq!((a.read_point(), b.read_point()), (9, 9));
     }
 }

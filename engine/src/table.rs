@@ -127,12 +127,22 @@ impl Table {
         &self.name
     }
 
+    /// True if both handles are of one table.
+    pub(crate) fn same_table(&self, other: &Table) -> bool {
+        Arc::ptr_eq(&self.state, &other.state)
+    }
+
+    /// True if this handle is one of `engine`'s tables.
+    pub(crate) fn belongs_to(&self, engine: &Arc<EngineInner>) -> bool {
+        Arc::ptr_eq(&self.engine, engine)
+    }
+
     /// The table's current descriptor.
     pub fn descriptor(&self) -> TableDescriptor {
         self.state.descriptor()
     }
 
-    fn check_usable(&self) -> Result<Arc<TableDescriptor>> {
+    pub(crate) fn check_usable(&self) -> Result<Arc<TableDescriptor>> {
         if self.state.dropped.load(Ordering::Acquire) {
             return Err(Error::TableNotFound(self.name.clone()));
         }
@@ -142,14 +152,14 @@ impl Table {
         Ok(self.state.shared_descriptor())
     }
 
-    fn check_family(&self, desc: &TableDescriptor, family: &[u8]) -> Result<()> {
+    pub(crate) fn check_family(&self, desc: &TableDescriptor, family: &[u8]) -> Result<()> {
         if desc.get_family(family).is_none() {
             return Err(Error::FamilyNotFound { table: self.name.clone(), family: to_printable(family) });
         }
         Ok(())
     }
 
-    fn region(&self, row: &[u8]) -> Result<Arc<Region>> {
+    pub(crate) fn region(&self, row: &[u8]) -> Result<Arc<Region>> {
         self.state.region_for(row).ok_or_else(|| Error::TableNotFound(self.name.clone()))
     }
 
@@ -174,7 +184,7 @@ impl Table {
 
     /// Turns a mutation into logged edits: resolves "now" and latest-version deletes. Runs
     /// under the region's write lock.
-    fn resolve<'m>(
+    pub(crate) fn resolve<'m>(
         &self,
         region: &Region,
         desc: &'m TableDescriptor,
@@ -233,7 +243,7 @@ impl Table {
     }
 
     /// The latest visible cell of one column, read while holding the region's write lock.
-    fn read_row_locked(
+    pub(crate) fn read_row_locked(
         &self,
         region: &Region,
         row: &Bytes,
@@ -363,7 +373,7 @@ impl Table {
         self.write_row(&rm.row, &desc, &[&rm.mutations], d)
     }
 
-    fn validate_row_mutations(&self, desc: &TableDescriptor, rm: &RowMutations) -> Result<()> {
+    pub(crate) fn validate_row_mutations(&self, desc: &TableDescriptor, rm: &RowMutations) -> Result<()> {
         check_row(&rm.row)?;
         for m in &rm.mutations {
             if m.row() != rm.row.as_ref() {
@@ -842,7 +852,7 @@ fn fail_all<T>(results: &mut [Result<T>], idx: &[usize], e: &Error) {
 }
 
 /// The stronger of two durabilities.
-fn stronger(a: Durability, b: Durability) -> Durability {
+pub(crate) fn stronger(a: Durability, b: Durability) -> Durability {
     if b as u8 > a as u8 {
         b
     } else {

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use cellar::orm::store::{
-    Condition, Guarantees, ReadSpec, Row, RowCheck, RowMutation, RowStream, ScanSpec, Store, TableSpec,
+    Commit, Condition, Guarantees, ReadSpec, Row, RowCheck, RowMutation, RowStream, ScanSpec, Store, TableSpec,
 };
 use cellar::orm::{Error, Result};
 
@@ -19,12 +19,26 @@ pub struct Faulty {
     pub fail_at: AtomicU64,
     /// Fail after the call took effect (a lost acknowledgement) instead of before.
     pub after: AtomicBool,
+    /// Offers the inner store's atomic commits; without them, index writes take the protocol
+    /// of several writes that stores without commits need.
+    pub commits: bool,
 }
 
 impl Faulty {
     /// `inner`, failing mutating call `fail_at` (0: none), `after` it applies or before.
     pub fn new(inner: Arc<dyn Store>, fail_at: u64, after: bool) -> Self {
-        Faulty { inner, calls: AtomicU64::new(0), fail_at: AtomicU64::new(fail_at), after: AtomicBool::new(after) }
+        Faulty {
+            inner,
+            calls: AtomicU64::new(0),
+            fail_at: AtomicU64::new(fail_at),
+            after: AtomicBool::new(after),
+            commits: true,
+        }
+    }
+
+    /// This store, hiding the inner store's atomic commits.
+    pub fn without_commits(self) -> Self {
+        Faulty { commits: false, ..self }
     }
 
     /// Runs `apply` unless this is the call to fail.
@@ -69,9 +83,14 @@ impl Store for Faulty {
         self.call(|| self.inner.increment(table, row, family, qualifier, delta))
     }
     fn guarantees(&self) -> Guarantees {
-        self.inner.guarantees()
+        let mut g = self.inner.guarantees();
+        g.atomic_commits &= self.commits;
+        g
     }
     fn mutate_group(&self, table: &str, checks: Vec<RowCheck>, rows: Vec<RowMutation>) -> Result<bool> {
         self.call(|| self.inner.mutate_group(table, checks, rows))
+    }
+    fn commit(&self, commit: Commit) -> Result<bool> {
+        self.call(|| self.inner.commit(commit))
     }
 }

@@ -5,7 +5,8 @@ use std::sync::Mutex;
 
 use bytes::Bytes;
 use cellar::orm::store::{
-    Condition, EmbeddedStore, Guarantees, ReadSpec, Row, RowCheck, RowMutation, RowStream, ScanSpec, Store, TableSpec,
+    Commit, Condition, EmbeddedStore, Guarantees, ReadSpec, Row, RowCheck, RowMutation, RowStream, ScanSpec, Store,
+    TableSpec,
 };
 use cellar::orm::Result;
 
@@ -78,5 +79,8 @@ impl Store for Hooked {
     }
     fn mutate_group(&self, table: &str, checks: Vec<RowCheck>, rows: Vec<RowMutation>) -> Result<bool> {
         self.inner.mutate_group(table, checks, rows)
+    }
+    fn commit(&self, commit: Commit) -> Result<bool> {
+        self.inner.commit(commit)
     }
 }

@@ -9,5 +9,5 @@
 mod record;
 mod segment;
 
-pub(crate) use record::{decode_batch, encode_batch, WalEdit};
+pub(crate) use record::{decode_batch, encode_batch, encode_regions, WalEdit};
 pub(crate) use segment::Wal;

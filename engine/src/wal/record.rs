@@ -1,6 +1,9 @@
-//! The payload of a WAL record: the edits of one batch to one region.
+//! The payload of a WAL record: the edits of one batch to one region, or of one atomic batch
+//! to several regions.
 //!
-//! `region u64 LE | count varint | edits`, each edit `seq_offset varint | family_len u8 |
+//! One region: `region u64 LE | count varint | edits`. Several regions: `u64::MAX LE |
+//! regions varint`, then per region `region u64 LE | count varint | edits` (region ids count
+//! up from 1, so the marker is never an id). Each edit `seq_offset varint | family_len u8 |
 //! family | row_len varint | row | qual_len varint | qualifier | ts u64 LE | type u8 | ttl
 //! varint (0 = none, else ttl+1) | value_len varint | value`. An edit's sequence number is the
 //! record's first sequence number plus its offset.
@@ -24,32 +27,73 @@ pub(crate) struct WalEdit<'a> {
 
 /// Encodes a batch of edits to `region`.
 pub(crate) fn encode_batch(region: u64, edits: &[WalEdit<'_>]) -> Vec<u8> {
-    let size: usize = edits.iter().map(|e| 32 + e.family.len() + e.row.len() + e.qualifier.len() + e.value.len()).sum();
-    let mut out = Vec::with_capacity(16 + size);
+    let mut out = Vec::with_capacity(encoded_size(edits));
+    encode_into(&mut out, region, edits);
+    out
+}
+
+/// About the bytes `edits` take encoded (an upper bound on their varints).
+fn encoded_size(edits: &[WalEdit<'_>]) -> usize {
+    16 + edits.iter().map(|e| 32 + e.family.len() + e.row.len() + e.qualifier.len() + e.value.len()).sum::<usize>()
+}
+
+/// Appends one region's section: `region | count | edits`.
+fn encode_into(out: &mut Vec<u8>, region: u64, edits: &[WalEdit<'_>]) {
     out.extend_from_slice(&region.to_le_bytes());
-    put_varint(&mut out, edits.len() as u64);
+    put_varint(out, edits.len() as u64);
     for e in edits {
-        put_varint(&mut out, u64::from(e.seq_offset));
+        put_varint(out, u64::from(e.seq_offset));
         out.push(e.family.len() as u8);
         out.extend_from_slice(e.family);
-        put_varint(&mut out, e.row.len() as u64);
+        put_varint(out, e.row.len() as u64);
         out.extend_from_slice(e.row);
-        put_varint(&mut out, e.qualifier.len() as u64);
+        put_varint(out, e.qualifier.len() as u64);
         out.extend_from_slice(e.qualifier);
         out.extend_from_slice(&e.ts.to_le_bytes());
         out.push(e.kind.code());
-        put_varint(&mut out, e.ttl_ms.map_or(0, |t| t.saturating_add(1)));
-        put_varint(&mut out, e.value.len() as u64);
+        put_varint(out, e.ttl_ms.map_or(0, |t| t.saturating_add(1)));
+        put_varint(out, e.value.len() as u64);
         out.extend_from_slice(e.value);
+    }
+}
+
+/// Marks a payload holding the edits of several regions.
+const SEVERAL_REGIONS: u64 = u64::MAX;
+
+/// Encodes one atomic batch of edits to several regions (each region's edits in its own
+/// section, replayed by that region alone).
+pub(crate) fn encode_regions(batches: &[(u64, &[WalEdit<'_>])]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(16 + batches.iter().map(|(_, e)| encoded_size(e)).sum::<usize>());
+    out.extend_from_slice(&SEVERAL_REGIONS.to_le_bytes());
+    put_varint(&mut out, batches.len() as u64);
+    for (region, edits) in batches {
+        encode_into(&mut out, *region, edits);
     }
     out
 }
 
-/// Decodes a payload; `None` if malformed. Edits borrow from the payload.
-pub(crate) fn decode_batch(buf: &[u8]) -> Option<(u64, Vec<WalEdit<'_>>)> {
-    let region = u64::from_le_bytes(buf.get(..8)?.try_into().ok()?);
+/// Decodes a payload into its regions' edits; `None` if malformed. Edits borrow from the
+/// payload.
+pub(crate) fn decode_batch(buf: &[u8]) -> Option<Vec<(u64, Vec<WalEdit<'_>>)>> {
+    if buf.get(..8)? != SEVERAL_REGIONS.to_le_bytes() {
+        let mut pos = 0;
+        let batch = decode_region(buf, &mut pos)?;
+        return (pos == buf.len()).then(|| vec![batch]);
+    }
     let mut pos = 8;
     let n = get_varint(buf, &mut pos)? as usize;
+    let mut batches = Vec::with_capacity(n.min(1 << 10));
+    for _ in 0..n {
+        batches.push(decode_region(buf, &mut pos)?);
+    }
+    (pos == buf.len()).then_some(batches)
+}
+
+/// Decodes one region's section starting at `pos`, advancing it.
+fn decode_region<'a>(buf: &'a [u8], pos: &mut usize) -> Option<(u64, Vec<WalEdit<'a>>)> {
+    let region = u64::from_le_bytes(buf.get(*pos..pos.checked_add(8)?)?.try_into().ok()?);
+    *pos += 8;
+    let n = get_varint(buf, pos)? as usize;
     let mut edits = Vec::with_capacity(n.min(1 << 16));
     let take = |pos: &mut usize, len: usize| -> Option<&[u8]> {
         let b = buf.get(*pos..pos.checked_add(len)?)?;
@@ -57,21 +101,21 @@ pub(crate) fn decode_batch(buf: &[u8]) -> Option<(u64, Vec<WalEdit<'_>>)> {
         Some(b)
     };
     for _ in 0..n {
-        let seq_offset = u32::try_from(get_varint(buf, &mut pos)?).ok()?;
-        let flen = *buf.get(pos)? as usize;
-        pos += 1;
-        let family = take(&mut pos, flen)?;
-        let rlen = get_varint(buf, &mut pos)? as usize;
-        let row = take(&mut pos, rlen)?;
-        let qlen = get_varint(buf, &mut pos)? as usize;
-        let qualifier = take(&mut pos, qlen)?;
-        let ts = u64::from_le_bytes(buf.get(pos..pos + 8)?.try_into().ok()?);
-        pos += 8;
-        let kind = CellType::from_code(*buf.get(pos)?)?;
-        pos += 1;
-        let ttl = get_varint(buf, &mut pos)?;
-        let vlen = get_varint(buf, &mut pos)? as usize;
-        let value = take(&mut pos, vlen)?;
+        let seq_offset = u32::try_from(get_varint(buf, pos)?).ok()?;
+        let flen = *buf.get(*pos)? as usize;
+        *pos += 1;
+        let family = take(pos, flen)?;
+        let rlen = get_varint(buf, pos)? as usize;
+        let row = take(pos, rlen)?;
+        let qlen = get_varint(buf, pos)? as usize;
+        let qualifier = take(pos, qlen)?;
+        let ts = u64::from_le_bytes(buf.get(*pos..*pos + 8)?.try_into().ok()?);
+        *pos += 8;
+        let kind = CellType::from_code(*buf.get(*pos)?)?;
+        *pos += 1;
+        let ttl = get_varint(buf, pos)?;
+        let vlen = get_varint(buf, pos)? as usize;
+        let value = take(pos, vlen)?;
         edits.push(WalEdit {
             seq_offset,
             family,
@@ -83,7 +127,7 @@ pub(crate) fn decode_batch(buf: &[u8]) -> Option<(u64, Vec<WalEdit<'_>>)> {
             value,
         });
     }
-    (pos == buf.len()).then_some((region, edits))
+    Some((region, edits))
 }
 
 #[cfg(test)]
@@ -115,9 +159,14 @@ mod tests {
             },
         ];
         let enc = encode_batch(7, &edits);
-        assert_eq!(decode_batch(&enc), Some((7, edits)));
+        assert_eq!(decode_batch(&enc), Some(vec![(7, edits.clone())]));
         for cut in 0..enc.len() {
             assert_eq!(decode_batch(&enc[..cut]), None);
+        }
+        let several = encode_regions(&[(7, &edits[..1]), (9, &edits[1..])]);
+        assert_eq!(decode_batch(&several), Some(vec![(7, edits[..1].to_vec()), (9, edits[1..].to_vec())]));
+        for cut in 0..several.len() {
+            assert_eq!(decode_batch(&several[..cut]), None);
         }
     }
 }

@@ -4,15 +4,23 @@
 //! needs more than that (a unique value found taken, a lost race on its data row) finishes on
 //! its own through [`IndexedWrite::run_with`], which settles the marks the batch gave it; a row
 //! named twice is written in order, after the batch.
+//!
+//! On a store with atomic commits the batch goes as one read of the data rows and one commit
+//! per [`COMMIT_ROWS`] writes (see `commit`); a chunk whose commit does not hold takes the
+//! steps above.
 
 use bytes::Bytes;
 
 use super::entry::{self, Entry};
 use super::write::{Change, IndexedWrite};
 use crate::entity::Schema;
-use crate::store::{Condition, RowMutation, Store};
+use crate::store::{Commit, Condition, RowMutation, Store};
 use crate::writer::{self, now_ms, Owner};
 use crate::Result;
+
+/// Writes per commit: big enough that a batch costs few commits, small enough that one commit
+/// stays far below the engine's limit on one write's size.
+const COMMIT_ROWS: usize = 128;
 
 /// One write of the batch, as it goes.
 struct Pending<'a> {
@@ -64,6 +72,9 @@ pub(crate) fn write_many(
             Err(e) => results[i] = Some(Err(e)),
         }
     }
+    if store.guarantees().atomic_commits {
+        batch = commit_chunks(store, schema, batch, &mut results)?;
+    }
     if !batch.is_empty() {
         run_batch(store, schema, &mut batch)?;
     }
@@ -79,6 +90,47 @@ pub(crate) fn write_many(
         results[i] = Some(write.run());
     }
     Ok(results.into_iter().map(|r| r.unwrap_or(Ok(false))).collect())
+}
+
+/// Writes the batch as commits of [`COMMIT_ROWS`] writes, setting their results; returns the
+/// writes of the chunks whose commit did not hold, for the steps of the protocol.
+fn commit_chunks<'a>(
+    store: &dyn Store,
+    schema: &'static Schema,
+    batch: Vec<(usize, Pending<'a>)>,
+    results: &mut [Option<Result<bool>>],
+) -> Result<Vec<(usize, Pending<'a>)>> {
+    let mut rest = Vec::new();
+    let mut batch = batch.into_iter().peekable();
+    while batch.peek().is_some() {
+        let chunk: Vec<(usize, Pending<'a>)> = batch.by_ref().take(COMMIT_ROWS).collect();
+        if chunk.iter().any(|(_, p)| !p.write.commits()) {
+            rest.extend(chunk);
+            continue;
+        }
+        let keys: Vec<Bytes> = chunk.iter().map(|(_, p)| p.write.row.clone()).collect();
+        let olds = store.read_rows(schema.table, &keys, &schema.read_spec())?;
+        let mut commit = Commit::default();
+        let mut index_rows = std::collections::HashSet::new();
+        let mut changed = Vec::with_capacity(chunk.len());
+        for ((_, p), old) in chunk.iter().zip(&olds) {
+            if old.is_none() && matches!(p.write.change, Change::Delete) {
+                changed.push(Some(false)); // Nothing to delete: no part in the commit.
+                continue;
+            }
+            changed.push(p.write.stage(old.as_ref(), &p.new, &mut commit, &mut index_rows));
+        }
+        // A write that would touch an index row another one of the chunk touches cannot share
+        // its commit: the protocol sorts them out.
+        if changed.iter().any(Option::is_none) || (!commit.rows.is_empty() && !store.commit(commit)?) {
+            rest.extend(chunk);
+            continue;
+        }
+        for ((i, _), changed) in chunk.iter().zip(changed) {
+            results[*i] = Some(Ok(changed.unwrap_or(false)));
+        }
+    }
+    Ok(rest)
 }
 
 fn run_batch(store: &dyn Store, schema: &'static Schema, batch: &mut [(usize, Pending<'_>)]) -> Result<()> {

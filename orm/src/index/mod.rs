@@ -8,11 +8,13 @@
 //! Each index row holds a state cell (verified, or unverified by a named writer), the primary
 //! row key, and a copy of the indexed and included columns (a covered read needs no data row).
 //!
-//! Writes follow the verified/unverified protocol (see `write`); reads trust verified rows and
-//! check unverified ones against the data row (see `read`).
+//! Writes follow the verified/unverified protocol (see `write`), or, on a store with atomic
+//! commits, change the data row and its index rows in one commit (see `commit`); reads trust
+//! verified rows and check unverified ones against the data row (see `read`).
 
 mod backfill;
 mod batch;
+mod commit;
 mod entry;
 mod read;
 mod status;

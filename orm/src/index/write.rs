@@ -166,8 +166,13 @@ impl IndexedWrite<'_> {
     /// [`IndexedWrite::run`], with marks an earlier try of this write left (`leftovers`: each
     /// entry with the mark it got), settled like those of lost attempts.
     pub(crate) fn run_with(self, mut leftovers: Vec<(Entry, Bytes)>) -> Result<bool> {
-        let owner = Owner::new();
         let new = self.new_entries()?;
+        if leftovers.is_empty() && self.commits() {
+            if let Some(changed) = self.try_commit(&new)? {
+                return Ok(changed);
+            }
+        }
+        let owner = Owner::new();
         for _ in 0..ATTEMPTS {
             let old =
                 self.store.read_rows(self.schema.table, std::slice::from_ref(&self.row), &self.schema.read_spec())?;
@@ -256,7 +261,7 @@ impl IndexedWrite<'_> {
         }
     }
 
-    fn check_version(&self, old: Option<&Row>) -> Result<()> {
+    pub(super) fn check_version(&self, old: Option<&Row>) -> Result<()> {
         let Some((expected, column)) = self.expect_version else { return Ok(()) };
         let stored = old
             .and_then(|r| r.value(column.family, column.qualifier))

@@ -5,13 +5,14 @@ use std::sync::Arc;
 use bytes::Bytes;
 use cellar_engine::{
     CheckAndMutate, ColumnOffset, CompareOp, Delete, Durability, Engine, FamilyDescriptor, Filter, Get, Increment,
-    MultiRowMutation, Mutation, Put, RowCondition, RowMutations, RowResult, Scan, SplitPolicy, Table, TableDescriptor,
+    MultiRowMutation, MultiTableMutation, Mutation, Put, RowCondition, RowMutations, RowResult, Scan, SplitPolicy,
+    Table, TableDescriptor,
 };
 use parking_lot::RwLock;
 
 use super::{
-    CellMutation, Columns, Condition, Guarantees, ReadSpec, Row, RowCheck, RowMutation, RowStream, ScanSpec, Store,
-    StoredCell, TableSpec,
+    CellMutation, Columns, Commit, Condition, Guarantees, ReadSpec, Row, RowCheck, RowMutation, RowStream, ScanSpec,
+    Store, StoredCell, TableSpec,
 };
 use crate::{Error, Result};
 
@@ -79,8 +80,20 @@ fn to_engine_mutation(row: &Bytes, m: CellMutation) -> Mutation {
 }
 
 fn row_mutations(m: RowMutation) -> RowMutations {
+    if puts_only(&m) {
+        return RowMutations::new(m.row.clone()).with(single_put(m));
+    }
     let row = m.row;
     m.mutations.into_iter().fold(RowMutations::new(row.clone()), |rm, cm| rm.with(to_engine_mutation(&row, cm)))
+}
+
+fn row_condition(check: RowCheck) -> RowCondition {
+    match check.condition {
+        Condition::Equals { family, qualifier, value } => {
+            RowCondition::if_value(check.row, family, qualifier, CompareOp::Equal, value)
+        }
+        Condition::Absent { family, qualifier } => RowCondition::if_absent(check.row, family, qualifier),
+    }
 }
 
 /// True if `m` only puts cells: it can go to the engine as one put.
@@ -336,21 +349,26 @@ impl Store for EmbeddedStore {
     }
 
     fn guarantees(&self) -> Guarantees {
-        Guarantees::new(true, true)
+        Guarantees::new(true, true).with_atomic_commits()
     }
 
     fn mutate_group(&self, table: &str, checks: Vec<RowCheck>, rows: Vec<RowMutation>) -> Result<bool> {
         let t = self.table(table)?;
-        let m = checks.into_iter().fold(MultiRowMutation::new(), |m, check| {
-            m.condition(match check.condition {
-                Condition::Equals { family, qualifier, value } => {
-                    RowCondition::if_value(check.row, family, qualifier, CompareOp::Equal, value)
-                }
-                Condition::Absent { family, qualifier } => RowCondition::if_absent(check.row, family, qualifier),
-            })
-        });
+        let m = checks.into_iter().fold(MultiRowMutation::new(), |m, check| m.condition(row_condition(check)));
         let m = rows.into_iter().fold(m, |m, row| m.row(row_mutations(row)));
         Ok(t.mutate_rows(m)?)
+    }
+
+    fn commit(&self, commit: Commit) -> Result<bool> {
+        let tables: Vec<Table> = commit.tables.iter().map(|t| self.table(t)).collect::<Result<_>>()?;
+        let mut m = MultiTableMutation::new();
+        for (t, check) in commit.checks {
+            m = m.condition(&tables[t], row_condition(check));
+        }
+        for (t, row) in commit.rows {
+            m = m.row(&tables[t], row_mutations(row));
+        }
+        Ok(self.engine.mutate_tables(m)?)
     }
 }
 

@@ -19,7 +19,8 @@ use std::sync::Arc;
 use bytes::Bytes;
 
 use super::{
-    CellMutation, Condition, Guarantees, ReadSpec, Row, RowCheck, RowMutation, RowStream, ScanSpec, Store, TableSpec,
+    CellMutation, Commit, Condition, Guarantees, ReadSpec, Row, RowCheck, RowMutation, RowStream, ScanSpec, Store,
+    TableSpec,
 };
 use crate::Result;
 
@@ -74,7 +75,7 @@ pub struct Costs {
     pub mutates: u64,
     /// `check_and_mutate` calls, applied or not; a `check_and_mutate_many` batch counts once.
     pub check_and_mutates: u64,
-    /// `mutate_group` calls (atomic multi-row mutations), applied or not.
+    /// `mutate_group` and `commit` calls (atomic multi-row mutations), applied or not.
     pub group_mutates: u64,
     /// `increment` calls.
     pub increments: u64,
@@ -447,6 +448,16 @@ impl Store for Metered {
         }
         Ok(applied)
     }
+
+    fn commit(&self, commit: Commit) -> Result<bool> {
+        add(&self.counters.group_mutates, 1);
+        let volume = Volume::sum(commit.rows.iter().map(|(_, r)| r));
+        let applied = self.inner.commit(commit)?;
+        if applied {
+            self.counters.written(volume);
+        }
+        Ok(applied)
+    }
 }
 
 #[cfg(test)]
@@ -569,6 +580,9 @@ mod tests {
         }
         fn mutate_group(&self, _: &str, checks: Vec<RowCheck>, _: Vec<RowMutation>) -> Result<bool> {
             Ok(checks.is_empty())
+        }
+        fn commit(&self, commit: Commit) -> Result<bool> {
+            Ok(commit.checks.is_empty())
         }
     }
 

@@ -100,12 +100,58 @@ pub struct Guarantees {
     /// on its way: the writer is gone. Protocols that must tell a stalled writer from a dead
     /// one (the aggregate intent protocol) rely on this instead of a lease where they can.
     pub single_process: bool,
+    /// [`Store::commit`] applies rows of any tables atomically, under conditions on any rows.
+    /// Index maintenance uses it to write a data row and its index rows in one step, instead
+    /// of the verified/unverified protocol of several writes.
+    pub atomic_commits: bool,
 }
 
 impl Guarantees {
-    /// A backend's guarantees (fields as documented on [`Guarantees`]).
+    /// A backend's guarantees (fields as documented on [`Guarantees`]), without atomic commits.
     pub const fn new(atomic_row_groups: bool, single_process: bool) -> Self {
-        Guarantees { atomic_row_groups, single_process }
+        Guarantees { atomic_row_groups, single_process, atomic_commits: false }
+    }
+
+    /// These guarantees, and [`Guarantees::atomic_commits`].
+    pub const fn with_atomic_commits(self) -> Self {
+        Guarantees { atomic_commits: true, ..self }
+    }
+}
+
+/// Rows of several tables to write atomically, with the conditions that must hold: what
+/// [`Store::commit`] applies.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Commit {
+    /// The tables checked or written, each once.
+    pub tables: Vec<String>,
+    /// Conditions, each on a row of the table at its position in `tables`.
+    pub checks: Vec<(usize, RowCheck)>,
+    /// Mutations, each of a row of the table at its position in `tables`, applied in order.
+    pub rows: Vec<(usize, RowMutation)>,
+}
+
+impl Commit {
+    /// Adds a condition on a row of `table`.
+    pub fn check(&mut self, table: &str, check: RowCheck) {
+        let t = self.table(table);
+        self.checks.push((t, check));
+    }
+
+    /// Adds a row of `table` to write.
+    pub fn row(&mut self, table: &str, row: RowMutation) {
+        let t = self.table(table);
+        self.rows.push((t, row));
+    }
+
+    /// `table`'s position in `tables`, added if new.
+    fn table(&mut self, table: &str) -> usize {
+        match self.tables.iter().position(|t| t == table) {
+            Some(i) => i,
+            None => {
+                self.tables.push(table.to_string());
+                self.tables.len() - 1
+            }
+        }
     }
 }
 
@@ -382,4 +428,13 @@ pub trait Store: Send + Sync {
     /// [`crate::Error::Unsupported`] from a backend without [`Guarantees::atomic_row_groups`];
     /// an engine error if the rows do not lie in one region; store failures.
     fn mutate_group(&self, table: &str, checks: Vec<RowCheck>, rows: Vec<RowMutation>) -> Result<bool>;
+
+    /// Applies `commit`'s rows, of any tables, atomically if every check holds; returns
+    /// whether it did. Checks see the rows as they were before the commit. A reader sees all of
+    /// the rows' changes or none.
+    ///
+    /// # Errors
+    /// [`crate::Error::Unsupported`] from a backend without [`Guarantees::atomic_commits`];
+    /// store failures.
+    fn commit(&self, commit: Commit) -> Result<bool>;
 }

@@ -46,8 +46,8 @@ use self::blocking::wait;
 use self::client::{backoff, rpc_error, transient, Ctx, Rpc, MAX_ATTEMPTS};
 use self::merge::{Chunk, RowMerger};
 use super::{
-    CellMutation, Condition, FamilySpec, Guarantees, ReadSpec, Row, RowCheck, RowMutation, RowStream, ScanSpec, Store,
-    TableSpec,
+    CellMutation, Commit, Condition, FamilySpec, Guarantees, ReadSpec, Row, RowCheck, RowMutation, RowStream, ScanSpec,
+    Store, TableSpec,
 };
 use crate::{Error, Result};
 
@@ -966,6 +966,12 @@ impl Store for BigtableStore {
     fn mutate_group(&self, _table: &str, _checks: Vec<RowCheck>, _rows: Vec<RowMutation>) -> Result<bool> {
         Err(Error::Unsupported(
             "apply changes to several rows atomically: Cloud Bigtable has no multi-row transactions".into(),
+        ))
+    }
+
+    fn commit(&self, _commit: Commit) -> Result<bool> {
+        Err(Error::Unsupported(
+            "apply changes to rows of several tables atomically: Cloud Bigtable has no multi-row transactions".into(),
         ))
     }
 }

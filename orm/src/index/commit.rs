@@ -1,0 +1,93 @@
+//! Indexed writes on a store with atomic commits ([`Guarantees::atomic_commits`], the embedded
+//! engine): the data row and its index rows change in one commit, so index rows are written
+//! verified and no reader ever meets a mark of this write. A put costs one read of the data row
+//! and one commit, where the general protocol (`write`) needs a read and three conditional
+//! writes.
+//!
+//! The commit holds only if the data row still has the write token that was read (as in step
+//! 3 of the general protocol), each new unique value's row is free (or, when only copied
+//! columns change, still names this entity), and each old unique value's row still names this
+//! entity. When a condition fails — another writer changed the row, or a unique value is taken,
+//! perhaps by a claim a crashed writer left — the write goes the general way, which tells those
+//! cases apart and reclaims what can be reclaimed.
+//!
+//! [`Guarantees::atomic_commits`]: crate::store::Guarantees::atomic_commits
+
+use std::collections::HashSet;
+
+use bytes::Bytes;
+
+use super::entry::{self, Entry};
+use super::write::{Change, IndexedWrite};
+use crate::store::{CellMutation, Commit, Row, RowCheck, RowMutation};
+use crate::writer;
+use crate::Result;
+
+impl IndexedWrite<'_> {
+    /// True if this write may go as a commit: the store has them, and the change is a put or a
+    /// delete (a rebuild may have to stamp its row first: it goes the general way).
+    pub(super) fn commits(&self) -> bool {
+        self.store.guarantees().atomic_commits && matches!(self.change, Change::Put(_) | Change::Delete)
+    }
+
+    /// Runs the write as one commit (`new`: the entries the new values imply). `Some(changed)`
+    /// if it is done — applied, or a delete of a missing row — and `None` if a condition failed.
+    ///
+    /// # Errors
+    /// [`crate::Error::VersionConflict`] for a save whose version is not the stored one; store
+    /// errors (nothing written).
+    pub(super) fn try_commit(&self, new: &[Option<Entry>]) -> Result<Option<bool>> {
+        let old = self.store.read_rows(self.schema.table, std::slice::from_ref(&self.row), &self.schema.read_spec())?;
+        let old = old.into_iter().flatten().next();
+        self.check_version(old.as_ref())?;
+        if old.is_none() && matches!(self.change, Change::Delete) {
+            return Ok(Some(false));
+        }
+        let mut commit = Commit::default();
+        let Some(changed) = self.stage(old.as_ref(), new, &mut commit, &mut HashSet::new()) else {
+            return Ok(None);
+        };
+        Ok(self.store.commit(commit)?.then_some(changed))
+    }
+
+    /// Adds this write's checks and rows to `commit`, from the data row as read (`old`), and
+    /// returns whether it changes an index row. `keys` holds the index rows the commit already
+    /// writes; `None` (and `commit` unchanged) if this write would write one of them too: its
+    /// checks would not see the other write's change.
+    pub(super) fn stage(
+        &self,
+        old: Option<&Row>,
+        new: &[Option<Entry>],
+        commit: &mut Commit,
+        keys: &mut HashSet<Bytes>,
+    ) -> Option<bool> {
+        let plan = self.plan(old, new);
+        let touched = || plan.additions.iter().chain(&plan.removals).map(|e| &e.key);
+        let mine: HashSet<&Bytes> = touched().collect();
+        if mine.iter().any(|k| keys.contains(*k)) {
+            return None;
+        }
+        keys.extend(mine.into_iter().cloned());
+        let (table, index_table) = (self.schema.table, self.index_table());
+        let unique = |e: &Entry| self.schema.indexes[e.index].unique;
+        commit.check(table, RowCheck { row: self.row.clone(), condition: self.token_condition(old) });
+        for a in plan.additions.iter().filter(|a| unique(a)) {
+            let condition =
+                if plan.same_key.contains(&a.key) { entry::primary_is(&a.primary) } else { entry::state_is(None) };
+            commit.check(&index_table, RowCheck { row: a.key.clone(), condition });
+        }
+        for r in plan.removals.iter().filter(|r| unique(r)) {
+            let condition = entry::primary_is(&r.primary);
+            commit.check(&index_table, RowCheck { row: r.key.clone(), condition });
+        }
+        commit.row(table, self.data_mutation(writer::token()));
+        for a in &plan.additions {
+            let mutations = entry::write_entry(self.schema, a, entry::verified());
+            commit.row(&index_table, RowMutation { row: a.key.clone(), mutations });
+        }
+        for r in &plan.removals {
+            commit.row(&index_table, RowMutation { row: r.key.clone(), mutations: vec![CellMutation::DeleteRow] });
+        }
+        Some(!plan.additions.is_empty() || !plan.removals.is_empty())
+    }
+}
