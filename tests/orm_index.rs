@@ -138,6 +138,31 @@ fn unique_values_are_claimed_once_and_freed_by_changes_and_deletes(db: Db) {
 }
 
 on_every_backend! {
+fn put_many_claims_each_unique_value_once_even_within_one_batch(db: Db) {
+    let people = db.repo::<Person>().unwrap();
+    // More entities than one commit takes on the embedded engine.
+    let batch: Vec<Person> = (0..200u32).map(|id| person(id, id as u8, (id % 3) as u8, 20, None)).collect();
+    people.put_many(&batch).unwrap();
+    let by_email = people.index(Person::BY_EMAIL);
+    for id in [0u32, 127, 128, 199] {
+        assert_eq!(by_email.get(format!("p{id}@example.com")).unwrap().map(|p| p.id), Some(id));
+    }
+    // Two entities of one batch with one unique value: one gets it, the other is refused and
+    // writes nothing, and the rest of the batch is written.
+    let clash = [person(300, 250, 0, 30, None), person(301, 250, 1, 31, None), person(302, 251, 2, 32, None)];
+    assert!(matches!(people.put_many(&clash), Err(Error::UniqueViolation { .. })));
+    let holder = by_email.get("p250@example.com".to_string()).unwrap().expect("one of them holds the value").id;
+    assert!(holder == 300 || holder == 301, "{holder}");
+    assert_eq!(people.get(601 - holder).unwrap(), None, "the loser wrote nothing");
+    assert_eq!(by_email.get("p251@example.com".to_string()).unwrap().map(|p| p.id), Some(302));
+    for index in [people.verify_index(Person::BY_EMAIL), people.verify_index(Person::BY_CITY_AGE)] {
+        let report = index.run().unwrap();
+        assert!(report.is_clean(), "{report}");
+    }
+}
+}
+
+on_every_backend! {
 fn racing_claims_of_one_value_have_exactly_one_winner(db: Db) {
     let people = db.repo::<Person>().unwrap();
     for round in 0..5u8 {
