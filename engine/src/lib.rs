@@ -72,7 +72,7 @@ pub use mutation::{
     Append, CheckAndMutate, CompareOp, Delete, Increment, MultiRowMutation, Mutation, Put, RowCondition, RowMutations,
 };
 pub use query::{prefix_successor, Get, RowResult, Scan, TimeRange};
-pub use read::row_buf::RowView;
+pub use read::row_buf::{FromScannedRow, RowView, ScannedCell, ScannedCells};
 pub use scanner::Scanner;
 pub use split::SplitAlgorithm;
 pub use split_policy::{PrefixField, SplitPolicy};

@@ -13,7 +13,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 
 use crate::query::{RowRange, RowResult, Scan};
-use crate::read::row_buf::RowView;
+use crate::read::row_buf::{FromScannedRow, RowView};
 use crate::read::rows::{read_rows, ReadSnapshot, RowRead};
 use crate::region::Region;
 use crate::Result;
@@ -21,8 +21,9 @@ use crate::Result;
 /// Rows read per buffer fill.
 const FILL_ROWS: usize = 128;
 
-/// Iterates the rows of a scan. Yields `Err` once and then ends if a read fails.
-pub struct Scanner {
+/// Iterates the rows of a scan, as [`RowResult`]s or another [`FromScannedRow`] type. Yields
+/// `Err` once and then ends if a read fails.
+pub struct Scanner<R = RowResult> {
     /// Regions in scan order, each with the snapshot taken at open.
     regions: Vec<(Arc<Region>, ReadSnapshot)>,
     next_region: usize,
@@ -30,12 +31,12 @@ pub struct Scanner {
     /// What remains to read of the current region.
     range: Option<RowRange>,
     now: u64,
-    buffer: VecDeque<RowResult>,
+    buffer: VecDeque<R>,
     rows_left: usize,
     done: bool,
 }
 
-impl std::fmt::Debug for Scanner {
+impl<R> std::fmt::Debug for Scanner<R> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Scanner").field("rows_left", &self.rows_left).field("done", &self.done).finish()
     }
@@ -122,8 +123,8 @@ pub(crate) fn visit_rows(
     Ok(visited)
 }
 
-impl Scanner {
-    pub(crate) fn new(regions: Vec<Arc<Region>>, scan: Scan, now: u64) -> Scanner {
+impl<R: FromScannedRow> Scanner<R> {
+    pub(crate) fn new(regions: Vec<Arc<Region>>, scan: Scan, now: u64) -> Scanner<R> {
         Scanner {
             regions: snapshot_regions(regions, &scan),
             next_region: 0,
@@ -162,27 +163,29 @@ impl Scanner {
             };
             let want = FILL_ROWS.min(self.rows_left);
             let mut got = 0usize;
+            let mut last_row = None;
             let batch = self.scan.batch;
             let buffer = &mut self.buffer;
             read_rows(snap, &read, |buf| {
                 got += 1;
-                let row = buf.take();
-                match batch {
-                    Some(n) if row.cells.len() > n => {
-                        for chunk in row.cells.chunks(n) {
-                            buffer.push_back(RowResult { row: row.row.clone(), cells: chunk.to_vec() });
+                buf.take_with(|row, cells| {
+                    last_row = Some(row.clone());
+                    match batch {
+                        Some(n) if cells.len() > n => {
+                            while cells.len() > 0 {
+                                buffer.push_back(R::from_scanned(row.clone(), cells.by_ref().take(n)));
+                            }
                         }
+                        _ => buffer.push_back(R::from_scanned(row, cells)),
                     }
-                    _ => buffer.push_back(row),
-                }
+                });
                 got < want
             })?;
             region.counters.reads.fetch_add(got as u64, Ordering::Relaxed);
             self.rows_left -= got;
-            match self.buffer.back() {
+            match last_row {
                 Some(last) if got == want => {
                     // Stopped early: resume after the last row returned.
-                    let last = last.row.clone();
                     let mut rest = range;
                     if self.scan.reversed {
                         rest.hi = Bound::Excluded(last);
@@ -198,8 +201,8 @@ impl Scanner {
     }
 }
 
-impl Iterator for Scanner {
-    type Item = Result<RowResult>;
+impl<R: FromScannedRow> Iterator for Scanner<R> {
+    type Item = Result<R>;
 
     fn next(&mut self) -> Option<Self::Item> {
         if self.buffer.is_empty() {

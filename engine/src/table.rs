@@ -19,7 +19,7 @@ use crate::descriptor::{Durability, TableDescriptor};
 use crate::engine::EngineInner;
 use crate::mutation::{Append, CheckAndMutate, Edit, Increment, MultiRowMutation, Mutation, Put, RowMutations};
 use crate::query::{Get, ReadSpec, RowRange, RowResult, Scan};
-use crate::read::row_buf::RowView;
+use crate::read::row_buf::{FromScannedRow, RowView};
 use crate::read::rows::{read_rows, RowRead};
 use crate::region::Region;
 use crate::scanner::{visit_rows, Scanner};
@@ -750,12 +750,18 @@ impl Table {
     }
 
     fn get_in_region(&self, region: &Region, get: &Get, now: u64) -> Result<RowResult> {
+        let found = self.get_in_region_as(region, get, now)?;
+        Ok(found.unwrap_or_else(|| RowResult { row: get.row.clone(), cells: Vec::new() }))
+    }
+
+    /// The row `get` reads, built as `R`; `None` if the read returns no row.
+    fn get_in_region_as<R: FromScannedRow>(&self, region: &Region, get: &Get, now: u64) -> Result<Option<R>> {
         let snap = region.snapshot();
         let range = RowRange::single(get.row.clone());
         let read = RowRead { range: &range, reversed: false, spec: &get.spec, now, point_row: Some(&get.row) };
-        let mut out = RowResult { row: get.row.clone(), cells: Vec::new() };
+        let mut out = None;
         read_rows(&snap, &read, |buf| {
-            out = buf.take();
+            out = Some(buf.take_with(|row, cells| R::from_scanned(row, cells)));
             false
         })?;
         Ok(out)
@@ -767,11 +773,21 @@ impl Table {
     /// [`Error::InvalidArgument`] for a bad row key, [`Error::FamilyNotFound`],
     /// [`Error::TableDisabled`], [`Error::Corrupt`] if a file read is damaged.
     pub fn get(&self, get: Get) -> Result<RowResult> {
+        let row = get.row.clone();
+        Ok(self.get_as(get)?.unwrap_or(RowResult { row, cells: Vec::new() }))
+    }
+
+    /// Reads one row like [`Table::get`], built as `R` straight from the read's buffer (see
+    /// [`Table::scan_as`]); `None` if the row has no cells the get returns.
+    ///
+    /// # Errors
+    /// As for [`Table::get`].
+    pub fn get_as<R: FromScannedRow>(&self, get: Get) -> Result<Option<R>> {
         let desc = self.check_usable()?;
         check_row(&get.row)?;
         self.check_spec(&desc, &get.spec)?;
         let region = self.region(&get.row)?;
-        let r = self.get_in_region(&region, &get, self.engine.opts.clock.now_ms())?;
+        let r = self.get_in_region_as(&region, &get, self.engine.opts.clock.now_ms())?;
         region.counters.reads.fetch_add(1, Ordering::Relaxed);
         Ok(r)
     }
@@ -782,6 +798,14 @@ impl Table {
     /// The first error of any get.
     pub fn get_many(&self, gets: Vec<Get>) -> Result<Vec<RowResult>> {
         gets.into_iter().map(|g| self.get(g)).collect()
+    }
+
+    /// Reads several rows like [`Table::get_many`], each built as `R` (see [`Table::get_as`]).
+    ///
+    /// # Errors
+    /// The first error of any get.
+    pub fn get_many_as<R: FromScannedRow>(&self, gets: Vec<Get>) -> Result<Vec<Option<R>>> {
+        gets.into_iter().map(|g| self.get_as(g)).collect()
     }
 
     /// True if the get finds at least one cell.
@@ -797,6 +821,16 @@ impl Table {
     /// # Errors
     /// [`Error::FamilyNotFound`], [`Error::TableDisabled`].
     pub fn scan(&self, scan: Scan) -> Result<Scanner> {
+        self.scan_as(scan)
+    }
+
+    /// Scans like [`Table::scan`], handing out rows as `R`: a layer above that keeps rows in
+    /// its own type builds them straight from the read's buffer, without a [`RowResult`] in
+    /// between.
+    ///
+    /// # Errors
+    /// As for [`Table::scan`].
+    pub fn scan_as<R: FromScannedRow>(&self, scan: Scan) -> Result<Scanner<R>> {
         let desc = self.check_usable()?;
         self.check_spec(&desc, &scan.spec)?;
         Ok(Scanner::new(self.state.regions(), scan, self.engine.opts.clock.now_ms()))

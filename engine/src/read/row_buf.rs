@@ -1,5 +1,6 @@
 //! [`RowBuf`]: the cells a read returns for one row, gathered in one reused buffer, and the two
-//! ways they leave it — copied out as an owned [`RowResult`], or lent as a [`RowView`].
+//! ways they leave it — taken out as an owned row (a [`RowResult`], or any [`FromScannedRow`]
+//! type), or lent as a [`RowView`].
 //!
 //! The row key, qualifiers and values are copied out of the cursors into the buffer's arena as
 //! the row is read, so results never pin a cached block or a memstore chunk. An owned row then
@@ -99,45 +100,114 @@ impl RowBuf {
         RowView { row: self.row(), families: &self.families, arena: &self.arena, spans: &self.spans }
     }
 
-    /// The gathered row as an owned result, its pieces split off the arena; the buffer is empty
-    /// afterwards.
-    pub fn take(&mut self) -> RowResult {
-        let arena = &mut self.arena;
-        let row = arena.split_to(self.row_len).freeze();
-        // Split the pieces off in arena order, each on its own (one reference count each, and
-        // no handle on the whole row left to drop). Cells of one column share its qualifier.
-        let mut pos = self.row_len;
-        let mut column: Option<(Range<usize>, Bytes)> = None;
-        let mut cells = Vec::with_capacity(self.spans.len());
-        for s in self.spans.drain(..) {
-            let qualifier = match &column {
-                Some((at, q)) if *at == s.qualifier => q.clone(),
-                _ => {
-                    arena.advance(s.qualifier.start - pos);
-                    let q = arena.split_to(s.qualifier.len()).freeze();
-                    pos = s.qualifier.end;
-                    column = Some((s.qualifier, q.clone()));
-                    q
-                }
-            };
-            let value = if s.value.is_empty() {
-                Bytes::new()
-            } else {
-                arena.advance(s.value.start - pos);
-                pos = s.value.end;
-                arena.split_to(s.value.len()).freeze()
-            };
-            cells.push(Cell {
-                row: row.clone(),
-                family: self.families[s.family].clone(),
-                qualifier,
-                timestamp: s.timestamp,
-                cell_type: s.kind,
-                value,
-            });
-        }
-        arena.clear();
+    /// Hands the gathered row to `build`: its key, and its cells split off the arena in order
+    /// (shared slices, no allocation per piece). The buffer is empty afterwards, whatever
+    /// `build` left unread.
+    pub fn take_with<T>(&mut self, build: impl FnOnce(Bytes, &mut ScannedCells<'_>) -> T) -> T {
+        let row = self.arena.split_to(self.row_len).freeze();
+        let mut cells = ScannedCells {
+            arena: &mut self.arena,
+            families: &self.families,
+            spans: self.spans.drain(..),
+            pos: self.row_len,
+            column: None,
+        };
+        let out = build(row, &mut cells);
+        drop(cells);
+        self.arena.clear();
         self.row_len = 0;
+        out
+    }
+}
+
+/// One cell of a row a read hands out whole: its pieces, split off the read's buffer.
+#[derive(Debug, Clone)]
+pub struct ScannedCell {
+    /// Column family name.
+    pub family: Bytes,
+    /// Column qualifier.
+    pub qualifier: Bytes,
+    /// Version timestamp in milliseconds.
+    pub timestamp: u64,
+    /// Put or one of the delete markers (markers appear only in raw reads).
+    pub cell_type: CellType,
+    /// The value; empty for delete markers.
+    pub value: Bytes,
+}
+
+/// The cells of one row as a read hands it out, in order, each split off the read's buffer as
+/// it is taken.
+pub struct ScannedCells<'a> {
+    arena: &'a mut BytesMut,
+    families: &'a [Bytes],
+    spans: std::vec::Drain<'a, CellSpan>,
+    /// Arena offset of the first byte not yet split off.
+    pos: usize,
+    /// The last qualifier split off, and where it sat: the cells of one column share it.
+    column: Option<(Range<usize>, Bytes)>,
+}
+
+impl Iterator for ScannedCells<'_> {
+    type Item = ScannedCell;
+
+    fn next(&mut self) -> Option<ScannedCell> {
+        let s = self.spans.next()?;
+        // Pieces split off in arena order, each on its own (one reference count each, and no
+        // handle on the whole row left to drop).
+        let qualifier = match &self.column {
+            Some((at, q)) if *at == s.qualifier => q.clone(),
+            _ => {
+                self.arena.advance(s.qualifier.start - self.pos);
+                let q = self.arena.split_to(s.qualifier.len()).freeze();
+                self.pos = s.qualifier.end;
+                self.column = Some((s.qualifier, q.clone()));
+                q
+            }
+        };
+        let value = if s.value.is_empty() {
+            Bytes::new()
+        } else {
+            self.arena.advance(s.value.start - self.pos);
+            self.pos = s.value.end;
+            self.arena.split_to(s.value.len()).freeze()
+        };
+        Some(ScannedCell {
+            family: self.families[s.family].clone(),
+            qualifier,
+            timestamp: s.timestamp,
+            cell_type: s.kind,
+            value,
+        })
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        self.spans.size_hint()
+    }
+}
+
+impl ExactSizeIterator for ScannedCells<'_> {}
+
+/// A row type reads can hand out, built straight from the read's buffer: what
+/// [`Table::scan_as`](crate::Table::scan_as) returns. [`RowResult`] is one; a layer above can
+/// build its own row type without going through it.
+pub trait FromScannedRow: Sized {
+    /// The row `row` with `cells` (all of them, or, for a scan with a batch size, the next
+    /// part of them), in the order the read returns them.
+    fn from_scanned(row: Bytes, cells: impl ExactSizeIterator<Item = ScannedCell>) -> Self;
+}
+
+impl FromScannedRow for RowResult {
+    fn from_scanned(row: Bytes, cells: impl ExactSizeIterator<Item = ScannedCell>) -> Self {
+        let cells = cells
+            .map(|c| Cell {
+                row: row.clone(),
+                family: c.family,
+                qualifier: c.qualifier,
+                timestamp: c.timestamp,
+                cell_type: c.cell_type,
+                value: c.value,
+            })
+            .collect();
         RowResult { row, cells }
     }
 }
@@ -245,6 +315,25 @@ mod tests {
 
     const EXPECTED: [&str; 4] = ["a:q1@20=new", "a:q1@10=old", "a:q2@5=v2", "b:q1@7=vb"];
 
+    fn take(buf: &mut RowBuf) -> RowResult {
+        buf.take_with(|row, cells| RowResult::from_scanned(row, cells))
+    }
+
+    #[test]
+    fn a_builder_that_stops_early_still_empties_the_buffer() {
+        let mut buf = gathered();
+        let first_two: Vec<ScannedCell> = buf.take_with(|_, cells| cells.take(2).collect());
+        assert_eq!(first_two.len(), 2);
+        assert_eq!((&first_two[1].qualifier[..], &first_two[1].value[..]), (&b"q1"[..], &b"old"[..]));
+        assert!(buf.is_empty(), "the cells left unread went with the row");
+        buf.start_row(b"row-2");
+        let q = buf.push_bytes(b"zz");
+        buf.push_cell(0, q, 1, CellType::Put, b"v");
+        let next = take(&mut buf);
+        assert_eq!((next.row.as_ref(), next.cells.len()), (&b"row-2"[..], 1));
+        assert_eq!(&next.cells[0].value[..], b"v");
+    }
+
     #[test]
     fn a_view_and_an_owned_row_hold_the_same_cells() {
         let mut buf = gathered();
@@ -258,7 +347,7 @@ mod tests {
         assert_eq!(viewed, EXPECTED);
         let copied = view.to_row_result();
 
-        let owned = buf.take();
+        let owned = take(&mut buf);
         assert_eq!(owned, copied);
         assert_eq!(owned.row.as_ref(), b"row-1");
         assert!(owned.cells.iter().all(|c| c.row == owned.row));
@@ -270,11 +359,11 @@ mod tests {
     #[test]
     fn the_buffer_is_reused_row_after_row_without_disturbing_taken_rows() {
         let mut buf = gathered();
-        let first = buf.take();
+        let first = take(&mut buf);
         buf.start_row(b"row-2");
         let q = buf.push_bytes(b"zz");
         buf.push_cell(1, q, 1, CellType::Put, b"later");
-        let second = buf.take();
+        let second = take(&mut buf);
         assert_eq!(describe(first.cells.iter().map(Cell::view)), EXPECTED);
         assert_eq!(second.row.as_ref(), b"row-2");
         assert_eq!(second.cells.len(), 1);
@@ -285,7 +374,7 @@ mod tests {
     fn filters_drop_cells_and_strip_values_before_anything_is_copied_out() {
         let mut buf = gathered();
         buf.apply_filter(&Filter::And(vec![Filter::Qualifier(crate::CompareOp::Equal, "q1".into()), Filter::KeyOnly]));
-        let owned = buf.take();
+        let owned = take(&mut buf);
         let got = describe(owned.cells.iter().map(Cell::view));
         assert_eq!(got, ["a:q1@20=", "a:q1@10=", "b:q1@7="]);
 
@@ -294,7 +383,7 @@ mod tests {
         let view = buf.view();
         assert_eq!(view.len(), 1);
         assert_eq!(view.get(0).map(|c| (c.qualifier, c.value)), Some((&b"q2"[..], &b"v2"[..])));
-        let owned = buf.take();
+        let owned = take(&mut buf);
         assert_eq!(owned.cells[0].qualifier.as_ref(), b"q2");
         assert_eq!(owned.cells[0].value.as_ref(), b"v2");
     }

@@ -4,9 +4,9 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use cellar_engine::{
-    CheckAndMutate, ColumnOffset, CompareOp, Delete, Durability, Engine, FamilyDescriptor, Filter, Get, Increment,
-    MultiRowMutation, MultiTableMutation, Mutation, Put, RowCondition, RowMutations, RowResult, Scan, SplitPolicy,
-    Table, TableDescriptor,
+    CheckAndMutate, ColumnOffset, CompareOp, Delete, Durability, Engine, FamilyDescriptor, Filter, FromScannedRow, Get,
+    Increment, MultiRowMutation, MultiTableMutation, Mutation, Put, RowCondition, RowMutations, Scan, ScannedCell,
+    SplitPolicy, Table, TableDescriptor,
 };
 use parking_lot::RwLock;
 
@@ -16,12 +16,16 @@ use super::{
 };
 use crate::{Error, Result};
 
+/// A table's name and its handle.
+type Handle = (String, Arc<Table>);
+
 /// The embedded engine as a [`Store`]. Cheap to clone.
 #[derive(Clone)]
 pub struct EmbeddedStore {
     engine: Engine,
-    /// Table handles, looked up once.
-    tables: Arc<RwLock<Vec<(String, Table)>>>,
+    /// Table handles, looked up once (shared: a call takes a reference count, not a copy of
+    /// the handle and its name).
+    tables: Arc<RwLock<Vec<Handle>>>,
 }
 
 impl std::fmt::Debug for EmbeddedStore {
@@ -41,11 +45,11 @@ impl EmbeddedStore {
         &self.engine
     }
 
-    fn table(&self, name: &str) -> Result<Table> {
+    fn table(&self, name: &str) -> Result<Arc<Table>> {
         if let Some((_, t)) = self.tables.read().iter().find(|(n, _)| n == name) {
             return Ok(t.clone());
         }
-        let table = self.engine.table(name)?;
+        let table = Arc::new(self.engine.table(name)?);
         self.tables.write().push((name.to_string(), table.clone()));
         Ok(table)
     }
@@ -107,16 +111,14 @@ fn single_put(m: RowMutation) -> Put {
     m.mutations.into_iter().fold(Put::with_capacity(m.row, columns), add_cell)
 }
 
-fn to_row(r: RowResult) -> Option<Row> {
-    if r.cells.is_empty() {
-        return None;
+/// Scanned rows become store rows straight from the engine's read buffer.
+impl FromScannedRow for Row {
+    fn from_scanned(key: Bytes, cells: impl ExactSizeIterator<Item = ScannedCell>) -> Self {
+        let cells = cells
+            .map(|c| StoredCell { family: c.family, qualifier: c.qualifier, timestamp: c.timestamp, value: c.value })
+            .collect();
+        Row { key, cells }
     }
-    let cells = r
-        .cells
-        .into_iter()
-        .map(|c| StoredCell { family: c.family, qualifier: c.qualifier, timestamp: c.timestamp, value: c.value })
-        .collect();
-    Some(Row { key: r.row, cells })
 }
 
 /// The read settings Gets and Scans share.
@@ -286,11 +288,12 @@ impl Store for EmbeddedStore {
 
     fn read_rows(&self, table: &str, rows: &[Bytes], read: &ReadSpec) -> Result<Vec<Option<Row>>> {
         let t = self.table(table)?;
+        let found = |r: Option<Row>| r.filter(|r| !r.cells.is_empty());
         if let [row] = rows {
-            return Ok(vec![to_row(t.get(apply_read(Get::new(row.clone()), read))?)]);
+            return Ok(vec![found(t.get_as::<Row>(apply_read(Get::new(row.clone()), read))?)]);
         }
         let gets = rows.iter().map(|r| apply_read(Get::new(r.clone()), read)).collect();
-        Ok(t.get_many(gets)?.into_iter().map(to_row).collect())
+        Ok(t.get_many_as::<Row>(gets)?.into_iter().map(found).collect())
     }
 
     fn scan<'a>(&'a self, table: &str, spec: &ScanSpec) -> Result<RowStream<'a>> {
@@ -319,13 +322,11 @@ impl Store for EmbeddedStore {
         let start = spec.start.clone();
         let reverse = spec.reverse;
         let stream = t
-            .scan(scan)?
-            .filter(move |r| !matches!((r, &skip_row), (Ok(r), Some(skip)) if r.row == *skip))
-            .take_while(move |r| !reverse || r.as_ref().map_or(true, |r| r.row >= start))
-            .filter_map(|r| match r {
-                Ok(r) => to_row(r).map(Ok),
-                Err(e) => Some(Err(e.into())),
-            })
+            .scan_as::<Row>(scan)?
+            .filter(move |r| !matches!((r, &skip_row), (Ok(r), Some(skip)) if r.key == *skip))
+            .take_while(move |r| !reverse || r.as_ref().map_or(true, |r| r.key >= start))
+            .filter(|r| r.as_ref().map_or(true, |r| !r.cells.is_empty()))
+            .map(|r| r.map_err(Into::into))
             .take(spec.limit.unwrap_or(usize::MAX));
         Ok(Box::new(stream))
     }
@@ -360,7 +361,7 @@ impl Store for EmbeddedStore {
     }
 
     fn commit(&self, commit: Commit) -> Result<bool> {
-        let tables: Vec<Table> = commit.tables.iter().map(|t| self.table(t)).collect::<Result<_>>()?;
+        let tables: Vec<Arc<Table>> = commit.tables.iter().map(|t| self.table(t)).collect::<Result<_>>()?;
         let mut m = MultiTableMutation::new();
         for (t, check) in commit.checks {
             m = m.condition(&tables[t], row_condition(check));
