@@ -226,6 +226,80 @@ fn writers_racing_on_the_same_rows_leave_the_index_exact(db: Db) {
 }
 }
 
+/// On the embedded engine, writers whose index writes are atomic commits race writers of the
+/// same store that take the protocol of unverified and verified rows (as if the commits were
+/// unavailable to them), on the same rows and the same unique values. Whatever the
+/// interleaving, every index query answers what the data holds, and verification finds
+/// nothing but the unverified rows of protocol writes cut short by a lost race.
+#[test]
+fn commit_writers_and_protocol_writers_racing_leave_every_index_right() {
+    let dir = tempfile::tempdir().unwrap();
+    let engine = cellar::engine::Engine::open(dir.path(), cellar::engine::EngineOptions::default()).unwrap();
+    let store: std::sync::Arc<dyn cellar::orm::store::Store> =
+        std::sync::Arc::new(cellar::orm::store::EmbeddedStore::new(engine));
+    let committing = Db::with_store(store.clone()).repo::<Person>().unwrap();
+    let protocol = Db::with_store(std::sync::Arc::new(common::faulty::Faulty::new(store, 0, false).without_commits()))
+        .repo::<Person>()
+        .unwrap();
+    let (mut written, mut refused) = (0u32, 0u32);
+    std::thread::scope(|s| {
+        let writers: Vec<_> = (0..4u32)
+            .map(|t| {
+                let people = if t % 2 == 0 { committing.clone() } else { protocol.clone() };
+                s.spawn(move || {
+                    let (mut written, mut refused) = (0u32, 0u32);
+                    for i in 0..200u32 {
+                        let id = (i + t) % 6;
+                        // Eight emails for six rows: values move between rows and collide.
+                        let email = ((i * 5 + t * 3) % 8) as u8;
+                        let (city, age) = (((i + t) % 3) as u8, 20 + ((i * 7 + t) % 4) as u8);
+                        let tag = (i % 3 == 0).then_some((t % 2) as u8);
+                        match people.put(&person(id, email, city, age, tag)) {
+                            Ok(()) => written += 1,
+                            Err(Error::UniqueViolation { .. }) => refused += 1,
+                            Err(e) => panic!("{e}"),
+                        }
+                        if i % 13 == 0 {
+                            people.delete(id).unwrap();
+                        }
+                    }
+                    (written, refused)
+                })
+            })
+            .collect();
+        for w in writers {
+            let (w, r) = w.join().unwrap();
+            written += w;
+            refused += r;
+        }
+    });
+    assert!(written > 0 && refused > 0, "the race must both write and collide: {written} written, {refused} refused");
+    for people in [&committing, &protocol] {
+        common::people::check_index_queries(people, "after the race");
+    }
+    common::people::verify_only_leftovers(&committing, "after the race");
+    common::people::repair_indexes(&committing);
+    common::people::assert_indexes_clean(&committing, "after the race");
+}
+
+/// An indexed `put_many` of large entities goes as several commits, each within the bytes one
+/// commit may carry, and reads back whole.
+#[test]
+fn large_entities_are_committed_in_chunks_that_stay_small() {
+    let db = Db::open_temporary().unwrap();
+    let people = db.repo::<Person>().unwrap();
+    let big = |id: u32| Person { name: format!("{id}").repeat(1 << 20), ..person(id, id as u8, 0, 20, None) };
+    let batch: Vec<Person> = (0..6).map(big).collect();
+    let ((), costs) = db.measure(|| people.put_many(&batch).unwrap());
+    // Each entity may carry about 7 MiB in a commit (its cells, and index rows that may copy
+    // them): two fit in one, so three reads and three commits.
+    assert_eq!((costs.gets, costs.group_mutates, costs.check_and_mutates), (3, 3, 0), "{costs}");
+    for p in &batch {
+        assert_eq!(people.get(p.id).unwrap().as_ref(), Some(p));
+    }
+    common::people::assert_indexes_clean(&people, "after a put_many of large entities");
+}
+
 mod before_the_index {
     use cellar::prelude::*;
 

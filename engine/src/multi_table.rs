@@ -4,8 +4,11 @@
 //! HBase makes one row atomic, and several rows only inside one region. An embedded engine can
 //! do more at little cost: every region involved is write-locked (in region-id order, so two
 //! such writes cannot deadlock), the conditions are read under the locks, and the edits of all
-//! regions go to the log as one record, which recovery replays whole or not at all. Readers see
-//! the edits in every region or in none ([`Region::publish_together`]).
+//! regions go to the log as one record, which recovery replays whole or not at all (unless every
+//! table written skips the log: then nothing is logged, and a crash keeps whatever parts were
+//! flushed). The edits are published in every region at once ([`Region::publish_together`]): a
+//! scan, which takes its regions' read points together, sees them in all regions or in none,
+//! and once one read has seen them every read that starts later does.
 //!
 //! This is what lets a write keep a secondary index in another table in step with its data row
 //! in one operation on the embedded engine. A store that cannot do it (Cloud Bigtable) needs a
@@ -24,7 +27,9 @@ use crate::wal::{encode_regions, WalEdit};
 use crate::{Error, Result};
 
 /// Mutations of rows of any tables of one engine, applied atomically if every condition holds:
-/// a reader sees all of them or none, and recovery replays all of them or none.
+/// a scan sees all of them or none, a read that starts after another read saw them sees them
+/// too, and recovery replays all of them or none (with the log: see the module docs for
+/// `SkipWal`).
 #[derive(Debug, Clone, Default)]
 pub struct MultiTableMutation {
     tables: Vec<Table>,
@@ -90,8 +95,9 @@ impl Engine {
     /// # Errors
     /// [`Error::InvalidArgument`] for no rows, a bad row, a table of another engine, or more
     /// than one write may carry; [`Error::FamilyNotFound`], [`Error::TableDisabled`],
-    /// [`Error::TableNotFound`]; [`Error::RegionTooBusy`]; [`Error::ReadOnly`] and I/O errors
-    /// from the log. Nothing is written on error, except that an `FsyncWal` write whose fsync
+    /// [`Error::TableNotFound`]; [`Error::RegionTooBusy`]; [`Error::Corrupt`] if reading a
+    /// condition's row (or the latest version a delete names) meets a damaged file;
+    /// [`Error::ReadOnly`] and I/O errors from the log. Nothing is written on error, except that an `FsyncWal` write whose fsync
     /// fails may be applied (as for every write).
     pub fn mutate_tables(&self, m: MultiTableMutation) -> Result<bool> {
         if m.rows.is_empty() {

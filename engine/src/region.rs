@@ -139,6 +139,18 @@ pub(crate) struct Region {
     pub counters: RegionCounters,
 }
 
+/// Waits a moment for a write publishing across regions. The publisher holds the regions'
+/// write locks and does no I/O in the window: it is only ever descheduled, so yield to it after
+/// a short spin.
+fn wait_for_publisher(spins: &mut u32) {
+    *spins += 1;
+    if *spins < 64 {
+        std::hint::spin_loop();
+    } else {
+        std::thread::yield_now();
+    }
+}
+
 impl Region {
     pub fn new(
         id: u64,
@@ -193,21 +205,38 @@ impl Region {
                     return seq;
                 }
             }
-            // The publisher holds the regions' write locks and does no I/O in the window: it
-            // is only ever descheduled, so yield to it after a short spin.
-            spins += 1;
-            if spins < 64 {
-                std::hint::spin_loop();
-            } else {
-                std::thread::yield_now();
-            }
+            wait_for_publisher(&mut spins);
         }
+    }
+
+    /// Read points of several regions taken at one instant: a write spanning several of them is
+    /// seen in all or in none (what a scan across regions needs; one region's read point alone
+    /// only orders it after reads that came before).
+    pub fn read_points(regions: &[&Region]) -> Vec<u64> {
+        let mut spins = 0u32;
+        loop {
+            let before: Vec<u64> = regions.iter().map(|r| r.publishing.load(Ordering::SeqCst)).collect();
+            if before.iter().all(|p| p.is_multiple_of(2)) {
+                let seqs = regions.iter().map(|r| r.visible_seq.load(Ordering::SeqCst)).collect();
+                if regions.iter().zip(&before).all(|(r, &p)| r.publishing.load(Ordering::SeqCst) == p) {
+                    return seqs;
+                }
+            }
+            wait_for_publisher(&mut spins);
+        }
+    }
+
+    /// A snapshot at `read_point`, taken by [`Region::read_points`] (the stores after it).
+    pub fn snapshot_at(&self, read_point: u64) -> ReadSnapshot {
+        ReadSnapshot { read_point, stores: self.stores() }
     }
 
     pub fn flushed_seq(&self) -> u64 {
         self.flushed_seq.load(Ordering::Acquire)
     }
 
+    /// What writers have published up to; for writers holding the write lock (readers take
+    /// [`Region::snapshot`]).
     pub fn visible_seq(&self) -> u64 {
         self.visible_seq.load(Ordering::Acquire)
     }
@@ -565,7 +594,7 @@ mod tests {
     }
 
     /// A reader never takes its read point while a write spanning several regions is half
-    /// published: it waits, then sees the write.
+    /// published, nor a scan its read points: they wait, then see the write.
     #[test]
     fn a_read_point_waits_for_a_publish_across_regions() {
         let (a, b) = (region(1), region(2));
@@ -575,12 +604,16 @@ mod tests {
         a.visible_seq.fetch_max(7, Ordering::SeqCst);
         std::thread::scope(|s| {
             let reader = s.spawn(|| (a.read_point(), b.read_point()));
+            // A scan's read points, taken together, wait too (even of regions it reads first).
+            let scan = s.spawn(|| Region::read_points(&[&a, &b]));
             std::thread::sleep(std::time::Duration::from_millis(50));
             assert!(!reader.is_finished(), "a reader took a read point in the middle of a publish");
+            assert!(!scan.is_finished(), "a scan took read points in the middle of a publish");
             b.visible_seq.fetch_max(7, Ordering::SeqCst);
             a.publishing.fetch_add(1, Ordering::SeqCst);
             b.publishing.fetch_add(1, Ordering::SeqCst);
             assert_eq!(reader.join().unwrap(), (7, 7));
+            assert_eq!(scan.join().unwrap(), [7, 7]);
         });
         Region::publish_together(&[&a, &b], 9);
         assert_eq!((a.read_point(), b.read_point()), (9, 9));

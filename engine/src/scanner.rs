@@ -63,10 +63,13 @@ fn snapshot_regions(mut regions: Vec<Arc<Region>>, scan: &Scan) -> Vec<(Arc<Regi
     if scan.reversed {
         regions.reverse();
     }
+    // One instant for every region: a write spanning several is in the scan whole or not at all.
+    let points = Region::read_points(&regions.iter().map(|r| &**r).collect::<Vec<_>>());
     regions
         .into_iter()
-        .map(|r| {
-            let snap = r.snapshot();
+        .zip(points)
+        .map(|(r, point)| {
+            let snap = r.snapshot_at(point);
             (r, snap)
         })
         .collect()

@@ -11,6 +11,7 @@
 
 use bytes::Bytes;
 
+use super::commit::COMMIT_BYTES;
 use super::entry::{self, Entry};
 use super::write::{Change, IndexedWrite};
 use crate::entity::Schema;
@@ -18,8 +19,8 @@ use crate::store::{Commit, Condition, RowMutation, Store};
 use crate::writer::{self, now_ms, Owner};
 use crate::Result;
 
-/// Writes per commit: big enough that a batch costs few commits, small enough that one commit
-/// stays far below the engine's limit on one write's size.
+/// Writes per commit, at most: enough that a batch costs few commits (their bytes are bounded
+/// apart, by [`COMMIT_BYTES`]).
 const COMMIT_ROWS: usize = 128;
 
 /// One write of the batch, as it goes.
@@ -92,8 +93,9 @@ pub(crate) fn write_many(
     Ok(results.into_iter().map(|r| r.unwrap_or(Ok(false))).collect())
 }
 
-/// Writes the batch as commits of [`COMMIT_ROWS`] writes, setting their results; returns the
-/// writes of the chunks whose commit did not hold, for the steps of the protocol.
+/// Writes the batch as commits of up to [`COMMIT_ROWS`] writes and [`COMMIT_BYTES`], setting
+/// their results; returns the writes that cannot go as a commit and those of the chunks whose
+/// commit did not hold, for the steps of the protocol.
 fn commit_chunks<'a>(
     store: &dyn Store,
     schema: &'static Schema,
@@ -101,13 +103,23 @@ fn commit_chunks<'a>(
     results: &mut [Option<Result<bool>>],
 ) -> Result<Vec<(usize, Pending<'a>)>> {
     let mut rest = Vec::new();
-    let mut batch = batch.into_iter().peekable();
-    while batch.peek().is_some() {
-        let chunk: Vec<(usize, Pending<'a>)> = batch.by_ref().take(COMMIT_ROWS).collect();
-        if chunk.iter().any(|(_, p)| !p.write.commits()) {
-            rest.extend(chunk);
+    // Each chunk with the bytes its writes may carry.
+    let mut chunks: Vec<(Vec<(usize, Pending<'a>)>, usize)> = Vec::new();
+    for (i, p) in batch {
+        if !p.write.commits() {
+            rest.push((i, p));
             continue;
         }
+        let size = p.write.commit_bytes();
+        match chunks.last_mut() {
+            Some((chunk, bytes)) if chunk.len() < COMMIT_ROWS && *bytes + size <= COMMIT_BYTES => {
+                chunk.push((i, p));
+                *bytes += size;
+            }
+            _ => chunks.push((vec![(i, p)], size)),
+        }
+    }
+    for (chunk, _) in chunks {
         let keys: Vec<Bytes> = chunk.iter().map(|(_, p)| p.write.row.clone()).collect();
         let olds = store.read_rows(schema.table, &keys, &schema.read_spec())?;
         let mut commit = Commit::default();

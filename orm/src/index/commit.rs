@@ -23,11 +23,37 @@ use crate::store::{CellMutation, Commit, Row, RowCheck, RowMutation};
 use crate::writer;
 use crate::Result;
 
+/// The most a commit may carry, as [`IndexedWrite::commit_bytes`] estimates it: far below what
+/// one engine write may carry, so a very large write takes the protocol instead of failing.
+pub(super) const COMMIT_BYTES: usize = 16 << 20;
+
 impl IndexedWrite<'_> {
-    /// True if this write may go as a commit: the store has them, and the change is a put or a
-    /// delete (a rebuild may have to stamp its row first: it goes the general way).
+    /// True if this write may go as a commit: the store has them, the change is a put or a
+    /// delete (a rebuild may have to stamp its row first: it goes the general way), and it is
+    /// not too large for one.
     pub(super) fn commits(&self) -> bool {
-        self.store.guarantees().atomic_commits && matches!(self.change, Change::Put(_) | Change::Delete)
+        self.store.guarantees().atomic_commits
+            && matches!(self.change, Change::Put(_) | Change::Delete)
+            && self.commit_bytes() <= COMMIT_BYTES
+    }
+
+    /// An upper bound on the bytes this write's commit carries: the data row's cells, and per
+    /// index a row whose key and copies hold at most twice the data (the indexed values are in
+    /// both), with room for keys, states and names.
+    pub(super) fn commit_bytes(&self) -> usize {
+        // The log carries the row key, names and a header with every cell.
+        let per_cell = 64 + self.row.len();
+        let data = match &self.change {
+            Change::Put(mutations) => mutations
+                .iter()
+                .map(|m| match m {
+                    CellMutation::Put { value, .. } => per_cell + value.len(),
+                    _ => per_cell,
+                })
+                .sum::<usize>(),
+            Change::Delete | Change::Rebuild(_) => 0,
+        } + per_cell;
+        data.saturating_mul(1 + 2 * self.schema.indexes.len())
     }
 
     /// Runs the write as one commit (`new`: the entries the new values imply). `Some(changed)`

@@ -362,12 +362,18 @@ impl Store for EmbeddedStore {
 
     fn commit(&self, commit: Commit) -> Result<bool> {
         let tables: Vec<Arc<Table>> = commit.tables.iter().map(|t| self.table(t)).collect::<Result<_>>()?;
+        let table = |t: usize| {
+            tables.get(t).ok_or_else(|| Error::InvalidArgument {
+                arg: "commit",
+                reason: format!("table position {t}, but the commit names {} tables", tables.len()),
+            })
+        };
         let mut m = MultiTableMutation::new();
         for (t, check) in commit.checks {
-            m = m.condition(&tables[t], row_condition(check));
+            m = m.condition(table(t)?, row_condition(check));
         }
         for (t, row) in commit.rows {
-            m = m.row(&tables[t], row_mutations(row));
+            m = m.row(table(t)?, row_mutations(row));
         }
         Ok(self.engine.mutate_tables(m)?)
     }

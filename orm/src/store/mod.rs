@@ -430,11 +430,14 @@ pub trait Store: Send + Sync {
     fn mutate_group(&self, table: &str, checks: Vec<RowCheck>, rows: Vec<RowMutation>) -> Result<bool>;
 
     /// Applies `commit`'s rows, of any tables, atomically if every check holds; returns
-    /// whether it did. Checks see the rows as they were before the commit. A reader sees all of
-    /// the rows' changes or none.
+    /// whether it did. Checks see the rows as they were before the commit. A scan sees all of
+    /// the rows' changes or none, and once a read has seen them every read that starts later
+    /// does. Required, with no default: a wrapper that passes on [`Store::guarantees`] must pass
+    /// on commits too.
     ///
     /// # Errors
     /// [`crate::Error::Unsupported`] from a backend without [`Guarantees::atomic_commits`];
-    /// store failures.
+    /// [`crate::Error::InvalidArgument`] for a commit without rows, or naming a table position
+    /// `tables` does not have; store failures.
     fn commit(&self, commit: Commit) -> Result<bool>;
 }
