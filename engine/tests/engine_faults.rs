@@ -12,7 +12,10 @@
 //!   `SyncWal`/`AsyncWal` every write acknowledged before the last flush that returned (and
 //!   after a clean close, every write `SyncWal` acknowledged);
 //! - a failed log write or fsync makes the engine refuse writes until reopened, with reads
-//!   working; rows stay atomic (both cells of a put, or neither).
+//!   working; rows stay atomic (both cells of a put, or neither);
+//! - writes across tables stay atomic: some keys are only ever written by a multi-table
+//!   mutation that puts (or deletes) the row in table `t` and its mirror in table `u`, which
+//!   must agree at every read and after every restart.
 //!
 //! `CELLAR_FAULT_ROUNDS` sets the number of cycles (default 40), `CELLAR_FAULT_SEED` the seed;
 //! with `CELLAR_FAULT_TRACE` a failure prints the file system calls that led to it.
@@ -24,7 +27,10 @@ use std::sync::Arc;
 use cellar_engine::fault::{FaultCounts, FaultFs, FaultRates};
 use cellar_engine::*;
 
+/// Keys written one table at a time, `0..KEYS`; keys `KEYS..KEYS + MIRRORED` are only written
+/// together with their mirror row in table `u`.
 const KEYS: u64 = 48;
+const MIRRORED: u64 = 16;
 const ROOT: &str = "/db";
 
 fn options(fs: &FaultFs) -> EngineOptions {
@@ -55,7 +61,8 @@ struct Write {
     value: Option<Vec<u8>>,
 }
 
-/// What the engine holds now, read back: both cells of every row must agree.
+/// What the engine holds now, read back: both cells of every row must agree, and (where there
+/// is a table `u`) every mirrored row must have its mirror there, with the same value.
 fn read_all(engine: &Engine) -> State {
     let t = engine.table("t").unwrap();
     let mut state = State::new();
@@ -67,7 +74,32 @@ fn read_all(engine: &Engine) -> State {
         let k: u64 = std::str::from_utf8(&row.row[1..]).unwrap().parse().unwrap();
         state.insert(k, a.expect("a row without its cells"));
     }
+    if !engine.table_exists("u") {
+        return state;
+    }
+    let mut mirrors = State::new();
+    for row in engine.table("u").unwrap().scan(Scan::new()).unwrap() {
+        let row = row.unwrap();
+        let k: u64 = std::str::from_utf8(&row.row[1..]).unwrap().parse().unwrap();
+        mirrors.insert(k, row.value(b"f", b"a").expect("a mirror without its cell").to_vec());
+    }
+    let mirrored: State = state.iter().filter(|(&k, _)| k >= KEYS).map(|(&k, v)| (k, v.clone())).collect();
+    assert_eq!(mirrored, mirrors, "a multi-table mutation was half applied");
     state
+}
+
+/// A put (or, with `None`, a delete) of mirrored row `k` in both tables, as one mutation.
+fn mirrored(t: &Table, u: &Table, k: u64, value: Option<&[u8]>) -> MultiTableMutation {
+    let (row_t, row_u) = match value {
+        Some(v) => (
+            RowMutations::new(key(k)).with(Put::new(key(k)).add("f", "a", v.to_vec()).add("f", "b", v.to_vec())),
+            RowMutations::new(key(k)).with(Put::new(key(k)).add("f", "a", v.to_vec())),
+        ),
+        None => {
+            (RowMutations::new(key(k)).with(Delete::new(key(k))), RowMutations::new(key(k)).with(Delete::new(key(k))))
+        }
+    };
+    MultiTableMutation::new().row(t, row_t).row(u, row_u)
 }
 
 fn apply(state: &mut State, w: &Write) {
@@ -162,6 +194,9 @@ fn acknowledged_writes_survive_power_loss_and_io_errors() {
     {
         let engine = Engine::open(ROOT, options(&fs)).unwrap();
         engine.create_table(TableDescriptor::new("t").family(FamilyDescriptor::new("f"))).unwrap();
+        // The mirrors' own durability is the weakest: a mutation of both logs as `t` asks.
+        let u = TableDescriptor::new("u").family(FamilyDescriptor::new("f")).durability(Durability::AsyncWal);
+        engine.create_table(u).unwrap();
     }
 
     for cycle in 0..cycles {
@@ -223,19 +258,28 @@ fn acknowledged_writes_survive_power_loss_and_io_errors() {
             }
         }
 
-        let t = engine.table("t").unwrap();
+        let (t, u) = (engine.table("t").unwrap(), engine.table("u").unwrap());
         // The write that failed, if one did: it may or may not have been logged.
         let mut maybe: Option<usize> = None;
         let mut read_only = false;
         for i in 0..(60 + roll(200)) {
             let k = roll(KEYS);
             let op = roll(100);
-            let (result, write) = if op < 70 {
+            let (result, write) = if op < 60 {
                 let value = format!("{cycle}:{i}:{}", "v".repeat(roll(120) as usize)).into_bytes();
                 let put = Put::new(key(k)).add("f", "a", value.clone()).add("f", "b", value.clone());
                 (t.put(put), Write { key: k, value: Some(value) })
-            } else if op < 85 {
+            } else if op < 75 {
                 (t.delete(Delete::new(key(k))), Write { key: k, value: None })
+            } else if op < 85 {
+                // A row and its mirror, put or deleted together.
+                let k = KEYS + roll(MIRRORED);
+                let value = (op < 82).then(|| format!("{cycle}:{i}:m{}", "v".repeat(roll(120) as usize)).into_bytes());
+                let applied = engine.mutate_tables(mirrored(&t, &u, k, value.as_deref()));
+                (
+                    applied.map(|applied| assert!(applied, "a mutation without conditions applies")),
+                    Write { key: k, value },
+                )
             } else {
                 let flushed = match op {
                     85..=89 => engine.flush("t").is_ok(),
@@ -295,7 +339,7 @@ fn acknowledged_writes_survive_power_loss_and_io_errors() {
             }
         }
         totals.read_only += u64::from(read_only);
-        drop(t);
+        drop((t, u));
         if roll(4) == 0 {
             // A clean close keeps what reached the OS: every SyncWal and FsyncWal write.
             fs.set_rates(FaultRates::default());
