@@ -18,15 +18,6 @@ fn table(te: &TestEngine, splits: &[&str]) -> Table {
     te.table("t")
 }
 
-fn put_row(row: &str, value: &str) -> RowMutations {
-    RowMutations::new(row.to_string()).with(Put::new(row.to_string()).add("f", "q", value.to_string()))
-}
-
-fn value(t: &Table, row: &str) -> Option<String> {
-    let r = t.get(Get::new(row.to_string())).unwrap();
-    r.value(b"f", b"q").map(|v| String::from_utf8_lossy(v).into_owned())
-}
-
 #[test]
 fn all_rows_are_written_or_none() {
     let te = TestEngine::new(1000);

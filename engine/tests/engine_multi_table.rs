@@ -17,15 +17,6 @@ fn create(te: &TestEngine, name: &str, splits: &[&str]) -> Table {
     te.table(name)
 }
 
-fn put_row(row: &str, value: &str) -> RowMutations {
-    RowMutations::new(row.to_string()).with(Put::new(row.to_string()).add("f", "q", value.to_string()))
-}
-
-fn value(t: &Table, row: &str) -> Option<String> {
-    let r = t.get(Get::new(row.to_string())).unwrap();
-    r.value(b"f", b"q").map(|v| String::from_utf8_lossy(v).into_owned())
-}
-
 #[test]
 fn rows_of_several_tables_and_regions_are_written_all_or_none() {
     let te = TestEngine::new(1000);

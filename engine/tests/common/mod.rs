@@ -161,3 +161,14 @@ pub fn kill_child(
     }
     Killed { acknowledged: last_ack.map_or(0, |n| n + 1), was_running }
 }
+
+/// A row's mutations putting `value` in its `f:q` cell (the multi-row and multi-table tests).
+pub fn put_row(row: &str, value: &str) -> RowMutations {
+    RowMutations::new(row.to_string()).with(Put::new(row.to_string()).add("f", "q", value.to_string()))
+}
+
+/// The `f:q` cell of `row`, as text.
+pub fn value(t: &Table, row: &str) -> Option<String> {
+    let r = t.get(Get::new(row.to_string())).unwrap();
+    r.value(b"f", b"q").map(|v| String::from_utf8_lossy(v).into_owned())
+}
