@@ -6,8 +6,8 @@
 //! named twice is written in order, after the batch.
 //!
 //! On a store with atomic commits the batch goes as one read of the data rows and one commit
-//! per [`COMMIT_ROWS`] writes (see `commit`); a chunk whose commit does not hold takes the
-//! steps above.
+//! per chunk of up to [`COMMIT_ROWS`] writes and [`COMMIT_BYTES`] (see `commit`); a chunk whose
+//! commit does not hold, and a write too large for one, take the steps above.
 
 use bytes::Bytes;
 

@@ -88,8 +88,7 @@ impl IndexedWrite<'_> {
         keys: &mut HashSet<Bytes>,
     ) -> Option<bool> {
         let plan = self.plan(old, new);
-        let touched = || plan.additions.iter().chain(&plan.removals).map(|e| &e.key);
-        let mine: HashSet<&Bytes> = touched().collect();
+        let mine: HashSet<&Bytes> = plan.additions.iter().chain(&plan.removals).map(|e| &e.key).collect();
         if mine.iter().any(|k| keys.contains(*k)) {
             return None;
         }
