@@ -12,6 +12,10 @@
 //! RocksDB WAL without sync; fjall journal persisted with `PersistMode::Buffer` per write), no
 //! fsync; 256 MiB block cache; 64 MiB memtables and 128 MiB of them in all; no compression;
 //! 10-bit bloom filters.
+//!
+//! The synced-write workloads are the exception: every write is on disk before it is
+//! acknowledged (Cellar `FsyncWal`, whose writers waiting together share one fsync; RocksDB
+//! `sync = true`; fjall `PersistMode::SyncAll` after each write), by 1, 4 and 16 threads.
 
 #[path = "../../workloads/mod.rs"]
 mod workloads;
@@ -138,6 +142,73 @@ impl Store for Fjall {
     }
 }
 
+/// A store for the synced-write workloads: every put is durable once it returns.
+trait SyncedPut: Send + Sync {
+    fn put(&self, key: &[u8], value: &[u8]);
+}
+
+struct SyncedCellar {
+    table: cellar_engine::Table,
+    /// Kept open for as long as the table is written.
+    _engine: cellar_engine::Engine,
+}
+
+impl SyncedPut for SyncedCellar {
+    fn put(&self, key: &[u8], value: &[u8]) {
+        self.table.put(cellar_engine::Put::new(key.to_vec()).add("f", "v", value.to_vec())).expect("put");
+    }
+}
+
+struct SyncedRocks(rocksdb::DB);
+
+impl SyncedPut for SyncedRocks {
+    fn put(&self, key: &[u8], value: &[u8]) {
+        let mut w = rocksdb::WriteOptions::default();
+        w.set_sync(true);
+        self.0.put_opt(key, value, &w).expect("put");
+    }
+}
+
+struct SyncedFjall(Fjall);
+
+impl SyncedPut for SyncedFjall {
+    fn put(&self, key: &[u8], value: &[u8]) {
+        self.0.ks.insert(key, value).expect("insert");
+        self.0.db.persist(fjall::PersistMode::SyncAll).expect("persist");
+    }
+}
+
+fn open_synced(engine: &str, dir: &Path) -> Box<dyn SyncedPut> {
+    match engine {
+        "cellar" => {
+            use cellar_engine::*;
+            let opts =
+                EngineOptions { block_cache_bytes: CACHE, memstore_flush_bytes: MEMTABLE, ..EngineOptions::default() };
+            let e = Engine::open(dir, opts).expect("open cellar");
+            let desc = TableDescriptor::new("t").family(FamilyDescriptor::new("f")).durability(Durability::FsyncWal);
+            e.create_table(desc).expect("create");
+            Box::new(SyncedCellar { table: e.table("t").expect("table"), _engine: e })
+        }
+        "rocksdb" => Box::new(SyncedRocks(Rocks::open(dir).0)),
+        "fjall" => Box::new(SyncedFjall(Fjall::open(dir))),
+        other => panic!("unknown engine {other}"),
+    }
+}
+
+/// `n` synced puts of 100-byte values split over `threads` threads; returns when all are done.
+fn synced_writes(store: &dyn SyncedPut, threads: u64, n: u64) {
+    std::thread::scope(|s| {
+        for t in 0..threads {
+            s.spawn(move || {
+                let value = [b'v'; 100];
+                for i in 0..n / threads {
+                    store.put(&workloads::bench_key(t * n + i), &value);
+                }
+            });
+        }
+    });
+}
+
 fn open_cellar(dir: &Path) -> workloads::cellar_store::CellarStore {
     use cellar_engine::*;
     // RocksDB holds at most two 64 MiB write buffers by default: give Cellar the same memstore
@@ -151,7 +222,8 @@ fn open_cellar(dir: &Path) -> workloads::cellar_store::CellarStore {
     let engine = Engine::open(dir, opts).expect("open cellar");
     // RocksDB's 4 KiB data blocks rather than HBase's 64 KiB default: with the data several
     // times the block cache, every miss reads, checksums and searches one block.
-    engine.create_table(TableDescriptor::new("t").family(FamilyDescriptor::new("f").block_size(BLOCK)))
+    engine
+        .create_table(TableDescriptor::new("t").family(FamilyDescriptor::new("f").block_size(BLOCK)))
         .expect("create");
     let table = engine.table("t").expect("table");
     workloads::cellar_store::CellarStore { engine, table }
@@ -226,6 +298,19 @@ fn child(engine: &str, dir: &Path, records: u64, ops: u64) {
         run("seekrandom+scan100 (rows/s)", seeks * 100, &*s, &mut || {
             workloads::seek_scan(&*s, seeks, records, 11);
         });
+    }
+    if wanted("synced") {
+        // Fsyncs are slow on any disk: a twentieth of the operations, at most 20 000.
+        let n = (ops / 20).clamp(16, 20_000);
+        for threads in [1, 4, 16] {
+            let d = dir.join(format!("synced-{threads}"));
+            std::fs::create_dir_all(&d).expect("dir");
+            let store = open_synced(engine, &d);
+            let t = Instant::now();
+            synced_writes(&*store, threads, n);
+            let n = n / threads * threads;
+            println!("RESULT synced put, {threads} thread(s)\t{:.0}", n as f64 / t.elapsed().as_secs_f64());
+        }
     }
     let s = open("ycsb");
     run("ycsb-load", records, &*s, &mut || workloads::ycsb_load(&*s, records));

@@ -2,10 +2,11 @@
 //! and removal of segments whose edits are all flushed.
 
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use bytes::Bytes;
-use parking_lot::Mutex;
+use parking_lot::{Condvar, Mutex};
 
 use crate::descriptor::Durability;
 use crate::fs::{sync_dir, FileSystem, WriteFile};
@@ -56,9 +57,13 @@ pub(crate) struct Wal {
     fs: Arc<dyn FileSystem>,
     dir: PathBuf,
     inner: Mutex<Inner>,
-    /// Highest sequence number known to be on stable storage; held while fsyncing, so
-    /// concurrent FsyncWal writers queue here and one fsync covers them all.
-    synced: Mutex<u64>,
+    /// Highest sequence number known to be on stable storage.
+    synced: AtomicU64,
+    /// Held by the one writer fsyncing (the leader); the others wait on `sync_done` and find
+    /// their records covered, or one of them leads the next fsync (group commit).
+    leader: Mutex<()>,
+    sync_wait: Mutex<()>,
+    sync_done: Condvar,
     segment_limit: u64,
 }
 
@@ -244,7 +249,10 @@ impl Wal {
                 cur_max_seq: 0,
                 failed: None,
             }),
-            synced: Mutex::new(last_seq),
+            synced: AtomicU64::new(last_seq),
+            leader: Mutex::new(()),
+            sync_wait: Mutex::new(()),
+            sync_done: Condvar::new(),
             segment_limit,
         })
     }
@@ -339,8 +347,31 @@ impl Wal {
 
     /// Makes every record up to `seq` durable with one `fdatasync` shared by all waiters.
     pub fn sync_to(&self, seq: u64) -> Result<()> {
-        let mut synced = self.synced.lock();
-        if *synced >= seq {
+        loop {
+            if self.synced.load(Ordering::Acquire) >= seq {
+                return Ok(());
+            }
+            if let Some(leader) = self.leader.try_lock() {
+                let synced = self.sync_as_leader(seq);
+                drop(leader);
+                // Wake the writers that waited for this fsync: most find their records
+                // covered, and one of the others leads the next.
+                let _wait = self.sync_wait.lock();
+                self.sync_done.notify_all();
+                return synced;
+            }
+            let mut wait = self.sync_wait.lock();
+            // The leader notifies while holding `sync_wait`, after giving up the lead: if it
+            // still leads now, its notification comes after this wait begins.
+            if self.synced.load(Ordering::Acquire) < seq && self.leader.is_locked() {
+                self.sync_done.wait(&mut wait);
+            }
+        }
+    }
+
+    /// One fsync covering every record written so far; the caller leads (holds `leader`).
+    fn sync_as_leader(&self, seq: u64) -> Result<()> {
+        if self.synced.load(Ordering::Acquire) >= seq {
             return Ok(());
         }
         let (file, written, id) = {
@@ -364,7 +395,7 @@ impl Wal {
             self.inner.lock().failed = Some(format!("fsync of the log segment {} failed: {e}", path.display()));
             return Err(Error::io(path, e));
         }
-        *synced = written;
+        self.synced.fetch_max(written, Ordering::AcqRel);
         Ok(())
     }
 
