@@ -13,6 +13,12 @@
 //! fsync; 256 MiB block cache; 64 MiB memtables and 128 MiB of them in all; no compression;
 //! 10-bit bloom filters.
 //!
+//! Write and space amplification are measured on a store of their own: YCSB load and workload
+//! A, then a flush. Write amplification is the bytes the process dirtied for storage
+//! (`write_bytes` of `/proc/self/io`: logs, tables, compactions) over the bytes of keys and
+//! values the workloads handed the store; space amplification is the size of the store's
+//! directory over the bytes of live keys and values.
+//!
 //! The synced-write workloads are the exception: every write is on disk before it is
 //! acknowledged (Cellar `FsyncWal`, whose writers waiting together share one fsync; RocksDB
 //! `sync = true`; fjall `PersistMode::SyncAll` after each write), by 1, 4 and 16 threads.
@@ -24,7 +30,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Instant;
 
-use workloads::{Store, Ycsb};
+use workloads::{Store, Ycsb, FIELDS, FIELD_LEN};
 
 const CACHE: usize = 256 * 1024 * 1024;
 const MEMTABLE: usize = 64 * 1024 * 1024;
@@ -229,6 +235,65 @@ fn open_cellar(dir: &Path) -> workloads::cellar_store::CellarStore {
     workloads::cellar_store::CellarStore { engine, table }
 }
 
+/// A store that tallies the bytes of keys and values written through it.
+struct Counted<'a> {
+    inner: &'a dyn Store,
+    bytes: std::cell::Cell<u64>,
+}
+
+impl Counted<'_> {
+    fn add(&self, n: usize) {
+        self.bytes.set(self.bytes.get() + n as u64);
+    }
+}
+
+impl Store for Counted<'_> {
+    fn insert(&self, key: &[u8], fields: &[Vec<u8>]) {
+        self.add(key.len() + fields.iter().map(Vec::len).sum::<usize>());
+        self.inner.insert(key, fields);
+    }
+    fn read(&self, key: &[u8]) -> bool {
+        self.inner.read(key)
+    }
+    fn update(&self, key: &[u8], field: usize, value: &[u8]) {
+        self.add(key.len() + value.len());
+        self.inner.update(key, field, value);
+    }
+    fn scan(&self, start: &[u8], n: usize) -> usize {
+        self.inner.scan(start, n)
+    }
+    fn put(&self, key: &[u8], value: &[u8]) {
+        self.add(key.len() + value.len());
+        self.inner.put(key, value);
+    }
+    fn get(&self, key: &[u8]) -> bool {
+        self.inner.get(key)
+    }
+    fn settle(&self) {
+        self.inner.settle();
+    }
+}
+
+/// Bytes this process has dirtied for storage so far (`write_bytes` of `/proc/self/io`).
+fn storage_bytes_written() -> u64 {
+    let io = std::fs::read_to_string("/proc/self/io").unwrap_or_default();
+    io.lines().find_map(|l| l.strip_prefix("write_bytes:")).and_then(|v| v.trim().parse().ok()).unwrap_or(0)
+}
+
+/// Total size of the files under `dir`.
+fn dir_bytes(dir: &Path) -> u64 {
+    std::fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| match e.metadata() {
+            Ok(m) if m.is_dir() => dir_bytes(&e.path()),
+            Ok(m) => m.len(),
+            Err(_) => 0,
+        })
+        .sum()
+}
+
 fn peak_rss_kib() -> u64 {
     rss_kib("VmHWM:")
 }
@@ -312,11 +377,26 @@ fn child(engine: &str, dir: &Path, records: u64, ops: u64) {
             println!("RESULT synced put, {threads} thread(s)\t{:.0}", n as f64 / t.elapsed().as_secs_f64());
         }
     }
-    let s = open("ycsb");
-    run("ycsb-load", records, &*s, &mut || workloads::ycsb_load(&*s, records));
-    let mut runner = workloads::YcsbRunner::new(records, 13);
-    for w in Ycsb::ALL.into_iter().filter(|w| wanted(w.name())) {
-        run(w.name(), ops, &*s, &mut || runner.run(&*s, w, ops));
+    if wanted("amplification") {
+        let s = open("amp");
+        let counted = Counted { inner: &*s, bytes: std::cell::Cell::new(0) };
+        let before = storage_bytes_written();
+        workloads::ycsb_load(&counted, records);
+        workloads::YcsbRunner::new(records, 17).run(&counted, Ycsb::A, ops);
+        counted.settle();
+        let written = storage_bytes_written() - before;
+        let live: u64 = (0..records).map(|n| (workloads::ycsb_key(n).len() + FIELDS * FIELD_LEN) as u64).sum();
+        let on_disk = dir_bytes(&dir.join("amp"));
+        println!("AMP write amplification (load + A)\t{:.2}", written as f64 / counted.bytes.get().max(1) as f64);
+        println!("AMP space amplification (after load + A, flushed)\t{:.2}", on_disk as f64 / live.max(1) as f64);
+    }
+    if wanted("ycsb-load") || Ycsb::ALL.iter().any(|w| wanted(w.name())) {
+        let s = open("ycsb");
+        run("ycsb-load", records, &*s, &mut || workloads::ycsb_load(&*s, records));
+        let mut runner = workloads::YcsbRunner::new(records, 13);
+        for w in Ycsb::ALL.into_iter().filter(|w| wanted(w.name())) {
+            run(w.name(), ops, &*s, &mut || runner.run(&*s, w, ops));
+        }
     }
     println!("RSS {}", peak_rss_kib());
 }
@@ -362,6 +442,7 @@ fn main() {
     println!("records {records}, ops per workload {ops}, {runs} run(s) per engine");
     // results[workload] = (name, per engine: one figure per run); peak RSS per engine and run.
     let mut table: Vec<(String, Vec<Vec<f64>>)> = Vec::new();
+    let mut amp: Vec<(String, Vec<Vec<f64>>)> = Vec::new();
     let mut rss: Vec<Vec<u64>> = vec![Vec::new(); engines.len()];
     // Engines take turns run by run, so a slow spell of the host spreads over all of them.
     for run in 0..runs {
@@ -391,6 +472,16 @@ fn main() {
                         }
                     };
                     table[at].1[ei].push(v);
+                } else if let Some(r) = line.strip_prefix("AMP ") {
+                    let (name, v) = r.rsplit_once('\t').expect("amplification line");
+                    let at = match amp.iter().position(|(n, _)| n == name) {
+                        Some(i) => i,
+                        None => {
+                            amp.push((name.to_string(), vec![Vec::new(); engines.len()]));
+                            amp.len() - 1
+                        }
+                    };
+                    amp[at].1[ei].push(v.parse().expect("number"));
                 } else if let Some(k) = line.strip_prefix("RSS ") {
                     rss[ei].push(k.parse::<u64>().unwrap_or(0));
                 }
@@ -424,4 +515,11 @@ fn main() {
         print!("{:>12}", r / 1024);
     }
     println!();
+    for (name, per_engine) in amp {
+        print!("{name:<52}");
+        for v in per_engine {
+            print!("{:>12.2}", median(v));
+        }
+        println!();
+    }
 }
