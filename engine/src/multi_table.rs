@@ -97,8 +97,8 @@ impl Engine {
     /// than one write may carry; [`Error::FamilyNotFound`], [`Error::TableDisabled`],
     /// [`Error::TableNotFound`]; [`Error::RegionTooBusy`]; [`Error::Corrupt`] if reading a
     /// condition's row (or the latest version a delete names) meets a damaged file;
-    /// [`Error::ReadOnly`] and I/O errors from the log. Nothing is written on error, except that an `FsyncWal` write whose fsync
-    /// fails may be applied (as for every write).
+    /// [`Error::ReadOnly`] and I/O errors from the log. Nothing is written on error, except that
+    /// an `FsyncWal` write whose fsync fails may be applied (as for every write).
     pub fn mutate_tables(&self, m: MultiTableMutation) -> Result<bool> {
         if m.rows.is_empty() {
             return Err(Error::invalid("rows", "a multi-table mutation needs at least one row"));
