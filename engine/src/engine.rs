@@ -299,6 +299,11 @@ impl Engine {
                     let fresh: Vec<_> =
                         edits.into_iter().filter(|e| record.first_seq + u64::from(e.seq_offset) > flushed).collect();
                     region.apply(record.first_seq, &fresh);
+                    // Published record by record (no reader is open yet), so each write drops
+                    // the versions it hides just as it did when first applied.
+                    if let Some(last) = fresh.iter().map(|e| record.first_seq + u64::from(e.seq_offset)).max() {
+                        region.publish(last);
+                    }
                 }
             }
             Ok(())

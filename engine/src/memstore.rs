@@ -7,6 +7,12 @@
 //! cell (a slice of its chunk plus the row's first sixteen bytes, which settle most comparisons
 //! without touching the chunk). Compared with owning each row, qualifier and value separately,
 //! this saves allocations on the write path and keeps freed memstores from fragmenting the heap.
+//!
+//! A write over a column drops the column's versions that no reader can see any more: those
+//! behind `max_versions` newer versions that every open and future reader sees (HBase's
+//! in-memory compaction does the same). A flush would drop them anyway; dropping them at once
+//! keeps a hot row from dragging thousands of dead versions through every read of it until
+//! then. Non-raw reads cannot tell; a raw read no longer sees such a version, as after a flush.
 
 use std::borrow::Borrow;
 use std::cmp::Ordering;
@@ -19,7 +25,7 @@ use crossbeam_skiplist::map::Entry;
 use crossbeam_skiplist::SkipMap;
 use parking_lot::Mutex;
 
-use crate::cell::{CellType, KeyView};
+use crate::cell::{same_bytes, CellType, KeyView};
 use crate::read::cursor::CellCursor;
 use crate::Result;
 
@@ -65,6 +71,15 @@ fn row_prefix(row: &[u8]) -> [u64; 2] {
         u64::from_be_bytes(a)
     };
     [word(0), word(8)]
+}
+
+/// What lets an insert drop versions no reader can see.
+pub(crate) struct Pruning<'a> {
+    /// The family's `max_versions`.
+    pub max_versions: u32,
+    /// The oldest read point an open or future reader holds (asked only when there is
+    /// something to drop: it takes a lock).
+    pub oldest_reader: &'a dyn Fn() -> u64,
 }
 
 /// A cell in the arena: the skiplist's key.
@@ -202,6 +217,9 @@ pub(crate) struct Memstore {
     account: MemAccount,
     /// Set once the bytes were given back to the account (after a flush).
     released: AtomicBool,
+    /// Set once a delete marker was inserted: only then can a marker change which versions
+    /// a write makes invisible.
+    has_markers: AtomicBool,
 }
 
 impl Drop for Memstore {
@@ -218,6 +236,7 @@ impl Memstore {
             bytes: AtomicUsize::new(0),
             account: account.clone(),
             released: AtomicBool::new(false),
+            has_markers: AtomicBool::new(false),
         }
     }
 
@@ -234,9 +253,11 @@ impl Memstore {
         self.account.fetch_add(size, AtomicOrdering::Relaxed);
     }
 
-    /// Inserts a cell. Callers hold the region's write lock (or replay the log alone), so
-    /// sizes stay exact. The row fits in a u16 length: the engine caps rows at 32767 bytes.
-    pub fn insert(&self, key: &KeyView<'_>, value: &[u8], ttl_ms: Option<u64>) {
+    /// Inserts a cell, and with `pruning` drops the versions of its column that it leaves no
+    /// reader able to see. Callers hold the region's write lock (or replay the log alone), so
+    /// sizes stay exact and no other write moves the column. The row fits in a u16 length: the
+    /// engine caps rows at 32767 bytes.
+    pub fn insert(&self, key: &KeyView<'_>, value: &[u8], ttl_ms: Option<u64>, pruning: Option<&Pruning<'_>>) {
         let len = HEADER_LEN + key.row.len() + key.qualifier.len() + value.len();
         let bytes = {
             let mut guard = self.arena.lock();
@@ -260,7 +281,75 @@ impl Memstore {
             arena.split().freeze()
         };
         self.charge(CELL_OVERHEAD);
-        self.map.insert(MemCell { prefix: row_prefix(key.row), kind: key.kind, bytes }, ());
+        let entry = self.map.insert(MemCell { prefix: row_prefix(key.row), kind: key.kind, bytes }, ());
+        if key.kind.is_delete() {
+            self.has_markers.store(true, AtomicOrdering::Relaxed);
+        } else if let Some(pruning) = pruning {
+            self.prune_behind(&entry, pruning);
+        }
+    }
+
+    /// Drops the versions of `inserted`'s column, older in key order, that sit behind
+    /// `max_versions` versions every reader sees: for any reader they are beyond the family's
+    /// version limit or shadowed at their timestamp, so no read can return them. (Only versions
+    /// behind the inserted cell are looked at: a write usually carries the newest timestamp, and
+    /// a step back costs a search in a skiplist.)
+    ///
+    /// A marker could hide one of the versions counted from some reader and bring an older one
+    /// back, so counting stops at a marker, and nothing is dropped where a marker of the column
+    /// sits before the inserted cell or the row has a family marker. Markers in older memstores
+    /// and files mask only older writes (lower sequence numbers), never cells of this memstore.
+    fn prune_behind(&self, inserted: &Entry<'_, MemCell, ()>, pruning: &Pruning<'_>) {
+        let new = inserted.key().view();
+        let same_column = |e: &Entry<'_, MemCell, ()>| {
+            let k = e.key().view();
+            same_bytes(k.row, new.row) && same_bytes(k.qualifier, new.qualifier)
+        };
+        let limit = pruning.max_versions as usize;
+        let older = || std::iter::successors(inserted.next(), |e| e.next()).take_while(same_column);
+        // Only published cells count, and the inserted one is not yet published: there is
+        // something to drop only behind `limit` older versions. Most writes create a column or
+        // follow one older version, and are settled here in a step.
+        if older().take(limit + 1).count() <= limit {
+            return;
+        }
+        if self.has_markers.load(AtomicOrdering::Relaxed) {
+            let mut newer = std::iter::successors(inserted.prev(), |e| e.prev()).take_while(same_column);
+            if newer.any(|e| e.key().kind.is_delete()) || self.row_has_family_marker(new.row) {
+                return;
+            }
+        }
+        let oldest_reader = (pruning.oldest_reader)();
+        let mut counted = 0usize;
+        let mut last_ts = None;
+        for e in older() {
+            let k = e.key().view();
+            if k.kind.is_delete() {
+                return;
+            }
+            if counted >= limit || last_ts == Some(k.ts) {
+                if e.remove() {
+                    self.bytes.fetch_sub(CELL_OVERHEAD, AtomicOrdering::Relaxed);
+                    self.account.fetch_sub(CELL_OVERHEAD, AtomicOrdering::Relaxed);
+                }
+            } else if k.seq <= oldest_reader {
+                counted += 1;
+                last_ts = Some(k.ts);
+            }
+        }
+    }
+
+    /// True if this memstore holds a family delete marker of `row`: they sit at the empty
+    /// qualifier, before the row's columns.
+    fn row_has_family_marker(&self, row: &[u8]) -> bool {
+        let probe = Probe::new(KeyView::first_of_row(row));
+        let first = self.map.lower_bound(Bound::Included(&probe as &dyn MemOrder));
+        std::iter::successors(first, |e| e.next())
+            .map_while(|e| {
+                let k = e.key().view();
+                (same_bytes(k.row, row) && k.qualifier.is_empty()).then_some(k.kind.is_family_delete())
+            })
+            .any(|family_marker| family_marker)
     }
 
     /// Approximate heap size of the contents in bytes.
@@ -355,7 +444,7 @@ mod tests {
 
     fn put(m: &Memstore, row: &'static str, q: &'static str, ts: u64, seq: u64) {
         let key = KeyView { row: row.as_bytes(), qualifier: q.as_bytes(), ts, kind: CellType::Put, seq };
-        m.insert(&key, format!("{row}{q}{ts}").as_bytes(), None);
+        m.insert(&key, format!("{row}{q}{ts}").as_bytes(), None, None);
     }
 
     #[test]
@@ -424,6 +513,100 @@ mod tests {
         assert_eq!(c.key().unwrap().row, b"idx:by_email\0user1@x");
     }
 
+    /// Inserts a put of `row`/`q` at `ts` with sequence number `seq`, pruning as a region
+    /// would with readers no older than `oldest`.
+    fn put_pruning(m: &Memstore, (row, q): (&str, &str), ts: u64, seq: u64, max_versions: u32, oldest: u64) {
+        let key = KeyView { row: row.as_bytes(), qualifier: q.as_bytes(), ts, kind: CellType::Put, seq };
+        m.insert(&key, b"v", None, Some(&Pruning { max_versions, oldest_reader: &|| oldest }));
+    }
+
+    /// Every cell of the memstore, as `(row, qualifier, ts, seq)`.
+    fn all_cells(m: &Memstore) -> Vec<(String, String, u64, u64)> {
+        let mut c = m.cursor(u64::MAX);
+        c.seek(&KeyView::first_of_row(b"")).unwrap();
+        let mut out = Vec::new();
+        while let Some(k) = c.key() {
+            let text = |b: &[u8]| String::from_utf8(b.to_vec()).unwrap();
+            out.push((text(k.row), text(k.qualifier), k.ts, k.seq));
+            c.next().unwrap();
+        }
+        out
+    }
+
+    #[test]
+    fn a_write_drops_the_versions_no_reader_can_see() {
+        for max_versions in [1u32, 3] {
+            let account = MemAccount::default();
+            let m = Memstore::new(&account);
+            for seq in 1..=200u64 {
+                // Each write follows the last one's publication: every reader sees seq - 1.
+                put_pruning(&m, ("hot", "q"), seq, seq, max_versions, seq - 1);
+                put_pruning(&m, (&format!("cold{seq}"), "q"), 1, seq, max_versions, seq - 1);
+            }
+            let hot: Vec<u64> = all_cells(&m).into_iter().filter(|c| c.0 == "hot").map(|c| c.3).collect();
+            // The newest (not yet published) write, and the versions every reader still sees.
+            let kept: Vec<u64> = (200 - u64::from(max_versions)..=200).rev().collect();
+            assert_eq!(hot, kept, "max_versions {max_versions}");
+            assert_eq!(all_cells(&m).len(), kept.len() + 200, "other rows are untouched");
+            assert_eq!(account.load(AtomicOrdering::Relaxed), m.size(), "the budget follows the drops");
+        }
+    }
+
+    #[test]
+    fn a_pinned_reader_keeps_every_version_it_can_see() {
+        let m = Memstore::new(&MemAccount::default());
+        for seq in 1..=50u64 {
+            put_pruning(&m, ("r", "q"), seq, seq, 1, 10);
+        }
+        let seqs: Vec<u64> = all_cells(&m).into_iter().map(|c| c.3).collect();
+        assert_eq!(seqs, (10..=50).rev().collect::<Vec<_>>(), "the reader at 10 still sees seq 10");
+        // Versions at one timestamp shadow each other: the one every reader sees counts once.
+        let m = Memstore::new(&MemAccount::default());
+        for seq in 1..=5u64 {
+            put_pruning(&m, ("r", "q"), 7, seq, 2, seq - 1);
+        }
+        // Left: the unpublished write, the version every reader sees, and one it shadows that
+        // the next write drops (with fewer cells than `max_versions + 1`, none is looked at).
+        assert_eq!(all_cells(&m).iter().map(|c| c.3).collect::<Vec<_>>(), vec![5, 4, 3]);
+        // Writes with older timestamps drop nothing in front of them; the next newest write
+        // drops everything behind the version every reader sees.
+        put_pruning(&m, ("r", "q"), 3, 6, 2, 5);
+        put_pruning(&m, ("r", "q"), 3, 7, 1, 6);
+        assert_eq!(all_cells(&m).iter().map(|c| c.3).collect::<Vec<_>>(), vec![5, 4, 3, 7, 6]);
+        put_pruning(&m, ("r", "q"), 8, 8, 1, 7);
+        assert_eq!(all_cells(&m).iter().map(|c| c.3).collect::<Vec<_>>(), vec![8, 5]);
+    }
+
+    #[test]
+    fn markers_keep_every_version_they_could_bring_back() {
+        let marker = |m: &Memstore, q: &str, ts: u64, kind: CellType, seq: u64| {
+            let key = KeyView { row: b"r", qualifier: q.as_bytes(), ts, kind, seq };
+            m.insert(&key, b"", None, None);
+        };
+        // A version marker at the newest timestamp brings the version behind it back.
+        let m = Memstore::new(&MemAccount::default());
+        marker(&m, "q", 100, CellType::Delete, 1);
+        for seq in 2..=20u64 {
+            put_pruning(&m, ("r", "q"), seq, seq, 1, seq - 1);
+        }
+        assert_eq!(all_cells(&m).len(), 20, "nothing dropped where a column marker reaches");
+        // So does a family version marker, from the row's start.
+        let m = Memstore::new(&MemAccount::default());
+        marker(&m, "", 5, CellType::DeleteFamilyVersion, 1);
+        for seq in 2..=20u64 {
+            put_pruning(&m, ("r", "q"), seq, seq, 1, seq - 1);
+        }
+        assert_eq!(all_cells(&m).len(), 20, "nothing dropped where a family marker reaches");
+        // A marker older than the versions counted hides none of them: the rest still go.
+        let m = Memstore::new(&MemAccount::default());
+        marker(&m, "q", 1, CellType::DeleteColumn, 1);
+        for seq in 2..=20u64 {
+            put_pruning(&m, ("r", "q"), 10 + seq, seq, 1, seq - 1);
+        }
+        let kept: Vec<u64> = all_cells(&m).into_iter().map(|c| c.3).collect();
+        assert_eq!(kept, vec![20, 19, 1], "the newest two and the marker");
+    }
+
     #[test]
     fn cells_round_trip_through_the_arena_and_chunks_are_charged() {
         let account = MemAccount::default();
@@ -431,9 +614,9 @@ mod tests {
         let big = vec![7u8; MAX_CHUNK * 2];
         let row = vec![b'r'; 300];
         let key = KeyView { row: &row, qualifier: b"big", ts: 5, kind: CellType::Put, seq: 1 };
-        m.insert(&key, &big, Some(60_000));
+        m.insert(&key, &big, Some(60_000), None);
         let marker = KeyView { row: b"a", qualifier: b"", ts: 9, kind: CellType::DeleteFamily, seq: 2 };
-        m.insert(&marker, b"", None);
+        m.insert(&marker, b"", None, None);
         assert!(m.size() >= big.len() + 2 * CELL_OVERHEAD, "the oversized chunk is charged");
         let mut c = m.cursor(u64::MAX);
         c.seek(&KeyView::first_of_row(b"")).unwrap();

@@ -4,6 +4,9 @@
 //! A region's stores are published as an immutable [`RegionStores`] snapshot behind an `Arc`:
 //! readers clone the `Arc` and never block writers; flushes and compactions build a new
 //! snapshot and swap it in.
+//!
+//! Readers pin their read points ([`ReadPins`]) so that writes can drop the memstore versions
+//! no reader can see any more (see [`crate::memstore`]).
 
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -16,8 +19,9 @@ use crate::cache::BlockCache;
 use crate::cell::KeyView;
 use crate::descriptor::FamilyDescriptor;
 use crate::fs::{sync_dir, FileSystem};
-use crate::memstore::{MemAccount, Memstore};
+use crate::memstore::{MemAccount, Memstore, Pruning};
 use crate::read::cursor::{BoundedCursor, CellCursor, MergeCursor, Source};
+use crate::read::pins::ReadPins;
 use crate::read::rows::ReadSnapshot;
 use crate::retention::{write_retained, Retention};
 use crate::split_policy::SplitPolicy;
@@ -135,6 +139,8 @@ pub(crate) struct Region {
     /// Set once the region has been split: writers that routed here re-route.
     retired: AtomicBool,
     stores: RwLock<Arc<RegionStores>>,
+    /// The read points open readers hold.
+    pins: Arc<ReadPins>,
     account: MemAccount,
     pub counters: RegionCounters,
 }
@@ -176,6 +182,7 @@ impl Region {
             frozen_seq: AtomicU64::new(0),
             retired: AtomicBool::new(false),
             stores: RwLock::new(Arc::new(stores)),
+            pins: Arc::default(),
             account: account.clone(),
             counters: RegionCounters::default(),
         }
@@ -185,10 +192,24 @@ impl Region {
         self.stores.read().clone()
     }
 
-    /// A consistent view for a read: the read point first, then the stores, so every write
-    /// at or below the read point is in a memstore or file of the snapshot.
+    /// A consistent view for a read: the pin, then the read point, then the stores, so every
+    /// write at or below the read point is in a memstore or file of the snapshot, and stays
+    /// there while the snapshot lives.
     pub fn snapshot(&self) -> ReadSnapshot {
-        ReadSnapshot { read_point: self.read_point(), stores: self.stores() }
+        let pin = self.pins.pin(&self.visible_seq);
+        ReadSnapshot { read_point: self.read_point(), stores: self.stores(), _pin: pin }
+    }
+
+    /// Snapshots of several regions at one instant (see [`Region::read_points`]).
+    pub fn snapshots(regions: &[&Region]) -> Vec<ReadSnapshot> {
+        let pins: Vec<_> = regions.iter().map(|r| r.pins.pin(&r.visible_seq)).collect();
+        let points = Region::read_points(regions);
+        regions
+            .iter()
+            .zip(points)
+            .zip(pins)
+            .map(|((r, read_point), pin)| ReadSnapshot { read_point, stores: r.stores(), _pin: pin })
+            .collect()
     }
 
     /// The sequence number new readers see up to. A read point is never taken while a write
@@ -212,7 +233,7 @@ impl Region {
     /// Read points of several regions taken at one instant: a write spanning several of them is
     /// seen in all or in none (what a scan across regions needs; one region's read point alone
     /// only orders it after reads that came before).
-    pub fn read_points(regions: &[&Region]) -> Vec<u64> {
+    fn read_points(regions: &[&Region]) -> Vec<u64> {
         let mut spins = 0u32;
         loop {
             let before: Vec<u64> = regions.iter().map(|r| r.publishing.load(Ordering::SeqCst)).collect();
@@ -224,11 +245,6 @@ impl Region {
             }
             wait_for_publisher(&mut spins);
         }
-    }
-
-    /// A snapshot at `read_point`, taken by [`Region::read_points`] (the stores after it).
-    pub fn snapshot_at(&self, read_point: u64) -> ReadSnapshot {
-        ReadSnapshot { read_point, stores: self.stores() }
     }
 
     pub fn flushed_seq(&self) -> u64 {
@@ -254,10 +270,15 @@ impl Region {
         row >= self.start.as_ref() && (self.end.is_empty() || row < self.end.as_ref())
     }
 
-    /// Inserts logged edits with sequence numbers from `first_seq`. Caller holds the write
-    /// lock (or is replaying the log alone); families were validated.
+    /// Inserts logged edits with sequence numbers from `first_seq`, dropping the versions they
+    /// make invisible to every reader. Caller holds the write lock (or is replaying the log
+    /// alone); families were validated.
     pub fn apply(&self, first_seq: u64, edits: &[WalEdit<'_>]) {
         let stores = self.stores();
+        // Readers that pin from now on pin at least today's visible sequence number: it cannot
+        // move while the caller holds the write lock. So one answer serves the whole batch.
+        let oldest = std::cell::OnceCell::new();
+        let oldest_reader = || *oldest.get_or_init(|| self.pins.oldest(self.visible_seq()));
         for e in edits {
             if let Some(store) = stores.family(e.family) {
                 let key = KeyView {
@@ -267,7 +288,8 @@ impl Region {
                     kind: e.kind,
                     seq: first_seq + u64::from(e.seq_offset),
                 };
-                store.active.insert(&key, e.value, e.ttl_ms);
+                let pruning = Pruning { max_versions: store.desc.max_versions, oldest_reader: &oldest_reader };
+                store.active.insert(&key, e.value, e.ttl_ms, Some(&pruning));
             }
         }
     }
@@ -605,7 +627,7 @@ mod tests {
         std::thread::scope(|s| {
             let reader = s.spawn(|| (a.read_point(), b.read_point()));
             // A scan's read points, taken together, wait too (even of regions it reads first).
-            let scan = s.spawn(|| Region::read_points(&[&a, &b]));
+            let scan = s.spawn(|| Region::snapshots(&[&a, &b]).iter().map(|s| s.read_point).collect::<Vec<_>>());
             std::thread::sleep(std::time::Duration::from_millis(50));
             assert!(!reader.is_finished(), "a reader took a read point in the middle of a publish");
             assert!(!scan.is_finished(), "a scan took read points in the middle of a publish");

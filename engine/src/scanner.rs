@@ -64,15 +64,8 @@ fn snapshot_regions(mut regions: Vec<Arc<Region>>, scan: &Scan) -> Vec<(Arc<Regi
         regions.reverse();
     }
     // One instant for every region: a write spanning several is in the scan whole or not at all.
-    let points = Region::read_points(&regions.iter().map(|r| &**r).collect::<Vec<_>>());
-    regions
-        .into_iter()
-        .zip(points)
-        .map(|(r, point)| {
-            let snap = r.snapshot_at(point);
-            (r, snap)
-        })
-        .collect()
+    let snapshots = Region::snapshots(&regions.iter().map(|r| &**r).collect::<Vec<_>>());
+    regions.into_iter().zip(snapshots).collect()
 }
 
 /// The most rows a scan returns: its limit or a `Page` filter's, whichever is smaller.

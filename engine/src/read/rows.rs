@@ -11,16 +11,18 @@ use crate::filter::{ColumnWindow, Filter};
 use crate::masking::DeleteTracker;
 use crate::query::{ReadSpec, RowRange};
 use crate::read::cursor::{CellCursor, MergeCursor, Source};
+use crate::read::pins::ReadPin;
 use crate::read::row_buf::RowBuf;
 use crate::read::visibility::{read_row_family, FamilyView, ReadParams};
 use crate::region::{RegionStores, Store};
 use crate::Result;
 
-/// What a read sees of one region: its stores and the MVCC read point.
-#[derive(Clone)]
+/// What a read sees of one region: its stores and the MVCC read point, pinned while the
+/// snapshot lives so writers keep every version it can see.
 pub(crate) struct ReadSnapshot {
     pub stores: Arc<RegionStores>,
     pub read_point: u64,
+    pub _pin: ReadPin,
 }
 
 /// Options of one pass of [`read_rows`].
