@@ -26,8 +26,12 @@ pub(crate) struct SstReader {
     id: u64,
     size: u64,
     index: Vec<IndexEntry>,
-    /// The first 8 bytes of each index entry's row, big-endian and zero-padded: a compact,
-    /// cache-friendly array that narrows a block search before any key is decoded.
+    /// The bytes every row of the file starts with (the common prefix of its first and last
+    /// rows): a table prefix, a record type or a constant like YCSB's `user`. Prefix numbers
+    /// start after it, or they would all be equal.
+    shared_prefix: Box<[u8]>,
+    /// The 8 bytes after `shared_prefix` of each index entry's row, big-endian and zero-padded:
+    /// a compact, cache-friendly array that narrows a block search before any key is decoded.
     row_prefixes: Vec<u64>,
     /// Every [`SAMPLE`]th entry of `row_prefixes`: small enough to stay in cache, so a search
     /// touches the large array only within one window.
@@ -88,6 +92,7 @@ impl SstReader {
             id,
             size,
             index: Vec::new(),
+            shared_prefix: Box::default(),
             row_prefixes: Vec::new(),
             prefix_samples: Vec::new(),
             bloom: None,
@@ -112,19 +117,24 @@ impl SstReader {
         if reader.index.iter().any(outside) {
             return Err(Error::corrupt(path, footer.index.offset, "index points outside the file"));
         }
-        reader.row_prefixes = reader
-            .index
-            .iter()
-            .map(|e| decode_key(&e.last_key).map(|k| row_prefix(k.row)))
-            .collect::<Option<_>>()
-            .ok_or_else(|| Error::corrupt(path, footer.index.offset, "malformed key in the index block"))?;
-        reader.prefix_samples = reader.row_prefixes.iter().step_by(SAMPLE).copied().collect();
         let meta_raw = reader.read_block_bytes(footer.meta)?;
         reader.meta = SstMeta::decode(&meta_raw)
             .ok_or_else(|| Error::corrupt(path, footer.meta.offset, "malformed meta block"))?;
         reader.span = decode_key(&reader.meta.first_key)
             .zip(decode_key(&reader.meta.last_key))
             .map(|(f, l)| (f.row.into(), l.row.into()));
+        reader.shared_prefix = reader.row_span().map_or(Box::default(), |(first, last)| {
+            let n = first.iter().zip(last).take_while(|(a, b)| a == b).count();
+            first[..n].into()
+        });
+        let shared = &reader.shared_prefix;
+        reader.row_prefixes = reader
+            .index
+            .iter()
+            .map(|e| decode_key(&e.last_key).and_then(|k| k.row.strip_prefix(&shared[..]).map(row_prefix)))
+            .collect::<Option<_>>()
+            .ok_or_else(|| Error::corrupt(path, footer.index.offset, "malformed key in the index block"))?;
+        reader.prefix_samples = reader.row_prefixes.iter().step_by(SAMPLE).copied().collect();
         if footer.bloom.len > 0 {
             let raw = reader.read_block_bytes(footer.bloom)?;
             let bad = || Error::corrupt(path, footer.bloom.offset, "malformed bloom block");
@@ -155,6 +165,7 @@ impl SstReader {
             + meta.last_key.len()
             + meta.mid_row.len()
             + self.span.as_ref().map_or(0, |(f, l)| f.len() + l.len())
+            + self.shared_prefix.len()
     }
 
     fn read_block_bytes(&self, h: Handle) -> Result<Vec<u8>> {
@@ -262,7 +273,15 @@ impl SstReader {
     /// below the target's end before it and those above start after it, so only blocks sharing
     /// the target's prefix need their keys decoded.
     fn find_block(&self, target: &KeyView<'_>) -> usize {
-        let p = row_prefix(target.row);
+        // A row outside the shared prefix sorts before or after every row of the file.
+        let shared = &self.shared_prefix[..];
+        let head = &target.row[..target.row.len().min(shared.len())];
+        match head.cmp(shared) {
+            std::cmp::Ordering::Less => return 0,
+            std::cmp::Ordering::Greater => return self.index.len(),
+            std::cmp::Ordering::Equal => {}
+        }
+        let p = row_prefix(&target.row[shared.len()..]);
         let prefixes = &self.row_prefixes;
         // The first entry `>= p` lies after the last sample below `p`, within one window.
         let s = self.prefix_samples.partition_point(|&x| x < p);
@@ -405,18 +424,11 @@ mod tests {
     use crate::descriptor::FamilyDescriptor;
     use crate::sst::writer::SstWriter;
 
-    /// Seeks land on the right row across hundreds of small blocks, with long runs of rows
-    /// sharing their first 8 bytes and rows shorter than 8 bytes.
-    #[test]
-    fn seeks_find_every_row_through_the_prefix_index() {
+    /// Writes `rows` (sorted, one cell each) in 1 KiB blocks and checks that a seek to each
+    /// row, just past each row and to every probe lands on the first row at or after it.
+    fn assert_seeks_land(rows: &[Vec<u8>], probes: &[&[u8]]) -> Arc<SstReader> {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("1.sst");
-        let mut rows: Vec<Vec<u8>> = vec![b"a".to_vec(), b"ab".to_vec(), b"user".to_vec(), b"user\0".to_vec()];
-        rows.extend((0..3000).map(|n| format!("user0000{n:06}").into_bytes()));
-        rows.extend((0..500).map(|n| format!("user{n:04}x").into_bytes()));
-        rows.extend((0..300).map(|n| format!("z{n:03}").into_bytes()));
-        rows.sort();
-        rows.dedup();
         let family = FamilyDescriptor::new("f").block_size(1024);
         let mut w = SstWriter::create(&crate::fs::OsFs, &path, &family).unwrap();
         for (i, row) in rows.iter().enumerate() {
@@ -428,16 +440,52 @@ mod tests {
             Arc::new(SstReader::open(&crate::fs::OsFs, &path, 1, Arc::new(BlockCache::new(1 << 20)), false).unwrap());
         assert!(reader.index.len() > 4 * SAMPLE, "{} blocks", reader.index.len());
         let mut cur = reader.cursor();
-        for (i, row) in rows.iter().enumerate() {
-            cur.seek(&KeyView::first_of_row(row)).unwrap();
-            assert_eq!(cur.key().map(|k| k.row.to_vec()).as_deref(), Some(&row[..]), "row {i}");
+        let mut targets: Vec<Vec<u8>> = probes.iter().map(|p| p.to_vec()).collect();
+        for row in rows {
+            targets.push(row.clone());
             // Just past the row: the next row, or the end.
-            let after = [row.as_slice(), &[0u8]].concat();
-            cur.seek(&KeyView::first_of_row(&after)).unwrap();
-            let expected = rows.iter().find(|r| r.as_slice() >= after.as_slice());
-            assert_eq!(cur.key().map(|k| k.row.to_vec()).as_ref(), expected, "after row {i}");
+            targets.push([row.as_slice(), &[0u8]].concat());
         }
-        cur.seek(&KeyView::first_of_row(b"")).unwrap();
-        assert_eq!(cur.key().map(|k| k.row.to_vec()).as_ref(), rows.first());
+        for target in &targets {
+            cur.seek(&KeyView::first_of_row(target)).unwrap();
+            let expected = rows.iter().find(|r| r.as_slice() >= target.as_slice());
+            assert_eq!(
+                cur.key().map(|k| k.row.to_vec()).as_ref(),
+                expected,
+                "seek to {:?}",
+                String::from_utf8_lossy(target)
+            );
+        }
+        reader
+    }
+
+    /// Seeks land on the right row across hundreds of small blocks, with long runs of rows
+    /// sharing their first 8 bytes and rows shorter than 8 bytes.
+    #[test]
+    fn seeks_find_every_row_through_the_prefix_index() {
+        let mut rows: Vec<Vec<u8>> = vec![b"a".to_vec(), b"ab".to_vec(), b"user".to_vec(), b"user\0".to_vec()];
+        rows.extend((0..3000).map(|n| format!("user0000{n:06}").into_bytes()));
+        rows.extend((0..500).map(|n| format!("user{n:04}x").into_bytes()));
+        rows.extend((0..300).map(|n| format!("z{n:03}").into_bytes()));
+        rows.sort();
+        rows.dedup();
+        let reader = assert_seeks_land(&rows, &[b"", b"0", b"user0", b"zz"]);
+        assert!(reader.shared_prefix.is_empty());
+    }
+
+    /// When every row starts with the same bytes, block search reads the bytes after them; rows
+    /// that do not start with them sort before or after the whole file.
+    #[test]
+    fn seeks_look_past_the_prefix_every_row_shares() {
+        let mut rows: Vec<Vec<u8>> = vec![b"user:7".to_vec()];
+        rows.extend((0..4000u64).map(|n| format!("user:7{:012}", n * 7919 % 100_003).into_bytes()));
+        rows.extend((0..200).map(|n| format!("user:7{n:03}").into_bytes()));
+        rows.sort();
+        rows.dedup();
+        let reader = assert_seeks_land(
+            &rows,
+            &[b"", b"user", b"user:", b"user:6zzz", b"user:7", b"user:70", b"user:8", b"user;", b"v"],
+        );
+        assert_eq!(&*reader.shared_prefix, b"user:7");
     }
 }
