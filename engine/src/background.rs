@@ -36,6 +36,10 @@ struct Queue {
     tasks: VecDeque<Task>,
     queued: HashSet<Task>,
     running: usize,
+    /// Compactions running: they may not take the last worker, which flushes need.
+    compacting: usize,
+    /// Workers started.
+    workers: usize,
 }
 
 /// The task queue and its signals.
@@ -77,9 +81,20 @@ impl Background {
             if self.stop.load(Ordering::Acquire) {
                 return None;
             }
-            if let Some(t) = q.tasks.pop_front() {
+            // Flushes first: a writer may be waiting for one. A compaction leaves one worker
+            // free, so a long merge never holds up a flush (HBase's separate flusher threads).
+            let compaction_room = q.compacting + 1 < q.workers.max(2);
+            let pick = q
+                .tasks
+                .iter()
+                .position(|t| t.kind == TaskKind::Flush)
+                .or_else(|| q.tasks.iter().position(|t| t.kind != TaskKind::Compact || compaction_room));
+            if let Some(t) = pick.and_then(|i| q.tasks.remove(i)) {
                 q.queued.remove(&t);
                 q.running += 1;
+                if t.kind == TaskKind::Compact {
+                    q.compacting += 1;
+                }
                 return Some(t);
             }
             // The idle tick: come back to write out buffered AsyncWal records.
@@ -89,10 +104,15 @@ impl Background {
         }
     }
 
-    fn done(&self, counted: bool) {
+    fn done(&self, task: &Task, counted: bool) {
         let mut q = self.queue.lock();
         if counted {
             q.running -= 1;
+            if task.kind == TaskKind::Compact {
+                q.compacting -= 1;
+                // A compaction may have waited for this one's worker.
+                self.work.notify_one();
+            }
         }
         drop(q);
         self.progress.notify_all();
@@ -110,6 +130,7 @@ impl Lifeline {
     /// Starts `threads` workers for `engine`.
     pub fn start(engine: &Arc<EngineInner>, threads: usize) -> Lifeline {
         let background = engine.background.clone();
+        background.queue.lock().workers = threads.max(1);
         let workers = (0..threads.max(1))
             .filter_map(|i| {
                 let weak: Weak<EngineInner> = Arc::downgrade(engine);
@@ -156,6 +177,57 @@ fn worker(engine: &Weak<EngineInner>, bg: &Background) {
             // Buffered AsyncWal records go out at least this often, busy or idle.
             let _ = engine.wal.flush_buffer();
         }
-        bg.done(!idle_tick);
+        bg.done(&task, !idle_tick);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn task(region: u64, kind: TaskKind) -> Task {
+        Task { table: "t".into(), region, kind }
+    }
+
+    fn with_workers(n: usize) -> Background {
+        let bg = Background::default();
+        bg.queue.lock().workers = n;
+        bg
+    }
+
+    /// A queued flush goes before older compactions, and compactions never take the last
+    /// worker: a writer waiting on a full memstore is not held up by long merges.
+    #[test]
+    fn flushes_go_first_and_compactions_leave_a_worker_free() {
+        let bg = with_workers(2);
+        bg.request(task(1, TaskKind::Compact));
+        bg.request(task(2, TaskKind::Compact));
+        bg.request(task(3, TaskKind::Flush));
+        assert_eq!(bg.next(), Some(task(3, TaskKind::Flush)));
+        bg.done(&task(3, TaskKind::Flush), true);
+        let first = bg.next().unwrap();
+        assert_eq!(first, task(1, TaskKind::Compact));
+        // One compaction runs: the other worker only gets the idle tick, not the second one.
+        let second = bg.next().unwrap();
+        assert!(second.table.is_empty(), "{second:?}");
+        bg.done(&second, false);
+        // A flush still goes through while the compaction runs.
+        bg.request(task(4, TaskKind::Flush));
+        assert_eq!(bg.next(), Some(task(4, TaskKind::Flush)));
+        bg.done(&task(4, TaskKind::Flush), true);
+        bg.done(&first, true);
+        assert_eq!(bg.next(), Some(task(2, TaskKind::Compact)));
+        bg.done(&task(2, TaskKind::Compact), true);
+        assert!(bg.idle());
+    }
+
+    /// A single worker still compacts: the reserve only applies when there is a worker to keep.
+    #[test]
+    fn a_single_worker_runs_compactions() {
+        let bg = with_workers(1);
+        bg.request(task(1, TaskKind::Compact));
+        assert_eq!(bg.next(), Some(task(1, TaskKind::Compact)));
+        bg.done(&task(1, TaskKind::Compact), true);
+        assert!(bg.idle());
     }
 }
