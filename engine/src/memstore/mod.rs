@@ -1,6 +1,6 @@
-//! The memstore: recent writes of one region's family, in a lock-free skiplist ordered by the
-//! engine's key order. Readers filter by MVCC read point; flush turns a frozen memstore into an
-//! SSTable.
+//! The memstore: recent writes of one region's family, in a skiplist ordered by the engine's
+//! key order ([`list`]: one writer, lock-free readers). Readers filter by MVCC read point;
+//! flush turns a frozen memstore into an SSTable.
 //!
 //! Cells live in an arena: each is encoded once, contiguously, into chunks of a few hundred KiB
 //! that are freed together when the memstore is dropped. The skiplist holds a small handle per
@@ -14,16 +14,16 @@
 //! keeps a hot row from dragging thousands of dead versions through every read of it until
 //! then. Non-raw reads cannot tell; a raw read no longer sees such a version, as after a flush.
 
-use std::borrow::Borrow;
+mod list;
+
 use std::cmp::Ordering;
-use std::ops::Bound;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering as AtomicOrdering};
 use std::sync::Arc;
 
 use bytes::{BufMut, Bytes, BytesMut};
-use crossbeam_skiplist::map::Entry;
-use crossbeam_skiplist::SkipMap;
 use parking_lot::Mutex;
+
+use list::{Entry, SkipList};
 
 use crate::cell::{same_bytes, CellType, KeyView};
 use crate::read::cursor::CellCursor;
@@ -32,9 +32,6 @@ use crate::Result;
 /// Encoded cell header: row length (u16), qualifier length (u32), timestamp (u64), sequence
 /// number (u64), TTL flag (u8) and TTL in ms (u64), little-endian; then row, qualifier, value.
 const HEADER_LEN: usize = 31;
-
-/// Skiplist node, handle and allocator bookkeeping per cell, beyond its bytes in the arena.
-const CELL_OVERHEAD: usize = 104;
 
 /// Arena chunks start small (a memstore that sees a handful of writes stays small) and double
 /// up to this size.
@@ -120,23 +117,7 @@ impl MemCell {
     }
 }
 
-/// What the skiplist compares: stored cells, and probe keys for seeks (so a seek needs no
-/// encoded copy of its target).
-pub(crate) trait MemOrder {
-    fn prefix(&self) -> [u64; 2];
-    fn key(&self) -> KeyView<'_>;
-}
-
-impl MemOrder for MemCell {
-    fn prefix(&self) -> [u64; 2] {
-        self.prefix
-    }
-    fn key(&self) -> KeyView<'_> {
-        self.view()
-    }
-}
-
-/// A seek target.
+/// A seek target, with its row prefix worked out once.
 struct Probe<'a> {
     prefix: [u64; 2],
     key: KeyView<'a>,
@@ -146,37 +127,10 @@ impl<'a> Probe<'a> {
     fn new(key: KeyView<'a>) -> Self {
         Probe { prefix: row_prefix(key.row), key }
     }
-}
 
-impl MemOrder for Probe<'_> {
-    fn prefix(&self) -> [u64; 2] {
-        self.prefix
-    }
-    fn key(&self) -> KeyView<'_> {
-        self.key
-    }
-}
-
-impl PartialEq for dyn MemOrder + '_ {
-    fn eq(&self, other: &Self) -> bool {
-        self.cmp(other).is_eq()
-    }
-}
-impl Eq for dyn MemOrder + '_ {}
-impl PartialOrd for dyn MemOrder + '_ {
-    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
-        Some(self.cmp(other))
-    }
-}
-impl Ord for dyn MemOrder + '_ {
-    fn cmp(&self, other: &Self) -> Ordering {
-        self.prefix().cmp(&other.prefix()).then_with(|| self.key().cmp_internal(&other.key()))
-    }
-}
-
-impl<'a> Borrow<dyn MemOrder + 'a> for MemCell {
-    fn borrow(&self) -> &(dyn MemOrder + 'a) {
-        self
+    /// `cell.cmp(target)`: what the list's searches take.
+    fn order(&self, cell: &MemCell) -> Ordering {
+        cell.prefix.cmp(&self.prefix).then_with(|| cell.view().cmp_internal(&self.key))
     }
 }
 
@@ -193,7 +147,6 @@ impl PartialOrd for MemCell {
 }
 impl Ord for MemCell {
     fn cmp(&self, other: &Self) -> Ordering {
-        // Inserts compare cells with cells: no dynamic dispatch on that path.
         self.prefix.cmp(&other.prefix).then_with(|| self.view().cmp_internal(&other.view()))
     }
 }
@@ -211,7 +164,7 @@ pub(crate) type MemAccount = Arc<AtomicUsize>;
 /// One family's in-memory writes.
 #[derive(Debug)]
 pub(crate) struct Memstore {
-    map: SkipMap<MemCell, ()>,
+    map: SkipList<MemCell>,
     arena: Mutex<Arena>,
     bytes: AtomicUsize,
     account: MemAccount,
@@ -231,7 +184,7 @@ impl Drop for Memstore {
 impl Memstore {
     pub fn new(account: &MemAccount) -> Self {
         Memstore {
-            map: SkipMap::new(),
+            map: SkipList::new(),
             arena: Mutex::new(Arena::default()),
             bytes: AtomicUsize::new(0),
             account: account.clone(),
@@ -280,8 +233,8 @@ impl Memstore {
             arena.put_slice(value);
             arena.split().freeze()
         };
-        self.charge(CELL_OVERHEAD);
-        let entry = self.map.insert(MemCell { prefix: row_prefix(key.row), kind: key.kind, bytes }, ());
+        let (entry, allocated) = self.map.insert(MemCell { prefix: row_prefix(key.row), kind: key.kind, bytes });
+        self.charge(allocated);
         if key.kind.is_delete() {
             self.has_markers.store(true, AtomicOrdering::Relaxed);
         } else if let Some(pruning) = pruning {
@@ -299,10 +252,10 @@ impl Memstore {
     /// back, so counting stops at a marker, and nothing is dropped where a marker of the column
     /// sits before the inserted cell or the row has a family marker. Markers in older memstores
     /// and files mask only older writes (lower sequence numbers), never cells of this memstore.
-    fn prune_behind(&self, inserted: &Entry<'_, MemCell, ()>, pruning: &Pruning<'_>) {
-        let new = inserted.key().view();
-        let same_column = |e: &Entry<'_, MemCell, ()>| {
-            let k = e.key().view();
+    fn prune_behind(&self, inserted: &Entry<'_, MemCell>, pruning: &Pruning<'_>) {
+        let new = inserted.item().view();
+        let same_column = |e: &Entry<'_, MemCell>| {
+            let k = e.item().view();
             same_bytes(k.row, new.row) && same_bytes(k.qualifier, new.qualifier)
         };
         let limit = pruning.max_versions as usize;
@@ -315,7 +268,7 @@ impl Memstore {
         }
         if self.has_markers.load(AtomicOrdering::Relaxed) {
             let mut newer = std::iter::successors(inserted.prev(), |e| e.prev()).take_while(same_column);
-            if newer.any(|e| e.key().kind.is_delete()) || self.row_has_family_marker(new.row) {
+            if newer.any(|e| e.item().kind.is_delete()) || self.row_has_family_marker(new.row) {
                 return;
             }
         }
@@ -323,15 +276,13 @@ impl Memstore {
         let mut counted = 0usize;
         let mut last_ts = None;
         for e in older() {
-            let k = e.key().view();
+            let k = e.item().view();
             if k.kind.is_delete() {
                 return;
             }
             if counted >= limit || last_ts == Some(k.ts) {
-                if e.remove() {
-                    self.bytes.fetch_sub(CELL_OVERHEAD, AtomicOrdering::Relaxed);
-                    self.account.fetch_sub(CELL_OVERHEAD, AtomicOrdering::Relaxed);
-                }
+                // The slot stays (the arena bytes do too) until the memstore is dropped.
+                self.map.remove(&e);
             } else if k.seq <= oldest_reader {
                 counted += 1;
                 last_ts = Some(k.ts);
@@ -343,10 +294,10 @@ impl Memstore {
     /// qualifier, before the row's columns.
     fn row_has_family_marker(&self, row: &[u8]) -> bool {
         let probe = Probe::new(KeyView::first_of_row(row));
-        let first = self.map.lower_bound(Bound::Included(&probe as &dyn MemOrder));
+        let first = self.map.lower_bound(|c| probe.order(c));
         std::iter::successors(first, |e| e.next())
             .map_while(|e| {
-                let k = e.key().view();
+                let k = e.item().view();
                 (same_bytes(k.row, row) && k.qualifier.is_empty()).then_some(k.kind.is_family_delete())
             })
             .any(|family_marker| family_marker)
@@ -373,15 +324,15 @@ impl Memstore {
 
 /// Cursor over a memstore at a read point.
 pub(crate) struct MemCursor<'a> {
-    map: &'a SkipMap<MemCell, ()>,
-    cur: Option<Entry<'a, MemCell, ()>>,
+    map: &'a SkipList<MemCell>,
+    cur: Option<Entry<'a, MemCell>>,
     read_point: u64,
 }
 
 impl MemCursor<'_> {
     fn skip_invisible(&mut self) {
         while let Some(e) = &self.cur {
-            if e.key().view().seq <= self.read_point {
+            if e.item().view().seq <= self.read_point {
                 return;
             }
             self.cur = e.next();
@@ -391,15 +342,15 @@ impl MemCursor<'_> {
 
 impl CellCursor for MemCursor<'_> {
     fn key(&self) -> Option<KeyView<'_>> {
-        self.cur.as_ref().map(|e| e.key().view())
+        self.cur.as_ref().map(|e| e.item().view())
     }
 
     fn value(&self) -> &[u8] {
-        self.cur.as_ref().map_or(&[], |e| e.key().value())
+        self.cur.as_ref().map_or(&[], |e| e.item().value())
     }
 
     fn ttl_ms(&self) -> Option<u64> {
-        self.cur.as_ref().and_then(|e| e.key().ttl_ms())
+        self.cur.as_ref().and_then(|e| e.item().ttl_ms())
     }
 
     fn next(&mut self) -> Result<()> {
@@ -412,23 +363,23 @@ impl CellCursor for MemCursor<'_> {
 
     fn seek(&mut self, target: &KeyView<'_>) -> Result<()> {
         let probe = Probe::new(*target);
-        self.cur = self.map.lower_bound(Bound::Included(&probe as &dyn MemOrder));
+        self.cur = self.map.lower_bound(|c| probe.order(c));
         self.skip_invisible();
         Ok(())
     }
 
     fn prev_row(&mut self, bound: Option<&[u8]>) -> Result<Option<Bytes>> {
         let mut entry = match bound {
-            None => self.map.back(),
+            None => self.map.last(),
             Some(row) => {
                 let probe = Probe::new(KeyView::first_of_row(row));
-                self.map.upper_bound(Bound::Excluded(&probe as &dyn MemOrder))
+                self.map.before(|c| probe.order(c))
             }
         };
         // Skip rows whose every cell is newer than the read point. The row is copied out so a
         // caller holding it does not pin an arena chunk.
         while let Some(e) = entry {
-            let key = e.key().view();
+            let key = e.item().view();
             if key.seq <= self.read_point {
                 return Ok(Some(Bytes::copy_from_slice(key.row)));
             }
@@ -471,7 +422,6 @@ mod tests {
         assert_eq!(c.key().unwrap().row, b"b");
         assert!(m.size() > 0);
         assert_eq!(account.load(AtomicOrdering::Relaxed), m.size());
-        drop(c);
         drop(m);
         assert_eq!(account.load(AtomicOrdering::Relaxed), 0, "dropping releases the budget");
     }
@@ -617,7 +567,7 @@ mod tests {
         m.insert(&key, &big, Some(60_000), None);
         let marker = KeyView { row: b"a", qualifier: b"", ts: 9, kind: CellType::DeleteFamily, seq: 2 };
         m.insert(&marker, b"", None, None);
-        assert!(m.size() >= big.len() + 2 * CELL_OVERHEAD, "the oversized chunk is charged");
+        assert!(m.size() >= big.len() + 2 * list::slot_bytes::<MemCell>(), "the oversized chunk is charged");
         let mut c = m.cursor(u64::MAX);
         c.seek(&KeyView::first_of_row(b"")).unwrap();
         assert_eq!(c.key(), Some(marker));

@@ -1,0 +1,496 @@
+//! The memstore's ordered index: a skiplist for one writer and any number of readers.
+//!
+//! Nodes live in append-only segments and link to each other by number, so the list needs no
+//! `unsafe` and a node, once written, stays readable until the list is dropped: a reader never
+//! meets a freed node, whatever the writer unlinks meanwhile. Compared with a general
+//! concurrent skiplist this buys two things on the write path:
+//! - no allocation per entry: nodes are slots of segments allocated thousands at a time;
+//! - the writer remembers where its last insert went (a *splice*, as RocksDB's memtable
+//!   does). The cells of one row arrive together and land next to each other, so every insert
+//!   after a row's first starts from the splice and compares a few neighbours instead of
+//!   searching from the top of a list of millions.
+//!
+//! One writer at a time is enforced by a mutex only writers take; readers take no lock.
+//! Writers publish a node by storing its number into its predecessors' links (release), after
+//! the node and its own links are written; readers load links with acquire.
+
+use std::cmp::Ordering;
+use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering as AtomicOrdering};
+use std::sync::OnceLock;
+
+use parking_lot::Mutex;
+
+/// Levels of the list. With a quarter of the nodes on each next level, twelve keep searches
+/// logarithmic up to about sixteen million entries.
+const MAX_HEIGHT: usize = 12;
+
+/// The first segments grow from `FIRST_SEGMENT` slots, doubling, up to `SEGMENT` (a small
+/// memstore stays small); after that every segment holds `SEGMENT` slots.
+const FIRST_SEGMENT: usize = 16;
+const SEGMENT: usize = 4096;
+/// Growing segments: 16, 32, …, 4096 slots.
+const GROWING: usize = (SEGMENT / FIRST_SEGMENT).trailing_zeros() as usize + 1;
+/// Slots in the growing segments together.
+const GROWN: usize = FIRST_SEGMENT * ((1 << GROWING) - 1);
+/// Tables of full segments: table `j` holds `2^j` of them, enough for every node number a
+/// `u32` can give.
+const TABLES: usize = 21;
+
+/// "No node" in a link; node numbers start at 1.
+const NONE: u32 = 0;
+
+type Segment<T> = Box<[OnceLock<Node<T>>]>;
+type Table<T> = Box<[OnceLock<Segment<T>>]>;
+
+struct Node<T> {
+    item: T,
+    height: usize,
+    next: [AtomicU32; MAX_HEIGHT],
+}
+
+/// The writer's memory of its last insert: at every level, the node before it and the one
+/// after. Valid while only inserts happened since (each updates it); a removal clears it.
+struct Splice {
+    prev: [u32; MAX_HEIGHT],
+    next: [u32; MAX_HEIGHT],
+    valid: bool,
+}
+
+struct Writer {
+    /// Slots handed out so far.
+    used: usize,
+    rng: u64,
+    splice: Splice,
+}
+
+/// An ordered set of `T` with one writer at a time and lock-free readers.
+pub(crate) struct SkipList<T> {
+    head: [AtomicU32; MAX_HEIGHT],
+    growing: [OnceLock<Segment<T>>; GROWING],
+    tables: [OnceLock<Table<T>>; TABLES],
+    len: AtomicUsize,
+    writer: Mutex<Writer>,
+}
+
+impl<T> std::fmt::Debug for SkipList<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SkipList").field("len", &self.len.load(AtomicOrdering::Relaxed)).finish_non_exhaustive()
+    }
+}
+
+/// A node of a list, as readers hold it.
+pub(crate) struct Entry<'a, T> {
+    list: &'a SkipList<T>,
+    number: u32,
+    node: &'a Node<T>,
+}
+
+impl<T> Clone for Entry<'_, T> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+impl<T> Copy for Entry<'_, T> {}
+
+impl<'a, T: Ord> Entry<'a, T> {
+    pub fn item(&self) -> &'a T {
+        &self.node.item
+    }
+
+    /// The entry after this one. An entry the writer has unlinked still leads forward to
+    /// entries that were after it.
+    pub fn next(&self) -> Option<Entry<'a, T>> {
+        self.list.entry(self.node.next[0].load(AtomicOrdering::Acquire))
+    }
+
+    /// The entry before this one: a search, the list links forward only.
+    pub fn prev(&self) -> Option<Entry<'a, T>> {
+        self.list.before(|item| item.cmp(&self.node.item))
+    }
+}
+
+impl<T: Ord> SkipList<T> {
+    pub fn new() -> Self {
+        SkipList {
+            head: Default::default(),
+            growing: Default::default(),
+            tables: Default::default(),
+            len: AtomicUsize::new(0),
+            writer: Mutex::new(Writer {
+                used: 0,
+                rng: 0x9e37_79b9_7f4a_7c15,
+                splice: Splice { prev: [NONE; MAX_HEIGHT], next: [NONE; MAX_HEIGHT], valid: false },
+            }),
+        }
+    }
+
+    /// Entries in the list.
+    pub fn len(&self) -> usize {
+        self.len.load(AtomicOrdering::Relaxed)
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The slot of node `number`, if it was ever allocated.
+    fn slot(&self, number: u32) -> Option<&OnceLock<Node<T>>> {
+        let s = (number as usize).checked_sub(1)?;
+        if s < GROWN {
+            let k = (s / FIRST_SEGMENT + 1).ilog2() as usize;
+            let offset = s - FIRST_SEGMENT * ((1 << k) - 1);
+            self.growing[k].get()?.get(offset)
+        } else {
+            let t = s - GROWN;
+            let (full, offset) = (t / SEGMENT, t % SEGMENT);
+            let j = (full + 1).ilog2() as usize;
+            self.tables.get(j)?.get()?.get(full + 1 - (1 << j))?.get()?.get(offset)
+        }
+    }
+
+    fn node(&self, number: u32) -> Option<&Node<T>> {
+        self.slot(number)?.get()
+    }
+
+    fn entry(&self, number: u32) -> Option<Entry<'_, T>> {
+        Some(Entry { list: self, number, node: self.node(number)? })
+    }
+
+    /// The link at `level` out of node `from` (`NONE`: the head).
+    fn link(&self, from: u32, level: usize) -> Option<&AtomicU32> {
+        if from == NONE {
+            Some(&self.head[level])
+        } else {
+            self.node(from).map(|n| &n.next[level])
+        }
+    }
+
+    fn next_at(&self, from: u32, level: usize) -> u32 {
+        self.link(from, level).map_or(NONE, |l| l.load(AtomicOrdering::Acquire))
+    }
+
+    /// The last node at every level whose item `cmp` puts before the target (`Less`), from
+    /// `from` down; `NONE` is the head.
+    fn descend(&self, mut pred: u32, levels: std::ops::Range<usize>, cmp: &impl Fn(&T) -> Ordering) -> u32 {
+        let mut links = self.node(pred).map_or(&self.head, |n| &n.next);
+        for level in levels.rev() {
+            loop {
+                let next = links[level].load(AtomicOrdering::Acquire);
+                match self.node(next) {
+                    Some(n) if cmp(&n.item) == Ordering::Less => (pred, links) = (next, &n.next),
+                    _ => break,
+                }
+            }
+        }
+        pred
+    }
+
+    /// The first entry whose item `cmp` does not put before the target: `cmp(item)` is
+    /// `item.cmp(target)`.
+    pub fn lower_bound(&self, cmp: impl Fn(&T) -> Ordering) -> Option<Entry<'_, T>> {
+        let pred = self.descend(NONE, 0..MAX_HEIGHT, &cmp);
+        self.entry(self.next_at(pred, 0))
+    }
+
+    /// The last entry whose item `cmp` puts before the target.
+    pub fn before(&self, cmp: impl Fn(&T) -> Ordering) -> Option<Entry<'_, T>> {
+        self.entry(self.descend(NONE, 0..MAX_HEIGHT, &cmp))
+    }
+
+    #[cfg(test)]
+    pub fn first(&self) -> Option<Entry<'_, T>> {
+        self.entry(self.next_at(NONE, 0))
+    }
+
+    pub fn last(&self) -> Option<Entry<'_, T>> {
+        self.before(|_| Ordering::Less)
+    }
+
+    /// Adds `item`, replacing an equal one. Returns the new entry and the bytes the list
+    /// allocated for it (a new segment now and then; otherwise 0).
+    pub fn insert(&self, item: T) -> (Entry<'_, T>, usize) {
+        let mut guard = self.writer.lock();
+        let w = &mut *guard;
+        let (number, allocated) = self.allocate(w);
+        let height = random_height(&mut w.rng);
+        let (mut prev, mut next) = self.position(&w.splice, &item);
+        let node = Node { item, height, next: Default::default() };
+        for (level, link) in node.next.iter().enumerate().take(height) {
+            link.store(next[level], AtomicOrdering::Relaxed);
+        }
+        // `allocate` made the slot; nothing else writes it.
+        let node = self.slot(number).expect("an allocated slot").get_or_init(|| node);
+        for (level, &pred) in prev.iter().enumerate().take(height) {
+            if let Some(link) = self.link(pred, level) {
+                link.store(number, AtomicOrdering::Release);
+            }
+        }
+        self.len.fetch_add(1, AtomicOrdering::Relaxed);
+        // An equal item sits right after the new node: unlink it (its key stayed findable
+        // throughout, through the new node).
+        if let Some(old) = self.node(next[0]).filter(|old| old.item == node.item) {
+            for level in 0..old.height {
+                let pred = if level < height { number } else { prev[level] };
+                let after = old.next[level].load(AtomicOrdering::Acquire);
+                if let Some(link) = self.link(pred, level) {
+                    link.store(after, AtomicOrdering::Release);
+                }
+                next[level] = after;
+            }
+            self.len.fetch_sub(1, AtomicOrdering::Relaxed);
+        }
+        for level in 0..height {
+            prev[level] = number;
+            next[level] = node.next[level].load(AtomicOrdering::Relaxed);
+        }
+        // Levels above the new node keep their brackets; the ones below end at it.
+        w.splice = Splice { prev, next, valid: true };
+        (Entry { list: self, number, node }, allocated)
+    }
+
+    /// Unlinks `entry`'s node (it stays readable to readers holding it).
+    pub fn remove(&self, entry: &Entry<'_, T>) {
+        let mut guard = self.writer.lock();
+        guard.splice.valid = false;
+        let target = &entry.node.item;
+        let mut pred = NONE;
+        let mut unlinked = false;
+        for level in (0..MAX_HEIGHT).rev() {
+            pred = self.descend(pred, level..level + 1, &|item: &T| item.cmp(target));
+            if level < entry.node.height && self.next_at(pred, level) == entry.number {
+                if let Some(link) = self.link(pred, level) {
+                    link.store(entry.node.next[level].load(AtomicOrdering::Acquire), AtomicOrdering::Release);
+                    unlinked = true;
+                }
+            }
+        }
+        if unlinked {
+            self.len.fetch_sub(1, AtomicOrdering::Relaxed);
+        }
+    }
+
+    /// Where `item` goes: its predecessor and successor at every level. Starts from the
+    /// splice at the lowest level where it still brackets `item`, else from the top.
+    fn position(&self, splice: &Splice, item: &T) -> ([u32; MAX_HEIGHT], [u32; MAX_HEIGHT]) {
+        let before = |n: u32| n == NONE || self.node(n).is_some_and(|n| n.item < *item);
+        let after = |n: u32| n == NONE || self.node(n).is_some_and(|n| n.item >= *item);
+        let (mut prev, mut next) = (splice.prev, splice.next);
+        let mut from = MAX_HEIGHT;
+        if splice.valid {
+            if let Some(level) = (0..MAX_HEIGHT).find(|&l| before(prev[l]) && after(next[l])) {
+                from = level;
+            }
+        }
+        let cmp = |t: &T| t.cmp(item);
+        for level in (0..from).rev() {
+            // Level `from` brackets `item` (or is the head, above the top).
+            let start = if level + 1 < MAX_HEIGHT { prev[level + 1] } else { NONE };
+            prev[level] = self.descend(start, level..level + 1, &cmp);
+            next[level] = self.next_at(prev[level], level);
+        }
+        (prev, next)
+    }
+
+    /// A fresh slot: its number, and the bytes allocated for a new segment (or 0).
+    fn allocate(&self, w: &mut Writer) -> (u32, usize) {
+        let s = w.used;
+        w.used += 1;
+        let number = u32::try_from(s + 1).expect("a memstore holds fewer than 2^32 cells");
+        let segment = |len: usize| -> Segment<T> { (0..len).map(|_| OnceLock::new()).collect() };
+        let segment_bytes = |len: usize| len * slot_bytes::<T>();
+        let mut allocated = 0;
+        if s < GROWN {
+            let k = (s / FIRST_SEGMENT + 1).ilog2() as usize;
+            if s == FIRST_SEGMENT * ((1 << k) - 1) {
+                let len = FIRST_SEGMENT << k;
+                let _ = self.growing[k].set(segment(len));
+                allocated += segment_bytes(len);
+            }
+        } else {
+            let t = s - GROWN;
+            if t.is_multiple_of(SEGMENT) {
+                let full = t / SEGMENT;
+                let j = (full + 1).ilog2() as usize;
+                let table = self.tables[j].get_or_init(|| {
+                    allocated += (1usize << j) * std::mem::size_of::<OnceLock<Segment<T>>>();
+                    (0..1usize << j).map(|_| OnceLock::new()).collect()
+                });
+                let _ = table[full + 1 - (1 << j)].set(segment(SEGMENT));
+                allocated += segment_bytes(SEGMENT);
+            }
+        }
+        (number, allocated)
+    }
+}
+
+impl<T: Ord> Default for SkipList<T> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// The bytes a list of `T` holds per node slot.
+pub(crate) fn slot_bytes<T>() -> usize {
+    std::mem::size_of::<OnceLock<Node<T>>>()
+}
+
+/// A level count with a quarter of the nodes reaching each next level (xorshift64).
+fn random_height(rng: &mut u64) -> usize {
+    let mut x = *rng;
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    *rng = x;
+    (1 + (x.trailing_zeros() / 2) as usize).min(MAX_HEIGHT)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeSet;
+    use std::sync::atomic::AtomicU64;
+    use std::sync::Arc;
+
+    use proptest::prelude::*;
+
+    use super::*;
+
+    fn items(list: &SkipList<u64>) -> Vec<u64> {
+        std::iter::successors(list.first(), |e| e.next()).map(|e| *e.item()).collect()
+    }
+
+    #[derive(Debug, Clone)]
+    enum Op {
+        Insert(u64),
+        /// Inserts a run of neighbours, as the cells of one row arrive.
+        Run(u64, u8),
+        Remove(u64),
+    }
+
+    fn op() -> impl Strategy<Value = Op> {
+        prop_oneof![
+            4 => (0..2_000u64).prop_map(Op::Insert),
+            2 => (0..2_000u64, 1..12u8).prop_map(|(k, n)| Op::Run(k, n)),
+            1 => (0..2_000u64).prop_map(Op::Remove),
+        ]
+    }
+
+    proptest! {
+        /// Inserts (splice or not), replacements and removals keep the list equal to an ordered
+        /// set, and every search answers as the set does.
+        #[test]
+        fn behaves_as_an_ordered_set(ops in proptest::collection::vec(op(), 1..400), probes in proptest::collection::vec(0..2_100u64, 8)) {
+            let list = SkipList::new();
+            let mut model = BTreeSet::new();
+            for op in ops {
+                match op {
+                    Op::Insert(k) => { list.insert(k); model.insert(k); }
+                    Op::Run(k, n) => for i in 0..u64::from(n) { list.insert(k + i); model.insert(k + i); },
+                    Op::Remove(k) => {
+                        if let Some(e) = list.lower_bound(|i| i.cmp(&k)).filter(|e| *e.item() == k) {
+                            list.remove(&e);
+                            list.remove(&e); // a second removal finds nothing to unlink
+                        }
+                        model.remove(&k);
+                    }
+                }
+            }
+            prop_assert_eq!(items(&list), model.iter().copied().collect::<Vec<_>>());
+            prop_assert_eq!(list.len(), model.len());
+            prop_assert_eq!(list.last().map(|e| *e.item()), model.last().copied());
+            for p in probes {
+                prop_assert_eq!(list.lower_bound(|i| i.cmp(&p)).map(|e| *e.item()), model.range(p..).next().copied());
+                let before = model.range(..p).next_back().copied();
+                prop_assert_eq!(list.before(|i| i.cmp(&p)).map(|e| *e.item()), before);
+                if let Some(e) = list.lower_bound(|i| i.cmp(&p)) {
+                    prop_assert_eq!(e.prev().map(|e| *e.item()), before);
+                }
+            }
+        }
+    }
+
+    /// Items equal for the order but not the same: an insert replaces the one it equals.
+    #[derive(Debug)]
+    struct Keyed(u32, &'static str);
+    impl PartialEq for Keyed {
+        fn eq(&self, other: &Self) -> bool {
+            self.0 == other.0
+        }
+    }
+    impl Eq for Keyed {}
+    impl PartialOrd for Keyed {
+        fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+            Some(self.cmp(other))
+        }
+    }
+    impl Ord for Keyed {
+        fn cmp(&self, other: &Self) -> Ordering {
+            self.0.cmp(&other.0)
+        }
+    }
+
+    #[test]
+    fn an_equal_item_is_replaced() {
+        let list = SkipList::new();
+        for k in [5, 1, 9, 5, 3] {
+            list.insert(Keyed(k, "first"));
+        }
+        list.insert(Keyed(5, "second"));
+        list.insert(Keyed(1, "second"));
+        let all: Vec<(u32, &str)> =
+            std::iter::successors(list.first(), |e| e.next()).map(|e| (e.item().0, e.item().1)).collect();
+        assert_eq!(all, vec![(1, "second"), (3, "first"), (5, "second"), (9, "first")]);
+        assert_eq!(list.len(), 4);
+    }
+
+    #[test]
+    fn segments_are_charged_once_and_cover_every_slot() {
+        let list = SkipList::new();
+        let mut charged = 0;
+        let n = (GROWN + 3 * SEGMENT + 5) as u64;
+        for k in 0..n {
+            charged += list.insert(k * 7 % n).1;
+        }
+        assert_eq!(list.len() as u64, n);
+        assert!(charged >= n as usize * slot_bytes::<u64>(), "every slot is charged");
+        assert!(charged < (n as usize + SEGMENT) * slot_bytes::<u64>() + 4096, "a segment is charged once");
+        assert_eq!(items(&list), (0..n).collect::<Vec<_>>());
+    }
+
+    /// Readers racing the writer see a sorted list that holds everything inserted before they
+    /// started, and an entry the writer unlinks still leads them forward.
+    #[test]
+    fn readers_racing_the_writer_see_a_sorted_list() {
+        let list = Arc::new(SkipList::new());
+        let published = Arc::new(AtomicU64::new(0));
+        let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let readers: Vec<_> = (0..2)
+            .map(|_| {
+                let (list, published, done) = (list.clone(), published.clone(), done.clone());
+                std::thread::spawn(move || {
+                    let mut rounds = 0;
+                    while !done.load(AtomicOrdering::Acquire) || rounds == 0 {
+                        let floor = published.load(AtomicOrdering::Acquire);
+                        let seen: Vec<u64> =
+                            std::iter::successors(list.first(), |e| e.next()).map(|e| *e.item()).collect();
+                        assert!(seen.windows(2).all(|w| w[0] < w[1]), "sorted, no duplicates");
+                        // Even keys below `floor` were inserted before this pass and never removed.
+                        let evens = seen.iter().filter(|k| **k % 2 == 0 && **k < floor).count() as u64;
+                        assert_eq!(evens, floor.div_ceil(2));
+                        rounds += 1;
+                    }
+                })
+            })
+            .collect();
+        for k in 0..20_000u64 {
+            let (e, _) = list.insert(k);
+            if k % 2 == 1 {
+                list.remove(&e);
+            }
+            published.store(k + 1, AtomicOrdering::Release);
+        }
+        done.store(true, AtomicOrdering::Release);
+        for r in readers {
+            r.join().unwrap();
+        }
+    }
+}
