@@ -135,16 +135,9 @@ impl<T: Ord> SkipList<T> {
 
     /// The slot of node `number`, if it was ever allocated.
     fn slot(&self, number: u32) -> Option<&OnceLock<Node<T>>> {
-        let s = (number as usize).checked_sub(1)?;
-        if s < GROWN {
-            let k = (s / FIRST_SEGMENT + 1).ilog2() as usize;
-            let offset = s - FIRST_SEGMENT * ((1 << k) - 1);
-            self.growing[k].get()?.get(offset)
-        } else {
-            let t = s - GROWN;
-            let (full, offset) = (t / SEGMENT, t % SEGMENT);
-            let j = (full + 1).ilog2() as usize;
-            self.tables.get(j)?.get()?.get(full + 1 - (1 << j))?.get()?.get(offset)
+        match place((number as usize).checked_sub(1)?) {
+            Place::Growing { segment, offset } => self.growing[segment].get()?.get(offset),
+            Place::Full { table, position, offset } => self.tables.get(table)?.get()?.get(position)?.get()?.get(offset),
         }
     }
 
@@ -299,25 +292,22 @@ impl<T: Ord> SkipList<T> {
         let segment = |len: usize| -> Segment<T> { (0..len).map(|_| OnceLock::new()).collect() };
         let segment_bytes = |len: usize| len * slot_bytes::<T>();
         let mut allocated = 0;
-        if s < GROWN {
-            let k = (s / FIRST_SEGMENT + 1).ilog2() as usize;
-            if s == FIRST_SEGMENT * ((1 << k) - 1) {
+        // A slot at offset 0 is the first of a segment not made yet.
+        match place(s) {
+            Place::Growing { segment: k, offset: 0 } => {
                 let len = FIRST_SEGMENT << k;
                 let _ = self.growing[k].set(segment(len));
                 allocated += segment_bytes(len);
             }
-        } else {
-            let t = s - GROWN;
-            if t.is_multiple_of(SEGMENT) {
-                let full = t / SEGMENT;
-                let j = (full + 1).ilog2() as usize;
+            Place::Full { table: j, position, offset: 0 } => {
                 let table = self.tables[j].get_or_init(|| {
                     allocated += (1usize << j) * std::mem::size_of::<OnceLock<Segment<T>>>();
                     (0..1usize << j).map(|_| OnceLock::new()).collect()
                 });
-                let _ = table[full + 1 - (1 << j)].set(segment(SEGMENT));
+                let _ = table[position].set(segment(SEGMENT));
                 allocated += segment_bytes(SEGMENT);
             }
+            _ => {}
         }
         (number, allocated)
     }
@@ -326,6 +316,25 @@ impl<T: Ord> SkipList<T> {
 impl<T: Ord> Default for SkipList<T> {
     fn default() -> Self {
         Self::new()
+    }
+}
+
+/// Where slot `s` (counting from 0) lives.
+enum Place {
+    /// In growing segment `segment` (of `FIRST_SEGMENT << segment` slots).
+    Growing { segment: usize, offset: usize },
+    /// In full segment `position` of table `table` (of `2^table` segments).
+    Full { table: usize, position: usize, offset: usize },
+}
+
+fn place(s: usize) -> Place {
+    if s < GROWN {
+        let segment = (s / FIRST_SEGMENT + 1).ilog2() as usize;
+        Place::Growing { segment, offset: s - FIRST_SEGMENT * ((1 << segment) - 1) }
+    } else {
+        let full = (s - GROWN) / SEGMENT;
+        let table = (full + 1).ilog2() as usize;
+        Place::Full { table, position: full + 1 - (1 << table), offset: (s - GROWN) % SEGMENT }
     }
 }
 

@@ -80,7 +80,7 @@ pub(crate) struct Pruning<'a> {
 }
 
 /// A cell in the arena: the skiplist's key.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub(crate) struct MemCell {
     prefix: [u64; 2],
     kind: CellType,
