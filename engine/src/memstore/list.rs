@@ -3,27 +3,31 @@
 //! Nodes live in append-only segments and link to each other by number, so the list needs no
 //! `unsafe` and a node, once written, stays readable until the list is dropped: a reader never
 //! meets a freed node, whatever the writer unlinks meanwhile. Compared with a general
-//! concurrent skiplist this buys two things on the write path:
+//! concurrent skiplist this buys three things:
 //! - no allocation per entry: nodes are slots of segments allocated thousands at a time;
 //! - the writer remembers where its last insert went (a *splice*, as RocksDB's memtable
 //!   does). The cells of one row arrive together and land next to each other, so every insert
 //!   after a row's first starts from the splice and compares a few neighbours instead of
-//!   searching from the top of a list of millions.
+//!   searching from the top of a list of millions;
+//! - a search hop reads one cache line. A node is 64 bytes, aligned: its links and a sixteen-
+//!   byte *tag* of its item ([`Tagged`]) that settles most comparisons. Items sit in a
+//!   parallel array, read only where tags tie. In a memstore larger than the caches a search
+//!   is a chain of cache misses, one per hop, so this is what bounds it.
 //!
 //! One writer at a time is enforced by a mutex only writers take; readers take no lock.
 //! Writers publish a node by storing its number into its predecessors' links (release), after
-//! the node and its own links are written; readers load links with acquire.
+//! the node, its item and its own links are written; readers load links with acquire.
 
 use std::cmp::Ordering;
-use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering as AtomicOrdering};
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering as AtomicOrdering};
 use std::sync::OnceLock;
 
 use parking_lot::Mutex;
 
 /// Levels of the list. With a quarter of the nodes on each next level, ten keep searches
 /// logarithmic up to about a million entries (a 64 MiB memstore of YCSB records holds about
-/// 240 000 cells); beyond that they lengthen slowly. Every node carries all ten links: a
-/// level costs four bytes per cell.
+/// 240 000 cells); beyond that they lengthen slowly. Every node carries all ten links, which
+/// with the tag and the height fill its cache line.
 const MAX_HEIGHT: usize = 10;
 
 /// The first segments grow from `FIRST_SEGMENT` slots, doubling, up to `SEGMENT` (a small
@@ -41,13 +45,81 @@ const TABLES: usize = 21;
 /// "No node" in a link; node numbers start at 1.
 const NONE: u32 = 0;
 
-type Segment<T> = Box<[OnceLock<Node<T>>]>;
-type Table<T> = Box<[OnceLock<Segment<T>>]>;
+/// Sixteen bytes that order items coarsely, compared as two numbers in order.
+pub(crate) type Tag = [u64; 2];
 
-struct Node<T> {
-    item: T,
-    height: u8,
+/// An item that carries a [`Tag`] its order agrees with: `a.tag() < b.tag()` implies
+/// `a < b`. Items with equal tags are ordered by `Ord` alone.
+pub(crate) trait Tagged: Ord {
+    fn tag(&self) -> Tag;
+}
+
+/// What a search hop reads, in one cache line. Written by the writer before it publishes the
+/// node; atomics only because readers may hold the segment while it writes other slots.
+#[repr(align(64))]
+#[derive(Default)]
+struct Node {
+    tag: [AtomicU64; 2],
     next: [AtomicU32; MAX_HEIGHT],
+    height: AtomicU8,
+}
+
+impl Node {
+    fn tag(&self) -> Tag {
+        [self.tag[0].load(AtomicOrdering::Relaxed), self.tag[1].load(AtomicOrdering::Relaxed)]
+    }
+
+    fn height(&self) -> usize {
+        usize::from(self.height.load(AtomicOrdering::Relaxed))
+    }
+}
+
+type Segment<S> = Box<[S]>;
+type Table<S> = Box<[OnceLock<Segment<S>>]>;
+
+/// Append-only slots numbered from 1, in segments that never move: growing ones first, then
+/// full ones in tables of `2^j`.
+struct Slots<S> {
+    growing: [OnceLock<Segment<S>>; GROWING],
+    tables: [OnceLock<Table<S>>; TABLES],
+}
+
+impl<S: Default> Slots<S> {
+    fn new() -> Self {
+        Slots { growing: Default::default(), tables: Default::default() }
+    }
+
+    /// Slot `number`, if its segment was made.
+    fn get(&self, number: u32) -> Option<&S> {
+        match place((number as usize).checked_sub(1)?) {
+            Place::Growing { segment, offset } => self.growing[segment].get()?.get(offset),
+            Place::Full { table, position, offset } => self.tables.get(table)?.get()?.get(position)?.get()?.get(offset),
+        }
+    }
+
+    /// Makes the segment slot `s` (counting from 0) opens, if it is a segment's first; returns
+    /// the bytes allocated.
+    fn open(&self, s: usize) -> usize {
+        let segment = |len: usize| -> Segment<S> { (0..len).map(|_| S::default()).collect() };
+        let mut allocated = 0;
+        match place(s) {
+            Place::Growing { segment: k, offset: 0 } => {
+                let len = FIRST_SEGMENT << k;
+                let _ = self.growing[k].set(segment(len));
+                allocated += len * std::mem::size_of::<S>();
+            }
+            Place::Full { table: j, position, offset: 0 } => {
+                let table = self.tables[j].get_or_init(|| {
+                    allocated += (1usize << j) * std::mem::size_of::<OnceLock<Segment<S>>>();
+                    (0..1usize << j).map(|_| OnceLock::new()).collect()
+                });
+                let _ = table[position].set(segment(SEGMENT));
+                allocated += SEGMENT * std::mem::size_of::<S>();
+            }
+            _ => {}
+        }
+        allocated
+    }
 }
 
 /// The writer's memory of its last insert: at every level, the node before it and the one
@@ -68,8 +140,9 @@ struct Writer {
 /// An ordered set of `T` with one writer at a time and lock-free readers.
 pub(crate) struct SkipList<T> {
     head: [AtomicU32; MAX_HEIGHT],
-    growing: [OnceLock<Segment<T>>; GROWING],
-    tables: [OnceLock<Table<T>>; TABLES],
+    nodes: Slots<Node>,
+    /// Node `n`'s item is `items[n]`.
+    items: Slots<OnceLock<T>>,
     len: AtomicUsize,
     writer: Mutex<Writer>,
 }
@@ -84,7 +157,8 @@ impl<T> std::fmt::Debug for SkipList<T> {
 pub(crate) struct Entry<'a, T> {
     list: &'a SkipList<T>,
     number: u32,
-    node: &'a Node<T>,
+    node: &'a Node,
+    item: &'a T,
 }
 
 impl<T> Clone for Entry<'_, T> {
@@ -94,9 +168,9 @@ impl<T> Clone for Entry<'_, T> {
 }
 impl<T> Copy for Entry<'_, T> {}
 
-impl<'a, T: Ord> Entry<'a, T> {
+impl<'a, T: Tagged> Entry<'a, T> {
     pub fn item(&self) -> &'a T {
-        &self.node.item
+        self.item
     }
 
     /// The entry after this one. An entry the writer has unlinked still leads forward to
@@ -107,16 +181,16 @@ impl<'a, T: Ord> Entry<'a, T> {
 
     /// The entry before this one: a search, the list links forward only.
     pub fn prev(&self) -> Option<Entry<'a, T>> {
-        self.list.before(|item| item.cmp(&self.node.item))
+        self.list.before(self.node.tag(), |item| item.cmp(self.item))
     }
 }
 
-impl<T: Ord> SkipList<T> {
+impl<T: Tagged> SkipList<T> {
     pub fn new() -> Self {
         SkipList {
             head: Default::default(),
-            growing: Default::default(),
-            tables: Default::default(),
+            nodes: Slots::new(),
+            items: Slots::new(),
             len: AtomicUsize::new(0),
             writer: Mutex::new(Writer {
                 used: 0,
@@ -135,44 +209,39 @@ impl<T: Ord> SkipList<T> {
         self.len() == 0
     }
 
-    /// The slot of node `number`, if it was ever allocated.
-    fn slot(&self, number: u32) -> Option<&OnceLock<Node<T>>> {
-        match place((number as usize).checked_sub(1)?) {
-            Place::Growing { segment, offset } => self.growing[segment].get()?.get(offset),
-            Place::Full { table, position, offset } => self.tables.get(table)?.get()?.get(position)?.get()?.get(offset),
-        }
-    }
-
-    fn node(&self, number: u32) -> Option<&Node<T>> {
-        self.slot(number)?.get()
+    fn item(&self, number: u32) -> Option<&T> {
+        self.items.get(number)?.get()
     }
 
     fn entry(&self, number: u32) -> Option<Entry<'_, T>> {
-        Some(Entry { list: self, number, node: self.node(number)? })
+        Some(Entry { list: self, number, node: self.nodes.get(number)?, item: self.item(number)? })
     }
 
-    /// The link at `level` out of node `from` (`NONE`: the head).
-    fn link(&self, from: u32, level: usize) -> Option<&AtomicU32> {
-        if from == NONE {
-            Some(&self.head[level])
-        } else {
-            self.node(from).map(|n| &n.next[level])
-        }
+    /// The links out of node `from` (`NONE`: the head's).
+    fn links(&self, from: u32) -> &[AtomicU32; MAX_HEIGHT] {
+        self.nodes.get(from).map_or(&self.head, |n| &n.next)
     }
 
     fn next_at(&self, from: u32, level: usize) -> u32 {
-        self.link(from, level).map_or(NONE, |l| l.load(AtomicOrdering::Acquire))
+        self.links(from)[level].load(AtomicOrdering::Acquire)
     }
 
-    /// The last node at every level whose item `cmp` puts before the target (`Less`), from
-    /// `from` down; `NONE` is the head.
-    fn descend(&self, mut pred: u32, levels: std::ops::Range<usize>, cmp: &impl Fn(&T) -> Ordering) -> u32 {
-        let mut links = self.node(pred).map_or(&self.head, |n| &n.next);
+    /// Node `number`'s item against the target (`tag`, and `cmp(item)` = `item.cmp(target)`):
+    /// tags first, the item only when they tie.
+    fn order(&self, number: u32, node: &Node, tag: Tag, cmp: &impl Fn(&T) -> Ordering) -> Ordering {
+        // A published node has its item; `Greater` stops a search rather than passing it.
+        node.tag().cmp(&tag).then_with(|| self.item(number).map_or(Ordering::Greater, cmp))
+    }
+
+    /// The last node at every level whose item is before the target, from `pred` down; `NONE`
+    /// is the head.
+    fn descend(&self, mut pred: u32, levels: std::ops::Range<usize>, tag: Tag, cmp: &impl Fn(&T) -> Ordering) -> u32 {
+        let mut links = self.links(pred);
         for level in levels.rev() {
             loop {
                 let next = links[level].load(AtomicOrdering::Acquire);
-                match self.node(next) {
-                    Some(n) if cmp(&n.item) == Ordering::Less => (pred, links) = (next, &n.next),
+                match self.nodes.get(next) {
+                    Some(n) if self.order(next, n, tag, cmp) == Ordering::Less => (pred, links) = (next, &n.next),
                     _ => break,
                 }
             }
@@ -180,16 +249,16 @@ impl<T: Ord> SkipList<T> {
         pred
     }
 
-    /// The first entry whose item `cmp` does not put before the target: `cmp(item)` is
-    /// `item.cmp(target)`.
-    pub fn lower_bound(&self, cmp: impl Fn(&T) -> Ordering) -> Option<Entry<'_, T>> {
-        let pred = self.descend(NONE, 0..MAX_HEIGHT, &cmp);
+    /// The first entry not before the target: its tag is `tag`, and where an item's tag ties
+    /// `cmp(item)` is `item.cmp(target)`.
+    pub fn lower_bound(&self, tag: Tag, cmp: impl Fn(&T) -> Ordering) -> Option<Entry<'_, T>> {
+        let pred = self.descend(NONE, 0..MAX_HEIGHT, tag, &cmp);
         self.entry(self.next_at(pred, 0))
     }
 
-    /// The last entry whose item `cmp` puts before the target.
-    pub fn before(&self, cmp: impl Fn(&T) -> Ordering) -> Option<Entry<'_, T>> {
-        self.entry(self.descend(NONE, 0..MAX_HEIGHT, &cmp))
+    /// The last entry before the target (as for [`SkipList::lower_bound`]).
+    pub fn before(&self, tag: Tag, cmp: impl Fn(&T) -> Ordering) -> Option<Entry<'_, T>> {
+        self.entry(self.descend(NONE, 0..MAX_HEIGHT, tag, &cmp))
     }
 
     #[cfg(test)]
@@ -198,38 +267,40 @@ impl<T: Ord> SkipList<T> {
     }
 
     pub fn last(&self) -> Option<Entry<'_, T>> {
-        self.before(|_| Ordering::Less)
+        self.before([u64::MAX; 2], |_| Ordering::Less)
     }
 
     /// Adds `item`, replacing an equal one. Returns the new entry and the bytes the list
-    /// allocated for it (a new segment now and then; otherwise 0).
+    /// allocated for it (new segments now and then; otherwise 0).
     pub fn insert(&self, item: T) -> (Entry<'_, T>, usize) {
         let mut guard = self.writer.lock();
         let w = &mut *guard;
         let (number, allocated) = self.allocate(w);
         let height = random_height(&mut w.rng);
-        let (mut prev, mut next) = self.position(&w.splice, &item);
-        let node = Node { item, height: height as u8, next: Default::default() };
+        let tag = item.tag();
+        let (mut prev, mut next) = self.position(&w.splice, tag, &item);
+        // `allocate` made both slots; nothing else writes them.
+        let (Some(node), Some(slot)) = (self.nodes.get(number), self.items.get(number)) else {
+            unreachable!("slot {number} was just allocated");
+        };
+        let item = slot.get_or_init(|| item);
+        node.tag[0].store(tag[0], AtomicOrdering::Relaxed);
+        node.tag[1].store(tag[1], AtomicOrdering::Relaxed);
+        node.height.store(height as u8, AtomicOrdering::Relaxed);
         for (level, link) in node.next.iter().enumerate().take(height) {
             link.store(next[level], AtomicOrdering::Relaxed);
         }
-        // `allocate` made the slot; nothing else writes it.
-        let node = self.slot(number).expect("an allocated slot").get_or_init(|| node);
         for (level, &pred) in prev.iter().enumerate().take(height) {
-            if let Some(link) = self.link(pred, level) {
-                link.store(number, AtomicOrdering::Release);
-            }
+            self.links(pred)[level].store(number, AtomicOrdering::Release);
         }
         self.len.fetch_add(1, AtomicOrdering::Relaxed);
         // An equal item sits right after the new node: unlink it (its key stayed findable
         // throughout, through the new node).
-        if let Some(old) = self.node(next[0]).filter(|old| old.item == node.item) {
-            for level in 0..usize::from(old.height) {
+        if let Some(old) = self.entry(next[0]).filter(|old| old.node.tag() == tag && old.item == item) {
+            for level in 0..old.node.height() {
                 let pred = if level < height { number } else { prev[level] };
-                let after = old.next[level].load(AtomicOrdering::Acquire);
-                if let Some(link) = self.link(pred, level) {
-                    link.store(after, AtomicOrdering::Release);
-                }
+                let after = old.node.next[level].load(AtomicOrdering::Acquire);
+                self.links(pred)[level].store(after, AtomicOrdering::Release);
                 next[level] = after;
             }
             self.len.fetch_sub(1, AtomicOrdering::Relaxed);
@@ -240,23 +311,23 @@ impl<T: Ord> SkipList<T> {
         }
         // Levels above the new node keep their brackets; the ones below end at it.
         w.splice = Splice { prev, next, valid: true };
-        (Entry { list: self, number, node }, allocated)
+        (Entry { list: self, number, node, item }, allocated)
     }
 
     /// Unlinks `entry`'s node (it stays readable to readers holding it).
     pub fn remove(&self, entry: &Entry<'_, T>) {
         let mut guard = self.writer.lock();
         guard.splice.valid = false;
-        let target = &entry.node.item;
+        let (tag, target) = (entry.node.tag(), entry.item);
+        let cmp = |item: &T| item.cmp(target);
         let mut pred = NONE;
         let mut unlinked = false;
         for level in (0..MAX_HEIGHT).rev() {
-            pred = self.descend(pred, level..level + 1, &|item: &T| item.cmp(target));
-            if level < usize::from(entry.node.height) && self.next_at(pred, level) == entry.number {
-                if let Some(link) = self.link(pred, level) {
-                    link.store(entry.node.next[level].load(AtomicOrdering::Acquire), AtomicOrdering::Release);
-                    unlinked = true;
-                }
+            pred = self.descend(pred, level..level + 1, tag, &cmp);
+            if level < entry.node.height() && self.next_at(pred, level) == entry.number {
+                self.links(pred)[level]
+                    .store(entry.node.next[level].load(AtomicOrdering::Acquire), AtomicOrdering::Release);
+                unlinked = true;
             }
         }
         if unlinked {
@@ -264,11 +335,13 @@ impl<T: Ord> SkipList<T> {
         }
     }
 
-    /// Where `item` goes: its predecessor and successor at every level. Starts from the
-    /// splice at the lowest level where it still brackets `item`, else from the top.
-    fn position(&self, splice: &Splice, item: &T) -> ([u32; MAX_HEIGHT], [u32; MAX_HEIGHT]) {
-        let before = |n: u32| n == NONE || self.node(n).is_some_and(|n| n.item < *item);
-        let after = |n: u32| n == NONE || self.node(n).is_some_and(|n| n.item >= *item);
+    /// Where `item` (tagged `tag`) goes: its predecessor and successor at every level. Starts
+    /// from the splice at the lowest level where it still brackets `item`, else from the top.
+    fn position(&self, splice: &Splice, tag: Tag, item: &T) -> ([u32; MAX_HEIGHT], [u32; MAX_HEIGHT]) {
+        let cmp = |t: &T| t.cmp(item);
+        let order = |n: u32| self.nodes.get(n).map(|node| self.order(n, node, tag, &cmp));
+        let before = |n: u32| n == NONE || order(n) == Some(Ordering::Less);
+        let after = |n: u32| n == NONE || matches!(order(n), Some(Ordering::Greater | Ordering::Equal));
         let (mut prev, mut next) = (splice.prev, splice.next);
         let mut from = MAX_HEIGHT;
         if splice.valid {
@@ -276,46 +349,25 @@ impl<T: Ord> SkipList<T> {
                 from = level;
             }
         }
-        let cmp = |t: &T| t.cmp(item);
         for level in (0..from).rev() {
             // Level `from` brackets `item` (or is the head, above the top).
             let start = if level + 1 < MAX_HEIGHT { prev[level + 1] } else { NONE };
-            prev[level] = self.descend(start, level..level + 1, &cmp);
+            prev[level] = self.descend(start, level..level + 1, tag, &cmp);
             next[level] = self.next_at(prev[level], level);
         }
         (prev, next)
     }
 
-    /// A fresh slot: its number, and the bytes allocated for a new segment (or 0).
+    /// A fresh slot: its number, and the bytes allocated for new segments (or 0).
     fn allocate(&self, w: &mut Writer) -> (u32, usize) {
         let s = w.used;
         w.used += 1;
         let number = u32::try_from(s + 1).expect("a memstore holds fewer than 2^32 cells");
-        let segment = |len: usize| -> Segment<T> { (0..len).map(|_| OnceLock::new()).collect() };
-        let segment_bytes = |len: usize| len * slot_bytes::<T>();
-        let mut allocated = 0;
-        // A slot at offset 0 is the first of a segment not made yet.
-        match place(s) {
-            Place::Growing { segment: k, offset: 0 } => {
-                let len = FIRST_SEGMENT << k;
-                let _ = self.growing[k].set(segment(len));
-                allocated += segment_bytes(len);
-            }
-            Place::Full { table: j, position, offset: 0 } => {
-                let table = self.tables[j].get_or_init(|| {
-                    allocated += (1usize << j) * std::mem::size_of::<OnceLock<Segment<T>>>();
-                    (0..1usize << j).map(|_| OnceLock::new()).collect()
-                });
-                let _ = table[position].set(segment(SEGMENT));
-                allocated += segment_bytes(SEGMENT);
-            }
-            _ => {}
-        }
-        (number, allocated)
+        (number, self.nodes.open(s) + self.items.open(s))
     }
 }
 
-impl<T: Ord> Default for SkipList<T> {
+impl<T: Tagged> Default for SkipList<T> {
     fn default() -> Self {
         Self::new()
     }
@@ -340,9 +392,10 @@ fn place(s: usize) -> Place {
     }
 }
 
-/// The bytes a list of `T` holds per node slot.
+/// The bytes a list of `T` holds per entry: its node and its item's slot.
+#[cfg(test)]
 pub(crate) fn slot_bytes<T>() -> usize {
-    std::mem::size_of::<OnceLock<Node<T>>>()
+    std::mem::size_of::<Node>() + std::mem::size_of::<OnceLock<T>>()
 }
 
 /// A level count with a quarter of the nodes reaching each next level (xorshift64).
@@ -364,6 +417,17 @@ mod tests {
     use proptest::prelude::*;
 
     use super::*;
+
+    /// Four neighbours share a tag: searches settle some comparisons by tag and some by item.
+    impl Tagged for u64 {
+        fn tag(&self) -> Tag {
+            [*self / 4, 0]
+        }
+    }
+
+    fn lower_bound(list: &SkipList<u64>, k: u64) -> Option<Entry<'_, u64>> {
+        list.lower_bound(k.tag(), |i| i.cmp(&k))
+    }
 
     fn items(list: &SkipList<u64>) -> Vec<u64> {
         std::iter::successors(list.first(), |e| e.next()).map(|e| *e.item()).collect()
@@ -397,7 +461,7 @@ mod tests {
                     Op::Insert(k) => { list.insert(k); model.insert(k); }
                     Op::Run(k, n) => for i in 0..u64::from(n) { list.insert(k + i); model.insert(k + i); },
                     Op::Remove(k) => {
-                        if let Some(e) = list.lower_bound(|i| i.cmp(&k)).filter(|e| *e.item() == k) {
+                        if let Some(e) = lower_bound(&list, k).filter(|e| *e.item() == k) {
                             list.remove(&e);
                             list.remove(&e); // a second removal finds nothing to unlink
                         }
@@ -409,10 +473,10 @@ mod tests {
             prop_assert_eq!(list.len(), model.len());
             prop_assert_eq!(list.last().map(|e| *e.item()), model.last().copied());
             for p in probes {
-                prop_assert_eq!(list.lower_bound(|i| i.cmp(&p)).map(|e| *e.item()), model.range(p..).next().copied());
+                prop_assert_eq!(lower_bound(&list, p).map(|e| *e.item()), model.range(p..).next().copied());
                 let before = model.range(..p).next_back().copied();
-                prop_assert_eq!(list.before(|i| i.cmp(&p)).map(|e| *e.item()), before);
-                if let Some(e) = list.lower_bound(|i| i.cmp(&p)) {
+                prop_assert_eq!(list.before(p.tag(), |i| i.cmp(&p)).map(|e| *e.item()), before);
+                if let Some(e) = lower_bound(&list, p) {
                     prop_assert_eq!(e.prev().map(|e| *e.item()), before);
                 }
             }
@@ -437,6 +501,18 @@ mod tests {
         fn cmp(&self, other: &Self) -> Ordering {
             self.0.cmp(&other.0)
         }
+    }
+
+    impl Tagged for Keyed {
+        fn tag(&self) -> Tag {
+            [u64::from(self.0 / 2), 0]
+        }
+    }
+
+    #[test]
+    fn a_hop_reads_one_cache_line() {
+        assert_eq!(std::mem::size_of::<Node>(), 64);
+        assert_eq!(std::mem::align_of::<Node>(), 64);
     }
 
     #[test]

@@ -23,7 +23,7 @@ use std::sync::Arc;
 use bytes::{BufMut, Bytes, BytesMut};
 use parking_lot::Mutex;
 
-use list::{Entry, SkipList};
+use list::{Entry, SkipList, Tag, Tagged};
 
 use crate::cell::{same_bytes, CellType, KeyView};
 use crate::read::cursor::CellCursor;
@@ -57,9 +57,9 @@ fn le_u64(b: &[u8]) -> u64 {
 /// The first sixteen bytes of a row, zero-padded, as two big-endian numbers compared in order:
 /// when two rows' prefixes differ, they order the rows exactly as a byte-wise comparison would.
 /// Sixteen, not eight: rows of one table often share a longer start (a record type and an index
-/// name before the indexed value), and a comparison settled here never touches the arena. Two
-/// `u64`s rather than a `u128`, so a cell handle needs no 16-byte alignment.
-fn row_prefix(row: &[u8]) -> [u64; 2] {
+/// name before the indexed value), and a comparison settled here never leaves the list's nodes
+/// (it is the cells' [`Tag`]).
+fn row_prefix(row: &[u8]) -> Tag {
     let word = |from: usize| {
         let mut a = [0u8; 8];
         let bytes = row.get(from..).unwrap_or_default();
@@ -82,7 +82,6 @@ pub(crate) struct Pruning<'a> {
 /// A cell in the arena: the skiplist's key.
 #[derive(Debug)]
 pub(crate) struct MemCell {
-    prefix: [u64; 2],
     kind: CellType,
     /// Header, row, qualifier and value, in one slice of an arena chunk.
     bytes: Bytes,
@@ -119,7 +118,7 @@ impl MemCell {
 
 /// A seek target, with its row prefix worked out once.
 struct Probe<'a> {
-    prefix: [u64; 2],
+    prefix: Tag,
     key: KeyView<'a>,
 }
 
@@ -128,9 +127,10 @@ impl<'a> Probe<'a> {
         Probe { prefix: row_prefix(key.row), key }
     }
 
-    /// `cell.cmp(target)`: what the list's searches take.
+    /// `cell.cmp(target)` for a cell whose row prefix ties the target's: what the list's
+    /// searches take with the prefix.
     fn order(&self, cell: &MemCell) -> Ordering {
-        cell.prefix.cmp(&self.prefix).then_with(|| cell.view().cmp_internal(&self.key))
+        cell.view().cmp_internal(&self.key)
     }
 }
 
@@ -147,7 +147,15 @@ impl PartialOrd for MemCell {
 }
 impl Ord for MemCell {
     fn cmp(&self, other: &Self) -> Ordering {
-        self.prefix.cmp(&other.prefix).then_with(|| self.view().cmp_internal(&other.view()))
+        self.view().cmp_internal(&other.view())
+    }
+}
+
+/// A cell's tag is its row's prefix: comparisons between rows that differ in their first
+/// sixteen bytes never leave the list's nodes.
+impl Tagged for MemCell {
+    fn tag(&self) -> Tag {
+        row_prefix(self.view().row)
     }
 }
 
@@ -233,7 +241,7 @@ impl Memstore {
             arena.put_slice(value);
             arena.split().freeze()
         };
-        let (entry, allocated) = self.map.insert(MemCell { prefix: row_prefix(key.row), kind: key.kind, bytes });
+        let (entry, allocated) = self.map.insert(MemCell { kind: key.kind, bytes });
         self.charge(allocated);
         if key.kind.is_delete() {
             self.has_markers.store(true, AtomicOrdering::Relaxed);
@@ -294,7 +302,7 @@ impl Memstore {
     /// qualifier, before the row's columns.
     fn row_has_family_marker(&self, row: &[u8]) -> bool {
         let probe = Probe::new(KeyView::first_of_row(row));
-        let first = self.map.lower_bound(|c| probe.order(c));
+        let first = self.map.lower_bound(probe.prefix, |c| probe.order(c));
         std::iter::successors(first, |e| e.next())
             .map_while(|e| {
                 let k = e.item().view();
@@ -363,7 +371,7 @@ impl CellCursor for MemCursor<'_> {
 
     fn seek(&mut self, target: &KeyView<'_>) -> Result<()> {
         let probe = Probe::new(*target);
-        self.cur = self.map.lower_bound(|c| probe.order(c));
+        self.cur = self.map.lower_bound(probe.prefix, |c| probe.order(c));
         self.skip_invisible();
         Ok(())
     }
@@ -373,7 +381,7 @@ impl CellCursor for MemCursor<'_> {
             None => self.map.last(),
             Some(row) => {
                 let probe = Probe::new(KeyView::first_of_row(row));
-                self.map.before(|c| probe.order(c))
+                self.map.before(probe.prefix, |c| probe.order(c))
             }
         };
         // Skip rows whose every cell is newer than the read point. The row is copied out so a
