@@ -110,6 +110,17 @@ pub struct RegionInfo {
     pub writes: u64,
 }
 
+/// Why a write to a region would have to wait.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Pressure {
+    /// Its memstores hold more than their blocking size.
+    pub region_full: bool,
+    /// A family holds more files than `blocking_files`.
+    pub too_many_files: bool,
+    /// All memstores together are over the global budget.
+    pub global_full: bool,
+}
+
 pub(crate) struct EngineInner {
     pub dir: PathBuf,
     pub sst_dir: PathBuf,
@@ -740,24 +751,19 @@ impl EngineInner {
     /// [`Error::RegionTooBusy`] after `write_stall_timeout`; nothing was written.
     pub fn throttle(&self, table: &str, region: &Region) -> Result<()> {
         let o = &self.opts;
-        let region_limit = o.memstore_flush_bytes.saturating_mul(o.memstore_block_multiplier);
         // Read the clock only once a write has to wait: this runs on every write.
         let mut stalled_since: Option<Instant> = None;
         loop {
-            let (memstore, files) = region.pressure();
-            let region_full = memstore > region_limit;
-            let too_many_files = files > o.blocking_files;
-            let global_full = self.memstore_bytes.load(Ordering::Relaxed) > o.global_memstore_bytes;
-            if !(region_full || too_many_files || global_full) || region.is_retired() {
+            let Some(pressure) = self.pressed(region) else {
                 return Ok(());
-            }
-            if region_full {
+            };
+            if pressure.region_full {
                 self.request(table, region, TaskKind::Flush);
             }
-            if too_many_files {
+            if pressure.too_many_files {
                 self.request(table, region, TaskKind::Compact);
             }
-            if global_full {
+            if pressure.global_full {
                 self.flush_largest_regions();
             }
             let started = *stalled_since.get_or_insert_with(Instant::now);
@@ -767,6 +773,19 @@ impl EngineInner {
             }
             self.background.wait_for_progress(Duration::from_millis(50));
         }
+    }
+
+    /// What would make a write to `region` wait; `None` if nothing would.
+    pub fn pressed(&self, region: &Region) -> Option<Pressure> {
+        let o = &self.opts;
+        let (memstore, files) = region.pressure();
+        let pressure = Pressure {
+            region_full: memstore > o.memstore_flush_bytes.saturating_mul(o.memstore_block_multiplier),
+            too_many_files: files > o.blocking_files,
+            global_full: self.memstore_bytes.load(Ordering::Relaxed) > o.global_memstore_bytes,
+        };
+        let pressed = pressure.region_full || pressure.too_many_files || pressure.global_full;
+        (pressed && !region.is_retired()).then_some(pressure)
     }
 
     /// Asks for flushes of the regions holding the most memstore data.

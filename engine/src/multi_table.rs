@@ -21,6 +21,8 @@ use crate::cell::{check_row, MAX_WRITE_LEN};
 use crate::descriptor::{Durability, TableDescriptor};
 use crate::engine::Engine;
 use crate::mutation::{Mutation, RowCondition, RowMutations};
+use crate::query::Get;
+use crate::read::row_buf::FromScannedRow;
 use crate::region::Region;
 use crate::table::{stronger, Table};
 use crate::wal::{encode_regions, WalEdit};
@@ -84,9 +86,30 @@ struct Target<'a> {
     mutations: u64,
 }
 
-/// The regions a write changed, and the last sequence number it used (`None`: a condition
-/// failed and nothing was written).
-type Written<'a> = (Vec<Target<'a>>, Option<u64>);
+/// A mutation checked against its tables: their descriptors (by position) and the durability
+/// its strongest table asks for.
+struct Checked {
+    descs: Vec<Arc<TableDescriptor>>,
+    durability: Durability,
+}
+
+/// A mutation's rows and conditions routed to the regions holding them.
+struct Routed<'m> {
+    targets: Vec<Target<'m>>,
+    /// The target of each row, in the mutation's order.
+    rows: Vec<usize>,
+    /// The target of each condition, in the mutation's order.
+    conditions: Vec<usize>,
+}
+
+/// How one try of [`Engine::read_then_mutate`] ended.
+enum Try {
+    /// `build` declined (`None`), or the mutation was applied or its conditions failed.
+    Done(Option<bool>),
+    /// The mutation needed regions the try could not lock in order, or one was retired: the
+    /// next try locks these (with their tables' names) before it reads.
+    Again(Vec<(String, Arc<Region>)>),
+}
 
 impl Engine {
     /// Applies `m` atomically if every condition holds; returns whether it did. Conditions see
@@ -100,6 +123,132 @@ impl Engine {
     /// [`Error::ReadOnly`] and I/O errors from the log. Nothing is written on error, except that
     /// an `FsyncWal` write whose fsync fails may be applied (as for every write).
     pub fn mutate_tables(&self, m: MultiTableMutation) -> Result<bool> {
+        let checked = self.check_mutation(&m)?;
+        loop {
+            let mut routed = self.route(&m, None)?;
+            for t in &routed.targets {
+                self.inner.throttle(t.table.name(), &t.region)?;
+            }
+            // Region-id order: two writes locking overlapping sets cannot wait on each other.
+            let mut regions: Vec<Arc<Region>> = routed.targets.iter().map(|t| Arc::clone(&t.region)).collect();
+            regions.sort_by_key(|r| r.id);
+            let locks: Vec<_> = regions.iter().map(|r| r.write_lock.lock()).collect();
+            if regions.iter().any(|r| r.is_retired()) {
+                continue;
+            }
+            let last_seq = self.apply_locked(&m, &checked, &mut routed)?;
+            drop(locks);
+            return self.finish(&checked, &routed.targets, last_seq);
+        }
+    }
+
+    /// Reads `get`'s row and applies the mutation `build` makes of it, with the row's region
+    /// write-locked from the read to the write: no other write to the row comes between, so
+    /// the mutation needs no condition on what was read (a read-modify-write in one step, as
+    /// an HBase coprocessor does it under the row lock). The mutation is applied as
+    /// [`Engine::mutate_tables`] applies one, conditions included.
+    ///
+    /// `build` gets the row as the read returns it (`None`: no cells) and returns `None` to
+    /// write nothing. It runs with region locks held, so it must not call the engine; and it may
+    /// run more than once: when its mutation needs a region another writer holds out of lock
+    /// order, or one that must first wait for a flush, the locks are released and the read
+    /// taken again with every region locked in order.
+    ///
+    /// Returns `None` if `build` declined, otherwise whether the mutation's conditions held
+    /// and it was applied.
+    ///
+    /// # Errors
+    /// As [`Table::get`] for the read and [`Engine::mutate_tables`] for the mutation; nothing
+    /// is written on error (but as there, after an `FsyncWal` fsync failure).
+    pub fn read_then_mutate<R: FromScannedRow>(
+        &self,
+        table: &Table,
+        get: &Get,
+        mut build: impl FnMut(Option<R>) -> Option<MultiTableMutation>,
+    ) -> Result<Option<bool>> {
+        if !table.belongs_to(&self.inner) {
+            return Err(Error::invalid("table", format!("table `{}` belongs to another engine", table.name())));
+        }
+        let desc = table.check_usable()?;
+        check_row(&get.row)?;
+        table.check_spec(&desc, &get.spec)?;
+        let mut first = Vec::new();
+        loop {
+            match self.try_read_then_mutate(table, get, &first, &mut build)? {
+                Try::Done(outcome) => return Ok(outcome),
+                Try::Again(regions) => first = regions,
+            }
+        }
+    }
+
+    /// One try of [`Engine::read_then_mutate`], locking `first` (and the row's region) before
+    /// it reads.
+    fn try_read_then_mutate<R: FromScannedRow>(
+        &self,
+        table: &Table,
+        get: &Get,
+        first: &[(String, Arc<Region>)],
+        build: &mut impl FnMut(Option<R>) -> Option<MultiTableMutation>,
+    ) -> Result<Try> {
+        let home = table.region(&get.row)?;
+        let mut held: Vec<(&str, &Arc<Region>)> = first.iter().map(|(name, r)| (name.as_str(), r)).collect();
+        if !held.iter().any(|(_, r)| r.id == home.id) {
+            held.push((table.name(), &home));
+        }
+        held.sort_by_key(|(_, r)| r.id);
+        for (name, region) in &held {
+            self.inner.throttle(name, region)?;
+        }
+        let locks: Vec<_> = held.iter().map(|(_, r)| r.write_lock.lock()).collect();
+        if held.iter().any(|(_, r)| r.is_retired()) {
+            return Ok(Try::Again(Vec::new()));
+        }
+        let row = table.get_in_region_as::<R>(&home, get, self.inner.opts.clock.now_ms())?;
+        home.counters.reads.fetch_add(1, Ordering::Relaxed);
+        let Some(m) = build(row) else {
+            return Ok(Try::Done(None));
+        };
+        let checked = self.check_mutation(&m)?;
+        let mut routed = self.route(&m, Some((table, &home)))?;
+        // The regions the mutation needs beyond those held, locked in id order above the
+        // highest held; below it only if free. A region another writer holds there, or one
+        // that would make the write wait, sends the write back to wait and lock in order.
+        let mut more: Vec<(&str, Arc<Region>)> = routed
+            .targets
+            .iter()
+            .filter(|t| !held.iter().any(|(_, r)| r.id == t.region.id))
+            .map(|t| (t.table.name(), Arc::clone(&t.region)))
+            .collect();
+        more.sort_by_key(|(_, r)| r.id);
+        let mut top = held.iter().map(|(_, r)| r.id).max().unwrap_or(0);
+        let mut more_locks = Vec::with_capacity(more.len());
+        for (_, region) in &more {
+            let lock = if self.inner.pressed(region).is_some() {
+                None
+            } else if region.id > top {
+                Some(region.write_lock.lock())
+            } else {
+                region.write_lock.try_lock()
+            };
+            match lock {
+                Some(lock) if !region.is_retired() => {
+                    more_locks.push(lock);
+                    top = top.max(region.id);
+                }
+                _ => {
+                    let held = held.iter().map(|(name, r)| (name.to_string(), Arc::clone(r)));
+                    let more = more.iter().map(|(name, r)| (name.to_string(), Arc::clone(r)));
+                    return Ok(Try::Again(held.chain(more).collect()));
+                }
+            }
+        }
+        let last_seq = self.apply_locked(&m, &checked, &mut routed)?;
+        drop((more_locks, locks));
+        Ok(Try::Done(Some(self.finish(&checked, &routed.targets, last_seq)?)))
+    }
+
+    /// Checks `m` against its tables before anything is locked or written.
+    fn check_mutation(&self, m: &MultiTableMutation) -> Result<Checked> {
         if m.rows.is_empty() {
             return Err(Error::invalid("rows", "a multi-table mutation needs at least one row"));
         }
@@ -120,78 +269,66 @@ impl Engine {
             check_row(&c.row)?;
             m.tables[*t].check_family(&descs[*t], &c.family)?;
         }
-        let (targets, last_seq) = loop {
-            if let Some(done) = self.try_mutate_tables(&m, &descs, durability)? {
-                break done;
-            }
-        };
-        let Some(last_seq) = last_seq else {
-            return Ok(false);
-        };
-        if durability == Durability::FsyncWal && last_seq > 0 {
-            self.inner.wal.sync_to(last_seq)?;
-        }
-        for t in &targets {
-            t.region.counters.writes.fetch_add(t.mutations, Ordering::Relaxed);
-            self.inner.after_write(t.table.name(), &t.region);
-        }
-        Ok(true)
+        Ok(Checked { descs, durability })
     }
 
-    /// One try: locks the regions the rows route to, checks, logs, applies and publishes.
-    /// `None` if a split retired a region meanwhile (route again); otherwise the regions written
-    /// and the last sequence number (`None`: a condition failed, nothing written).
-    fn try_mutate_tables<'m>(
-        &self,
-        m: &'m MultiTableMutation,
-        descs: &'m [Arc<TableDescriptor>],
-        durability: Durability,
-    ) -> Result<Option<Written<'m>>> {
+    /// The regions `m`'s rows and conditions lie in; `known`, a region of a table found
+    /// already, spares a look-up for the rows it holds.
+    fn route<'m>(&self, m: &'m MultiTableMutation, known: Option<(&Table, &Arc<Region>)>) -> Result<Routed<'m>> {
         let mut targets: Vec<Target<'m>> = Vec::new();
         let mut route = |table: &'m Table, row: &[u8]| -> Result<usize> {
-            let region = table.region(row)?;
+            // A mutation's rows and conditions share regions (a data row and the check on it):
+            // the regions found so far answer most of them without the table's region map.
+            let found = |t: &Target<'_>| t.table.same_table(table) && t.region.contains(row);
+            if let Some(i) = targets.iter().position(found) {
+                return Ok(i);
+            }
+            let region = match known {
+                Some((t, region)) if t.same_table(table) && region.contains(row) => Arc::clone(region),
+                _ => table.region(row)?,
+            };
             if let Some(i) = targets.iter().position(|t| t.region.id == region.id) {
                 return Ok(i);
             }
             targets.push(Target { region, table, edits: Vec::new(), mutations: 0 });
             Ok(targets.len() - 1)
         };
-        let row_targets: Vec<usize> =
-            m.rows.iter().map(|(t, rm)| route(&m.tables[*t], &rm.row)).collect::<Result<_>>()?;
-        let condition_targets: Vec<usize> =
-            m.conditions.iter().map(|(t, c)| route(&m.tables[*t], &c.row)).collect::<Result<_>>()?;
-        for t in &targets {
-            self.inner.throttle(t.table.name(), &t.region)?;
-        }
-        // Region-id order: two writes locking overlapping sets cannot wait on each other.
-        let mut order: Vec<usize> = (0..targets.len()).collect();
-        order.sort_by_key(|&i| targets[i].region.id);
-        let regions: Vec<Arc<Region>> = order.iter().map(|&i| targets[i].region.clone()).collect();
-        let _locks: Vec<_> = regions.iter().map(|r| r.write_lock.lock()).collect();
-        if regions.iter().any(|r| r.is_retired()) {
-            return Ok(None);
-        }
+        let rows = m.rows.iter().map(|(t, rm)| route(&m.tables[*t], &rm.row)).collect::<Result<_>>()?;
+        let conditions = m.conditions.iter().map(|(t, c)| route(&m.tables[*t], &c.row)).collect::<Result<_>>()?;
+        Ok(Routed { targets, rows, conditions })
+    }
+
+    /// Checks `m`'s conditions, then logs, applies and publishes its edits, with every routed
+    /// region's write lock held. The last sequence number used (0: nothing to write), or
+    /// `None` if a condition failed and nothing was written.
+    fn apply_locked<'m>(
+        &self,
+        m: &'m MultiTableMutation,
+        checked: &'m Checked,
+        routed: &mut Routed<'m>,
+    ) -> Result<Option<u64>> {
+        let targets = &mut routed.targets;
         let now = self.inner.opts.clock.now_ms();
-        for ((t, c), &i) in m.conditions.iter().zip(&condition_targets) {
+        for ((t, c), &i) in m.conditions.iter().zip(&routed.conditions) {
             let current = m.tables[*t].read_row_locked(&targets[i].region, &c.row, &c.family, &c.qualifier, now)?;
             if !c.holds(current.as_ref().map(|cell| cell.value.as_ref())) {
-                return Ok(Some((Vec::new(), None)));
+                return Ok(None);
             }
         }
         let mut offset = 0u32;
-        for ((t, rm), &i) in m.rows.iter().zip(&row_targets) {
+        for ((t, rm), &i) in m.rows.iter().zip(&routed.rows) {
             let target = &mut targets[i];
             for mutation in &rm.mutations {
-                target.table.resolve(&target.region, &descs[*t], mutation, offset, now, &mut target.edits)?;
+                target.table.resolve(&target.region, &checked.descs[*t], mutation, offset, now, &mut target.edits)?;
                 offset += 1;
             }
             target.mutations += 1;
         }
         targets.retain(|t| !t.edits.is_empty());
         if targets.is_empty() {
-            return Ok(Some((targets, Some(0))));
+            return Ok(Some(0));
         }
-        let payload = if durability == Durability::SkipWal {
+        let payload = if checked.durability == Durability::SkipWal {
             Vec::new()
         } else {
             let batches: Vec<(u64, &[WalEdit<'_>])> = targets.iter().map(|t| (t.region.id, &t.edits[..])).collect();
@@ -202,13 +339,85 @@ impl Engine {
             return Err(Error::invalid("mutations", reason));
         }
         let _gate = self.inner.apply_gate.read();
-        let first = self.inner.wal.append(offset, &payload, durability)?;
-        for t in &targets {
+        let first = self.inner.wal.append(offset, &payload, checked.durability)?;
+        for t in targets.iter() {
             t.region.apply(first, &t.edits);
         }
         let last = first + u64::from(offset.max(1)) - 1;
         let written: Vec<&Region> = targets.iter().map(|t| &*t.region).collect();
         Region::publish_together(&written, last);
-        Ok(Some((targets, Some(last))))
+        Ok(Some(last))
+    }
+
+    /// After the locks are released: syncs the log if the write asked for it, counts the
+    /// write and lets the regions written flush or split. Whether the write was applied.
+    fn finish(&self, checked: &Checked, targets: &[Target<'_>], last_seq: Option<u64>) -> Result<bool> {
+        let Some(last_seq) = last_seq else {
+            return Ok(false);
+        };
+        if checked.durability == Durability::FsyncWal && last_seq > 0 {
+            self.inner.wal.sync_to(last_seq)?;
+        }
+        for t in targets {
+            t.region.counters.writes.fetch_add(t.mutations, Ordering::Relaxed);
+            self.inner.after_write(t.table.name(), &t.region);
+        }
+        Ok(true)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    use std::sync::mpsc;
+
+    use super::*;
+    use crate::{EngineOptions, FamilyDescriptor, Put, RowResult};
+
+    fn put(row: &str, value: &str) -> RowMutations {
+        RowMutations::new(row.to_string()).with(Put::new(row.to_string()).add("f", "q", value.to_string()))
+    }
+
+    /// The index table's region has a lower id than the data row's, and another writer holds
+    /// it: the write cannot wait for it while holding the data row's region (that order could
+    /// deadlock), so it lets go, locks both in order once the other writer is done, reads the
+    /// row again and builds again.
+    #[test]
+    fn a_region_held_out_of_order_sends_the_write_back_to_lock_in_order() {
+        let dir = tempfile::tempdir().unwrap();
+        let engine = Engine::open(dir.path(), EngineOptions::default()).unwrap();
+        for name in ["index", "data"] {
+            engine.create_table(TableDescriptor::new(name).family(FamilyDescriptor::new("f"))).unwrap();
+        }
+        let (index, data) = (engine.table("index").unwrap(), engine.table("data").unwrap());
+        let index_region = index.region(b"i").unwrap();
+        assert!(index_region.id < data.region(b"a").unwrap().id);
+        let builds = AtomicU32::new(0);
+        let (holding, held) = mpsc::channel();
+        std::thread::scope(|s| {
+            let other = s.spawn(|| {
+                let _lock = index_region.write_lock.lock();
+                holding.send(()).unwrap();
+                // Until the write has built once and met the held lock.
+                while builds.load(Ordering::SeqCst) == 0 {
+                    std::thread::yield_now();
+                }
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            });
+            held.recv().unwrap();
+            let written = engine
+                .read_then_mutate::<RowResult>(&data, &Get::new("a"), |row| {
+                    builds.fetch_add(1, Ordering::SeqCst);
+                    assert!(row.is_none());
+                    Some(MultiTableMutation::new().row(&data, put("a", "1")).row(&index, put("i", "a")))
+                })
+                .unwrap();
+            assert_eq!(written, Some(true));
+            other.join().unwrap();
+        });
+        assert_eq!(builds.load(Ordering::SeqCst), 2, "built, sent back, built again with both locked");
+        let read = |t: &Table, row: &str| t.get(Get::new(row.to_string())).unwrap().value(b"f", b"q").cloned();
+        assert_eq!(read(&data, "a").as_deref(), Some(&b"1"[..]));
+        assert_eq!(read(&index, "i").as_deref(), Some(&b"a"[..]));
     }
 }

@@ -95,7 +95,8 @@ impl TableState {
     pub fn region_for(&self, row: &[u8]) -> Option<Arc<Region>> {
         let regions = self.regions.read();
         // Regions are sorted by start key and tile the key space.
-        let i = regions.partition_point(|r| r.start.as_ref() <= row);
+        // (An empty start is tested, not compared: see `Region::contains`.)
+        let i = regions.partition_point(|r| r.start.is_empty() || r.start.as_ref() <= row);
         regions.get(i.checked_sub(1)?).filter(|r| r.contains(row)).cloned()
     }
 }
@@ -107,7 +108,7 @@ pub struct Table {
     _life: Arc<Lifeline>,
     engine: Arc<EngineInner>,
     state: Arc<TableState>,
-    name: String,
+    name: Arc<str>,
 }
 
 impl std::fmt::Debug for Table {
@@ -118,7 +119,7 @@ impl std::fmt::Debug for Table {
 
 impl Table {
     pub(crate) fn new(life: Arc<Lifeline>, engine: Arc<EngineInner>, state: Arc<TableState>) -> Table {
-        let name = state.descriptor().name;
+        let name = state.descriptor().name.into();
         Table { _life: life, engine, state, name }
     }
 
@@ -144,23 +145,23 @@ impl Table {
 
     pub(crate) fn check_usable(&self) -> Result<Arc<TableDescriptor>> {
         if self.state.dropped.load(Ordering::Acquire) {
-            return Err(Error::TableNotFound(self.name.clone()));
+            return Err(Error::TableNotFound(self.name.to_string()));
         }
         if !self.state.is_enabled() {
-            return Err(Error::TableDisabled(self.name.clone()));
+            return Err(Error::TableDisabled(self.name.to_string()));
         }
         Ok(self.state.shared_descriptor())
     }
 
     pub(crate) fn check_family(&self, desc: &TableDescriptor, family: &[u8]) -> Result<()> {
         if desc.get_family(family).is_none() {
-            return Err(Error::FamilyNotFound { table: self.name.clone(), family: to_printable(family) });
+            return Err(Error::FamilyNotFound { table: self.name.to_string(), family: to_printable(family) });
         }
         Ok(())
     }
 
     pub(crate) fn region(&self, row: &[u8]) -> Result<Arc<Region>> {
-        self.state.region_for(row).ok_or_else(|| Error::TableNotFound(self.name.clone()))
+        self.state.region_for(row).ok_or_else(|| Error::TableNotFound(self.name.to_string()))
     }
 
     /// Checks a mutation against the schema before anything is written.
@@ -719,7 +720,7 @@ impl Table {
         let (region, last_seq) = self.locked(&first, |region| {
             if let Some(other) = rows().find(|r| !region.contains(r)) {
                 return Err(Error::RowsSpanRegions {
-                    table: self.name.clone(),
+                    table: self.name.to_string(),
                     first: to_printable(&first),
                     other: to_printable(other),
                 });
@@ -742,7 +743,7 @@ impl Table {
         Ok(true)
     }
 
-    fn check_spec(&self, desc: &TableDescriptor, spec: &ReadSpec) -> Result<()> {
+    pub(crate) fn check_spec(&self, desc: &TableDescriptor, spec: &ReadSpec) -> Result<()> {
         for (f, _) in &spec.columns.entries {
             self.check_family(desc, f)?;
         }
@@ -755,7 +756,12 @@ impl Table {
     }
 
     /// The row `get` reads, built as `R`; `None` if the read returns no row.
-    fn get_in_region_as<R: FromScannedRow>(&self, region: &Region, get: &Get, now: u64) -> Result<Option<R>> {
+    pub(crate) fn get_in_region_as<R: FromScannedRow>(
+        &self,
+        region: &Region,
+        get: &Get,
+        now: u64,
+    ) -> Result<Option<R>> {
         let snap = region.snapshot();
         let range = RowRange::single(get.row.clone());
         let read = RowRead { range: &range, reversed: false, spec: &get.spec, now, point_row: Some(&get.row) };

@@ -36,16 +36,16 @@ pub(crate) fn instance() -> u64 {
     })
 }
 
-/// A random token, new on every call: no two writes share one.
+/// A random token, new on every call: no two writes share one. This process's random
+/// [`instance`] plus a counter, through a bijective mix (splitmix64's finalizer): tokens of one
+/// process never repeat, and two processes' meet only by 64-bit chance.
 pub(crate) fn token() -> u64 {
     static COUNTER: AtomicU64 = AtomicU64::new(0);
-    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-    h.write_u64(COUNTER.fetch_add(1, Ordering::Relaxed));
-    h.write_u64(instance());
-    if let Ok(t) = SystemTime::now().duration_since(UNIX_EPOCH) {
-        h.write_u128(t.as_nanos());
-    }
-    h.finish()
+    let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+    let mut z = instance().wrapping_add(n.wrapping_mul(0x9e37_79b9_7f4a_7c15));
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
 }
 
 /// Writers of this process at work right now, by serial.
@@ -86,5 +86,20 @@ pub(crate) fn gone(owner: (u64, u64), deadline_ms: u64, guarantees: Guarantees) 
         true
     } else {
         now_ms() >= deadline_ms
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tokens_do_not_repeat_and_spread_over_all_bits() {
+        let tokens: Vec<u64> = (0..100_000).map(|_| token()).collect();
+        let distinct: HashSet<u64> = tokens.iter().copied().collect();
+        assert_eq!(distinct.len(), tokens.len());
+        // Consecutive counters give unrelated tokens: every bit is set in some and clear in others.
+        let (any, all) = tokens.iter().fold((0u64, u64::MAX), |(any, all), t| (any | t, all & t));
+        assert_eq!((any, all), (u64::MAX, 0));
     }
 }

@@ -83,4 +83,13 @@ impl Store for Hooked {
     fn commit(&self, commit: Commit) -> Result<bool> {
         self.inner.commit(commit)
     }
+    fn read_and_commit(
+        &self,
+        table: &str,
+        row: &Bytes,
+        read: &ReadSpec,
+        build: &mut dyn FnMut(Option<&Row>) -> Option<Commit>,
+    ) -> Result<Option<bool>> {
+        self.inner.read_and_commit(table, row, read, build)
+    }
 }

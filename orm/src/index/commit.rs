@@ -1,16 +1,20 @@
 //! Indexed writes on a store with atomic commits ([`Guarantees::atomic_commits`], the embedded
 //! engine): the data row and its index rows change in one commit, so index rows are written
-//! verified and no reader ever meets a mark of this write. A put costs one read of the data row
-//! and one commit, where the general protocol (`write`) needs a read and three conditional
-//! writes.
+//! verified and no reader ever meets a mark of this write. A put is one store call, a read of
+//! the data row and a commit made from it with the row held in between
+//! ([`Store::read_and_commit`], which on the embedded engine reads under the region's write
+//! lock, as an HBase coprocessor maintains an index under the row lock), where the general
+//! protocol (`write`) needs a read and three conditional writes.
 //!
-//! The commit holds only if the data row still has the write token that was read (as in step
-//! 3 of the general protocol), each new unique value's row is free (or, when only copied
-//! columns change, still names this entity), and each old unique value's row still names this
-//! entity. When a condition fails — another writer changed the row, or a unique value is taken,
-//! perhaps by a claim a crashed writer left — the write goes the general way, which tells those
-//! cases apart and reclaims what can be reclaimed.
+//! The commit holds only if each new unique value's row is free (or, when only copied columns
+//! change, still names this entity) and each old unique value's row still names this entity.
+//! A batch (`batch`) reads its rows first and commits them later, so its commits also check
+//! that each data row still has the write token that was read (as step 3 of the general
+//! protocol does). When a condition fails — another writer changed the row, or a unique value
+//! is taken, perhaps by a claim a crashed writer left — the write goes the general way, which
+//! tells those cases apart and reclaims what can be reclaimed.
 //!
+//! [`Store::read_and_commit`]: crate::store::Store::read_and_commit
 //! [`Guarantees::atomic_commits`]: crate::store::Guarantees::atomic_commits
 
 use std::collections::HashSet;
@@ -22,6 +26,16 @@ use super::write::{Change, IndexedWrite};
 use crate::store::{CellMutation, Commit, Row, RowCheck, RowMutation};
 use crate::writer;
 use crate::Result;
+
+/// Whether the store holds the data row between the read a commit is made from and the
+/// commit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Held {
+    /// [`crate::store::Store::read_and_commit`]: nothing can change the row meanwhile.
+    Yes,
+    /// A read, then a commit: another writer may change the row in between.
+    No,
+}
 
 /// The most a commit may carry, as [`IndexedWrite::commit_bytes`] estimates it: far below what
 /// one engine write may carry, so a very large write takes the protocol instead of failing.
@@ -56,46 +70,68 @@ impl IndexedWrite<'_> {
         data.saturating_mul(1 + 2 * self.schema.indexes.len())
     }
 
-    /// Runs the write as one commit (`new`: the entries the new values imply). `Some(changed)`
-    /// if it is done — applied, or a delete of a missing row — and `None` if a condition failed.
+    /// Runs the write as one commit (`new`: the entries the new values imply), made from the
+    /// data row as the store reads it with nothing written to it meanwhile
+    /// ([`Store::read_and_commit`]). `Some(changed)` if it is done — applied, or a delete of a
+    /// missing row — and `None` if a condition failed.
     ///
     /// # Errors
     /// [`crate::Error::VersionConflict`] for a save whose version is not the stored one; store
     /// errors (nothing written).
+    ///
+    /// [`Store::read_and_commit`]: crate::store::Store::read_and_commit
     pub(super) fn try_commit(&self, new: &[Option<Entry>]) -> Result<Option<bool>> {
-        let old = self.store.read_rows(self.schema.table, std::slice::from_ref(&self.row), &self.schema.read_spec())?;
-        let old = old.into_iter().flatten().next();
-        self.check_version(old.as_ref())?;
-        if old.is_none() && matches!(self.change, Change::Delete) {
-            return Ok(Some(false));
+        // What `build` found, for after the store call: it runs under the store's locks.
+        let mut settled: Result<Option<bool>> = Ok(None);
+        let mut changed = false;
+        let spec = self.schema.read_spec();
+        let applied = self.store.read_and_commit(self.schema.table, &self.row, &spec, &mut |old| {
+            settled = Ok(None);
+            if let Err(e) = self.check_version(old) {
+                settled = Err(e);
+                return None;
+            }
+            if old.is_none() && matches!(self.change, Change::Delete) {
+                settled = Ok(Some(false));
+                return None;
+            }
+            let mut commit = Commit::default();
+            changed = self.stage(old, new, &mut commit, None, Held::Yes)?;
+            Some(commit)
+        })?;
+        match applied {
+            Some(applied) => Ok(applied.then_some(changed)),
+            None => settled,
         }
-        let mut commit = Commit::default();
-        let Some(changed) = self.stage(old.as_ref(), new, &mut commit, &mut HashSet::new()) else {
-            return Ok(None);
-        };
-        Ok(self.store.commit(commit)?.then_some(changed))
     }
 
     /// Adds this write's checks and rows to `commit`, from the data row as read (`old`), and
-    /// returns whether it changes an index row. `keys` holds the index rows the commit already
-    /// writes; `None` (and `commit` unchanged) if this write would write one of them too: its
-    /// checks would not see the other write's change.
+    /// returns whether it changes an index row. With other writes in the commit, `keys` holds
+    /// the index rows they write: `None` (and `commit` unchanged) if this write would write one
+    /// of them too, as its checks would not see the other write's change. Unless the store
+    /// holds the data row from the read to the commit (`held`), the commit checks that the row
+    /// still has the write token that was read.
     pub(super) fn stage(
         &self,
         old: Option<&Row>,
         new: &[Option<Entry>],
         commit: &mut Commit,
-        keys: &mut HashSet<Bytes>,
+        keys: Option<&mut HashSet<Bytes>>,
+        held: Held,
     ) -> Option<bool> {
         let plan = self.plan(old, new);
-        let mine: HashSet<&Bytes> = plan.additions.iter().chain(&plan.removals).map(|e| &e.key).collect();
-        if mine.iter().any(|k| keys.contains(*k)) {
-            return None;
+        if let Some(keys) = keys {
+            let mine: HashSet<&Bytes> = plan.additions.iter().chain(&plan.removals).map(|e| &e.key).collect();
+            if mine.iter().any(|k| keys.contains(*k)) {
+                return None;
+            }
+            keys.extend(mine.into_iter().cloned());
         }
-        keys.extend(mine.into_iter().cloned());
         let (table, index_table) = (self.schema.table, self.index_table());
         let unique = |e: &Entry| self.schema.indexes[e.index].unique;
-        commit.check(table, RowCheck { row: self.row.clone(), condition: self.token_condition(old) });
+        if held == Held::No {
+            commit.check(table, RowCheck { row: self.row.clone(), condition: self.token_condition(old) });
+        }
         for a in plan.additions.iter().filter(|a| unique(a)) {
             let condition =
                 if plan.same_key.contains(&a.key) { entry::primary_is(&a.primary) } else { entry::state_is(None) };

@@ -63,7 +63,8 @@ pub(crate) struct Entry {
 
 /// The start of every row of `index`: `[record type] name 00`.
 pub(crate) fn index_prefix(schema: &Schema, index: &IndexSpec) -> Vec<u8> {
-    let mut key = Vec::with_capacity(index.name.len() + 2);
+    // Room for the values and a primary key after the prefix, so the key is allocated once.
+    let mut key = Vec::with_capacity(usize::from(schema.record_type.is_some()) + index.name.len() + 1 + 64);
     key.extend(schema.record_type);
     key.extend_from_slice(index.name.as_bytes());
     key.push(0);
@@ -80,15 +81,13 @@ fn copy_qualifier(column: &ColumnSpec) -> Bytes {
 }
 
 /// The columns an index row copies: the parts', then the included ones, each once.
-fn copied(schema: &'static Schema, index: &IndexSpec) -> impl Iterator<Item = &'static ColumnSpec> {
-    let mut positions: Vec<usize> = index.parts.iter().map(|p| p.column).chain(index.include.iter().copied()).collect();
-    let mut seen = Vec::new();
-    positions.retain(|c| {
-        let first = !seen.contains(c);
-        seen.push(*c);
-        first
-    });
-    positions.into_iter().map(move |c| &schema.columns[c])
+fn copied(schema: &'static Schema, index: &'static IndexSpec) -> impl Iterator<Item = &'static ColumnSpec> {
+    let parts = index.parts.iter().map(|p| p.column);
+    let first_of_part = |i: usize, c: usize| !index.parts[..i].iter().any(|p| p.column == c);
+    let included = |i: usize, c: usize| !index.parts.iter().any(|p| p.column == c) && !index.include[..i].contains(&c);
+    let parts = parts.enumerate().filter(move |&(i, c)| first_of_part(i, c)).map(|(_, c)| c);
+    let include = index.include.iter().copied().enumerate().filter(move |&(i, c)| included(i, c)).map(|(_, c)| c);
+    parts.chain(include).map(move |c| &schema.columns[c])
 }
 
 /// The key of the entry of index `position` for the data row `primary` whose columns `cell`
@@ -241,23 +240,21 @@ pub(crate) fn parse_row(row: &Row) -> Option<IndexRow> {
     Some(IndexRow { key: row.key.clone(), state: parse_state(&state_bytes)?, state_bytes, primary: primary?, cells })
 }
 
-fn put(qualifier: &[u8], value: Bytes) -> CellMutation {
-    CellMutation::Put {
-        family: Bytes::from_static(FAMILY.as_bytes()),
-        qualifier: Bytes::copy_from_slice(qualifier),
-        value,
-        timestamp: None,
-    }
+fn put(qualifier: Bytes, value: Bytes) -> CellMutation {
+    CellMutation::Put { family: Bytes::from_static(FAMILY.as_bytes()), qualifier, value, timestamp: None }
 }
 
 /// The mutations that write `entry` with `state`: state, primary key, copies, and deletes of
 /// copies the entry no longer has (an included column that became absent).
 pub(crate) fn write_entry(schema: &'static Schema, entry: &Entry, state: Bytes) -> Vec<CellMutation> {
-    let mut m = vec![put(STATE, state), put(PRIMARY, entry.primary.clone())];
-    for column in copied(schema, &schema.indexes[entry.index]) {
+    let index = &schema.indexes[entry.index];
+    let mut m = Vec::with_capacity(2 + index.parts.len() + index.include.len());
+    m.push(put(Bytes::from_static(STATE), state));
+    m.push(put(Bytes::from_static(PRIMARY), entry.primary.clone()));
+    for column in copied(schema, index) {
         let qualifier = copy_qualifier(column);
         match entry.cells.iter().find(|(q, _)| *q == qualifier) {
-            Some((_, value)) => m.push(put(&qualifier, value.clone())),
+            Some((_, value)) => m.push(put(qualifier, value.clone())),
             None => m.push(CellMutation::DeleteColumn { family: Bytes::from_static(FAMILY.as_bytes()), qualifier }),
         }
     }
@@ -266,13 +263,13 @@ pub(crate) fn write_entry(schema: &'static Schema, entry: &Entry, state: Bytes) 
 
 /// Only the state cell.
 pub(crate) fn write_state(state: Bytes) -> CellMutation {
-    put(STATE, state)
+    put(Bytes::from_static(STATE), state)
 }
 
 /// The state and primary key: a mark on a row that may have been deleted meanwhile still
 /// leaves a row readers can settle.
 pub(crate) fn write_mark(primary: &Bytes, state: Bytes) -> Vec<CellMutation> {
-    vec![put(STATE, state), put(PRIMARY, primary.clone())]
+    vec![put(Bytes::from_static(STATE), state), put(Bytes::from_static(PRIMARY), primary.clone())]
 }
 
 /// A condition on an index row's state cell: `Some(bytes)` equal, `None` absent.

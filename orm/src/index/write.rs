@@ -236,11 +236,15 @@ impl IndexedWrite<'_> {
 
     /// The data row's mutation: the change and a new write token.
     pub(super) fn data_mutation(&self, token: u64) -> RowMutation {
-        let mut mutations = match &self.change {
-            Change::Put(m) => m.clone(),
-            Change::Delete => vec![CellMutation::DeleteRow],
-            Change::Rebuild(_) => Vec::new(),
-        };
+        let mut mutations = Vec::with_capacity(match &self.change {
+            Change::Put(m) => m.len() + 1,
+            _ => 1,
+        });
+        match &self.change {
+            Change::Put(m) => mutations.extend_from_slice(m),
+            Change::Delete => mutations.push(CellMutation::DeleteRow),
+            Change::Rebuild(_) => {}
+        }
         if !matches!(self.change, Change::Delete) {
             mutations.push(CellMutation::Put {
                 family: Bytes::from_static(self.default_family().as_bytes()),

@@ -148,6 +148,7 @@ fn encode_bytes(bytes: &[u8], form: Form, part: &'static str, out: &mut Vec<u8>)
     match form {
         Form::Last => out.extend_from_slice(bytes),
         Form::Delimited => {
+            out.reserve(bytes.len() + 2);
             for &b in bytes {
                 out.push(b);
                 if b == 0 {

@@ -362,21 +362,65 @@ impl Store for EmbeddedStore {
 
     fn commit(&self, commit: Commit) -> Result<bool> {
         let tables: Vec<Arc<Table>> = commit.tables.iter().map(|t| self.table(t)).collect::<Result<_>>()?;
-        let table = |t: usize| {
-            tables.get(t).ok_or_else(|| Error::InvalidArgument {
-                arg: "commit",
-                reason: format!("table position {t}, but the commit names {} tables", tables.len()),
-            })
-        };
-        let mut m = MultiTableMutation::new();
-        for (t, check) in commit.checks {
-            m = m.condition(table(t)?, row_condition(check));
-        }
-        for (t, row) in commit.rows {
-            m = m.row(table(t)?, row_mutations(row));
-        }
-        Ok(self.engine.mutate_tables(m)?)
+        Ok(self.engine.mutate_tables(multi_table(commit, &tables)?)?)
     }
+
+    fn read_and_commit(
+        &self,
+        table: &str,
+        row: &Bytes,
+        read: &ReadSpec,
+        build: &mut dyn FnMut(Option<&Row>) -> Option<Commit>,
+    ) -> Result<Option<bool>> {
+        let t = self.table(table)?;
+        let get = apply_read(Get::new(row.clone()), read);
+        loop {
+            // `build` runs under the engine's locks, where tables are taken only from this
+            // store's cache: a table not used before sends the write back to look it up.
+            let mut uncached = None;
+            let mut invalid = None;
+            let outcome = self.engine.read_then_mutate::<Row>(&t, &get, |found| {
+                let commit = build(found.filter(|r| !r.cells.is_empty()).as_ref())?;
+                let cached = self.tables.read();
+                let mut tables = Vec::with_capacity(commit.tables.len());
+                for name in &commit.tables {
+                    match cached.iter().find(|(n, _)| n == name) {
+                        Some((_, t)) => tables.push(t.clone()),
+                        None => {
+                            uncached = Some(name.clone());
+                            return None;
+                        }
+                    }
+                }
+                multi_table(commit, &tables).map_err(|e| invalid = Some(e)).ok()
+            })?;
+            match (uncached, invalid) {
+                (_, Some(e)) => return Err(e),
+                (Some(name), None) => {
+                    self.table(&name)?;
+                }
+                (None, None) => return Ok(outcome),
+            }
+        }
+    }
+}
+
+/// `commit` as the engine takes it; `tables` are its tables, by position.
+fn multi_table(commit: Commit, tables: &[Arc<Table>]) -> Result<MultiTableMutation> {
+    let table = |t: usize| {
+        tables.get(t).ok_or_else(|| Error::InvalidArgument {
+            arg: "commit",
+            reason: format!("table position {t}, but the commit names {} tables", tables.len()),
+        })
+    };
+    let mut m = MultiTableMutation::new();
+    for (t, check) in commit.checks {
+        m = m.condition(table(t)?, row_condition(check));
+    }
+    for (t, row) in commit.rows {
+        m = m.row(table(t)?, row_mutations(row));
+    }
+    Ok(m)
 }
 
 fn check_and_mutate(condition: Condition, mutation: RowMutation) -> CheckAndMutate {

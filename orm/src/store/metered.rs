@@ -458,6 +458,31 @@ impl Store for Metered {
         }
         Ok(applied)
     }
+
+    /// One round trip, counted as a group mutate; the row read counts as read (each time
+    /// `build` gets it), and the last commit built as written if it was applied.
+    fn read_and_commit(
+        &self,
+        table: &str,
+        row: &Bytes,
+        read: &ReadSpec,
+        build: &mut dyn FnMut(Option<&Row>) -> Option<Commit>,
+    ) -> Result<Option<bool>> {
+        add(&self.counters.group_mutates, 1);
+        let mut volume = None;
+        let applied = self.inner.read_and_commit(table, row, read, &mut |found| {
+            if let Some(found) = found {
+                self.counters.read(Volume::read(found));
+            }
+            let commit = build(found);
+            volume = commit.as_ref().map(|c| Volume::sum(c.rows.iter().map(|(_, r)| r)));
+            commit
+        })?;
+        if let (Some(true), Some(volume)) = (applied, volume) {
+            self.counters.written(volume);
+        }
+        Ok(applied)
+    }
 }
 
 #[cfg(test)]
@@ -583,6 +608,16 @@ mod tests {
         }
         fn commit(&self, commit: Commit) -> Result<bool> {
             Ok(commit.checks.is_empty())
+        }
+        fn read_and_commit(
+            &self,
+            table: &str,
+            row: &Bytes,
+            read: &ReadSpec,
+            build: &mut dyn FnMut(Option<&Row>) -> Option<Commit>,
+        ) -> Result<Option<bool>> {
+            let found = self.read_rows(table, std::slice::from_ref(row), read)?;
+            build(found[0].as_ref()).map(|c| self.commit(c)).transpose()
         }
     }
 

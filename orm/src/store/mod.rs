@@ -440,4 +440,23 @@ pub trait Store: Send + Sync {
     /// [`crate::Error::InvalidArgument`] for a commit without rows, or naming a table position
     /// `tables` does not have; store failures.
     fn commit(&self, commit: Commit) -> Result<bool>;
+
+    /// Reads `row` of `table` and applies the commit `build` makes of it, with no other write
+    /// to the row between the read and the commit: a read, a check that the row is still as
+    /// read, and a commit, in one step. `build` gets the row as read (`None`: no cells) and
+    /// returns `None` to write nothing; it may run more than once (each time with the row as it
+    /// is then), and it runs while the store holds the row, so it must not call the store.
+    /// Returns `None` if `build` declined, otherwise whether the commit's checks held and it
+    /// was applied (as [`Store::commit`]). Required, as [`Store::commit`] is.
+    ///
+    /// # Errors
+    /// [`crate::Error::Unsupported`] from a backend without [`Guarantees::atomic_commits`];
+    /// as [`Store::read_rows`] and [`Store::commit`].
+    fn read_and_commit(
+        &self,
+        table: &str,
+        row: &Bytes,
+        read: &ReadSpec,
+        build: &mut dyn FnMut(Option<&Row>) -> Option<Commit>,
+    ) -> Result<Option<bool>>;
 }

@@ -974,6 +974,20 @@ impl Store for BigtableStore {
             "apply changes to rows of several tables atomically: Cloud Bigtable has no multi-row transactions".into(),
         ))
     }
+
+    fn read_and_commit(
+        &self,
+        _table: &str,
+        _row: &Bytes,
+        _read: &ReadSpec,
+        _build: &mut dyn FnMut(Option<&Row>) -> Option<Commit>,
+    ) -> Result<Option<bool>> {
+        Err(Error::Unsupported(
+            "read a row and apply changes to rows of several tables atomically: Cloud Bigtable has no multi-row \
+             transactions"
+                .into(),
+        ))
+    }
 }
 
 #[cfg(test)]
