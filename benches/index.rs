@@ -163,8 +163,9 @@ fn main() {
     let args: Vec<String> = std::env::args().collect();
     let benching = args.iter().any(|a| a == "--bench");
     let quick = args.iter().any(|a| a == "--quick");
-    if let Some(rounds) = args.iter().position(|a| a == "--puts").and_then(|i| args.get(i + 1)) {
-        let rounds = rounds.parse().expect("--puts takes a number of rounds");
+    if let Some(i) = args.iter().position(|a| a == "--puts") {
+        let rounds = args.get(i + 1).and_then(|r| r.parse::<usize>().ok()).filter(|&r| r > 0);
+        let rounds = rounds.expect("--puts takes a number of rounds, at least 1");
         puts_only(if benching { 50_000 } else { 500 }, rounds);
         return;
     }

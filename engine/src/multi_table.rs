@@ -1,5 +1,6 @@
 //! Atomic writes across rows of several tables and regions: [`MultiTableMutation`], applied
-//! by [`Engine::mutate_tables`].
+//! by [`Engine::mutate_tables`], or by [`Engine::read_then_mutate`] as built from a row read
+//! under its region's write lock.
 //!
 //! HBase makes one row atomic, and several rows only inside one region. An embedded engine can
 //! do more at little cost: every region involved is write-locked (in region-id order, so two

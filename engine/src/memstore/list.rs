@@ -219,7 +219,9 @@ impl<T: Tagged> SkipList<T> {
 
     /// The links out of node `from` (`NONE`: the head's).
     fn links(&self, from: u32) -> &[AtomicU32; MAX_HEIGHT] {
-        self.nodes.get(from).map_or(&self.head, |n| &n.next)
+        let node = self.nodes.get(from);
+        debug_assert!(from == NONE || node.is_some(), "node {from} was never allocated");
+        node.map_or(&self.head, |n| &n.next)
     }
 
     fn next_at(&self, from: u32, level: usize) -> u32 {

@@ -609,6 +609,8 @@ mod tests {
         fn commit(&self, commit: Commit) -> Result<bool> {
             Ok(commit.checks.is_empty())
         }
+        // A read, then a commit: not atomic, which is fine here (this store reports no
+        // atomic commits, and these tests only count calls).
         fn read_and_commit(
             &self,
             table: &str,

@@ -100,9 +100,12 @@ pub struct Guarantees {
     /// on its way: the writer is gone. Protocols that must tell a stalled writer from a dead
     /// one (the aggregate intent protocol) rely on this instead of a lease where they can.
     pub single_process: bool,
-    /// [`Store::commit`] applies rows of any tables atomically, under conditions on any rows.
-    /// Index maintenance uses it to write a data row and its index rows in one step, instead
-    /// of the verified/unverified protocol of several writes.
+    /// [`Store::commit`] applies rows of any tables atomically, under conditions on any rows,
+    /// and [`Store::read_and_commit`] holds the row it reads until its commit is applied: no
+    /// other write reaches the row in between. Index maintenance relies on both to write a data
+    /// row and its index rows in one step, with no check that the row is still as read,
+    /// instead of the verified/unverified protocol of several writes. A store (or wrapper)
+    /// that reports this must keep both promises.
     pub atomic_commits: bool,
 }
 
@@ -447,7 +450,9 @@ pub trait Store: Send + Sync {
     /// returns `None` to write nothing; it may run more than once (each time with the row as it
     /// is then), and it runs while the store holds the row, so it must not call the store.
     /// Returns `None` if `build` declined, otherwise whether the commit's checks held and it
-    /// was applied (as [`Store::commit`]). Required, as [`Store::commit`] is.
+    /// was applied (as [`Store::commit`]). Required, as [`Store::commit`] is; a store that
+    /// reports [`Guarantees::atomic_commits`] must not let another write reach the row between
+    /// the read and the commit (a read followed by a commit would lose updates).
     ///
     /// # Errors
     /// [`crate::Error::Unsupported`] from a backend without [`Guarantees::atomic_commits`];
