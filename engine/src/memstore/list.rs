@@ -9,8 +9,8 @@
 //!   does). The cells of one row arrive together and land next to each other, so every insert
 //!   after a row's first starts from the splice and compares a few neighbours instead of
 //!   searching from the top of a list of millions;
-//! - a search hop reads one cache line. A node is 64 bytes, aligned: its links and a sixteen-
-//!   byte *tag* of its item ([`Tagged`]) that settles most comparisons. Items sit in a
+//! - a search hop reads one cache line. A node is 64 bytes, aligned: its links and a 24-byte
+//!   *tag* of its item ([`Tagged`]) that settles most comparisons. Items sit in a
 //!   parallel array, read only where tags tie. In a memstore larger than the caches a search
 //!   is a chain of cache misses, one per hop, so this is what bounds it.
 //!
@@ -24,11 +24,11 @@ use std::sync::OnceLock;
 
 use parking_lot::Mutex;
 
-/// Levels of the list. With a quarter of the nodes on each next level, ten keep searches
-/// logarithmic up to about a million entries (a 64 MiB memstore of YCSB records holds about
-/// 240 000 cells); beyond that they lengthen slowly. Every node carries all ten links, which
-/// with the tag and the height fill its cache line.
-const MAX_HEIGHT: usize = 10;
+/// Levels of the list. With a quarter of the nodes on each next level, nine keep searches
+/// logarithmic up to about 260 000 entries (a 64 MiB memstore of YCSB records holds about
+/// 240 000 cells); beyond that the top level grows by one node per 65 536 entries. Every node
+/// carries all nine links, which with the tag and the height fill its cache line.
+const MAX_HEIGHT: usize = 9;
 
 /// The first segments grow from `FIRST_SEGMENT` slots, doubling, up to `SEGMENT` (a small
 /// memstore stays small); after that every segment holds `SEGMENT` slots.
@@ -45,8 +45,8 @@ const TABLES: usize = 21;
 /// "No node" in a link; node numbers start at 1.
 const NONE: u32 = 0;
 
-/// Sixteen bytes that order items coarsely, compared as two numbers in order.
-pub(crate) type Tag = [u64; 2];
+/// 24 bytes that order items coarsely, compared as three numbers in order.
+pub(crate) type Tag = [u64; 3];
 
 /// An item that carries a [`Tag`] its order agrees with: `a.tag() < b.tag()` implies
 /// `a < b`. Items with equal tags are ordered by `Ord` alone.
@@ -59,14 +59,14 @@ pub(crate) trait Tagged: Ord {
 #[repr(align(64))]
 #[derive(Default)]
 struct Node {
-    tag: [AtomicU64; 2],
+    tag: [AtomicU64; 3],
     next: [AtomicU32; MAX_HEIGHT],
     height: AtomicU8,
 }
 
 impl Node {
     fn tag(&self) -> Tag {
-        [self.tag[0].load(AtomicOrdering::Relaxed), self.tag[1].load(AtomicOrdering::Relaxed)]
+        self.tag.each_ref().map(|t| t.load(AtomicOrdering::Relaxed))
     }
 
     fn height(&self) -> usize {
@@ -269,7 +269,7 @@ impl<T: Tagged> SkipList<T> {
     }
 
     pub fn last(&self) -> Option<Entry<'_, T>> {
-        self.before([u64::MAX; 2], |_| Ordering::Less)
+        self.before([u64::MAX; 3], |_| Ordering::Less)
     }
 
     /// Adds `item`, replacing an equal one. Returns the new entry and the bytes the list
@@ -286,8 +286,9 @@ impl<T: Tagged> SkipList<T> {
             unreachable!("slot {number} was just allocated");
         };
         let item = slot.get_or_init(|| item);
-        node.tag[0].store(tag[0], AtomicOrdering::Relaxed);
-        node.tag[1].store(tag[1], AtomicOrdering::Relaxed);
+        for (word, value) in node.tag.iter().zip(tag) {
+            word.store(value, AtomicOrdering::Relaxed);
+        }
         node.height.store(height as u8, AtomicOrdering::Relaxed);
         for (level, link) in node.next.iter().enumerate().take(height) {
             link.store(next[level], AtomicOrdering::Relaxed);
@@ -423,7 +424,7 @@ mod tests {
     /// Four neighbours share a tag: searches settle some comparisons by tag and some by item.
     impl Tagged for u64 {
         fn tag(&self) -> Tag {
-            [*self / 4, 0]
+            [*self / 4, 0, 0]
         }
     }
 
@@ -507,7 +508,7 @@ mod tests {
 
     impl Tagged for Keyed {
         fn tag(&self) -> Tag {
-            [u64::from(self.0 / 2), 0]
+            [u64::from(self.0 / 2), 0, 0]
         }
     }
 

@@ -4,8 +4,8 @@
 //!
 //! Cells live in an arena: each is encoded once, contiguously, into chunks of a few hundred KiB
 //! that are freed together when the memstore is dropped. The skiplist holds a small handle per
-//! cell (a slice of its chunk plus the row's first sixteen bytes, which settle most comparisons
-//! without touching the chunk). Compared with owning each row, qualifier and value separately,
+//! cell (a slice of its chunk), and each skiplist node carries the row's first 24 bytes, which
+//! settle most comparisons without touching the chunk. Compared with owning each row, qualifier and value separately,
 //! this saves allocations on the write path and keeps freed memstores from fragmenting the heap.
 //!
 //! A write over a column drops the column's versions that no reader can see any more: those
@@ -54,11 +54,12 @@ fn le_u64(b: &[u8]) -> u64 {
     u64::from_le_bytes(a)
 }
 
-/// The first sixteen bytes of a row, zero-padded, as two big-endian numbers compared in order:
+/// The first 24 bytes of a row, zero-padded, as three big-endian numbers compared in order:
 /// when two rows' prefixes differ, they order the rows exactly as a byte-wise comparison would.
-/// Sixteen, not eight: rows of one table often share a longer start (a record type and an index
-/// name before the indexed value), and a comparison settled here never leaves the list's nodes
-/// (it is the cells' [`Tag`]).
+/// A comparison settled here never leaves the list's nodes (it is the cells' [`Tag`]), and rows
+/// of one table often share a long start: an index row begins with a record type and the
+/// index's name, and the values after it must still differ within the prefix (with sixteen
+/// bytes, emails under `by_email` tied on `user123` and every tie read the arena).
 fn row_prefix(row: &[u8]) -> Tag {
     let word = |from: usize| {
         let mut a = [0u8; 8];
@@ -67,7 +68,7 @@ fn row_prefix(row: &[u8]) -> Tag {
         a[..n].copy_from_slice(&bytes[..n]);
         u64::from_be_bytes(a)
     };
-    [word(0), word(8)]
+    [word(0), word(8), word(16)]
 }
 
 /// What lets an insert drop versions no reader can see.
@@ -152,7 +153,7 @@ impl Ord for MemCell {
 }
 
 /// A cell's tag is its row's prefix: comparisons between rows that differ in their first
-/// sixteen bytes never leave the list's nodes.
+/// 24 bytes never leave the list's nodes.
 impl Tagged for MemCell {
     fn tag(&self) -> Tag {
         row_prefix(self.view().row)
@@ -434,7 +435,7 @@ mod tests {
         assert_eq!(account.load(AtomicOrdering::Relaxed), 0, "dropping releases the budget");
     }
 
-    /// Rows that share their first eight or sixteen bytes, rows shorter than the prefix, and
+    /// Rows that share their first 8, 16 or 24 bytes, rows shorter than the prefix, and
     /// rows that differ only by trailing zero bytes (equal zero-padded prefixes) still come out
     /// in byte order.
     #[test]
@@ -449,6 +450,9 @@ mod tests {
             "idx:by_email",
             "idx:by_email\0\0",
             "idx:by_email\0user1",
+            "idx:by_email\0user12345.0@example.com",
+            "idx:by_email\0user12345.0@example.org",
+            "idx:by_email\0user12345.0@exa",
             "idx:by_emaik\u{ff}",
             "",
             "\0",
