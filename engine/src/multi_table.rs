@@ -137,7 +137,8 @@ impl Engine {
             if regions.iter().any(|r| r.is_retired()) {
                 continue;
             }
-            let last_seq = self.apply_locked(&m, &checked, &mut routed)?;
+            let now = self.inner.opts.clock.now_ms();
+            let last_seq = self.apply_locked(&m, &checked, &mut routed, now)?;
             drop(locks);
             return self.finish(&checked, &routed.targets, last_seq);
         }
@@ -204,7 +205,8 @@ impl Engine {
         if held.iter().any(|(_, r)| r.is_retired()) {
             return Ok(Try::Again(Vec::new()));
         }
-        let row = table.get_in_region_as::<R>(&home, get, self.inner.opts.clock.now_ms())?;
+        let now = self.inner.opts.clock.now_ms();
+        let row = table.get_in_region_as::<R>(&home, get, now)?;
         home.counters.reads.fetch_add(1, Ordering::Relaxed);
         let Some(m) = build(row) else {
             return Ok(Try::Done(None));
@@ -243,7 +245,7 @@ impl Engine {
                 }
             }
         }
-        let last_seq = self.apply_locked(&m, &checked, &mut routed)?;
+        let last_seq = self.apply_locked(&m, &checked, &mut routed, now)?;
         drop((more_locks, locks));
         Ok(Try::Done(Some(self.finish(&checked, &routed.targets, last_seq)?)))
     }
@@ -300,16 +302,17 @@ impl Engine {
     }
 
     /// Checks `m`'s conditions, then logs, applies and publishes its edits, with every routed
-    /// region's write lock held. The last sequence number used (0: nothing to write), or
-    /// `None` if a condition failed and nothing was written.
+    /// region's write lock held; `now` is the time the conditions and edits are resolved at.
+    /// The last sequence number used (0: nothing to write), or `None` if a condition failed and
+    /// nothing was written.
     fn apply_locked<'m>(
         &self,
         m: &'m MultiTableMutation,
         checked: &'m Checked,
         routed: &mut Routed<'m>,
+        now: u64,
     ) -> Result<Option<u64>> {
         let targets = &mut routed.targets;
-        let now = self.inner.opts.clock.now_ms();
         for ((t, c), &i) in m.conditions.iter().zip(&routed.conditions) {
             let current = m.tables[*t].read_row_locked(&targets[i].region, &c.row, &c.family, &c.qualifier, now)?;
             if !c.holds(current.as_ref().map(|cell| cell.value.as_ref())) {

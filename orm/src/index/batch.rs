@@ -11,7 +11,7 @@
 
 use bytes::Bytes;
 
-use super::commit::{Held, COMMIT_BYTES};
+use super::commit::{Staging, COMMIT_BYTES};
 use super::entry::{self, Entry};
 use super::write::{Change, IndexedWrite};
 use crate::entity::Schema;
@@ -130,7 +130,7 @@ fn commit_chunks<'a>(
                 changed.push(Some(false)); // Nothing to delete: no part in the commit.
                 continue;
             }
-            changed.push(p.write.stage(old.as_ref(), &p.new, &mut commit, Some(&mut index_rows), Held::No));
+            changed.push(p.write.stage(old.as_ref(), &p.new, &mut commit, Staging::Batch { keys: &mut index_rows }));
         }
         // A write that would touch an index row another one of the chunk touches cannot share
         // its commit: the protocol sorts them out.

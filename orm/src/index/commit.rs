@@ -27,14 +27,15 @@ use crate::store::{CellMutation, Commit, Row, RowCheck, RowMutation};
 use crate::writer;
 use crate::Result;
 
-/// Whether the store holds the data row between the read a commit is made from and the
-/// commit.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Held {
-    /// [`crate::store::Store::read_and_commit`]: nothing can change the row meanwhile.
-    Yes,
-    /// A read, then a commit: another writer may change the row in between.
-    No,
+/// How a write's commit stands to the read of the data row it is made from.
+#[derive(Debug)]
+pub(super) enum Staging<'k> {
+    /// Alone, in [`crate::store::Store::read_and_commit`]: the store holds the row from the
+    /// read to the commit, so nothing can change it meanwhile.
+    Held,
+    /// With other writes of a batch, read before and committed later: another writer may
+    /// change the row in between. `keys` holds the index rows the commit already writes.
+    Batch { keys: &'k mut HashSet<Bytes> },
 }
 
 /// The most a commit may carry, as [`IndexedWrite::commit_bytes`] estimates it: far below what
@@ -96,7 +97,7 @@ impl IndexedWrite<'_> {
                 return None;
             }
             let mut commit = Commit::default();
-            changed = self.stage(old, new, &mut commit, None, Held::Yes)?;
+            changed = self.stage(old, new, &mut commit, Staging::Held)?;
             Some(commit)
         })?;
         match applied {
@@ -106,32 +107,28 @@ impl IndexedWrite<'_> {
     }
 
     /// Adds this write's checks and rows to `commit`, from the data row as read (`old`), and
-    /// returns whether it changes an index row. With other writes in the commit, `keys` holds
-    /// the index rows they write: `None` (and `commit` unchanged) if this write would write one
-    /// of them too, as its checks would not see the other write's change. Unless the store
-    /// holds the data row from the read to the commit (`held`), the commit checks that the row
-    /// still has the write token that was read.
+    /// returns whether it changes an index row. In a batch: `None` (and `commit` unchanged) if
+    /// this write would write an index row another write of the commit writes, as its checks
+    /// would not see the other write's change; and the commit checks that the data row still
+    /// has the write token that was read.
     pub(super) fn stage(
         &self,
         old: Option<&Row>,
         new: &[Option<Entry>],
         commit: &mut Commit,
-        keys: Option<&mut HashSet<Bytes>>,
-        held: Held,
+        staging: Staging<'_>,
     ) -> Option<bool> {
         let plan = self.plan(old, new);
-        if let Some(keys) = keys {
+        let (table, index_table) = (self.schema.table, self.index_table());
+        if let Staging::Batch { keys } = staging {
             let mine: HashSet<&Bytes> = plan.additions.iter().chain(&plan.removals).map(|e| &e.key).collect();
             if mine.iter().any(|k| keys.contains(*k)) {
                 return None;
             }
             keys.extend(mine.into_iter().cloned());
-        }
-        let (table, index_table) = (self.schema.table, self.index_table());
-        let unique = |e: &Entry| self.schema.indexes[e.index].unique;
-        if held == Held::No {
             commit.check(table, RowCheck { row: self.row.clone(), condition: self.token_condition(old) });
         }
+        let unique = |e: &Entry| self.schema.indexes[e.index].unique;
         for a in plan.additions.iter().filter(|a| unique(a)) {
             let condition =
                 if plan.same_key.contains(&a.key) { entry::primary_is(&a.primary) } else { entry::state_is(None) };

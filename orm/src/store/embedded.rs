@@ -45,9 +45,14 @@ impl EmbeddedStore {
         &self.engine
     }
 
+    /// The handle of table `name`, if this store has looked it up before.
+    fn cached_table(&self, name: &str) -> Option<Arc<Table>> {
+        self.tables.read().iter().find(|(n, _)| n == name).map(|(_, t)| t.clone())
+    }
+
     fn table(&self, name: &str) -> Result<Arc<Table>> {
-        if let Some((_, t)) = self.tables.read().iter().find(|(n, _)| n == name) {
-            return Ok(t.clone());
+        if let Some(t) = self.cached_table(name) {
+            return Ok(t);
         }
         let table = Arc::new(self.engine.table(name)?);
         self.tables.write().push((name.to_string(), table.clone()));
@@ -381,16 +386,13 @@ impl Store for EmbeddedStore {
             let mut invalid = None;
             let outcome = self.engine.read_then_mutate::<Row>(&t, &get, |found| {
                 let commit = build(found.filter(|r| !r.cells.is_empty()).as_ref())?;
-                let cached = self.tables.read();
                 let mut tables = Vec::with_capacity(commit.tables.len());
                 for name in &commit.tables {
-                    match cached.iter().find(|(n, _)| n == name) {
-                        Some((_, t)) => tables.push(t.clone()),
-                        None => {
-                            uncached = Some(name.clone());
-                            return None;
-                        }
-                    }
+                    let Some(t) = self.cached_table(name) else {
+                        uncached = Some(name.clone());
+                        return None;
+                    };
+                    tables.push(t);
                 }
                 multi_table(commit, &tables).map_err(|e| invalid = Some(e)).ok()
             })?;
