@@ -245,6 +245,10 @@ impl Engine {
                 }
             }
         }
+        // The edits' time is read once every region is locked: a write waiting for a lock
+        // must not land a timestamp older than what other writers put there meanwhile (a
+        // delete marker from before a put it follows would leave the put's newer cells).
+        let now = self.inner.opts.clock.now_ms().max(now);
         let last_seq = self.apply_locked(&m, &checked, &mut routed, now)?;
         drop((more_locks, locks));
         Ok(Try::Done(Some(self.finish(&checked, &routed.targets, last_seq)?)))
@@ -380,6 +384,43 @@ mod tests {
 
     fn put(row: &str, value: &str) -> RowMutations {
         RowMutations::new(row.to_string()).with(Put::new(row.to_string()).add("f", "q", value.to_string()))
+    }
+
+    /// The write waits for the index region another writer holds, and the clock moves on
+    /// meanwhile: its edits take the time all locks were held at, so a delete it carries
+    /// hides what the other writer put there before it (a stale timestamp would leave those
+    /// cells half deleted).
+    #[test]
+    fn edits_take_the_time_at_which_every_region_is_locked() {
+        let dir = tempfile::tempdir().unwrap();
+        let clock = Arc::new(crate::ManualClock::new(100));
+        let engine = Engine::open(dir.path(), EngineOptions { clock: clock.clone(), ..Default::default() }).unwrap();
+        for name in ["data", "index"] {
+            engine.create_table(TableDescriptor::new(name).family(FamilyDescriptor::new("f"))).unwrap();
+        }
+        let (data, index) = (engine.table("data").unwrap(), engine.table("index").unwrap());
+        let index_region = index.region(b"i").unwrap();
+        assert!(index_region.id > data.region(b"a").unwrap().id, "the write waits for the lock");
+        let built = AtomicU32::new(0);
+        std::thread::scope(|s| {
+            let lock = index_region.write_lock.lock();
+            let writer = s.spawn(|| {
+                engine.read_then_mutate::<RowResult>(&data, &Get::new("a"), |_| {
+                    built.fetch_add(1, Ordering::SeqCst);
+                    let delete = RowMutations::new("i").with(crate::Delete::new("i"));
+                    Some(MultiTableMutation::new().row(&data, put("a", "1")).row(&index, delete))
+                })
+            });
+            // Built: the row was read at 100, and the index region is still held.
+            while built.load(Ordering::SeqCst) == 0 {
+                std::thread::yield_now();
+            }
+            clock.set(200);
+            drop(lock);
+            assert_eq!(writer.join().unwrap().unwrap(), Some(true));
+        });
+        let cell = data.get(Get::new("a")).unwrap().cells.into_iter().next().unwrap();
+        assert_eq!(cell.timestamp, 200, "the time the locks were all held at");
     }
 
     /// The index table's region has a lower id than the data row's, and another writer holds
