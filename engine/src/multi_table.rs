@@ -206,7 +206,7 @@ impl Engine {
             return Ok(Try::Again(Vec::new()));
         }
         let now = self.inner.opts.clock.now_ms();
-        let row = table.get_in_region_as::<R>(&home, get, now)?;
+        let row = table.get_locked_as::<R>(&home, get, now)?;
         home.counters.reads.fetch_add(1, Ordering::Relaxed);
         let Some(m) = build(row) else {
             return Ok(Try::Done(None));
@@ -333,6 +333,9 @@ impl Engine {
             target.mutations += 1;
         }
         targets.retain(|t| !t.edits.is_empty());
+        for t in targets.iter_mut() {
+            Region::order_for_apply(&mut t.edits);
+        }
         if targets.is_empty() {
             return Ok(Some(0));
         }

@@ -94,7 +94,14 @@ pub(crate) fn visit_rows(
             break;
         }
         let range = clamp(&full, &region.start, &region.end);
-        let read = RowRead { range: &range, reversed: scan.reversed, spec: &scan.spec, now, point_row: None };
+        let read = RowRead {
+            range: &range,
+            reversed: scan.reversed,
+            spec: &scan.spec,
+            now,
+            point_row: None,
+            for_writer: false,
+        };
         let mut got = 0;
         let mut stopped = false;
         read_rows(snap, &read, |buf| {
@@ -156,6 +163,7 @@ impl<R: FromScannedRow> Scanner<R> {
                 spec: &self.scan.spec,
                 now: self.now,
                 point_row: None,
+                for_writer: false,
             };
             let want = FILL_ROWS.min(self.rows_left);
             let mut got = 0usize;

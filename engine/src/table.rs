@@ -253,8 +253,8 @@ impl Table {
         now: u64,
     ) -> Result<Option<Cell>> {
         let get = Get::new(row.clone()).column(family.clone(), qualifier.clone());
-        let r = self.get_in_region(region, &get, now)?;
-        Ok(r.cells.into_iter().next())
+        let r = self.get_locked_as::<RowResult>(region, &get, now)?;
+        Ok(r.and_then(|r| r.cells.into_iter().next()))
     }
 
     /// Runs `f` on the region holding `row` with its write lock held, re-routing when a split
@@ -292,6 +292,7 @@ impl Table {
                 offset += 1;
             }
         }
+        Region::order_for_apply(&mut edits);
         self.commit(region, &edits, offset, durability)
     }
 
@@ -543,7 +544,7 @@ impl Table {
                 });
                 ttls.push(ttl);
             }
-            let edits: Vec<WalEdit<'_>> = cells
+            let mut edits: Vec<WalEdit<'_>> = cells
                 .iter()
                 .zip(&ttls)
                 .map(|(c, &ttl_ms)| WalEdit {
@@ -557,6 +558,7 @@ impl Table {
                     value: &c.value,
                 })
                 .collect();
+            Region::order_for_apply(&mut edits);
             let last = self.commit(region, &edits, 1, durability)?;
             Ok((cells, last))
         })?;
@@ -750,21 +752,28 @@ impl Table {
         Ok(())
     }
 
-    fn get_in_region(&self, region: &Region, get: &Get, now: u64) -> Result<RowResult> {
-        let found = self.get_in_region_as(region, get, now)?;
-        Ok(found.unwrap_or_else(|| RowResult { row: get.row.clone(), cells: Vec::new() }))
+    /// The row `get` reads, built as `R`; `None` if the read returns no row.
+    fn get_in_region_as<R: FromScannedRow>(&self, region: &Region, get: &Get, now: u64) -> Result<Option<R>> {
+        self.read_in_region_as(region, get, now, false)
     }
 
-    /// The row `get` reads, built as `R`; `None` if the read returns no row.
-    pub(crate) fn get_in_region_as<R: FromScannedRow>(
+    /// [`Table::get_in_region_as`] by the writer holding `region`'s write lock, about to write
+    /// the row: the inserts that follow start from where the read found the row.
+    pub(crate) fn get_locked_as<R: FromScannedRow>(&self, region: &Region, get: &Get, now: u64) -> Result<Option<R>> {
+        self.read_in_region_as(region, get, now, true)
+    }
+
+    fn read_in_region_as<R: FromScannedRow>(
         &self,
         region: &Region,
         get: &Get,
         now: u64,
+        for_writer: bool,
     ) -> Result<Option<R>> {
         let snap = region.snapshot();
         let range = RowRange::single(get.row.clone());
-        let read = RowRead { range: &range, reversed: false, spec: &get.spec, now, point_row: Some(&get.row) };
+        let read =
+            RowRead { range: &range, reversed: false, spec: &get.spec, now, point_row: Some(&get.row), for_writer };
         let mut out = None;
         read_rows(&snap, &read, |buf| {
             out = Some(buf.take_with(|row, cells| R::from_scanned(row, cells)));

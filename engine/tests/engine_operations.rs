@@ -176,6 +176,34 @@ fn delete_then_put_in_the_same_millisecond_keeps_the_put() {
     assert_eq!(t.get(Get::new("r")).unwrap().value(b"f", b"q").unwrap().as_ref(), b"new");
 }
 
+/// Cells go into the memstore sorted, whatever order a mutation lists them in: the outcome
+/// is the one the mutation describes, before and after recovery.
+#[test]
+fn a_mutation_means_what_it_lists_whatever_the_order_of_its_cells() {
+    let mut te = TestEngine::new(5_000);
+    let t = simple(&te, FamilyDescriptor::new("f"));
+    // Out of column order, and one column twice at one timestamp: the later value wins.
+    t.put(Put::new("r").add("f", "z", "1").add("f", "a", "2").add("f", "m", "3").add("f", "a", "4")).unwrap();
+    // A put, a delete of the row, then a put of another column: the delete hides only the
+    // first put.
+    let group = RowMutations::new("s")
+        .with(Put::new("s").add("f", "b", "x"))
+        .with(Delete::new("s"))
+        .with(Put::new("s").add("f", "a", "y"));
+    t.mutate_row(group).unwrap();
+    let check = |t: &Table, when: &str| {
+        let r = t.get(Get::new("r")).unwrap();
+        let want =
+            |v: &[(&str, &str)]| v.iter().map(|(q, v)| (format!("f:{q}"), 5_000, v.to_string())).collect::<Vec<_>>();
+        assert_eq!(cells(&r), want(&[("a", "4"), ("m", "3"), ("z", "1")]), "{when}");
+        assert_eq!(cells(&t.get(Get::new("s")).unwrap()), want(&[("a", "y")]), "{when}");
+    };
+    check(&t, "as written");
+    drop(t);
+    te.reopen();
+    check(&te.table("t"), "after reopening");
+}
+
 #[test]
 fn counters_append_and_check_and_mutate() {
     let te = TestEngine::new(5_000);

@@ -258,6 +258,24 @@ impl<T: Tagged> SkipList<T> {
         self.entry(self.next_at(pred, 0))
     }
 
+    /// [`SkipList::lower_bound`] for the writer, which then inserts next to the target: the
+    /// search leaves the splice there, so those inserts start from it instead of searching
+    /// again. A plain search if another writer holds the list.
+    pub fn lower_bound_splicing(&self, tag: Tag, cmp: impl Fn(&T) -> Ordering) -> Option<Entry<'_, T>> {
+        let Some(mut w) = self.writer.try_lock() else {
+            return self.lower_bound(tag, cmp);
+        };
+        let (mut prev, mut next) = ([NONE; MAX_HEIGHT], [NONE; MAX_HEIGHT]);
+        let mut pred = NONE;
+        for level in (0..MAX_HEIGHT).rev() {
+            pred = self.descend(pred, level..level + 1, tag, &cmp);
+            prev[level] = pred;
+            next[level] = self.next_at(pred, level);
+        }
+        w.splice = Splice { prev, next, valid: true };
+        self.entry(next[0])
+    }
+
     /// The last entry before the target (as for [`SkipList::lower_bound`]).
     pub fn before(&self, tag: Tag, cmp: impl Fn(&T) -> Ordering) -> Option<Entry<'_, T>> {
         self.entry(self.descend(NONE, 0..MAX_HEIGHT, tag, &cmp))
@@ -442,6 +460,8 @@ mod tests {
         /// Inserts a run of neighbours, as the cells of one row arrive.
         Run(u64, u8),
         Remove(u64),
+        /// The writer's search, which leaves the splice where it lands.
+        Seek(u64),
     }
 
     fn op() -> impl Strategy<Value = Op> {
@@ -449,12 +469,14 @@ mod tests {
             4 => (0..2_000u64).prop_map(Op::Insert),
             2 => (0..2_000u64, 1..12u8).prop_map(|(k, n)| Op::Run(k, n)),
             1 => (0..2_000u64).prop_map(Op::Remove),
+            2 => (0..2_100u64).prop_map(Op::Seek),
         ]
     }
 
     proptest! {
-        /// Inserts (splice or not), replacements and removals keep the list equal to an ordered
-        /// set, and every search answers as the set does.
+        /// Inserts (splice or not, the splice left by an insert or by the writer's search),
+        /// replacements and removals keep the list equal to an ordered set, and every search
+        /// answers as the set does.
         #[test]
         fn behaves_as_an_ordered_set(ops in proptest::collection::vec(op(), 1..400), probes in proptest::collection::vec(0..2_100u64, 8)) {
             let list = SkipList::new();
@@ -469,6 +491,10 @@ mod tests {
                             list.remove(&e); // a second removal finds nothing to unlink
                         }
                         model.remove(&k);
+                    }
+                    Op::Seek(k) => {
+                        let found = list.lower_bound_splicing(k.tag(), |i| i.cmp(&k)).map(|e| *e.item());
+                        prop_assert_eq!(found, model.range(k..).next().copied());
                     }
                 }
             }

@@ -327,7 +327,14 @@ impl Memstore {
     /// scan running behind a writer (a migration rewriting the rows it just read) went
     /// quadratic in the memstore's size.
     pub fn cursor(&self, read_point: u64) -> MemCursor<'_> {
-        MemCursor { map: &self.map, cur: None, read_point }
+        MemCursor { map: &self.map, cur: None, read_point, splicing: false }
+    }
+
+    /// [`Memstore::cursor`] for the writer, reading a row it is about to write (a condition,
+    /// an increment): its seeks leave the list's splice where they land, so the inserts that
+    /// follow start there.
+    pub fn writer_cursor(&self, read_point: u64) -> MemCursor<'_> {
+        MemCursor { map: &self.map, cur: None, read_point, splicing: true }
     }
 }
 
@@ -336,6 +343,8 @@ pub(crate) struct MemCursor<'a> {
     map: &'a SkipList<MemCell>,
     cur: Option<Entry<'a, MemCell>>,
     read_point: u64,
+    /// Seeks leave the writer's splice (see [`Memstore::writer_cursor`]).
+    splicing: bool,
 }
 
 impl MemCursor<'_> {
@@ -372,7 +381,11 @@ impl CellCursor for MemCursor<'_> {
 
     fn seek(&mut self, target: &KeyView<'_>) -> Result<()> {
         let probe = Probe::new(*target);
-        self.cur = self.map.lower_bound(probe.prefix, |c| probe.order(c));
+        self.cur = if self.splicing {
+            self.map.lower_bound_splicing(probe.prefix, |c| probe.order(c))
+        } else {
+            self.map.lower_bound(probe.prefix, |c| probe.order(c))
+        };
         self.skip_invisible();
         Ok(())
     }

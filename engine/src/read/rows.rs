@@ -33,6 +33,9 @@ pub(crate) struct RowRead<'a> {
     pub now: u64,
     /// For Gets: the single row, so files can be skipped by key range and bloom filter.
     pub point_row: Option<&'a [u8]>,
+    /// Read by the writer, under the region's write lock, of a row it is about to write: the
+    /// active memstores' cursors leave their writer's splice at the row.
+    pub for_writer: bool,
 }
 
 struct FamilyRead<'a> {
@@ -49,10 +52,16 @@ fn open_family<'a>(
     let mut sources: Vec<Source<'a>> = Vec::with_capacity(2 + store.files.len());
     // An empty memstore holds nothing at or below the read point (those writes were inserted
     // before the read point was published), so it needs no cursor.
-    for mem in std::iter::once(&store.active).chain(&store.frozen) {
-        if !mem.is_empty() {
-            sources.push(Source::Mem(mem.cursor(snap.read_point)));
-        }
+    if !store.active.is_empty() {
+        let cursor = if read.for_writer {
+            store.active.writer_cursor(snap.read_point)
+        } else {
+            store.active.cursor(snap.read_point)
+        };
+        sources.push(Source::Mem(cursor));
+    }
+    if let Some(frozen) = store.frozen.as_ref().filter(|m| !m.is_empty()) {
+        sources.push(Source::Mem(frozen.cursor(snap.read_point)));
     }
     for file in &store.files {
         if let Some(row) = read.point_row {
