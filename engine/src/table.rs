@@ -20,7 +20,7 @@ use crate::engine::EngineInner;
 use crate::mutation::{Append, CheckAndMutate, Edit, Increment, MultiRowMutation, Mutation, Put, RowMutations};
 use crate::query::{Get, ReadSpec, RowRange, RowResult, Scan};
 use crate::read::row_buf::{FromScannedRow, RowView};
-use crate::read::rows::{read_rows, RowRead};
+use crate::read::rows::{read_rows, row_absent, RowRead};
 use crate::region::Region;
 use crate::scanner::{visit_rows, Scanner};
 use crate::wal::{encode_batch, WalEdit};
@@ -771,6 +771,9 @@ impl Table {
         for_writer: bool,
     ) -> Result<Option<R>> {
         let snap = region.snapshot();
+        if row_absent(&snap, &get.row, for_writer) {
+            return Ok(None);
+        }
         let range = RowRange::single(get.row.clone());
         let read =
             RowRead { range: &range, reversed: false, spec: &get.spec, now, point_row: Some(&get.row), for_writer };

@@ -330,6 +330,19 @@ impl Memstore {
         MemCursor { map: &self.map, cur: None, read_point, splicing: false }
     }
 
+    /// True if the memstore holds a cell of `row` (of any sequence number: visible to a read
+    /// or not). `for_writer`: the search leaves the writer's splice at the row, as
+    /// [`Memstore::writer_cursor`] does.
+    pub fn holds_row(&self, row: &[u8], for_writer: bool) -> bool {
+        let probe = Probe::new(KeyView::first_of_row(row));
+        let found = if for_writer {
+            self.map.lower_bound_splicing(probe.prefix, |c| probe.order(c))
+        } else {
+            self.map.lower_bound(probe.prefix, |c| probe.order(c))
+        };
+        found.is_some_and(|e| e.item().view().row == row)
+    }
+
     /// [`Memstore::cursor`] for the writer, reading a row it is about to write (a condition,
     /// an increment): its seeks leave the list's splice where they land, so the inserts that
     /// follow start there.

@@ -81,6 +81,18 @@ fn open_family<'a>(
     })
 }
 
+/// True if no source of `snap` can hold a cell of `row`: its memstores hold none (a search
+/// each) and no file can (key ranges and bloom filters). A point read of a row that does not
+/// exist — an insert's read of its old row, a put-if-absent's check — then costs those
+/// searches alone. `for_writer` as in [`RowRead`].
+pub(crate) fn row_absent(snap: &ReadSnapshot, row: &[u8], for_writer: bool) -> bool {
+    snap.stores.families.iter().all(|store| {
+        !store.active.holds_row(row, for_writer)
+            && store.frozen.as_ref().is_none_or(|m| !m.holds_row(row, false))
+            && store.files.iter().all(|f| !f.may_contain_row(row))
+    })
+}
+
 /// Reads rows of `snap` in `read.range`, handing each non-empty row to `sink` (in `RowBuf`,
 /// for it to take or view) until it returns false.
 pub(crate) fn read_rows(
