@@ -204,6 +204,30 @@ fn a_mutation_means_what_it_lists_whatever_the_order_of_its_cells() {
     check(&te.table("t"), "after reopening");
 }
 
+/// A Get settles a missing row from the memstore and the files' bloom filters; rows that
+/// are there — in a file only, in the memstore only, deleted, revived — read as they are.
+#[test]
+fn gets_find_rows_wherever_they_are_and_nothing_where_none_is() {
+    let te = TestEngine::new(5_000);
+    let t = simple(&te, FamilyDescriptor::new("f"));
+    t.put(Put::new("in_file").add("f", "q", "1")).unwrap();
+    te.engine().flush("t").unwrap();
+    t.put(Put::new("in_memstore").add("f", "q", "2")).unwrap();
+    t.put(Put::new("deleted").add("f", "q", "3")).unwrap();
+    t.delete(Delete::new("deleted")).unwrap();
+    let value = |row: &str| t.get(Get::new(row.to_string())).unwrap().value(b"f", b"q").cloned();
+    assert_eq!(value("in_file").as_deref(), Some(&b"1"[..]));
+    assert_eq!(value("in_memstore").as_deref(), Some(&b"2"[..]));
+    assert_eq!(value("deleted"), None);
+    assert_eq!(value("missing"), None);
+    // A file holding the row only as a marker, and a put after it in the memstore.
+    t.delete(Delete::new("revived")).unwrap();
+    te.engine().flush("t").unwrap();
+    te.clock.set(6_000);
+    t.put(Put::new("revived").add("f", "q", "4")).unwrap();
+    assert_eq!(value("revived").as_deref(), Some(&b"4"[..]));
+}
+
 #[test]
 fn counters_append_and_check_and_mutate() {
     let te = TestEngine::new(5_000);
