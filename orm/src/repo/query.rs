@@ -505,6 +505,12 @@ impl<E> EntityIter<'_, E> {
 
     /// The next row in merged key order.
     pub(crate) fn next_row(&mut self) -> Option<Result<Row>> {
+        // One stream (an unsalted table, or one bucket): nothing to merge.
+        if let [(stream, head)] = &mut self.streams[..] {
+            head.as_ref()?;
+            let next = stream.next();
+            return std::mem::replace(head, next);
+        }
         let mut best: Option<usize> = None;
         for (i, (_, head)) in self.streams.iter().enumerate() {
             match head {
