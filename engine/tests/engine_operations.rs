@@ -204,8 +204,9 @@ fn a_mutation_means_what_it_lists_whatever_the_order_of_its_cells() {
     check(&te.table("t"), "after reopening");
 }
 
-/// A Get settles a missing row from the memstore and the files' bloom filters; rows that
-/// are there — in a file only, in the memstore only, deleted, revived — read as they are.
+/// Gets, and the reads of checks and increments (which settle a missing row from the
+/// memstore and the files' bloom filters), find rows wherever they are — in a file only, in
+/// the memstore only, deleted, revived over a file's marker — and nothing for a missing row.
 #[test]
 fn gets_find_rows_wherever_they_are_and_nothing_where_none_is() {
     let te = TestEngine::new(5_000);
@@ -226,6 +227,17 @@ fn gets_find_rows_wherever_they_are_and_nothing_where_none_is() {
     te.clock.set(6_000);
     t.put(Put::new("revived").add("f", "q", "4")).unwrap();
     assert_eq!(value("revived").as_deref(), Some(&b"4"[..]));
+    // The writer's reads (a check, an increment) see the same rows, and nothing in the rest.
+    let claim = |row: &str| {
+        let rm = RowMutations::new(row.to_string()).with(Put::new(row.to_string()).add("f", "q", "claimed"));
+        t.check_and_mutate(CheckAndMutate::if_absent("f", "q", rm)).unwrap()
+    };
+    let claimed: Vec<bool> = ["in_file", "in_memstore", "deleted", "revived", "missing"].map(claim).to_vec();
+    assert_eq!(claimed, [false, false, true, false, true]);
+    let count = |row: &str| t.increment(Increment::new(row.to_string()).add("f", "n", 1)).unwrap();
+    count("in_file");
+    assert_eq!(count("in_file").value(b"f", b"n").unwrap().as_ref(), 2i64.to_be_bytes());
+    assert_eq!(count("counted").value(b"f", b"n").unwrap().as_ref(), 1i64.to_be_bytes());
 }
 
 #[test]

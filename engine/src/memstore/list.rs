@@ -261,17 +261,14 @@ impl<T: Tagged> SkipList<T> {
     /// [`SkipList::lower_bound`] for the writer, which then inserts next to the target: the
     /// search leaves the splice there, so those inserts start from it instead of searching
     /// again. A plain search if another writer holds the list.
+    /// Like an insert, it starts from the splice where that still brackets the target: a
+    /// second search for the same row (a read's seek after a check for the row) is a few
+    /// comparisons.
     pub fn lower_bound_splicing(&self, tag: Tag, cmp: impl Fn(&T) -> Ordering) -> Option<Entry<'_, T>> {
         let Some(mut w) = self.writer.try_lock() else {
             return self.lower_bound(tag, cmp);
         };
-        let (mut prev, mut next) = ([NONE; MAX_HEIGHT], [NONE; MAX_HEIGHT]);
-        let mut pred = NONE;
-        for level in (0..MAX_HEIGHT).rev() {
-            pred = self.descend(pred, level..level + 1, tag, &cmp);
-            prev[level] = pred;
-            next[level] = self.next_at(pred, level);
-        }
+        let (prev, next) = self.position(&w.splice, tag, &cmp);
         w.splice = Splice { prev, next, valid: true };
         self.entry(next[0])
     }
@@ -298,7 +295,7 @@ impl<T: Tagged> SkipList<T> {
         let (number, allocated) = self.allocate(w);
         let height = random_height(&mut w.rng);
         let tag = item.tag();
-        let (mut prev, mut next) = self.position(&w.splice, tag, &item);
+        let (mut prev, mut next) = self.position(&w.splice, tag, &|t: &T| t.cmp(&item));
         // `allocate` made both slots; nothing else writes them.
         let (Some(node), Some(slot)) = (self.nodes.get(number), self.items.get(number)) else {
             unreachable!("slot {number} was just allocated");
@@ -356,11 +353,16 @@ impl<T: Tagged> SkipList<T> {
         }
     }
 
-    /// Where `item` (tagged `tag`) goes: its predecessor and successor at every level. Starts
-    /// from the splice at the lowest level where it still brackets `item`, else from the top.
-    fn position(&self, splice: &Splice, tag: Tag, item: &T) -> ([u32; MAX_HEIGHT], [u32; MAX_HEIGHT]) {
-        let cmp = |t: &T| t.cmp(item);
-        let order = |n: u32| self.nodes.get(n).map(|node| self.order(n, node, tag, &cmp));
+    /// Where the target (`tag`, and `cmp(item)` = `item.cmp(target)`) goes: the last node
+    /// before it and the one after that, at every level. Starts from the splice at the lowest
+    /// level where it still brackets the target, else from the top.
+    fn position(
+        &self,
+        splice: &Splice,
+        tag: Tag,
+        cmp: &impl Fn(&T) -> Ordering,
+    ) -> ([u32; MAX_HEIGHT], [u32; MAX_HEIGHT]) {
+        let order = |n: u32| self.nodes.get(n).map(|node| self.order(n, node, tag, cmp));
         let before = |n: u32| n == NONE || order(n) == Some(Ordering::Less);
         let after = |n: u32| n == NONE || matches!(order(n), Some(Ordering::Greater | Ordering::Equal));
         let (mut prev, mut next) = (splice.prev, splice.next);
@@ -371,9 +373,9 @@ impl<T: Tagged> SkipList<T> {
             }
         }
         for level in (0..from).rev() {
-            // Level `from` brackets `item` (or is the head, above the top).
+            // Level `from` brackets the target (or is the head, above the top).
             let start = if level + 1 < MAX_HEIGHT { prev[level + 1] } else { NONE };
-            prev[level] = self.descend(start, level..level + 1, tag, &cmp);
+            prev[level] = self.descend(start, level..level + 1, tag, cmp);
             next[level] = self.next_at(prev[level], level);
         }
         (prev, next)

@@ -82,9 +82,9 @@ fn open_family<'a>(
 }
 
 /// True if no source of `snap` can hold a cell of `row`: its memstores hold none (a search
-/// each) and no file can (key ranges and bloom filters). A point read of a row that does not
-/// exist — an insert's read of its old row, a put-if-absent's check — then costs those
-/// searches alone. `for_writer` as in [`RowRead`].
+/// each) and no file can (key ranges and bloom filters). A writer's point read of a row that
+/// does not exist — an insert's read of its old row, a put-if-absent's check — then costs
+/// those searches alone. `for_writer` as in [`RowRead`].
 pub(crate) fn row_absent(snap: &ReadSnapshot, row: &[u8], for_writer: bool) -> bool {
     snap.stores.families.iter().all(|store| {
         !store.active.holds_row(row, for_writer)
