@@ -180,7 +180,7 @@ fn delete_then_put_in_the_same_millisecond_keeps_the_put() {
 /// is the one the mutation describes, before and after recovery.
 #[test]
 fn a_mutation_means_what_it_lists_whatever_the_order_of_its_cells() {
-    let mut te = TestEngine::new(5_000);
+    let mut te = TestEngine::replaying(5_000);
     let t = simple(&te, FamilyDescriptor::new("f"));
     // Out of column order, and one column twice at one timestamp: the later value wins.
     t.put(Put::new("r").add("f", "z", "1").add("f", "a", "2").add("f", "m", "3").add("f", "a", "4")).unwrap();
@@ -191,17 +191,26 @@ fn a_mutation_means_what_it_lists_whatever_the_order_of_its_cells() {
         .with(Delete::new("s"))
         .with(Put::new("s").add("f", "a", "y"));
     t.mutate_row(group).unwrap();
+    // An increment of columns out of order, one of them twice.
+    let counted = t.increment(Increment::new("c").add("f", "y", 5).add("f", "b", 1).add("f", "y", 2)).unwrap();
+    let amounts: Vec<(&[u8], i64)> =
+        counted.cells.iter().map(|c| (&c.qualifier[..], i64::from_be_bytes(c.value[..].try_into().unwrap()))).collect();
+    assert_eq!(amounts, [(&b"y"[..], 5), (b"b", 1), (b"y", 2)], "one cell per column named, in the order named");
     let check = |t: &Table, when: &str| {
         let r = t.get(Get::new("r")).unwrap();
         let want =
             |v: &[(&str, &str)]| v.iter().map(|(q, v)| (format!("f:{q}"), 5_000, v.to_string())).collect::<Vec<_>>();
         assert_eq!(cells(&r), want(&[("a", "4"), ("m", "3"), ("z", "1")]), "{when}");
         assert_eq!(cells(&t.get(Get::new("s")).unwrap()), want(&[("a", "y")]), "{when}");
+        // Of the two cells of `y`, the one named last stands.
+        let c = t.get(Get::new("c")).unwrap();
+        let amount = |q: &[u8]| i64::from_be_bytes(c.value(b"f", q).unwrap()[..].try_into().unwrap());
+        assert_eq!((amount(b"b"), amount(b"y")), (1, 2), "{when}");
     };
     check(&t, "as written");
     drop(t);
     te.reopen();
-    check(&te.table("t"), "after reopening");
+    check(&te.table("t"), "after replaying the log");
 }
 
 /// Gets, and the reads of checks and increments (which settle a missing row from the
