@@ -292,8 +292,7 @@ impl Table {
                 offset += 1;
             }
         }
-        Region::order_for_apply(&mut edits);
-        self.commit(region, &edits, offset, durability)
+        self.commit(region, &mut edits, offset, durability)
     }
 
     /// Writes groups of mutations that all target `row`'s region.
@@ -309,12 +308,14 @@ impl Table {
         self.after_write(&region, last_seq, durability)
     }
 
-    /// Logs and applies resolved edits; caller holds the region's write lock. Returns the last
+    /// Logs and applies resolved edits, put in memstore order first
+    /// ([`Region::order_for_apply`]); caller holds the region's write lock. Returns the last
     /// sequence number used.
-    fn commit(&self, region: &Region, edits: &[WalEdit<'_>], count: u32, durability: Durability) -> Result<u64> {
+    fn commit(&self, region: &Region, edits: &mut [WalEdit<'_>], count: u32, durability: Durability) -> Result<u64> {
         if edits.is_empty() {
             return Ok(0);
         }
+        Region::order_for_apply(edits);
         let payload = if durability == Durability::SkipWal { Vec::new() } else { encode_batch(region.id, edits) };
         if payload.len() > MAX_WRITE_LEN {
             let reason = format!("one write may carry at most {MAX_WRITE_LEN} bytes");
@@ -558,8 +559,7 @@ impl Table {
                     value: &c.value,
                 })
                 .collect();
-            Region::order_for_apply(&mut edits);
-            let last = self.commit(region, &edits, 1, durability)?;
+            let last = self.commit(region, &mut edits, 1, durability)?;
             Ok((cells, last))
         })?;
         region.counters.writes.fetch_add(1, Ordering::Relaxed);
