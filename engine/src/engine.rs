@@ -17,10 +17,11 @@ use crate::background::{Background, Lifeline, Task, TaskKind};
 use crate::cache::{BlockCache, CacheStats};
 use crate::catalog::{CatalogState, FileEntry, RegionEntry, TableEntry};
 use crate::clock::{Clock, SystemClock};
+use crate::compaction::CompactionPolicy;
 use crate::descriptor::{FamilyDescriptor, TableDescriptor};
 use crate::fs::{sync_dir, FileSystem, OsFs};
 use crate::memstore::MemAccount;
-use crate::region::{FileContext, Region};
+use crate::region::{CompactionScope, FileContext, Region};
 use crate::split::check_split_keys;
 use crate::split_policy::SplitPolicy;
 use crate::sst::reader::sst_path;
@@ -45,8 +46,17 @@ pub struct EngineOptions {
     /// Writes to a region wait while its memstores exceed this multiple of
     /// `memstore_flush_bytes` (default 4).
     pub memstore_block_multiplier: usize,
-    /// A region is compacted in the background when a family has this many files (default 4).
+    /// A region is compacted in the background when a family has this many files, and a
+    /// background compaction merges at least this many (default 4).
     pub compaction_threshold: usize,
+    /// Most files one background compaction merges (default 10).
+    pub compaction_max_files: usize,
+    /// A background compaction merges a run of files adjacent in age in which no file is
+    /// larger than this times the others together (default 1.2, as in HBase): a large file
+    /// waits until newer ones add up to about its size, so data is rewritten a few times
+    /// rather than at every compaction. A store that no run fits is merged anyway once it
+    /// holds `blocking_files` files.
+    pub compaction_ratio: f64,
     /// Writes to a region wait while a family has more files than this (default 16).
     pub blocking_files: usize,
     /// Longest a write waits for background work before failing with
@@ -78,6 +88,8 @@ impl Default for EngineOptions {
             global_memstore_bytes: 512 * 1024 * 1024,
             memstore_block_multiplier: 4,
             compaction_threshold: 4,
+            compaction_max_files: 10,
+            compaction_ratio: 1.2,
             blocking_files: 16,
             write_stall_timeout: Duration::from_secs(60),
             background_threads: 2,
@@ -543,17 +555,24 @@ impl Engine {
         Ok(Table::new(self.life.clone(), self.inner.clone(), state))
     }
 
-    /// Writes every memstore of the table to SSTables.
+    /// Writes every memstore of the table to SSTables; the background then compacts or splits
+    /// the regions the new files make due (with `auto_compact`).
     ///
     /// # Errors
     /// [`Error::TableNotFound`], I/O errors.
     pub fn flush(&self, table: &str) -> Result<()> {
         let state = self.inner.table_state(table)?;
         let _ddl = self.inner.ddl.lock();
-        self.inner.flush_regions_locked(state.regions())
+        self.inner.flush_regions_locked(state.regions())?;
+        // As after a background flush: the new files may make a compaction or a split due.
+        for r in state.regions() {
+            self.inner.request_follow_ups(table, &state, &r);
+        }
+        Ok(())
     }
 
-    /// Merges each family's files; keeps delete markers.
+    /// Merges each family's files into one (all of them, where the background merges the runs
+    /// its policy selects); keeps delete markers.
     ///
     /// # Errors
     /// [`Error::TableNotFound`], I/O errors, corruption found while reading files.
@@ -579,7 +598,8 @@ impl Engine {
             if major {
                 self.inner.flush_region(&r)?;
             }
-            replaced.extend(r.compact(&self.inner.file_context(), major, now)?);
+            let scope = if major { CompactionScope::Major } else { CompactionScope::All };
+            replaced.extend(r.compact(&self.inner.file_context(), scope, now)?);
         }
         self.inner.persist_locked()?;
         self.inner.delete_files(replaced.into_iter());
@@ -820,17 +840,29 @@ impl EngineInner {
     }
 
     /// Requests what a region needs after a flush, compaction or open: compaction when a
-    /// family has many files or files shared after a split, a split when it is too big.
+    /// family has files shared after a split or a run of files the policy would merge, a split
+    /// when it is too big.
     pub fn request_follow_ups(&self, table: &str, state: &TableState, region: &Region) {
         if !self.opts.auto_compact {
             return;
         }
         let shared = region.has_shared_files();
-        if shared || region.max_files_per_family() >= self.opts.compaction_threshold {
+        if shared || region.wants_compaction(&self.compaction_policy()) {
             self.request(table, region, TaskKind::Compact);
         }
         if !shared && region.file_size() > self.split_threshold(state) {
             self.request(table, region, TaskKind::Split);
+        }
+    }
+
+    /// How background compactions pick their files.
+    fn compaction_policy(&self) -> CompactionPolicy {
+        let o = &self.opts;
+        CompactionPolicy {
+            min_files: o.compaction_threshold,
+            max_files: o.compaction_max_files,
+            ratio: o.compaction_ratio,
+            stuck_files: o.blocking_files,
         }
     }
 
@@ -848,7 +880,8 @@ impl EngineInner {
             }
             TaskKind::Compact => {
                 let now = self.opts.clock.now_ms();
-                let replaced = region.compact(&self.file_context(), false, now)?;
+                let replaced =
+                    region.compact(&self.file_context(), CompactionScope::Selected(&self.compaction_policy()), now)?;
                 if !replaced.is_empty() {
                     let _ddl = self.ddl.lock();
                     self.persist_locked()?;
@@ -1098,10 +1131,10 @@ mod tests {
 
         // The steps of `run_task`'s compaction, interleaved as two workers can run them.
         let now = inner.opts.clock.now_ms();
-        let upper_inputs = upper.compact(&inner.file_context(), false, now).unwrap();
+        let upper_inputs = upper.compact(&inner.file_context(), CompactionScope::All, now).unwrap();
         let ddl = inner.ddl.lock();
         inner.persist_locked().unwrap();
-        let lower_inputs = lower.compact(&inner.file_context(), false, now).unwrap();
+        let lower_inputs = lower.compact(&inner.file_context(), CompactionScope::All, now).unwrap();
         inner.delete_files(upper_inputs.into_iter());
         drop(ddl);
         {

@@ -34,6 +34,7 @@ pub mod cache;
 mod catalog;
 pub mod cell;
 pub mod clock;
+mod compaction;
 pub mod descriptor;
 mod engine;
 mod error;

@@ -8,6 +8,7 @@
 //! Readers pin their read points ([`ReadPins`]) so that writes can drop the memstore versions
 //! no reader can see any more (see [`crate::memstore`]).
 
+use std::ops::Range;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -17,6 +18,7 @@ use parking_lot::{Mutex, RwLock};
 
 use crate::cache::BlockCache;
 use crate::cell::KeyView;
+use crate::compaction::{self, CompactionPolicy};
 use crate::descriptor::FamilyDescriptor;
 use crate::fs::{sync_dir, FileSystem};
 use crate::memstore::{MemAccount, Memstore, Pruning};
@@ -71,6 +73,19 @@ impl RegionStores {
 pub(crate) struct RegionCounters {
     pub reads: AtomicU64,
     pub writes: AtomicU64,
+}
+
+/// What a compaction merges.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum CompactionScope<'a> {
+    /// Every file of each family, applying the full retention rules.
+    Major,
+    /// Every file of each family that has two or more, keeping delete markers (a minor
+    /// compaction asked for by the user).
+    All,
+    /// The run of files the policy selects in each family, keeping delete markers (the
+    /// background's minor compactions).
+    Selected(&'a CompactionPolicy),
 }
 
 /// Where flushes and compactions put files.
@@ -527,27 +542,30 @@ impl Region {
         Ok(())
     }
 
-    /// Merges each family's files into one, keeping only rows inside the region (files shared
-    /// after a split are rewritten even when alone). Major compaction applies the full
-    /// retention rules at time `now`; minor keeps delete markers. Returns the replaced files,
-    /// which the caller deletes once neither a region nor the manifest on disk lists them.
-    pub fn compact(&self, ctx: &FileContext<'_>, major: bool, now: u64) -> Result<Vec<Arc<SstReader>>> {
+    /// Merges files of each family into one, keeping only rows inside the region: every file
+    /// for [`CompactionScope::Major`] and [`CompactionScope::All`], the run the policy selects
+    /// for [`CompactionScope::Selected`] (and every file when some are shared after a split,
+    /// which are rewritten even when alone). Major compaction applies the full retention rules
+    /// at time `now`; minor keeps delete markers. Returns the replaced files, which the caller
+    /// deletes once neither a region nor the manifest on disk lists them.
+    pub fn compact(&self, ctx: &FileContext<'_>, scope: CompactionScope<'_>, now: u64) -> Result<Vec<Arc<SstReader>>> {
         let _m = self.maintenance.lock();
         let current = self.stores();
         let mut replaced = Vec::new();
         let mut outputs: Vec<(Bytes, Vec<u64>, Option<Arc<SstReader>>)> = Vec::new();
         for s in &current.families {
-            let shared = s.files.iter().any(|f| !f.within(&self.start, &self.end));
-            if s.files.is_empty() || (!major && !shared && s.files.len() < 2) {
-                continue;
-            }
-            let cursors: Vec<Source<'_>> = s.files.iter().map(|f| Source::Sst(f.one_pass_cursor())).collect();
+            let Some(run) = self.compaction_run(&s.files, scope) else { continue };
+            let inputs = &s.files[run];
+            let cursors: Vec<Source<'_>> = inputs.iter().map(|f| Source::Sst(f.one_pass_cursor())).collect();
             let mut merged = BoundedCursor::new(MergeCursor::new(cursors), self.end.clone());
             merged.seek(&KeyView::first_of_row(&self.start))?;
-            let mode = if major { Retention::Major { now } } else { Retention::KeepMarkers };
+            let mode = match scope {
+                CompactionScope::Major => Retention::Major { now },
+                _ => Retention::KeepMarkers,
+            };
             let out = ctx.write_file(&mut merged, &s.desc, mode)?;
-            replaced.extend(s.files.iter().cloned());
-            outputs.push((s.name.clone(), s.files.iter().map(|f| f.id()).collect(), out));
+            replaced.extend(inputs.iter().cloned());
+            outputs.push((s.name.clone(), inputs.iter().map(|f| f.id()).collect(), out));
         }
         if outputs.is_empty() {
             return Ok(replaced);
@@ -556,15 +574,33 @@ impl Region {
         let mut next = (**guard).clone();
         for s in &mut next.families {
             if let Some((_, inputs, out)) = outputs.iter().find(|(n, _, _)| *n == s.name) {
-                // Only this method removes files, under `maintenance`; flushes only prepend.
+                // Only this method removes files, under `maintenance`; flushes only prepend, so
+                // the inputs are still adjacent and the output takes their place in age order.
+                let at = s.files.iter().position(|f| inputs.contains(&f.id())).unwrap_or(s.files.len());
                 s.files.retain(|f| !inputs.contains(&f.id()));
                 if let Some(o) = out {
-                    s.files.push(o.clone());
+                    s.files.insert(at, o.clone());
                 }
             }
         }
         *guard = Arc::new(next);
         Ok(replaced)
+    }
+
+    /// The files of one family (newest first) that a compaction of `scope` merges, if any.
+    fn compaction_run(&self, files: &[Arc<SstReader>], scope: CompactionScope<'_>) -> Option<Range<usize>> {
+        let all = 0..files.len();
+        let shared = files.iter().any(|f| !f.within(&self.start, &self.end));
+        match scope {
+            _ if files.is_empty() => None,
+            CompactionScope::Major => Some(all),
+            _ if shared => Some(all),
+            CompactionScope::All => (files.len() >= 2).then_some(all),
+            CompactionScope::Selected(policy) => {
+                let sizes: Vec<u64> = files.iter().map(|f| f.size()).collect();
+                compaction::select(&sizes, policy)
+            }
+        }
     }
 
     /// Replaces the family descriptors (add or modify); memstores and files are kept for
@@ -606,9 +642,10 @@ impl Region {
         (memstore, stores.families.iter().map(|s| s.files.len()).max().unwrap_or(0))
     }
 
-    /// The most SSTables any one family holds (reads merge them all; compaction trims them).
-    pub fn max_files_per_family(&self) -> usize {
-        self.pressure().1
+    /// True if a background compaction under `policy` would merge files of some family.
+    pub fn wants_compaction(&self, policy: &CompactionPolicy) -> bool {
+        let stores = self.stores();
+        stores.families.iter().any(|s| self.compaction_run(&s.files, CompactionScope::Selected(policy)).is_some())
     }
 
     /// True if some file extends past this region's range (shared with a split sibling).
