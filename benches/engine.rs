@@ -1,6 +1,6 @@
 //! Engine micro-benchmarks with 100-byte values: random puts, random gets served from the block
-//! cache, and short (10-row) scans, owned and visited in place. Run with
-//! `cargo bench --bench engine`.
+//! cache, short (10-row) scans, owned and visited in place, and the merge of four files by a
+//! compaction and by a scan. Run with `cargo bench --bench engine`.
 
 #[path = "workloads/mod.rs"]
 mod workloads;
@@ -104,5 +104,56 @@ fn scans(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, puts, gets, scans);
+/// A table of four files holding 5 000 rows of ten 100-byte cells each, the rows of all four
+/// interleaved in key order (as flushes of random writes leave them); background compactions off.
+fn four_files(rng: &mut Rng) -> (tempfile::TempDir, Engine) {
+    const FILE_ROWS: u64 = 5_000;
+    let dir = tempfile::tempdir().unwrap();
+    let engine = Engine::open(dir.path(), EngineOptions { auto_compact: false, ..EngineOptions::default() }).unwrap();
+    engine.create_table(TableDescriptor::new("bench").family(FamilyDescriptor::new("f"))).unwrap();
+    let table = engine.table("bench").unwrap();
+    let value = vec![b'v'; 100];
+    for _ in 0..4 {
+        for _ in 0..FILE_ROWS {
+            let mut put = Put::new(key(rng.next_u64())).durability(Durability::SkipWal);
+            for c in 0..10 {
+                put = put.add("f", format!("field{c}"), value.clone());
+            }
+            table.put(put).unwrap();
+        }
+        engine.flush("bench").unwrap();
+    }
+    (dir, engine)
+}
+
+fn merges(c: &mut Criterion) {
+    let mut rng = Rng::new(17);
+    let mut g = c.benchmark_group("merge_four_files_of_ten_cell_rows");
+    g.sample_size(10);
+    g.throughput(Throughput::Elements(4 * 5_000 * 10));
+    g.bench_function("compact", |b| {
+        b.iter_batched(
+            || four_files(&mut rng),
+            |(_dir, engine)| engine.compact("bench").unwrap(),
+            BatchSize::PerIteration,
+        )
+    });
+    let (_dir, engine) = four_files(&mut rng);
+    let table = engine.table("bench").unwrap();
+    g.bench_function("scan", |b| {
+        b.iter(|| {
+            let mut cells = 0;
+            table
+                .scan_with(Scan::new(), |row| {
+                    cells += row.len();
+                    std::ops::ControlFlow::Continue(())
+                })
+                .unwrap();
+            assert_eq!(cells, 4 * 5_000 * 10);
+        })
+    });
+    g.finish();
+}
+
+criterion_group!(benches, puts, gets, scans, merges);
 criterion_main!(benches);
