@@ -55,7 +55,8 @@ pub struct EngineOptions {
     /// larger than this times the others together (default 1.2, as in HBase): a large file
     /// waits until newer ones add up to about its size, so data is rewritten a few times
     /// rather than at every compaction. A store that no run fits is merged anyway once it
-    /// holds `blocking_files` files.
+    /// holds `blocking_files` files. A run that is every file of a family applies the full
+    /// retention rules, as a major compaction does (markers and expired cells go).
     pub compaction_ratio: f64,
     /// Writes to a region wait while a family has more files than this (default 16).
     pub blocking_files: usize,

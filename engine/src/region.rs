@@ -83,8 +83,9 @@ pub(crate) enum CompactionScope<'a> {
     /// Every file of each family that has two or more, keeping delete markers (a minor
     /// compaction asked for by the user).
     All,
-    /// The run of files the policy selects in each family, keeping delete markers (the
-    /// background's minor compactions).
+    /// The run of files the policy selects in each family (the background's compactions):
+    /// minor, keeping delete markers, unless the run is every file of the family (none
+    /// shared after a split), which applies the full retention rules as a major one does.
     Selected(&'a CompactionPolicy),
 }
 
@@ -559,8 +560,13 @@ impl Region {
             let cursors: Vec<Source<'_>> = inputs.iter().map(|f| Source::Sst(f.one_pass_cursor())).collect();
             let mut merged = BoundedCursor::new(MergeCursor::new(cursors), self.end.clone());
             merged.seek(&KeyView::first_of_row(&self.start))?;
+            // A background run that takes in every file of the family sees all it could mask:
+            // it applies the full retention rules, as HBase upgrades such a minor compaction,
+            // so delete markers and expired cells do not outlive every rewrite of the store.
+            let every_file = inputs.len() == s.files.len() && s.files.iter().all(|f| f.within(&self.start, &self.end));
             let mode = match scope {
                 CompactionScope::Major => Retention::Major { now },
+                CompactionScope::Selected(_) if every_file => Retention::Major { now },
                 _ => Retention::KeepMarkers,
             };
             let out = ctx.write_file(&mut merged, &s.desc, mode)?;

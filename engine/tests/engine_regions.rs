@@ -307,6 +307,58 @@ fn background_compactions_leave_a_large_old_file_until_newer_ones_add_up() {
     assert_eq!(t.scan(Scan::new()).unwrap().count(), next as usize + 120);
 }
 
+/// A background compaction that takes in every file of a family drops the delete markers and
+/// the cells they mask, as a major compaction does; one that leaves a file out keeps them, since
+/// they may mask cells in that file.
+#[test]
+fn background_compactions_of_every_file_drop_markers_and_of_some_keep_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let engine =
+        Engine::open(dir.path(), EngineOptions { compaction_threshold: 3, ..EngineOptions::default() }).unwrap();
+    engine.create_table(TableDescriptor::new("t").family(FamilyDescriptor::new("f"))).unwrap();
+    let t = engine.table("t").unwrap();
+    let put_rows = |rows: std::ops::Range<u32>| {
+        for i in rows {
+            t.put(Put::new(format!("row{i:06}")).add("f", "q", vec![b'v'; 100])).unwrap();
+        }
+    };
+    let markers = || {
+        let raw = t.scan(Scan::new().raw(true).all_versions()).unwrap();
+        raw.map(|r| r.unwrap().cells.iter().filter(|c| c.cell_type != CellType::Put).count()).sum::<usize>()
+    };
+    let settle = || {
+        assert!(engine.wait_idle(Duration::from_secs(30)), "background work finishes");
+        engine.regions("t").unwrap()[0].files
+    };
+    // Three files of about one size, deletes in the middle one: one run of all three.
+    put_rows(0..40);
+    engine.flush("t").unwrap();
+    put_rows(40..80);
+    for i in 0..10 {
+        t.delete(Delete::new(format!("row{i:06}"))).unwrap();
+    }
+    engine.flush("t").unwrap();
+    put_rows(80..120);
+    engine.flush("t").unwrap();
+    assert_eq!(settle(), 1);
+    assert_eq!(markers(), 0, "the markers went with the cells they masked");
+    assert_eq!(t.scan(Scan::new().raw(true).all_versions()).unwrap().count(), 110);
+
+    // A large file, then three small ones with deletes of its rows: the run leaves it out.
+    put_rows(1000..5000);
+    engine.flush("t").unwrap();
+    engine.compact("t").unwrap();
+    for round in 0..3u32 {
+        t.delete(Delete::new(format!("row{:06}", 1000 + round))).unwrap();
+        put_rows(6000 + 10 * round..6010 + 10 * round);
+        engine.flush("t").unwrap();
+    }
+    assert_eq!(settle(), 2);
+    assert_eq!(markers(), 3, "markers masking cells of a file left out stay");
+    assert!(t.get(Get::new("row001000")).unwrap().is_empty());
+    assert_eq!(t.scan(Scan::new()).unwrap().count(), 110 + 4000 - 3 + 30);
+}
+
 #[test]
 fn many_writers_across_regions_with_concurrent_scans_lose_and_duplicate_nothing() {
     let te = TestEngine::new(1000);
