@@ -260,21 +260,30 @@ fn background_work_flushes_compacts_and_splits_a_growing_table() {
     assert_eq!(engine.table("t").unwrap().scan(Scan::new().reversed(true)).unwrap().count(), n);
 }
 
+/// An engine whose background compactions merge runs of three files, with one table `t`.
+fn compacting_table() -> (tempfile::TempDir, Engine, Table) {
+    let dir = tempfile::tempdir().unwrap();
+    let engine =
+        Engine::open(dir.path(), EngineOptions { compaction_threshold: 3, ..EngineOptions::default() }).unwrap();
+    engine.create_table(TableDescriptor::new("t").family(FamilyDescriptor::new("f"))).unwrap();
+    let t = engine.table("t").unwrap();
+    (dir, engine, t)
+}
+
+/// Puts `row<i>` with one 100-byte cell for every `i` of `rows`.
+fn put_rows(t: &Table, rows: std::ops::Range<u32>) {
+    for i in rows {
+        t.put(Put::new(format!("row{i:06}")).add("f", "q", vec![b'v'; 100])).unwrap();
+    }
+}
+
 /// A background compaction merges files of similar size: a store's large old file is not
 /// rewritten every few flushes, only once the newer files add up to about its size. An
 /// explicit compaction still merges everything.
 #[test]
 fn background_compactions_leave_a_large_old_file_until_newer_ones_add_up() {
-    let dir = tempfile::tempdir().unwrap();
-    let opts = EngineOptions { compaction_threshold: 3, ..EngineOptions::default() };
-    let engine = Engine::open(dir.path(), opts).unwrap();
-    engine.create_table(TableDescriptor::new("t").family(FamilyDescriptor::new("f"))).unwrap();
-    let t = engine.table("t").unwrap();
-    let put_rows = |rows: std::ops::Range<u32>| {
-        for i in rows {
-            t.put(Put::new(format!("row{i:06}")).add("f", "q", vec![b'v'; 100])).unwrap();
-        }
-    };
+    let (_dir, engine, t) = compacting_table();
+    let put_rows = |rows| put_rows(&t, rows);
     let files = || {
         assert!(engine.wait_idle(Duration::from_secs(30)), "background work finishes");
         engine.regions("t").unwrap()[0].files
@@ -312,16 +321,8 @@ fn background_compactions_leave_a_large_old_file_until_newer_ones_add_up() {
 /// they may mask cells in that file.
 #[test]
 fn background_compactions_of_every_file_drop_markers_and_of_some_keep_them() {
-    let dir = tempfile::tempdir().unwrap();
-    let engine =
-        Engine::open(dir.path(), EngineOptions { compaction_threshold: 3, ..EngineOptions::default() }).unwrap();
-    engine.create_table(TableDescriptor::new("t").family(FamilyDescriptor::new("f"))).unwrap();
-    let t = engine.table("t").unwrap();
-    let put_rows = |rows: std::ops::Range<u32>| {
-        for i in rows {
-            t.put(Put::new(format!("row{i:06}")).add("f", "q", vec![b'v'; 100])).unwrap();
-        }
-    };
+    let (_dir, engine, t) = compacting_table();
+    let put_rows = |rows| put_rows(&t, rows);
     let markers = || {
         let raw = t.scan(Scan::new().raw(true).all_versions()).unwrap();
         raw.map(|r| r.unwrap().cells.iter().filter(|c| c.cell_type != CellType::Put).count()).sum::<usize>()
