@@ -91,6 +91,11 @@ impl Store for Rocks {
         }
         read
     }
+    /// The iterator that copies each key and value out (`Box<[u8]>`).
+    fn scan_owned(&self, start: &[u8], n: usize) -> usize {
+        let from = rocksdb::IteratorMode::From(start, rocksdb::Direction::Forward);
+        self.0.iterator(from).take(n).map(|kv| std::hint::black_box(kv.expect("scan"))).count()
+    }
     fn put(&self, key: &[u8], value: &[u8]) {
         self.0.put(key, value).expect("put");
     }
@@ -139,6 +144,10 @@ impl Store for Fjall {
     }
     fn scan(&self, start: &[u8], n: usize) -> usize {
         self.ks.range(start.to_vec()..).take(n).map(|g| std::hint::black_box(g.value().expect("value").len())).count()
+    }
+    /// Keys and values as the shared slices a guard hands out.
+    fn scan_owned(&self, start: &[u8], n: usize) -> usize {
+        self.ks.range(start.to_vec()..).take(n).map(|g| std::hint::black_box(g.into_inner().expect("scan"))).count()
     }
     fn put(&self, key: &[u8], value: &[u8]) {
         self.write(key, value.to_vec());
@@ -262,6 +271,9 @@ impl Store for Counted<'_> {
     fn scan(&self, start: &[u8], n: usize) -> usize {
         self.inner.scan(start, n)
     }
+    fn scan_owned(&self, start: &[u8], n: usize) -> usize {
+        self.inner.scan_owned(start, n)
+    }
     fn put(&self, key: &[u8], value: &[u8]) {
         self.add(key.len() + value.len());
         self.inner.put(key, value);
@@ -362,6 +374,9 @@ fn child(engine: &str, dir: &Path, records: u64, ops: u64) {
         let seeks = ops / 10;
         run("seekrandom+scan100 (rows/s)", seeks * 100, &*s, &mut || {
             workloads::seek_scan(&*s, seeks, records, 11);
+        });
+        run("seekrandom+scan100, owned rows (rows/s)", seeks * 100, &*s, &mut || {
+            workloads::seek_scan_owned(&*s, seeks, records, 11);
         });
     }
     if wanted("synced") {

@@ -143,7 +143,8 @@ pub struct ScannedCells<'a> {
     spans: std::vec::Drain<'a, CellSpan>,
     /// Arena offset of the first byte not yet split off.
     pos: usize,
-    /// The last qualifier split off, and where it sat: the cells of one column share it.
+    /// The qualifier split off for the cell before, and where it sat, while the next cell is
+    /// of the same column (the versions of one column share it).
     column: Option<(Range<usize>, Bytes)>,
 }
 
@@ -154,16 +155,19 @@ impl Iterator for ScannedCells<'_> {
         let s = self.spans.next()?;
         // Pieces split off in arena order, each on its own (one reference count each, and no
         // handle on the whole row left to drop).
-        let qualifier = match &self.column {
-            Some((at, q)) if *at == s.qualifier => q.clone(),
+        let qualifier = match self.column.take() {
+            Some((at, q)) if at == s.qualifier => q,
             _ => {
                 self.arena.advance(s.qualifier.start - self.pos);
-                let q = self.arena.split_to(s.qualifier.len()).freeze();
                 self.pos = s.qualifier.end;
-                self.column = Some((s.qualifier, q.clone()));
-                q
+                self.arena.split_to(s.qualifier.len()).freeze()
             }
         };
+        // A handle is kept only when the next cell is another version of this column: a
+        // clone is one more reference count to take and give back, per cell of every row.
+        if self.spans.as_slice().first().is_some_and(|next| next.qualifier == s.qualifier) {
+            self.column = Some((s.qualifier.clone(), qualifier.clone()));
+        }
         let value = if s.value.is_empty() {
             Bytes::new()
         } else {
