@@ -19,7 +19,7 @@ use crate::descriptor::{Durability, TableDescriptor};
 use crate::engine::EngineInner;
 use crate::mutation::{Append, CheckAndMutate, Edit, Increment, MultiRowMutation, Mutation, Put, RowMutations};
 use crate::query::{Get, ReadSpec, RowRange, RowResult, Scan};
-use crate::read::row_buf::{FromScannedRow, RowView};
+use crate::read::row_buf::{FromScannedRow, RowBuf, RowView};
 use crate::read::rows::{read_rows, row_absent, RowRead};
 use crate::region::Region;
 use crate::scanner::{visit_rows, Scanner};
@@ -770,6 +770,19 @@ impl Table {
         now: u64,
         for_writer: bool,
     ) -> Result<Option<R>> {
+        self.read_row_in(region, get, now, for_writer, |buf| buf.take_with(|row, cells| R::from_scanned(row, cells)))
+    }
+
+    /// Reads `get`'s row in `region` and hands its buffer to `take`, if the row has cells the
+    /// get returns.
+    fn read_row_in<T>(
+        &self,
+        region: &Region,
+        get: &Get,
+        now: u64,
+        for_writer: bool,
+        take: impl FnOnce(&mut RowBuf) -> T,
+    ) -> Result<Option<T>> {
         let snap = region.snapshot();
         // The writer's reads are mostly of rows about to be written, often new (inserts, unique
         // claims): a check for the row first spares those the cursors, and costs a present
@@ -780,9 +793,10 @@ impl Table {
         let range = RowRange::single(get.row.clone());
         let read =
             RowRead { range: &range, reversed: false, spec: &get.spec, now, point_row: Some(&get.row), for_writer };
+        let mut take = Some(take);
         let mut out = None;
         read_rows(&snap, &read, |buf| {
-            out = Some(buf.take_with(|row, cells| R::from_scanned(row, cells)));
+            out = take.take().map(|take| take(buf));
             false
         })?;
         Ok(out)
@@ -811,6 +825,37 @@ impl Table {
         let r = self.get_in_region_as(&region, &get, self.engine.opts.clock.now_ms())?;
         region.counters.reads.fetch_add(1, Ordering::Relaxed);
         Ok(r)
+    }
+
+    /// Reads one row like [`Table::get`], but lends it to `read` instead of returning it: its
+    /// cells are borrowed from the read's buffer, so the read builds no row (the point-read
+    /// counterpart of [`Table::scan_with`]). `None`, without calling `read`, if the row has no
+    /// cells the get returns.
+    ///
+    /// ```
+    /// # use cellar_engine::*;
+    /// # fn main() -> Result<()> {
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let engine = Engine::open(dir.path(), EngineOptions::default())?;
+    /// # engine.create_table(TableDescriptor::new("t").family(FamilyDescriptor::new("f")))?;
+    /// # let t = engine.table("t")?;
+    /// t.put(Put::new("user1").add("f", "name", "Ada"))?;
+    /// let len = t.get_with(Get::new("user1"), |row| row.value(b"f", b"name").map(<[u8]>::len))?;
+    /// assert_eq!(len, Some(Some(3)));
+    /// assert_eq!(t.get_with(Get::new("user2"), |row| row.len())?, None);
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    /// As for [`Table::get`].
+    pub fn get_with<T>(&self, get: Get, read: impl FnOnce(RowView<'_>) -> T) -> Result<Option<T>> {
+        let desc = self.check_usable()?;
+        check_row(&get.row)?;
+        self.check_spec(&desc, &get.spec)?;
+        let region = self.region(&get.row)?;
+        let out = self.read_row_in(&region, &get, self.engine.opts.clock.now_ms(), false, |buf| read(buf.view()))?;
+        region.counters.reads.fetch_add(1, Ordering::Relaxed);
+        Ok(out)
     }
 
     /// Reads several rows.

@@ -225,7 +225,13 @@ fn gets_find_rows_wherever_they_are_and_nothing_where_none_is() {
     t.put(Put::new("in_memstore").add("f", "q", "2")).unwrap();
     t.put(Put::new("deleted").add("f", "q", "3")).unwrap();
     t.delete(Delete::new("deleted")).unwrap();
-    let value = |row: &str| t.get(Get::new(row.to_string())).unwrap().value(b"f", b"q").cloned();
+    let value = |row: &str| {
+        let got = t.get(Get::new(row.to_string())).unwrap();
+        // The row lent in place is the row a get returns, and nothing where that is empty.
+        let lent = t.get_with(Get::new(row.to_string()), |view| view.to_row_result()).unwrap();
+        assert_eq!(lent, (!got.is_empty()).then(|| got.clone()), "{row}");
+        got.value(b"f", b"q").cloned()
+    };
     assert_eq!(value("in_file").as_deref(), Some(&b"1"[..]));
     assert_eq!(value("in_memstore").as_deref(), Some(&b"2"[..]));
     assert_eq!(value("deleted"), None);
@@ -247,6 +253,32 @@ fn gets_find_rows_wherever_they_are_and_nothing_where_none_is() {
     count("in_file");
     assert_eq!(count("in_file").value(b"f", b"n").unwrap().as_ref(), 2i64.to_be_bytes());
     assert_eq!(count("counted").value(b"f", b"n").unwrap().as_ref(), 1i64.to_be_bytes());
+}
+
+/// A lent row holds what the get asks for: its columns, its versions, its time range.
+#[test]
+fn a_lent_row_holds_what_the_get_asks_for() {
+    let te = TestEngine::new(5_000);
+    let t = simple(&te, FamilyDescriptor::new("f").max_versions(3));
+    for ts in [10, 20, 30] {
+        t.put(Put::new("r").add_at("f", "a", ts, format!("a{ts}")).add_at("f", "b", ts, format!("b{ts}"))).unwrap();
+    }
+    te.engine().flush("t").unwrap();
+    t.put(Put::new("r").add_at("f", "a", 40, "a40")).unwrap();
+    for get in [
+        Get::new("r"),
+        Get::new("r").all_versions(),
+        Get::new("r").column("f", "b").all_versions(),
+        Get::new("r").all_versions().time_range(15, 35),
+    ] {
+        let lent = t.get_with(get.clone(), |view| {
+            view.cells().map(|c| (c.qualifier.to_vec(), c.timestamp, c.value.to_vec())).collect::<Vec<_>>()
+        });
+        let got = t.get(get).unwrap();
+        let want: Vec<_> = got.cells.iter().map(|c| (c.qualifier.to_vec(), c.timestamp, c.value.to_vec())).collect();
+        assert_eq!(lent.unwrap(), Some(want));
+    }
+    assert_eq!(t.get_with(Get::new("r").column("f", "none"), |view| view.len()).unwrap(), None);
 }
 
 #[test]
