@@ -20,8 +20,11 @@ pub(crate) struct CompactionPolicy {
     /// No file of a run may be larger than this times the others together.
     pub ratio: f64,
     /// From this many files on, a store that no run fits merges its smallest `min_files`
-    /// adjacent files anyway, before writes wait for it.
+    /// adjacent files anyway (all of them, if it holds fewer), before writes wait for it.
     pub stuck_files: usize,
+    /// A run of every file of a family may apply the full retention rules (see
+    /// [`crate::region::CompactionScope::Selected`]).
+    pub major_when_every_file: bool,
 }
 
 /// The files to merge, as a range of `sizes` (a store's file sizes, newest first), or `None`
@@ -30,11 +33,8 @@ pub(crate) struct CompactionPolicy {
 pub(crate) fn select(sizes: &[u64], policy: &CompactionPolicy) -> Option<Range<usize>> {
     let min = policy.min_files.max(2);
     let max = policy.max_files.max(min);
-    if sizes.len() < min {
-        return None;
-    }
     let mut best: Option<(Range<usize>, u64)> = None;
-    for start in 0..=sizes.len() - min {
+    for start in 0..=sizes.len().saturating_sub(min) {
         for end in start + min..=sizes.len().min(start + max) {
             let run = &sizes[start..end];
             let total: u64 = run.iter().sum();
@@ -49,9 +49,12 @@ pub(crate) fn select(sizes: &[u64], policy: &CompactionPolicy) -> Option<Range<u
             }
         }
     }
-    if best.is_none() && sizes.len() >= policy.stuck_files {
-        best = (0..=sizes.len() - min)
-            .map(|start| (start..start + min, sizes[start..start + min].iter().sum::<u64>()))
+    if best.is_none() && sizes.len() >= policy.stuck_files.max(2) {
+        // Writes wait beyond this count: merge even where the minimum is larger than the
+        // store (a minimum set above the blocking count must not stall them for good).
+        let width = min.min(sizes.len());
+        best = (0..=sizes.len() - width)
+            .map(|start| (start..start + width, sizes[start..start + width].iter().sum::<u64>()))
             .min_by_key(|(_, total)| *total);
     }
     best.map(|(range, _)| range)
@@ -66,7 +69,8 @@ fn fits_ratio(run: &[u64], total: u64, ratio: f64) -> bool {
 mod tests {
     use super::*;
 
-    const POLICY: CompactionPolicy = CompactionPolicy { min_files: 3, max_files: 10, ratio: 1.2, stuck_files: 16 };
+    const POLICY: CompactionPolicy =
+        CompactionPolicy { min_files: 3, max_files: 10, ratio: 1.2, stuck_files: 16, major_when_every_file: true };
 
     #[test]
     fn equal_flushes_merge_together() {
@@ -104,6 +108,14 @@ mod tests {
         assert_eq!(select(&growing, &POLICY), None);
         let policy = CompactionPolicy { stuck_files: 5, ..POLICY };
         assert_eq!(select(&growing, &policy), Some(0..3));
+    }
+
+    /// A minimum above the count at which writes wait still lets a stuck store merge.
+    #[test]
+    fn a_minimum_above_the_blocking_count_does_not_stall_a_store() {
+        let policy = CompactionPolicy { min_files: 20, stuck_files: 16, ..POLICY };
+        assert_eq!(select(&[5; 15], &policy), None);
+        assert_eq!(select(&[5; 17], &policy), Some(0..17));
     }
 
     #[test]

@@ -864,6 +864,9 @@ impl EngineInner {
             max_files: o.compaction_max_files,
             ratio: o.compaction_ratio,
             stuck_files: o.blocking_files,
+            // With `auto_compact` off the background compacts only stores that writes wait
+            // for, and such a compaction stays minor.
+            major_when_every_file: o.auto_compact,
         }
     }
 
@@ -1111,6 +1114,74 @@ mod tests {
             t.put(Put::new(row(i)).add("f", "v", format!("value-{i}"))).unwrap();
         }
         engine.inner.table_state(table).unwrap().regions()[0].clone()
+    }
+
+    /// A table `t` of one family `f` built by `family`, under a manual clock at 1 000 000 ms,
+    /// background compactions off and runs of three files for the policy.
+    fn policy_engine(dir: &Path, family: FamilyDescriptor) -> (Engine, Arc<crate::clock::ManualClock>) {
+        let clock = Arc::new(crate::clock::ManualClock::new(1_000_000));
+        let opts = EngineOptions { compaction_threshold: 3, clock: clock.clone(), ..options() };
+        let engine = Engine::open(dir, opts).unwrap();
+        engine.create_table(TableDescriptor::new("t").family(family)).unwrap();
+        (engine, clock)
+    }
+
+    /// What the background's compaction of `t`'s region does now.
+    fn compact_as_background(engine: &Engine) {
+        let inner = &engine.inner;
+        let region = inner.table_state("t").unwrap().regions()[0].clone();
+        let policy = CompactionPolicy { major_when_every_file: true, ..inner.compaction_policy() };
+        let now = inner.opts.clock.now_ms();
+        assert!(!region.compact(&inner.file_context(), CompactionScope::Selected(&policy), now).unwrap().is_empty());
+    }
+
+    /// A run that leaves a newer file out keeps every version: a marker in that file hides
+    /// the newest version, so reads return the one behind it, and still do after the run.
+    #[test]
+    fn a_run_that_leaves_newer_files_out_keeps_the_versions_reads_return() {
+        let dir = tempfile::tempdir().unwrap();
+        let (engine, _clock) = policy_engine(dir.path(), FamilyDescriptor::new("f").max_versions(1));
+        let t = engine.table("t").unwrap();
+        for (ts, value) in [(1, "v1"), (2, "v2"), (3, "other")] {
+            let row = if ts == 3 { "s" } else { "r" };
+            t.put(Put::new(row).add_at("f", "q", ts, value)).unwrap();
+            engine.flush("t").unwrap();
+        }
+        // A large newer file holding a marker for the newest version of r.
+        t.delete(crate::Delete::new("r").add_column_at("f", "q", 2)).unwrap();
+        for i in 0..2_000u32 {
+            t.put(Put::new(row(i)).add("f", "v", format!("value-{i}"))).unwrap();
+        }
+        engine.flush("t").unwrap();
+        let value = || t.get(Get::new("r")).unwrap().value(b"f", b"q").map(|v| v.to_vec());
+        assert_eq!(value().as_deref(), Some(&b"v1"[..]));
+        compact_as_background(&engine);
+        assert_eq!(engine.regions("t").unwrap()[0].files, 2, "the three small files merged, the large one left");
+        assert_eq!(value().as_deref(), Some(&b"v1"[..]));
+    }
+
+    /// A run of every file does not apply the full rules while the memstore holds a marker:
+    /// the marker may hide a version that the rules would count, and drop the one reads return.
+    #[test]
+    fn a_run_of_every_file_stays_minor_while_the_memstore_holds_markers() {
+        let dir = tempfile::tempdir().unwrap();
+        let family = FamilyDescriptor::new("f").max_versions(3).min_versions(1).ttl_secs(1);
+        let (engine, clock) = policy_engine(dir.path(), family);
+        let t = engine.table("t").unwrap();
+        for (ts, value) in [(1_000_100, "v100"), (1_000_200, "v200")] {
+            t.put(Put::new("r").add_at("f", "q", ts, value)).unwrap();
+            engine.flush("t").unwrap();
+        }
+        t.put(Put::new("s").add("f", "q", "other")).unwrap();
+        engine.flush("t").unwrap();
+        t.delete(crate::Delete::new("r").add_column_at("f", "q", 1_000_200)).unwrap();
+        clock.set(1_010_000);
+        // Both versions expired; min_versions keeps the newest one reads can see.
+        let value = || t.get(Get::new("r")).unwrap().value(b"f", b"q").map(|v| v.to_vec());
+        assert_eq!(value().as_deref(), Some(&b"v100"[..]));
+        compact_as_background(&engine);
+        assert_eq!(engine.regions("t").unwrap()[0].files, 1);
+        assert_eq!(value().as_deref(), Some(&b"v100"[..]));
     }
 
     /// Split daughters compacting their shared file on two workers: the upper one writes the

@@ -84,8 +84,9 @@ pub(crate) enum CompactionScope<'a> {
     /// compaction asked for by the user).
     All,
     /// The run of files the policy selects in each family (the background's compactions):
-    /// minor, keeping delete markers, unless the run is every file of the family (none
-    /// shared after a split), which applies the full retention rules as a major one does.
+    /// minor, keeping delete markers (and every version, when newer files are left out),
+    /// unless the run is every file of the family and the memstores hold no marker, which
+    /// applies the full retention rules as a major one does (with the policy's leave).
     Selected(&'a CompactionPolicy),
 }
 
@@ -556,19 +557,11 @@ impl Region {
         let mut outputs: Vec<(Bytes, Vec<u64>, Option<Arc<SstReader>>)> = Vec::new();
         for s in &current.families {
             let Some(run) = self.compaction_run(&s.files, scope) else { continue };
+            let mode = Self::compaction_retention(s, &run, scope, now);
             let inputs = &s.files[run];
             let cursors: Vec<Source<'_>> = inputs.iter().map(|f| Source::Sst(f.one_pass_cursor())).collect();
             let mut merged = BoundedCursor::new(MergeCursor::new(cursors), self.end.clone());
             merged.seek(&KeyView::first_of_row(&self.start))?;
-            // A background run that takes in every file of the family sees all it could mask:
-            // it applies the full retention rules, as HBase upgrades such a minor compaction,
-            // so delete markers and expired cells do not outlive every rewrite of the store.
-            let every_file = inputs.len() == s.files.len() && s.files.iter().all(|f| f.within(&self.start, &self.end));
-            let mode = match scope {
-                CompactionScope::Major => Retention::Major { now },
-                CompactionScope::Selected(_) if every_file => Retention::Major { now },
-                _ => Retention::KeepMarkers,
-            };
             let out = ctx.write_file(&mut merged, &s.desc, mode)?;
             replaced.extend(inputs.iter().cloned());
             outputs.push((s.name.clone(), inputs.iter().map(|f| f.id()).collect(), out));
@@ -591,6 +584,29 @@ impl Region {
         }
         *guard = Arc::new(next);
         Ok(replaced)
+    }
+
+    /// The rules a compaction of `store`'s files `run` (newest first) writes by.
+    fn compaction_retention(store: &Store, run: &Range<usize>, scope: CompactionScope<'_>, now: u64) -> Retention {
+        let CompactionScope::Selected(policy) = scope else {
+            return match scope {
+                CompactionScope::Major => Retention::Major { now },
+                _ => Retention::KeepMarkers,
+            };
+        };
+        let newer_files = run.start > 0;
+        let every_file = !newer_files && run.end == store.files.len();
+        let memstore_markers = store.active.has_markers() || store.frozen.as_ref().is_some_and(|f| f.has_markers());
+        if every_file && policy.major_when_every_file && !memstore_markers {
+            // The run sees everything that could mask what it holds (the memstores hold no
+            // marker): the full rules apply, as HBase upgrades such a minor compaction, so
+            // delete markers and expired cells do not outlive every rewrite of the store.
+            Retention::Major { now }
+        } else if newer_files {
+            Retention::KeepVersions
+        } else {
+            Retention::KeepMarkers
+        }
     }
 
     /// The files of one family (newest first) that a compaction of `scope` merges, if any.

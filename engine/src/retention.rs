@@ -4,7 +4,9 @@
 //!   marker (unless the family keeps deleted cells), puts shadowed by a newer write at the same
 //!   timestamp, and versions beyond `max_versions`. As in HBase, a version dropped this way stays
 //!   gone even if a later delete removes a newer one; otherwise hot rows would drag thousands of
-//!   dead versions through every file.
+//!   dead versions through every file. A minor compaction that leaves newer files out keeps
+//!   every version: a marker already in one of those may hide the newest versions it holds,
+//!   and reads then return the ones behind them.
 //! * Major compaction sees every file of a store and keeps exactly what reads can still
 //!   return: markers go (unless KEEP_DELETED_CELLS), so do masked puts, puts shadowed by a
 //!   newer write at the same timestamp, versions beyond `max_versions`, and expired versions
@@ -24,6 +26,10 @@ use crate::Result;
 pub(crate) enum Retention {
     /// Memstore flush or minor compaction.
     KeepMarkers,
+    /// Minor compaction of files with newer files left out: as `KeepMarkers`, but every
+    /// version stays, since a marker in a newer file may hide the newest versions here and
+    /// make reads return the ones behind them.
+    KeepVersions,
     /// Major compaction at time `now`.
     Major { now: u64 },
 }
@@ -68,7 +74,7 @@ pub(crate) fn copy_retained(
         }
         let keep = if k.kind.is_delete() {
             tracker.add(Marker { ts: k.ts, kind: k.kind, seq: k.seq });
-            kdc || mode == Retention::KeepMarkers
+            kdc || !matches!(mode, Retention::Major { .. })
         } else {
             let masked = tracker.masks(k.ts, k.seq, u64::MAX);
             let shadowed = col.last_put_ts == Some(k.ts);
@@ -77,13 +83,14 @@ pub(crate) fn copy_retained(
             if !shadowed && !masked {
                 col.surviving += 1;
             }
-            let within_limits = index < desc.max_versions
-                && match mode {
-                    Retention::KeepMarkers => true,
-                    Retention::Major { now } => {
-                        index < desc.min_versions || !is_expired(k.ts, cursor.ttl_ms(), ttl, now)
-                    }
-                };
+            let within_limits = match mode {
+                Retention::KeepVersions => true,
+                Retention::KeepMarkers => index < desc.max_versions,
+                Retention::Major { now } => {
+                    index < desc.max_versions
+                        && (index < desc.min_versions || !is_expired(k.ts, cursor.ttl_ms(), ttl, now))
+                }
+            };
             !shadowed && (!masked || kdc) && within_limits
         };
         if keep {

@@ -313,6 +313,11 @@ impl Memstore {
     }
 
     /// Approximate heap size of the contents in bytes.
+    /// True if a delete marker was ever inserted.
+    pub fn has_markers(&self) -> bool {
+        self.has_markers.load(AtomicOrdering::Relaxed)
+    }
+
     pub fn size(&self) -> usize {
         self.bytes.load(AtomicOrdering::Relaxed)
     }
