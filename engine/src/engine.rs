@@ -56,7 +56,8 @@ pub struct EngineOptions {
     /// waits until newer ones add up to about its size, so data is rewritten a few times
     /// rather than at every compaction. A store that no run fits is merged anyway once it
     /// holds `blocking_files` files. A run that is every file of a family applies the full
-    /// retention rules, as a major compaction does (markers and expired cells go).
+    /// retention rules, as a major compaction does (markers and expired cells go), unless its
+    /// memstores hold a delete marker or `auto_compact` is off.
     pub compaction_ratio: f64,
     /// Writes to a region wait while a family has more files than this (default 16).
     pub blocking_files: usize,
