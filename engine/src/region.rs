@@ -588,11 +588,10 @@ impl Region {
 
     /// The rules a compaction of `store`'s files `run` (newest first) writes by.
     fn compaction_retention(store: &Store, run: &Range<usize>, scope: CompactionScope<'_>, now: u64) -> Retention {
-        let CompactionScope::Selected(policy) = scope else {
-            return match scope {
-                CompactionScope::Major => Retention::Major { now },
-                _ => Retention::KeepMarkers,
-            };
+        let policy = match scope {
+            CompactionScope::Major => return Retention::Major { now },
+            CompactionScope::All => return Retention::KeepMarkers,
+            CompactionScope::Selected(policy) => policy,
         };
         let newer_files = run.start > 0;
         let every_file = !newer_files && run.end == store.files.len();

@@ -117,6 +117,11 @@ impl std::fmt::Debug for Table {
     }
 }
 
+/// A read's row taken out of its buffer as `R`.
+fn build_row<R: FromScannedRow>(buf: &mut RowBuf) -> R {
+    buf.take_with(|row, cells| R::from_scanned(row, cells))
+}
+
 impl Table {
     pub(crate) fn new(life: Arc<Lifeline>, engine: Arc<EngineInner>, state: Arc<TableState>) -> Table {
         let name = state.descriptor().name.into();
@@ -752,25 +757,22 @@ impl Table {
         Ok(())
     }
 
-    /// The row `get` reads, built as `R`; `None` if the read returns no row.
-    fn get_in_region_as<R: FromScannedRow>(&self, region: &Region, get: &Get, now: u64) -> Result<Option<R>> {
-        self.read_in_region_as(region, get, now, false)
-    }
-
-    /// [`Table::get_in_region_as`] by the writer holding `region`'s write lock, about to write
-    /// the row: the inserts that follow start from where the read found the row.
+    /// The row `get` reads in `region`, built as `R`, by the writer holding the region's write
+    /// lock, about to write the row: the inserts that follow start from where the read found
+    /// it. `None` if the read returns no row.
     pub(crate) fn get_locked_as<R: FromScannedRow>(&self, region: &Region, get: &Get, now: u64) -> Result<Option<R>> {
-        self.read_in_region_as(region, get, now, true)
+        self.read_row_in(region, get, now, true, build_row::<R>)
     }
 
-    fn read_in_region_as<R: FromScannedRow>(
-        &self,
-        region: &Region,
-        get: &Get,
-        now: u64,
-        for_writer: bool,
-    ) -> Result<Option<R>> {
-        self.read_row_in(region, get, now, for_writer, |buf| buf.take_with(|row, cells| R::from_scanned(row, cells)))
+    /// A point read through the public API: checks, routing, the region's read count.
+    fn point_read<T>(&self, get: &Get, take: impl FnOnce(&mut RowBuf) -> T) -> Result<Option<T>> {
+        let desc = self.check_usable()?;
+        check_row(&get.row)?;
+        self.check_spec(&desc, &get.spec)?;
+        let region = self.region(&get.row)?;
+        let out = self.read_row_in(&region, get, self.engine.opts.clock.now_ms(), false, take)?;
+        region.counters.reads.fetch_add(1, Ordering::Relaxed);
+        Ok(out)
     }
 
     /// Reads `get`'s row in `region` and hands its buffer to `take`, if the row has cells the
@@ -818,13 +820,7 @@ impl Table {
     /// # Errors
     /// As for [`Table::get`].
     pub fn get_as<R: FromScannedRow>(&self, get: Get) -> Result<Option<R>> {
-        let desc = self.check_usable()?;
-        check_row(&get.row)?;
-        self.check_spec(&desc, &get.spec)?;
-        let region = self.region(&get.row)?;
-        let r = self.get_in_region_as(&region, &get, self.engine.opts.clock.now_ms())?;
-        region.counters.reads.fetch_add(1, Ordering::Relaxed);
-        Ok(r)
+        self.point_read(&get, build_row::<R>)
     }
 
     /// Reads one row like [`Table::get`], but lends it to `read` instead of returning it: its
@@ -849,13 +845,7 @@ impl Table {
     /// # Errors
     /// As for [`Table::get`].
     pub fn get_with<T>(&self, get: Get, read: impl FnOnce(RowView<'_>) -> T) -> Result<Option<T>> {
-        let desc = self.check_usable()?;
-        check_row(&get.row)?;
-        self.check_spec(&desc, &get.spec)?;
-        let region = self.region(&get.row)?;
-        let out = self.read_row_in(&region, &get, self.engine.opts.clock.now_ms(), false, |buf| read(buf.view()))?;
-        region.counters.reads.fetch_add(1, Ordering::Relaxed);
-        Ok(out)
+        self.point_read(&get, |buf| read(buf.view()))
     }
 
     /// Reads several rows.

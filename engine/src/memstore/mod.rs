@@ -312,12 +312,12 @@ impl Memstore {
             .any(|family_marker| family_marker)
     }
 
-    /// Approximate heap size of the contents in bytes.
     /// True if a delete marker was ever inserted.
     pub fn has_markers(&self) -> bool {
         self.has_markers.load(AtomicOrdering::Relaxed)
     }
 
+    /// Approximate heap size of the contents in bytes.
     pub fn size(&self) -> usize {
         self.bytes.load(AtomicOrdering::Relaxed)
     }
