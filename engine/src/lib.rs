@@ -74,7 +74,7 @@ pub use mutation::{
 };
 pub use query::{prefix_successor, Get, RowResult, Scan, TimeRange};
 pub use read::row_buf::{FromScannedRow, RowView, ScannedCell, ScannedCells};
-pub use scanner::Scanner;
+pub use scanner::{ScanCursor, Scanner};
 pub use split::SplitAlgorithm;
 pub use split_policy::{PrefixField, SplitPolicy};
 pub use table::Table;

@@ -1,4 +1,5 @@
-//! [`Scanner`]: a streaming iterator over a scan's rows, and the visiting scan behind
+//! [`Scanner`]: a streaming iterator over a scan's rows; [`ScanCursor`]: the same scan lending
+//! its rows one at a time; and the visiting scan behind
 //! [`Table::scan_with`](crate::Table::scan_with).
 //!
 //! The scanner takes a read snapshot of every region its range reaches when it opens, then
@@ -13,7 +14,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 
 use crate::query::{RowRange, RowResult, Scan};
-use crate::read::row_buf::{FromScannedRow, RowView};
+use crate::read::row_buf::{FromScannedRow, RowBatch, RowBuf, RowView};
 use crate::read::rows::{read_rows, ReadSnapshot, RowRead};
 use crate::region::Region;
 use crate::Result;
@@ -24,6 +25,14 @@ const FILL_ROWS: usize = 128;
 /// Iterates the rows of a scan, as [`RowResult`]s or another [`FromScannedRow`] type. Yields
 /// `Err` once and then ends if a read fails.
 pub struct Scanner<R = RowResult> {
+    walk: Walk,
+    buffer: OwnedRows<R>,
+}
+
+/// Where a scan stands: the regions its range reaches, each with the snapshot taken at open,
+/// and what remains to read. Rows are read a buffer at a time, resuming after the last row
+/// returned, so memory stays bounded however large the table is.
+struct Walk {
     /// Regions in scan order, each with the snapshot taken at open.
     regions: Vec<(Arc<Region>, ReadSnapshot)>,
     next_region: usize,
@@ -31,14 +40,67 @@ pub struct Scanner<R = RowResult> {
     /// What remains to read of the current region.
     range: Option<RowRange>,
     now: u64,
-    buffer: VecDeque<R>,
     rows_left: usize,
     done: bool,
 }
 
+/// Where a fill puts the rows it reads.
+trait RowSink {
+    /// Takes the gathered row (whole, or in parts of `batch` cells).
+    fn keep(&mut self, buf: &mut RowBuf, batch: Option<usize>);
+    /// The key of the last row kept: where a fill that stopped early resumes.
+    fn last_row(&self) -> Option<Bytes>;
+    fn is_empty(&self) -> bool;
+}
+
+/// Rows built as `R` straight from the read buffer.
+struct OwnedRows<R> {
+    rows: VecDeque<R>,
+    last: Option<Bytes>,
+}
+
+impl<R: FromScannedRow> RowSink for OwnedRows<R> {
+    fn keep(&mut self, buf: &mut RowBuf, batch: Option<usize>) {
+        let rows = &mut self.rows;
+        self.last = Some(buf.take_with(|row, cells| {
+            match batch {
+                Some(n) if cells.len() > n => {
+                    while cells.len() > 0 {
+                        rows.push_back(R::from_scanned(row.clone(), cells.by_ref().take(n)));
+                    }
+                }
+                _ => rows.push_back(R::from_scanned(row.clone(), cells)),
+            }
+            row
+        }));
+    }
+
+    fn last_row(&self) -> Option<Bytes> {
+        self.last.clone()
+    }
+
+    fn is_empty(&self) -> bool {
+        self.rows.is_empty()
+    }
+}
+
+impl RowSink for RowBatch {
+    fn keep(&mut self, buf: &mut RowBuf, batch: Option<usize>) {
+        self.push(buf, batch);
+    }
+
+    fn last_row(&self) -> Option<Bytes> {
+        self.len().checked_sub(1).and_then(|i| self.row(i)).map(Bytes::copy_from_slice)
+    }
+
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
 impl<R> std::fmt::Debug for Scanner<R> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Scanner").field("rows_left", &self.rows_left).field("done", &self.done).finish()
+        f.debug_struct("Scanner").field("rows_left", &self.walk.rows_left).field("done", &self.walk.done).finish()
     }
 }
 
@@ -126,22 +188,22 @@ pub(crate) fn visit_rows(
     Ok(visited)
 }
 
-impl<R: FromScannedRow> Scanner<R> {
-    pub(crate) fn new(regions: Vec<Arc<Region>>, scan: Scan, now: u64) -> Scanner<R> {
-        Scanner {
+impl Walk {
+    fn new(regions: Vec<Arc<Region>>, scan: Scan, now: u64) -> Walk {
+        Walk {
             regions: snapshot_regions(regions, &scan),
             next_region: 0,
             range: None,
             now,
-            buffer: VecDeque::new(),
             rows_left: row_limit(&scan),
             done: false,
             scan,
         }
     }
 
-    fn fill(&mut self) -> Result<()> {
-        while self.buffer.is_empty() && !self.done {
+    /// Reads rows into `sink` until it holds some or the scan ends.
+    fn fill(&mut self, sink: &mut impl RowSink) -> Result<()> {
+        while sink.is_empty() && !self.done {
             if self.rows_left == 0 {
                 self.done = true;
                 break;
@@ -167,27 +229,15 @@ impl<R: FromScannedRow> Scanner<R> {
             };
             let want = FILL_ROWS.min(self.rows_left);
             let mut got = 0usize;
-            let mut last_row = None;
             let batch = self.scan.batch;
-            let buffer = &mut self.buffer;
             read_rows(snap, &read, |buf| {
                 got += 1;
-                buf.take_with(|row, cells| {
-                    last_row = Some(row.clone());
-                    match batch {
-                        Some(n) if cells.len() > n => {
-                            while cells.len() > 0 {
-                                buffer.push_back(R::from_scanned(row.clone(), cells.by_ref().take(n)));
-                            }
-                        }
-                        _ => buffer.push_back(R::from_scanned(row, cells)),
-                    }
-                });
+                sink.keep(buf, batch);
                 got < want
             })?;
             region.counters.reads.fetch_add(got as u64, Ordering::Relaxed);
             self.rows_left -= got;
-            match last_row {
+            match sink.last_row() {
                 Some(last) if got == want => {
                     // Stopped early: resume after the last row returned.
                     let mut rest = range;
@@ -205,16 +255,73 @@ impl<R: FromScannedRow> Scanner<R> {
     }
 }
 
+impl<R: FromScannedRow> Scanner<R> {
+    pub(crate) fn new(regions: Vec<Arc<Region>>, scan: Scan, now: u64) -> Scanner<R> {
+        Scanner { walk: Walk::new(regions, scan, now), buffer: OwnedRows { rows: VecDeque::new(), last: None } }
+    }
+}
+
 impl<R: FromScannedRow> Iterator for Scanner<R> {
     type Item = Result<R>;
 
     fn next(&mut self) -> Option<Self::Item> {
         if self.buffer.is_empty() {
-            if let Err(e) = self.fill() {
-                self.done = true;
+            if let Err(e) = self.walk.fill(&mut self.buffer) {
+                self.walk.done = true;
                 return Some(Err(e));
             }
         }
-        self.buffer.pop_front().map(Ok)
+        self.buffer.rows.pop_front().map(Ok)
+    }
+}
+
+/// A scan whose rows are lent one at a time, pull-style: [`ScanCursor::advance`] moves to the
+/// next row and [`ScanCursor::row`] lends it, borrowed from the cursor's buffer until the next
+/// move. The counterpart of [`Table::scan_with`](crate::Table::scan_with) for a caller that
+/// holds several scans at once (merging them) or stops between rows; like it, a row costs a
+/// copy of its bytes into a reused buffer, not a reference-counted piece per cell.
+pub struct ScanCursor {
+    walk: Walk,
+    batch: RowBatch,
+    /// The current row's index in `batch`, once the cursor has moved onto one.
+    at: Option<usize>,
+}
+
+impl std::fmt::Debug for ScanCursor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ScanCursor").field("rows_left", &self.walk.rows_left).field("done", &self.walk.done).finish()
+    }
+}
+
+impl ScanCursor {
+    pub(crate) fn new(regions: Vec<Arc<Region>>, scan: Scan, now: u64) -> ScanCursor {
+        ScanCursor { walk: Walk::new(regions, scan, now), batch: RowBatch::default(), at: None }
+    }
+
+    /// Moves to the next row: `true` if there is one, `false` at the end of the scan.
+    ///
+    /// # Errors
+    /// [`Error::Corrupt`](crate::Error::Corrupt) if a file read is damaged; the cursor then
+    /// stays at its end.
+    pub fn advance(&mut self) -> Result<bool> {
+        if let Some(i) = self.at.map(|i| i + 1).filter(|&i| i < self.batch.len()) {
+            self.at = Some(i);
+            return Ok(true);
+        }
+        self.at = None;
+        self.batch.clear();
+        if let Err(e) = self.walk.fill(&mut self.batch) {
+            self.walk.done = true;
+            self.batch.clear();
+            return Err(e);
+        }
+        self.at = (self.batch.len() > 0).then_some(0);
+        Ok(self.at.is_some())
+    }
+
+    /// The row the cursor is on; `None` before the first [`ScanCursor::advance`] and after
+    /// the last.
+    pub fn row(&self) -> Option<RowView<'_>> {
+        self.batch.view(self.at?)
     }
 }

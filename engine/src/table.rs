@@ -22,7 +22,7 @@ use crate::query::{Get, ReadSpec, RowRange, RowResult, Scan};
 use crate::read::row_buf::{FromScannedRow, RowBuf, RowView};
 use crate::read::rows::{read_rows, row_absent, RowRead};
 use crate::region::Region;
-use crate::scanner::{visit_rows, Scanner};
+use crate::scanner::{visit_rows, ScanCursor, Scanner};
 use crate::wal::{encode_batch, WalEdit};
 use crate::{Delete, Error, Result};
 
@@ -890,6 +890,39 @@ impl Table {
         let desc = self.check_usable()?;
         self.check_spec(&desc, &scan.spec)?;
         Ok(Scanner::new(self.state.regions(), scan, self.engine.opts.clock.now_ms()))
+    }
+
+    /// Scans like [`Table::scan`], lending rows one at a time through a [`ScanCursor`]: each
+    /// row is borrowed from the cursor's buffer until it moves on, as [`Table::scan_with`]
+    /// lends them, but the caller pulls. For callers that merge several scans, or decode rows
+    /// into their own types without keeping the cells.
+    ///
+    /// ```
+    /// # use cellar_engine::*;
+    /// # fn main() -> Result<()> {
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let engine = Engine::open(dir.path(), EngineOptions::default())?;
+    /// # engine.create_table(TableDescriptor::new("t").family(FamilyDescriptor::new("f")))?;
+    /// # let t = engine.table("t")?;
+    /// for (row, amount) in [("a", "3"), ("b", "4"), ("c", "5")] {
+    ///     t.put(Put::new(row).add("f", "amount", amount))?;
+    /// }
+    /// let mut rows = t.scan_cursor(Scan::new().start("b"))?;
+    /// let mut seen = Vec::new();
+    /// while rows.advance()? {
+    ///     let row = rows.row().expect("the cursor is on a row");
+    ///     seen.push((row.row().to_vec(), row.value(b"f", b"amount").map(<[u8]>::to_vec)));
+    /// }
+    /// assert_eq!(seen, [(b"b".to_vec(), Some(b"4".to_vec())), (b"c".to_vec(), Some(b"5".to_vec()))]);
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    /// As for [`Table::scan`]; [`ScanCursor::advance`] fails as a [`Scanner`] does.
+    pub fn scan_cursor(&self, scan: Scan) -> Result<ScanCursor> {
+        let desc = self.check_usable()?;
+        self.check_spec(&desc, &scan.spec)?;
+        Ok(ScanCursor::new(self.state.regions(), scan, self.engine.opts.clock.now_ms()))
     }
 
     /// Scans like [`Table::scan`], but lends each row to `visit` instead of returning it: the

@@ -58,6 +58,18 @@ fn flipped_sstable_block_byte_is_a_corruption_error_naming_the_file() {
     assert_eq!(t.get(Get::new("row00400")).unwrap().value(b"f", b"q").unwrap().as_ref(), b"value400");
     let results: Vec<_> = t.scan(Scan::new()).unwrap().collect();
     assert!(matches!(results.last(), Some(Err(Error::Corrupt { .. }))));
+    // A cursor reports it from the move that reaches it, and then stays at its end.
+    let mut cursor = t.scan_cursor(Scan::new()).unwrap();
+    let err = loop {
+        match cursor.advance() {
+            Ok(true) => continue,
+            Ok(false) => panic!("the cursor ran past the damaged block"),
+            Err(e) => break e,
+        }
+    };
+    assert!(matches!(err, Error::Corrupt { .. }), "{err}");
+    assert!(cursor.row().is_none());
+    assert!(!cursor.advance().unwrap(), "a failed cursor stays at its end");
 }
 
 #[test]

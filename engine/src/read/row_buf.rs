@@ -120,6 +120,74 @@ impl RowBuf {
     }
 }
 
+/// Rows copied out of the read buffer one after another, to be lent later: what a
+/// [`ScanCursor`](crate::ScanCursor) holds between the fills of its scan. A row costs one copy
+/// of its bytes into a buffer reused fill after fill; an owned row costs a reference count per
+/// piece, given back when it is dropped.
+#[derive(Default)]
+pub(crate) struct RowBatch {
+    /// The families of the read that filled the batch (one region's).
+    families: Vec<Bytes>,
+    /// Each row's arena as the read buffer held it: key, then qualifiers and values.
+    arena: Vec<u8>,
+    spans: Vec<CellSpan>,
+    rows: Vec<BatchRow>,
+}
+
+/// Where one lent row sits in a [`RowBatch`].
+struct BatchRow {
+    arena: Range<usize>,
+    row_len: usize,
+    spans: Range<usize>,
+}
+
+impl RowBatch {
+    /// Empties the batch, keeping its memory.
+    pub fn clear(&mut self) {
+        self.arena.clear();
+        self.spans.clear();
+        self.rows.clear();
+    }
+
+    /// Rows in the batch.
+    pub fn len(&self) -> usize {
+        self.rows.len()
+    }
+
+    /// Copies the gathered row in: whole, or in parts of at most `batch` cells (a scan's
+    /// `batch`), each lent as a row of its own.
+    pub fn push(&mut self, buf: &RowBuf, batch: Option<usize>) {
+        if self.rows.is_empty() {
+            self.families.clone_from(&buf.families);
+        }
+        debug_assert!(self.families == buf.families, "one batch is filled from one region's read");
+        let base = self.arena.len();
+        self.arena.extend_from_slice(&buf.arena);
+        let arena = base..self.arena.len();
+        let first = self.spans.len();
+        self.spans.extend_from_slice(&buf.spans);
+        let cells = buf.spans.len();
+        let part = batch.filter(|&n| n > 0 && cells > n).unwrap_or(cells.max(1));
+        for at in (0..cells).step_by(part) {
+            let spans = first + at..first + (at + part).min(cells);
+            self.rows.push(BatchRow { arena: arena.clone(), row_len: buf.row_len, spans });
+        }
+    }
+
+    /// The key of row `i`.
+    pub fn row(&self, i: usize) -> Option<&[u8]> {
+        let r = self.rows.get(i)?;
+        Some(&self.arena[r.arena.start..r.arena.start + r.row_len])
+    }
+
+    /// Row `i`, lent in place.
+    pub fn view(&self, i: usize) -> Option<RowView<'_>> {
+        let r = self.rows.get(i)?;
+        let arena = &self.arena[r.arena.clone()];
+        Some(RowView { row: &arena[..r.row_len], families: &self.families, arena, spans: &self.spans[r.spans.clone()] })
+    }
+}
+
 /// One cell of a row a read hands out whole: its pieces, split off the read's buffer.
 #[derive(Debug, Clone)]
 pub struct ScannedCell {

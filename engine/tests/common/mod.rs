@@ -74,10 +74,21 @@ pub fn rows(t: &Table, scan: Scan) -> Vec<String> {
     scan_both(t, scan).iter().map(|r| String::from_utf8_lossy(&r.row).into_owned()).collect()
 }
 
-/// What `scan` returns, after checking that [`Table::scan_with`] lends exactly the same rows
-/// (or batches of a row's cells), cells and values, and counts each row once.
+/// What `scan` returns, after checking that [`Table::scan_with`] and [`Table::scan_cursor`]
+/// lend exactly the same rows (or batches of a row's cells), cells and values, and that
+/// `scan_with` counts each row once.
 pub fn scan_both(t: &Table, scan: Scan) -> Vec<RowResult> {
     let returned: Vec<RowResult> = t.scan(scan.clone()).unwrap().map(|r| r.unwrap()).collect();
+    let mut cursor = t.scan_cursor(scan.clone()).unwrap();
+    assert!(cursor.row().is_none(), "a cursor lends nothing before its first move");
+    let mut pulled = Vec::new();
+    while cursor.advance().unwrap() {
+        let row = cursor.row().expect("a cursor that moved onto a row lends it");
+        assert!(!row.is_empty(), "a lent row has cells");
+        pulled.push(row.to_row_result());
+    }
+    assert!(cursor.row().is_none() && !cursor.advance().unwrap(), "a cursor at its end stays there");
+    assert_eq!(pulled, returned, "scan_cursor lends what scan returns");
     let mut lent = Vec::new();
     let visited = t
         .scan_with(scan, |row| {
