@@ -2,7 +2,8 @@
 //! sequences of puts, deletes (of columns, families and rows), increments, check-and-mutates,
 //! version reads and scans (with limits, reversed, of every column, of some families, or of a
 //! slice of one family's columns) run on both stores through the `Store` trait, and every
-//! result must match.
+//! result must match. Each store must also lend (`read_rows_with`, `scan_cursor`) exactly the
+//! rows it returns.
 //!
 //! Writes carry explicit timestamps (a store's own clock would differ between the two), all in
 //! the recent past; increments stamp their cells with the store's clock, so counter cells are
@@ -14,8 +15,8 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
 use cellar::orm::store::{
-    CellMutation, ColumnSlice, Columns, Condition, FamilySpec, ReadSpec, Row, RowMutation, ScanSpec, SplitPolicy,
-    Store, TableSpec,
+    CellMutation, ColumnSlice, Columns, Condition, FamilySpec, Metered, ReadSpec, Row, RowMutation, ScanSpec,
+    SplitPolicy, Store, TableSpec,
 };
 use cellar::orm::EmbeddedStore;
 use cellar::prelude::*;
@@ -224,11 +225,13 @@ fn run(store: &dyn Store, op: &Op, base: u64) -> Answer {
                 time_range: range.map(|(a, b)| (base + a, base + b)),
                 columns: columns(c),
             };
-            answer(
-                store
-                    .read_rows(TABLE, &keys, &read)
-                    .map(|rows| Answer::Rows(rows.into_iter().map(|r| r.map(comparable)).collect())),
-            )
+            let returned = store.read_rows(TABLE, &keys, &read);
+            if let Ok(rows) = &returned {
+                let mut lent = vec![None; keys.len()];
+                store.read_rows_with(TABLE, &keys, &read, &mut |i, row| lent[i] = row.map(|r| r.to_row())).unwrap();
+                assert_eq!(&lent, rows, "read_rows_with lends what read_rows returns");
+            }
+            answer(returned.map(|rows| Answer::Rows(rows.into_iter().map(|r| r.map(comparable)).collect())))
         }
         Op::Scan { start, end, reverse, limit, versions, columns: c } => {
             let spec = ScanSpec {
@@ -238,9 +241,17 @@ fn run(store: &dyn Store, op: &Op, base: u64) -> Answer {
                 limit: *limit,
                 read: ReadSpec { max_versions: *versions, time_range: None, columns: columns(c) },
             };
-            answer(store.scan(TABLE, &spec).and_then(|rows| {
-                rows.map(|r| r.map(|r| Some(comparable(r)))).collect::<cellar::orm::Result<Vec<_>>>().map(Answer::Rows)
-            }))
+            let returned = store.scan(TABLE, &spec).and_then(|rows| rows.collect::<cellar::orm::Result<Vec<Row>>>());
+            if let Ok(rows) = &returned {
+                let mut cursor = store.scan_cursor(TABLE, &spec).unwrap();
+                let mut lent = Vec::new();
+                while cursor.advance().unwrap() {
+                    lent.push(cursor.row().expect("a cursor on a row lends it").to_row());
+                }
+                assert!(cursor.row().is_none() && !cursor.advance().unwrap(), "a cursor at its end stays there");
+                assert_eq!(&lent, rows, "scan_cursor lends what scan returns");
+            }
+            answer(returned.map(|rows| Answer::Rows(rows.into_iter().map(|r| Some(comparable(r))).collect())))
         }
     }
 }
@@ -251,6 +262,20 @@ proptest! {
         cases: std::env::var("CELLAR_DIFF_CASES").ok().and_then(|n| n.parse().ok()).unwrap_or(24),
         ..ProptestConfig::default()
     })]
+
+    /// Without the emulator too: the embedded store, metered, lends what it returns (checked
+    /// in `run`).
+    #[test]
+    fn the_embedded_store_lends_what_it_returns(ops in prop::collection::vec(op(), 1..40)) {
+        let dir = tempfile::tempdir().unwrap();
+        let embedded = EmbeddedStore::new(Engine::open(dir.path(), EngineOptions::default()).unwrap());
+        let store = Metered::new(std::sync::Arc::new(embedded));
+        store.ensure_table(&spec()).unwrap();
+        let base = SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_millis() as u64 - 60_000;
+        for op in &ops {
+            run(&store, op, base);
+        }
+    }
 
     #[test]
     fn embedded_and_bigtable_answer_alike(ops in prop::collection::vec(op(), 1..40)) {

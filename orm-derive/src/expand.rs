@@ -574,12 +574,12 @@ pub fn expand(e: &EntityAttr) -> TokenStream {
                 }
 
                 fn key_from_row_in(
-                    row: &#orm::store::Row,
+                    row: #orm::store::LentRow<'_>,
                     names: &dyn #orm::key::Names,
                 ) -> ::core::result::Result<#key_ident, #orm::entity::FieldError> {
                     const S: &#orm::Schema = &<#ident as #orm::Entity>::SCHEMA;
                     let _ = names;
-                    let mut reader = #orm::key::KeyReader::new(S, &row.key)?;
+                    let mut reader = #orm::key::KeyReader::new(S, row.key())?;
                     #start_partition
                     #(#read_parts)*
                     reader.finish()?;
@@ -589,13 +589,13 @@ pub fn expand(e: &EntityAttr) -> TokenStream {
                 }
 
                 fn from_row_in(
-                    row: &#orm::store::Row,
+                    row: #orm::store::LentRow<'_>,
                     as_of: u64,
                     names: &dyn #orm::key::Names,
                 ) -> ::core::result::Result<Self, #orm::entity::FieldError> {
                     const S: &#orm::Schema = &<#ident as #orm::Entity>::SCHEMA;
                     let _ = names;
-                    let mut reader = #orm::key::KeyReader::new(S, &row.key)?;
+                    let mut reader = #orm::key::KeyReader::new(S, row.key())?;
                     #start_partition
                     #(#read_parts)*
                     reader.finish()?;

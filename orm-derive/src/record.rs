@@ -59,7 +59,7 @@ pub fn derive(input: &DeriveInput) -> syn::Result<TokenStream> {
                 const NAME: &'static str = #name;
                 const MEMBERS: &'static [&'static #orm::Schema] = &[#(&<#types as #orm::Entity>::SCHEMA),*];
 
-                fn from_row(row: &#orm::store::Row) -> ::core::result::Result<Self, #orm::entity::FieldError> {
+                fn from_row(row: #orm::store::LentRow<'_>) -> ::core::result::Result<Self, #orm::entity::FieldError> {
                     #(#attempts)*
                     ::core::result::Result::Err(#orm::record::not_a_member(#name))
                 }

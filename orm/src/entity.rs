@@ -3,7 +3,7 @@
 //! columns).
 
 use crate::key::{Digest, KeyError, Names, PartSpec, RowKey, Salt, Timestamp, Unresolved};
-use crate::store::Row;
+use crate::store::LentRow;
 use crate::value::ValueError;
 
 /// A row-key part of an entity.
@@ -211,29 +211,30 @@ pub trait Entity: Sized + 'static {
     /// # Errors
     /// A [`FieldError`] for a malformed key, another record type (flagged
     /// [`FieldError::other_record_type`]), or a hashed part's missing or mismatching column.
-    fn key_from_row(row: &Row) -> Result<Self::Key, FieldError> {
-        Self::key_from_row_in(row, &Unresolved)
+    fn key_from_row<'r>(row: impl Into<LentRow<'r>>) -> Result<Self::Key, FieldError> {
+        Self::key_from_row_in(row.into(), &Unresolved)
     }
 
     /// Decodes the key of a stored row, substituted parts resolved by `names`.
     ///
     /// # Errors
     /// As [`Entity::key_from_row`]; as [`Names::name`].
-    fn key_from_row_in(row: &Row, names: &dyn Names) -> Result<Self::Key, FieldError>;
+    fn key_from_row_in(row: LentRow<'_>, names: &dyn Names) -> Result<Self::Key, FieldError>;
 
-    /// Rebuilds an entity from a row, taking each column's newest version at or before `as_of`.
+    /// Rebuilds an entity from a row (a [`Row`](crate::store::Row) or a [`LentRow`]), taking
+    /// each column's newest version at or before `as_of`.
     ///
     /// # Errors
     /// A [`FieldError`] naming what does not decode.
-    fn from_row(row: &Row, as_of: u64) -> Result<Self, FieldError> {
-        Self::from_row_in(row, as_of, &Unresolved)
+    fn from_row<'r>(row: impl Into<LentRow<'r>>, as_of: u64) -> Result<Self, FieldError> {
+        Self::from_row_in(row.into(), as_of, &Unresolved)
     }
 
     /// Rebuilds an entity from a row, substituted parts resolved by `names`.
     ///
     /// # Errors
     /// As [`Entity::from_row`]; as [`Names::name`].
-    fn from_row_in(row: &Row, as_of: u64, names: &dyn Names) -> Result<Self, FieldError>;
+    fn from_row_in(row: LentRow<'_>, as_of: u64, names: &dyn Names) -> Result<Self, FieldError>;
 
     /// The physical layout, printable: table, key parts with encodings and widths, record
     /// type, families and columns.
@@ -278,7 +279,11 @@ pub trait KeyPrefix<E: Entity> {
 ///
 /// # Errors
 /// A [`FieldError`] naming the column.
-pub fn decode_column<T: crate::value::Column>(row: &Row, spec: &ColumnSpec, as_of: u64) -> Result<T, FieldError> {
+pub fn decode_column<T: crate::value::Column>(
+    row: LentRow<'_>,
+    spec: &ColumnSpec,
+    as_of: u64,
+) -> Result<T, FieldError> {
     T::decode_cell(row.value_at(spec.family, spec.qualifier, as_of)).map_err(|e| FieldError::column(spec, e))
 }
 
@@ -287,7 +292,11 @@ pub fn decode_column<T: crate::value::Column>(row: &Row, spec: &ColumnSpec, as_o
 ///
 /// # Errors
 /// A [`FieldError`] naming the column.
-pub fn decode_serde<T: serde::de::DeserializeOwned>(row: &Row, spec: &ColumnSpec, as_of: u64) -> Result<T, FieldError> {
+pub fn decode_serde<T: serde::de::DeserializeOwned>(
+    row: LentRow<'_>,
+    spec: &ColumnSpec,
+    as_of: u64,
+) -> Result<T, FieldError> {
     let cell = row
         .value_at(spec.family, spec.qualifier, as_of)
         .ok_or_else(|| FieldError::column(spec, ValueError::Missing))?;
@@ -299,7 +308,7 @@ pub fn decode_serde<T: serde::de::DeserializeOwned>(row: &Row, spec: &ColumnSpec
 /// # Errors
 /// A [`FieldError`] naming the column.
 pub fn decode_serde_opt<T: serde::de::DeserializeOwned>(
-    row: &Row,
+    row: LentRow<'_>,
     spec: &ColumnSpec,
     as_of: u64,
 ) -> Result<Option<T>, FieldError> {
@@ -313,7 +322,11 @@ pub fn decode_serde_opt<T: serde::de::DeserializeOwned>(
 ///
 /// # Errors
 /// A [`FieldError`] naming the column, with what is wrong and the versions involved.
-pub fn decode_blob<T: crate::blob::Versioned>(row: &Row, spec: &ColumnSpec, as_of: u64) -> Result<T, FieldError> {
+pub fn decode_blob<T: crate::blob::Versioned>(
+    row: LentRow<'_>,
+    spec: &ColumnSpec,
+    as_of: u64,
+) -> Result<T, FieldError> {
     let cell = row
         .value_at(spec.family, spec.qualifier, as_of)
         .ok_or_else(|| FieldError::column(spec, ValueError::Missing))?;
@@ -325,7 +338,7 @@ pub fn decode_blob<T: crate::blob::Versioned>(row: &Row, spec: &ColumnSpec, as_o
 /// # Errors
 /// As [`decode_blob`].
 pub fn decode_blob_opt<T: crate::blob::Versioned>(
-    row: &Row,
+    row: LentRow<'_>,
     spec: &ColumnSpec,
     as_of: u64,
 ) -> Result<Option<T>, FieldError> {
@@ -368,7 +381,7 @@ pub fn encode_serde<T: serde::Serialize + ?Sized>(
 /// A [`FieldError`] for a missing, malformed or mismatching value.
 pub fn restore_hashed<T: crate::value::ColumnValue + crate::key::KeyPart>(
     digest: &Digest,
-    row: &Row,
+    row: LentRow<'_>,
     field: &KeyField,
     spec: &ColumnSpec,
 ) -> Result<T, FieldError> {

@@ -5,7 +5,7 @@
 
 use crate::entity::{Entity, FieldError, Schema};
 use crate::key::{Form, Modifier, Salt};
-use crate::store::Row;
+use crate::store::LentRow;
 
 /// An enum with one variant per entity type sharing a table. Implemented by
 /// `#[derive(Record)]`, which also checks at compile time that the members fit together.
@@ -21,7 +21,7 @@ pub trait Record: Sized + 'static {
     ///
     /// # Errors
     /// A [`FieldError`] naming what does not decode.
-    fn from_row(row: &Row) -> Result<Self, FieldError>;
+    fn from_row(row: LentRow<'_>) -> Result<Self, FieldError>;
 }
 
 /// An entity that is a variant of record enum `R`: its key prefixes scan `R`'s partitions.

@@ -28,7 +28,7 @@ use bytes::Bytes;
 use crate::entity::FieldError;
 use crate::key::{decode_part, encode_part, KeyPart, PartSpec};
 use crate::repo::printable;
-use crate::store::{CellMutation, ColumnSlice, Columns, ReadSpec, Row, RowMutation, Store};
+use crate::store::{CellMutation, ColumnSlice, Columns, LentCell, LentRow, ReadSpec, Row, RowMutation, Store};
 use crate::value::{ColumnValue, ValueError};
 use crate::{Error, Result};
 
@@ -138,15 +138,15 @@ pub fn encode_entries<K: KeyPart, V: ColumnValue>(spec: &'static WideSpec, map: 
 /// The entry a cell of `spec`'s family holds; `None` for a qualifier without the prefix.
 fn decode_cell<K: KeyPart, V: ColumnValue>(
     spec: &WideSpec,
-    cell: &crate::store::StoredCell,
+    cell: LentCell<'_>,
 ) -> std::result::Result<Option<(K, V)>, FieldError> {
     let bad = |reason: String| FieldError {
-        column: Some(format!("{}:{}", spec.family, printable(&cell.qualifier))),
+        column: Some(format!("{}:{}", spec.family, printable(cell.qualifier))),
         reason: format!("field `{}`: {reason}", spec.field),
         other_record_type: false,
     };
-    let Some(key) = spec.key_of::<K>(&cell.qualifier).map_err(bad)? else { return Ok(None) };
-    let value = V::from_bytes(&cell.value).map_err(|e: ValueError| bad(e.to_string()))?;
+    let Some(key) = spec.key_of::<K>(cell.qualifier).map_err(bad)? else { return Ok(None) };
+    let value = V::from_bytes(cell.value).map_err(|e: ValueError| bad(e.to_string()))?;
     Ok(Some((key, value)))
 }
 
@@ -155,18 +155,18 @@ fn decode_cell<K: KeyPart, V: ColumnValue>(
 /// # Errors
 /// A [`FieldError`] naming the entry that does not decode.
 pub fn decode_entries<K: KeyPart + Ord, V: ColumnValue>(
-    row: &Row,
+    row: LentRow<'_>,
     spec: &WideSpec,
     as_of: u64,
 ) -> std::result::Result<BTreeMap<K, V>, FieldError> {
     let mut map = BTreeMap::new();
     // Cells come newest version first: the first one at or before `as_of` is the value.
     let mut last: Option<&[u8]> = None;
-    for cell in row.cells.iter().filter(|c| c.family == spec.family.as_bytes() && c.timestamp <= as_of) {
-        if last == Some(&cell.qualifier[..]) {
+    for cell in row.cells().filter(|c| c.family == spec.family.as_bytes() && c.timestamp <= as_of) {
+        if last == Some(cell.qualifier) {
             continue;
         }
-        last = Some(&cell.qualifier);
+        last = Some(cell.qualifier);
         map.extend(decode_cell::<K, V>(spec, cell)?);
     }
     Ok(map)
@@ -212,7 +212,7 @@ impl<K: KeyPart, V: ColumnValue> WideColumns<K, V> {
     }
 
     fn decode(&self, row: &Row) -> Result<Vec<(K, V)>> {
-        let cells = row.cells.iter().filter(|c| c.family == self.spec.family.as_bytes());
+        let cells = row.lend().cells().filter(|c| c.family == self.spec.family.as_bytes());
         cells
             .filter_map(|cell| decode_cell::<K, V>(&self.spec, cell).transpose())
             .collect::<std::result::Result<_, _>>()

@@ -333,6 +333,22 @@ impl<'a> RowView<'a> {
         self.cells().find(|c| c.is_value_of(family, qualifier)).map(|c| c.value)
     }
 
+    /// The value of `family:qualifier` as of `timestamp`: the newest returned version of the
+    /// column written at or before it (delete markers, in a raw read, are passed over).
+    pub fn value_at(&self, family: &[u8], qualifier: &[u8], timestamp: u64) -> Option<&'a [u8]> {
+        // Spans compared in place: the family by index, no cell built for the ones passed.
+        let family = self.families.iter().position(|f| f == family)?;
+        self.spans
+            .iter()
+            .find(|s| {
+                s.family == family
+                    && s.timestamp <= timestamp
+                    && !s.kind.is_delete()
+                    && &self.arena[s.qualifier.clone()] == qualifier
+            })
+            .map(|s| &self.arena[s.value.clone()])
+    }
+
     /// An owned copy of the row.
     pub fn to_row_result(&self) -> RowResult {
         let row = Bytes::copy_from_slice(self.row);
@@ -414,6 +430,11 @@ mod tests {
         assert_eq!(view.len(), 4);
         assert_eq!(view.value(b"a", b"q1"), Some(&b"new"[..]));
         assert_eq!(view.value(b"b", b"q2"), None);
+        assert_eq!(view.value_at(b"a", b"q1", 15), Some(&b"old"[..]));
+        assert_eq!(view.value_at(b"a", b"q1", 20), Some(&b"new"[..]));
+        assert_eq!(view.value_at(b"a", b"q1", 9), None);
+        assert_eq!(view.value_at(b"b", b"q1", u64::MAX), Some(&b"vb"[..]));
+        assert_eq!(view.value_at(b"c", b"q1", u64::MAX), None);
         assert!(view.get(4).is_none());
         let viewed = describe(view.cells());
         assert_eq!(viewed, EXPECTED);

@@ -56,7 +56,7 @@ impl<E: Entity> IndexEntry<E> {
             arg: "field",
             reason: format!("{} has no stored field `{field}`", E::SCHEMA.entity),
         })?;
-        crate::entity::decode_column::<T>(&self.row, spec, u64::MAX)
+        crate::entity::decode_column::<T>(self.row.lend(), spec, u64::MAX)
             .map_err(|e| crate::repo::decode_error(E::SCHEMA.table, &self.row.key, e))
     }
 
@@ -99,7 +99,7 @@ impl<E: Entity, V: IndexValue> IndexReader<E, V> {
             return Ok(None);
         };
         match self.check(vec![index_row], &Mode::Entities)?.pop().and_then(|hit| hit.data) {
-            Some(row) => self.repo.decode(&row, u64::MAX).map(Some),
+            Some(row) => self.repo.decode(row.lend(), u64::MAX).map(Some),
             None => Ok(None),
         }
     }
@@ -337,7 +337,7 @@ impl<'r, E: Entity, V: IndexValue> IndexQuery<'r, E, V> {
             let exhausted = chunk.len() < want;
             for hit in self.reader.check(chunk, &mode)? {
                 let entity = match (&mode, &hit.data) {
-                    (Mode::Entities, Some(row)) => Some(self.reader.repo.decode(row, u64::MAX)?),
+                    (Mode::Entities, Some(row)) => Some(self.reader.repo.decode(row.lend(), u64::MAX)?),
                     _ => None,
                 };
                 found.push((hit, entity));

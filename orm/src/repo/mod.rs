@@ -13,9 +13,16 @@ pub use query::{Cursor, EntityIter, Page, Query, Skipped};
 use crate::entity::{ColumnKind, ColumnSpec, Entity, FieldError};
 use crate::index::{write_many, Change, IndexedWrite, Statuses};
 use crate::key::{KeyError, RowKey};
-use crate::store::{CellMutation, Condition, ReadSpec, Row, RowMutation, Store};
+use crate::store::{CellMutation, Condition, LentRow, ReadSpec, Row, RowMutation, Store};
 use crate::value::ColumnValue;
 use crate::{Error, Result};
+
+/// A blob column read at an older version or codec, and the bytes read.
+type StaleBlob = (&'static ColumnSpec, Bytes);
+
+/// An entity read by key: the position of its row among those read, the entity, and its stale
+/// blob columns.
+type Decoded<E> = (usize, E, Vec<StaleBlob>);
 use names::SubstitutedNames;
 
 /// A counter column of entity `E`, generated as an associated constant (`Customer::ORDERS`).
@@ -237,10 +244,16 @@ impl<E: Entity> Repository<E> {
         Ok(rows.into_iter().flatten().next())
     }
 
-    pub(crate) fn decode(&self, row: &Row, as_of: u64) -> Result<E> {
+    pub(crate) fn decode(&self, row: LentRow<'_>, as_of: u64) -> Result<E> {
         let names = self.names.reading();
         E::from_row_in(row, as_of, &names)
-            .map_err(|e| names.take_failure().unwrap_or_else(|| decode_error(E::SCHEMA.table, &row.key, e)))
+            .map_err(|e| names.take_failure().unwrap_or_else(|| decode_error(E::SCHEMA.table, row.key(), e)))
+    }
+
+    /// An entity read by key, and the blob columns to write back (see
+    /// [`Repository::with_write_back`]).
+    fn decode_read(&self, row: LentRow<'_>) -> Result<(E, Vec<StaleBlob>)> {
+        Ok((self.decode(row, u64::MAX)?, self.stale_blobs(row)))
     }
 
     /// Writes an entity, replacing every field of a stored one (counters excepted: they change
@@ -320,9 +333,31 @@ impl<E: Entity> Repository<E> {
     /// # Errors
     /// [`Error::Decode`] for a stored row that is not a valid `E`; store errors.
     pub fn get(&self, key: impl Into<E::Key>) -> Result<Option<E>> {
-        let Some(row) = self.read_one(key, &E::SCHEMA.read_spec())? else { return Ok(None) };
-        let entity = self.decode(&row, u64::MAX)?;
-        self.write_back_blobs(&row, &entity)?;
+        let Some(key) = self.read_key(&key.into())? else { return Ok(None) };
+        // Under a random salt, one candidate row per bucket.
+        let rows = key.into_candidates();
+        let mut found = None;
+        self.store.read_rows_with(self.table(), &rows, &E::SCHEMA.read_spec(), &mut |i, row| {
+            self.decode_first(&mut found, i, row);
+        })?;
+        self.finish_read(&rows, found)
+    }
+
+    /// Decodes `row`, the `i`-th row read, into `slot` unless an earlier row of the entity
+    /// filled it.
+    fn decode_first(&self, slot: &mut Option<Result<Decoded<E>>>, i: usize, row: Option<LentRow<'_>>) {
+        if let (None, Some(row)) = (&slot, row) {
+            *slot = Some(self.decode_read(row).map(|(entity, stale)| (i, entity, stale)));
+        }
+    }
+
+    /// The entity an entity read found in `rows` (or why it does not decode), once its stale
+    /// blob columns are written back as [`Repository::with_write_back`] asks.
+    fn finish_read(&self, rows: &[Bytes], found: Option<Result<Decoded<E>>>) -> Result<Option<E>> {
+        let Some(found) = found else { return Ok(None) };
+        let (i, entity, stale) = found?;
+        let row = rows.get(i).ok_or_else(|| Error::Store(format!("the store lent row {i} of {}", rows.len())))?;
+        self.write_back_blobs(row, &entity, stale)?;
         Ok(Some(entity))
     }
 
@@ -334,18 +369,23 @@ impl<E: Entity> Repository<E> {
         self
     }
 
-    /// With write-back on: rewrites the stale blob columns of `row`, which decoded as `entity`.
-    fn write_back_blobs(&self, row: &Row, entity: &E) -> Result<()> {
+    /// With write-back on, the blob columns of `row` stored at an older version or codec, with
+    /// the bytes read (the check of their rewrite); none otherwise.
+    fn stale_blobs(&self, row: LentRow<'_>) -> Vec<StaleBlob> {
         if !self.write_back {
-            return Ok(());
+            return Vec::new();
         }
-        let stale: Vec<(&ColumnSpec, &[u8])> = E::SCHEMA
+        E::SCHEMA
             .columns
             .iter()
             .filter_map(|c| Some((c, c.current_blob?, row.value(c.family, c.qualifier)?)))
             .filter(|(_, format, cell)| !crate::blob::is_current(cell, format))
-            .map(|(c, _, cell)| (c, cell))
-            .collect();
+            .map(|(c, _, cell)| (c, Bytes::copy_from_slice(cell)))
+            .collect()
+    }
+
+    /// Rewrites the `stale` blob columns of `row`, which decoded as `entity`.
+    fn write_back_blobs(&self, row: &Bytes, entity: &E, stale: Vec<StaleBlob>) -> Result<()> {
         if stale.is_empty() {
             return Ok(());
         }
@@ -355,14 +395,13 @@ impl<E: Entity> Repository<E> {
             let Some(value) = fresh.and_then(|c| c.value.clone()) else { continue };
             let (family, qualifier) =
                 (Bytes::from_static(spec.family.as_bytes()), Bytes::from_static(spec.qualifier.as_bytes()));
-            let condition =
-                Condition::Equals { family: family.clone(), qualifier: qualifier.clone(), value: old.to_vec().into() };
+            let condition = Condition::Equals { family: family.clone(), qualifier: qualifier.clone(), value: old };
             let put = CellMutation::Put { family, qualifier, value: value.into(), timestamp: None };
             // False: the cell changed since the read; the newer value stays.
             self.store.check_and_mutate(
                 self.table(),
                 condition,
-                RowMutation { row: row.key.clone(), mutations: vec![put] },
+                RowMutation { row: row.clone(), mutations: vec![put] },
             )?;
         }
         Ok(())
@@ -373,25 +412,25 @@ impl<E: Entity> Repository<E> {
     /// # Errors
     /// As [`Repository::get`].
     pub fn get_many<K: Into<E::Key>>(&self, keys: impl IntoIterator<Item = K>) -> Result<Vec<Option<E>>> {
-        // Every key's candidate rows, in one list; a key whose substituted name has no id has
-        // none.
-        let mut counts = Vec::new();
+        // Every key's candidate rows, in one list, and the key each belongs to; a key whose
+        // substituted name has no id has none.
+        let mut owners = Vec::new();
         let mut flat: Vec<Bytes> = Vec::new();
+        let mut entities = 0;
         for key in keys {
             let candidates = self.read_key(&key.into())?.map(RowKey::into_candidates).unwrap_or_default();
-            counts.push(candidates.len());
+            owners.extend(std::iter::repeat_n(entities, candidates.len()));
             flat.extend(candidates);
+            entities += 1;
         }
-        let mut rows = self.store.read_rows(self.table(), &flat, &E::SCHEMA.read_spec())?.into_iter();
-        counts
-            .into_iter()
-            .map(|n| {
-                let Some(row) = rows.by_ref().take(n).flatten().next() else { return Ok(None) };
-                let entity = self.decode(&row, u64::MAX)?;
-                self.write_back_blobs(&row, &entity)?;
-                Ok(Some(entity))
-            })
-            .collect()
+        // Per entity, its first row found, decoded.
+        let mut found: Vec<Option<Result<Decoded<E>>>> = std::iter::repeat_with(|| None).take(entities).collect();
+        self.store.read_rows_with(self.table(), &flat, &E::SCHEMA.read_spec(), &mut |i, row| {
+            if let Some(slot) = owners.get(i).and_then(|&e| found.get_mut(e)) {
+                self.decode_first(slot, i, row);
+            }
+        })?;
+        found.into_iter().map(|f| self.finish_read(&flat, f)).collect()
     }
 
     /// True if an entity with this key is stored.
@@ -461,7 +500,7 @@ impl<E: Entity> Repository<E> {
     pub fn get_as_of(&self, key: impl Into<E::Key>, timestamp: u64) -> Result<Option<E>> {
         let read =
             ReadSpec { max_versions: 1, time_range: Some((0, timestamp.saturating_add(1))), ..E::SCHEMA.read_spec() };
-        self.read_one(key, &read)?.map(|row| self.decode(&row, u64::MAX)).transpose()
+        self.read_one(key, &read)?.map(|row| self.decode(row.lend(), u64::MAX)).transpose()
     }
 
     /// Up to `max` past states of an entity, newest first, each with the timestamp it took
@@ -479,7 +518,7 @@ impl<E: Entity> Repository<E> {
         times.dedup();
         let mut states = Vec::new();
         for ts in times.into_iter().take(max as usize) {
-            match E::from_row_in(&row, ts, &self.names.reading()) {
+            match E::from_row_in(row.lend(), ts, &self.names.reading()) {
                 Ok(e) => states.push((ts, e)),
                 // Before its first complete write the entity did not exist yet.
                 Err(e) if e.column.is_some() && !states.is_empty() => break,

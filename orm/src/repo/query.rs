@@ -15,7 +15,7 @@ use crate::entity::{Entity, FieldError, KeyPrefix};
 use crate::key::Names;
 use crate::key::{prefix_end, KeyBuilder, RowKey, Salt, SaltByte};
 use crate::record::{Member, Record};
-use crate::store::{ReadSpec, Row, RowStream, ScanSpec, Store};
+use crate::store::{LentRow, ReadSpec, Row, RowCursorBox, ScanSpec, Store};
 use crate::{Error, Result};
 
 /// Where a scan resumes: after the last entity of the previous page. Opaque; it prints as a
@@ -89,7 +89,7 @@ struct Target<T> {
     columns: crate::store::Columns,
     /// Resolves substituted key parts.
     names: Arc<SubstitutedNames>,
-    decode: fn(&Row, &dyn Names) -> std::result::Result<T, FieldError>,
+    decode: fn(LentRow<'_>, &dyn Names) -> std::result::Result<T, FieldError>,
 }
 
 /// A scan being set up. Build it with [`Repository::scan`] or [`Records::scan`], then
@@ -362,9 +362,9 @@ impl<'a, E> Query<'a, E> {
                 limit: self.limit.filter(|_| !self.target.mixed && !self.skip_unreadable),
                 read: ReadSpec { columns: self.target.columns.clone(), ..ReadSpec::default() },
             };
-            let mut stream = self.store.scan(self.target.table, &spec)?;
-            let head = stream.next();
-            streams.push((stream, head));
+            let mut rows = self.store.scan_cursor(self.target.table, &spec)?;
+            let head = Head::after(rows.advance());
+            streams.push(Stream { rows, head });
         }
         Ok(EntityIter {
             streams,
@@ -404,19 +404,16 @@ impl<'a, E> Query<'a, E> {
         let reverse = self.reverse;
         let mut iter = self.limit(size.saturating_add(1)).iter()?;
         let mut items = Vec::new();
-        let mut last = None;
+        let mut last = Vec::new();
         while items.len() < size {
-            match iter.next_with_key() {
-                Some(Ok((key, e))) => {
-                    last = Some(iter.body(&key).to_vec());
-                    items.push(e);
-                }
+            match iter.next_entity(Some(&mut last)) {
+                Some(Ok(e)) => items.push(e),
                 Some(Err(e)) => return Err(e),
                 None => return Ok(Page { items, next: None }),
             }
         }
-        let more = iter.next_with_key().transpose()?.is_some();
-        Ok(Page { items, next: last.filter(|_| more).map(|after| Cursor { reverse, after, group: false }) })
+        let more = iter.next_entity(None).transpose()?.is_some();
+        Ok(Page { items, next: more.then_some(Cursor { reverse, after: last, group: false }) })
     }
 
     /// The one bucket a range lies in, if its ends share a hash-salted partition.
@@ -461,13 +458,39 @@ impl<'a, E> Query<'a, E> {
 
 /// Entities (or records) streamed from a scan, merged across buckets.
 pub struct EntityIter<'a, E> {
-    streams: Vec<(RowStream<'a>, Option<Result<Row>>)>,
+    streams: Vec<Stream<'a>>,
     target: Target<E>,
     salted: bool,
     reverse: bool,
     left: usize,
     skip_unreadable: bool,
     skipped: Vec<Skipped>,
+}
+
+/// One bucket's rows, lent by the store, decoded where they lie.
+struct Stream<'a> {
+    rows: RowCursorBox<'a>,
+    head: Head,
+}
+
+/// Where a bucket's cursor stands.
+enum Head {
+    /// On a row.
+    Row,
+    End,
+    /// The cursor failed; the error goes out in its turn.
+    Failed(Error),
+}
+
+impl Head {
+    /// Where a cursor stands after a move that returned `moved`.
+    fn after(moved: Result<bool>) -> Head {
+        match moved {
+            Ok(true) => Head::Row,
+            Ok(false) => Head::End,
+            Err(e) => Head::Failed(e),
+        }
+    }
 }
 
 /// A row a scan set aside because it does not decode ([`Query::skip_unreadable`]).
@@ -496,74 +519,91 @@ impl<E> EntityIter<'_, E> {
 
     /// A row key without its salt byte: the order buckets merge in, and what cursors hold.
     pub(crate) fn body<'k>(&self, key: &'k [u8]) -> &'k [u8] {
-        if self.salted {
-            key.get(1..).unwrap_or_default()
-        } else {
-            key
-        }
+        body(self.salted, key)
     }
 
-    /// The next row in merged key order.
-    pub(crate) fn next_row(&mut self) -> Option<Result<Row>> {
+    /// The stream whose head (a row, or an error) comes next in merged key order; `None`
+    /// once every stream has ended.
+    fn next_stream(&self) -> Option<usize> {
         // One stream (an unsalted table, or one bucket): nothing to merge.
-        if let [(stream, head)] = &mut self.streams[..] {
-            head.as_ref()?;
-            let next = stream.next();
-            return std::mem::replace(head, next);
+        if let [only] = &self.streams[..] {
+            return (!matches!(only.head, Head::End)).then_some(0);
         }
-        let mut best: Option<usize> = None;
-        for (i, (_, head)) in self.streams.iter().enumerate() {
-            match head {
-                None => continue,
+        let mut best: Option<(usize, &[u8])> = None;
+        for (i, stream) in self.streams.iter().enumerate() {
+            match &stream.head {
+                Head::End => {}
                 // An error goes out first.
-                Some(Err(_)) => {
-                    best = Some(i);
-                    break;
-                }
-                Some(Ok(row)) => {
-                    let better = match best.and_then(|b| self.streams[b].1.as_ref()) {
-                        Some(Ok(current)) => {
-                            let ord = self.body(&row.key).cmp(self.body(&current.key));
-                            if self.reverse {
-                                ord.is_gt()
-                            } else {
-                                ord.is_lt()
-                            }
-                        }
-                        _ => true,
-                    };
+                Head::Failed(_) => return Some(i),
+                Head::Row => {
+                    let Some(row) = stream.rows.row() else { continue };
+                    let key = self.body(row.key());
+                    let better = best.is_none_or(|(_, b)| if self.reverse { key > b } else { key < b });
                     if better {
-                        best = Some(i);
+                        best = Some((i, key));
                     }
                 }
             }
         }
-        let (stream, head) = &mut self.streams[best?];
-        let next = stream.next();
-        std::mem::replace(head, next)
+        best.map(|(i, _)| i)
     }
 
-    /// The next entity and its row key (for page cursors).
-    fn next_with_key(&mut self) -> Option<Result<(Bytes, E)>> {
+    /// The next row in merged key order, copied out (for readers that keep rows).
+    pub(crate) fn next_row(&mut self) -> Option<Result<Row>> {
+        let next = self.next_stream()?;
+        let stream = &mut self.streams[next];
+        let row = match std::mem::replace(&mut stream.head, Head::End) {
+            Head::Failed(e) => return Some(Err(e)),
+            Head::End => return None,
+            Head::Row => stream.rows.row()?.to_row(),
+        };
+        stream.head = Head::after(stream.rows.advance());
+        Some(Ok(row))
+    }
+
+    /// The next entity, decoded where the store lends its row; its key (without salt) goes
+    /// to `key`, for page cursors.
+    fn next_entity(&mut self, mut key: Option<&mut Vec<u8>>) -> Option<Result<E>> {
         while self.left > 0 {
-            let row = match self.next_row()? {
-                Ok(row) => row,
-                Err(e) => return Some(Err(e)),
-            };
-            let names = self.target.names.reading();
-            match (self.target.decode)(&row, &names) {
-                Ok(e) => {
-                    self.left -= 1;
-                    return Some(Ok((row.key, e)));
-                }
-                Err(e) if e.other_record_type => continue,
-                Err(e) => {
-                    // A store error while resolving a substituted part is the scan's error,
-                    // not the row's.
-                    if let Some(failure) = names.take_failure() {
-                        return Some(Err(failure));
+            let next = self.next_stream()?;
+            let stream = &mut self.streams[next];
+            // Ok(None): a row of another record type; Err((row, error)): one that does not
+            // decode.
+            let decoded = match std::mem::replace(&mut stream.head, Head::End) {
+                Head::Failed(e) => return Some(Err(e)),
+                Head::End => return None,
+                Head::Row => {
+                    let row = stream.rows.row()?;
+                    let names = self.target.names.reading();
+                    match (self.target.decode)(row, &names) {
+                        Ok(e) => {
+                            if let Some(key) = key.as_deref_mut() {
+                                key.clear();
+                                key.extend_from_slice(body(self.salted, row.key()));
+                            }
+                            Ok(Some(e))
+                        }
+                        Err(e) if e.other_record_type => Ok(None),
+                        Err(e) => {
+                            // A store error while resolving a substituted part is the scan's
+                            // error, not the row's.
+                            if let Some(failure) = names.take_failure() {
+                                return Some(Err(failure));
+                            }
+                            Err((row.key().to_vec(), super::decode_error(self.target.table, row.key(), e)))
+                        }
                     }
-                    if let Some(e) = self.set_aside(&row.key, super::decode_error(self.target.table, &row.key, e)) {
+                }
+            };
+            stream.head = Head::after(stream.rows.advance());
+            match decoded {
+                Ok(Some(e)) => {
+                    self.left -= 1;
+                    return Some(Ok(e));
+                }
+                Ok(None) => {}
+                Err((row, e)) => {
+                    if let Some(e) = self.set_aside(&row, e) {
                         return Some(Err(e));
                     }
                 }
@@ -573,10 +613,19 @@ impl<E> EntityIter<'_, E> {
     }
 }
 
+/// `key` without its salt byte, if the table is salted.
+fn body(salted: bool, key: &[u8]) -> &[u8] {
+    if salted {
+        key.get(1..).unwrap_or_default()
+    } else {
+        key
+    }
+}
+
 impl<E> Iterator for EntityIter<'_, E> {
     type Item = Result<E>;
 
     fn next(&mut self) -> Option<Result<E>> {
-        self.next_with_key().map(|r| r.map(|(_, e)| e))
+        self.next_entity(None)
     }
 }

@@ -5,14 +5,14 @@ use std::sync::Arc;
 use bytes::Bytes;
 use cellar_engine::{
     CheckAndMutate, ColumnOffset, CompareOp, Delete, Durability, Engine, FamilyDescriptor, Filter, FromScannedRow, Get,
-    Increment, MultiRowMutation, MultiTableMutation, Mutation, Put, RowCondition, RowMutations, Scan, ScannedCell,
-    SplitPolicy, Table, TableDescriptor,
+    Increment, MultiRowMutation, MultiTableMutation, Mutation, Put, RowCondition, RowMutations, Scan, ScanCursor,
+    ScannedCell, SplitPolicy, Table, TableDescriptor,
 };
 use parking_lot::RwLock;
 
 use super::{
-    CellMutation, Columns, Commit, Condition, Guarantees, ReadSpec, Row, RowCheck, RowMutation, RowStream, ScanSpec,
-    Store, StoredCell, TableSpec,
+    CellMutation, Columns, Commit, Condition, Guarantees, LentRow, ReadSpec, Row, RowCheck, RowCursor, RowCursorBox,
+    RowMutation, RowStream, ScanSpec, Store, StoredCell, TableSpec,
 };
 use crate::{Error, Result};
 
@@ -303,27 +303,7 @@ impl Store for EmbeddedStore {
 
     fn scan<'a>(&'a self, table: &str, spec: &ScanSpec) -> Result<RowStream<'a>> {
         let t = self.table(table)?;
-        let mut scan = Scan::new().reversed(spec.reverse);
-        // A reversed engine scan starts at its largest row, inclusive, and stops above its
-        // smallest, exclusive: the opposite of this range's bounds. So it starts at the range's
-        // end and drops the row equal to it, and it runs without a stop row and ends at the
-        // first row below the range's start.
-        let mut skip_row = None;
-        if spec.reverse {
-            if let Some(end) = &spec.end {
-                scan = scan.start(end.clone());
-                skip_row = Some(end.clone());
-            }
-        } else {
-            scan = scan.start(spec.start.clone());
-            if let Some(end) = &spec.end {
-                scan = scan.stop(end.clone());
-            }
-        }
-        if let Some(n) = spec.limit {
-            scan = scan.limit(n.saturating_add(usize::from(skip_row.is_some())));
-        }
-        let scan = apply_read(scan, &spec.read);
+        let (scan, skip_row) = engine_scan(spec);
         let start = spec.start.clone();
         let reverse = spec.reverse;
         let stream = t
@@ -334,6 +314,38 @@ impl Store for EmbeddedStore {
             .map(|r| r.map_err(Into::into))
             .take(spec.limit.unwrap_or(usize::MAX));
         Ok(Box::new(stream))
+    }
+
+    fn scan_cursor<'a>(&'a self, table: &str, spec: &ScanSpec) -> Result<RowCursorBox<'a>> {
+        let t = self.table(table)?;
+        let (scan, skip_row) = engine_scan(spec);
+        Ok(Box::new(EngineCursor {
+            rows: t.scan_cursor(scan)?,
+            skip_row,
+            start: spec.start.clone(),
+            reverse: spec.reverse,
+            left: spec.limit.unwrap_or(usize::MAX),
+            on_row: false,
+        }))
+    }
+
+    fn read_rows_with(
+        &self,
+        table: &str,
+        rows: &[Bytes],
+        read: &ReadSpec,
+        visit: &mut dyn FnMut(usize, Option<LentRow<'_>>),
+    ) -> Result<()> {
+        let t = self.table(table)?;
+        for (i, row) in rows.iter().enumerate() {
+            let lent = t.get_with(apply_read(Get::new(row.clone()), read), |view| {
+                visit(i, (!view.is_empty()).then(|| LentRow::engine(view)));
+            })?;
+            if lent.is_none() {
+                visit(i, None);
+            }
+        }
+        Ok(())
     }
 
     fn check_and_mutate(&self, table: &str, condition: Condition, mutation: RowMutation) -> Result<bool> {
@@ -404,6 +416,68 @@ impl Store for EmbeddedStore {
                 (None, None) => return Ok(outcome),
             }
         }
+    }
+}
+
+/// The engine scan of `spec`, and the row it must drop (see below).
+fn engine_scan(spec: &ScanSpec) -> (Scan, Option<Bytes>) {
+    let mut scan = Scan::new().reversed(spec.reverse);
+    // A reversed engine scan starts at its largest row, inclusive, and stops above its
+    // smallest, exclusive: the opposite of this range's bounds. So it starts at the range's
+    // end and drops the row equal to it, and it runs without a stop row and ends at the
+    // first row below the range's start.
+    let mut skip_row = None;
+    if spec.reverse {
+        if let Some(end) = &spec.end {
+            scan = scan.start(end.clone());
+            skip_row = Some(end.clone());
+        }
+    } else {
+        scan = scan.start(spec.start.clone());
+        if let Some(end) = &spec.end {
+            scan = scan.stop(end.clone());
+        }
+    }
+    if let Some(n) = spec.limit {
+        scan = scan.limit(n.saturating_add(usize::from(skip_row.is_some())));
+    }
+    (apply_read(scan, &spec.read), skip_row)
+}
+
+/// An engine scan cursor narrowed to a [`ScanSpec`]'s range and limit (see [`engine_scan`]).
+struct EngineCursor {
+    rows: ScanCursor,
+    skip_row: Option<Bytes>,
+    start: Bytes,
+    reverse: bool,
+    /// Rows still to lend.
+    left: usize,
+    /// The engine cursor is on a row this cursor lends.
+    on_row: bool,
+}
+
+impl RowCursor for EngineCursor {
+    fn advance(&mut self) -> Result<bool> {
+        self.on_row = false;
+        while self.left > 0 && self.rows.advance()? {
+            let Some(row) = self.rows.row() else { break };
+            let key = row.row();
+            if self.skip_row.as_deref() == Some(key) || row.is_empty() {
+                continue;
+            }
+            if self.reverse && key < &self.start[..] {
+                self.left = 0;
+                break;
+            }
+            self.left -= 1;
+            self.on_row = true;
+            break;
+        }
+        Ok(self.on_row)
+    }
+
+    fn row(&self) -> Option<LentRow<'_>> {
+        self.rows.row().filter(|_| self.on_row).map(LentRow::engine)
     }
 }
 

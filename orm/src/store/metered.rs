@@ -19,8 +19,8 @@ use std::sync::Arc;
 use bytes::Bytes;
 
 use super::{
-    CellMutation, Commit, Condition, Guarantees, ReadSpec, Row, RowCheck, RowMutation, RowStream, ScanSpec, Store,
-    TableSpec,
+    CellMutation, Commit, Condition, Guarantees, LentRow, ReadSpec, Row, RowCheck, RowCursor, RowCursorBox,
+    RowMutation, RowStream, ScanSpec, Store, TableSpec,
 };
 use crate::Result;
 
@@ -223,7 +223,7 @@ fn add(counter: &AtomicU64, n: u64) {
 }
 
 /// A length as a count.
-fn len(b: &Bytes) -> u64 {
+fn len(b: &[u8]) -> u64 {
     b.len() as u64
 }
 
@@ -238,11 +238,10 @@ struct Volume {
 impl Volume {
     /// A row as returned: one row, its cells, and per cell row key + family + qualifier +
     /// value + timestamp bytes.
-    fn read(row: &Row) -> Volume {
-        let key = len(&row.key);
-        let bytes =
-            row.cells.iter().map(|c| key + len(&c.family) + len(&c.qualifier) + len(&c.value) + TIMESTAMP_BYTES).sum();
-        Volume { rows: 1, cells: row.cells.len() as u64, bytes }
+    fn read(row: LentRow<'_>) -> Volume {
+        let key = len(row.key());
+        let bytes = row.cells().map(|c| key + len(c.family) + len(c.qualifier) + len(c.value) + TIMESTAMP_BYTES).sum();
+        Volume { rows: 1, cells: row.len() as u64, bytes }
     }
 
     /// A row mutation as carried: one row, one cell per cell mutation, and per put row key +
@@ -375,7 +374,7 @@ impl Iterator for MeteredStream<'_> {
     fn next(&mut self) -> Option<Result<Row>> {
         let item = self.rows.next();
         match &item {
-            Some(Ok(row)) => self.pending += Volume::read(row),
+            Some(Ok(row)) => self.pending += Volume::read(row.lend()),
             Some(Err(_)) | None => self.settle(),
         }
         item
@@ -383,6 +382,34 @@ impl Iterator for MeteredStream<'_> {
 
     fn size_hint(&self) -> (usize, Option<usize>) {
         self.rows.size_hint()
+    }
+}
+
+/// A scan's lent rows, counted as [`MeteredStream`] counts owned ones.
+struct MeteredCursor<'a> {
+    rows: RowCursorBox<'a>,
+    counters: &'a Counters,
+    pending: Volume,
+}
+
+impl RowCursor for MeteredCursor<'_> {
+    fn advance(&mut self) -> Result<bool> {
+        let moved = self.rows.advance();
+        match (&moved, self.rows.row()) {
+            (Ok(true), Some(row)) => self.pending += Volume::read(row),
+            _ => self.counters.read(std::mem::take(&mut self.pending)),
+        }
+        moved
+    }
+
+    fn row(&self) -> Option<LentRow<'_>> {
+        self.rows.row()
+    }
+}
+
+impl Drop for MeteredCursor<'_> {
+    fn drop(&mut self) {
+        self.counters.read(std::mem::take(&mut self.pending));
     }
 }
 
@@ -411,7 +438,7 @@ impl Store for Metered {
         let found = self.inner.read_rows(table, rows, read)?;
         let mut volume = Volume::default();
         for row in found.iter().flatten() {
-            volume += Volume::read(row);
+            volume += Volume::read(row.lend());
         }
         self.counters.read(volume);
         Ok(found)
@@ -421,6 +448,31 @@ impl Store for Metered {
         add(&self.counters.scans, 1);
         let rows = self.inner.scan(table, scan)?;
         Ok(Box::new(MeteredStream { rows, counters: &self.counters, pending: Volume::default() }))
+    }
+
+    fn scan_cursor<'a>(&'a self, table: &str, scan: &ScanSpec) -> Result<RowCursorBox<'a>> {
+        add(&self.counters.scans, 1);
+        let rows = self.inner.scan_cursor(table, scan)?;
+        Ok(Box::new(MeteredCursor { rows, counters: &self.counters, pending: Volume::default() }))
+    }
+
+    fn read_rows_with(
+        &self,
+        table: &str,
+        rows: &[Bytes],
+        read: &ReadSpec,
+        visit: &mut dyn FnMut(usize, Option<LentRow<'_>>),
+    ) -> Result<()> {
+        add(&self.counters.gets, 1);
+        let mut volume = Volume::default();
+        self.inner.read_rows_with(table, rows, read, &mut |i, found| {
+            if let Some(row) = found {
+                volume += Volume::read(row);
+            }
+            visit(i, found);
+        })?;
+        self.counters.read(volume);
+        Ok(())
     }
 
     fn check_and_mutate(&self, table: &str, condition: Condition, mutation: RowMutation) -> Result<bool> {
@@ -499,7 +551,7 @@ impl Store for Metered {
         let mut volume = None;
         let applied = self.inner.read_and_commit(table, row, read, &mut |found| {
             if let Some(found) = found {
-                self.counters.read(Volume::read(found));
+                self.counters.read(Volume::read(found.lend()));
             }
             let commit = build(found);
             volume = commit.as_ref().map(|c| Volume::sum(c.rows.iter().map(|(_, r)| r)));
@@ -530,7 +582,7 @@ mod tests {
         let cell = |q: &str, v: &str| StoredCell { family: b("d"), qualifier: b(q), timestamp: 7, value: b(v) };
         let row = Row { key: b("row1"), cells: vec![cell("n", "Ada"), cell("city", ""), cell("", "xy")] };
         // (4 + 1 + 1 + 3 + 8) + (4 + 1 + 4 + 0 + 8) + (4 + 1 + 0 + 2 + 8)
-        assert_eq!(Volume::read(&row), Volume { rows: 1, cells: 3, bytes: 17 + 17 + 15 });
+        assert_eq!(Volume::read(row.lend()), Volume { rows: 1, cells: 3, bytes: 17 + 17 + 15 });
     }
 
     #[test]

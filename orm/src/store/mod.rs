@@ -6,6 +6,7 @@
 #[cfg(feature = "bigtable")]
 mod bigtable;
 mod embedded;
+mod lent;
 mod metered;
 
 use bytes::Bytes;
@@ -14,6 +15,7 @@ pub use cellar_engine::{PrefixField, SplitPolicy};
 #[cfg(feature = "bigtable")]
 pub use bigtable::{BigtableOptions, BigtableStore, RpcCounts};
 pub use embedded::EmbeddedStore;
+pub use lent::{LentCell, LentCells, LentRow, RowCursor, RowCursorBox};
 pub(crate) use metered::ByteSize;
 pub use metered::{Costs, Metered, TIMESTAMP_BYTES};
 
@@ -378,6 +380,35 @@ pub trait Store: Send + Sync {
     /// # Errors
     /// Store failures, when starting or from the stream.
     fn scan<'a>(&'a self, table: &str, scan: &ScanSpec) -> Result<RowStream<'a>>;
+
+    /// Scans like [`Store::scan`], lending the rows one at a time: what entity scans decode
+    /// from. The default lends the rows [`Store::scan`] returns; a store that can lend rows in
+    /// place (the embedded engine) saves building and dropping them.
+    ///
+    /// # Errors
+    /// As [`Store::scan`].
+    fn scan_cursor<'a>(&'a self, table: &str, scan: &ScanSpec) -> Result<RowCursorBox<'a>> {
+        Ok(Box::new(lent::StreamCursor::new(self.scan(table, scan)?)))
+    }
+
+    /// Reads rows like [`Store::read_rows`] and lends each to `visit`, in order, with its
+    /// position in `rows` (`None`: no cells). The default lends the rows
+    /// [`Store::read_rows`] returns; a store that can lend them in place saves building them.
+    ///
+    /// # Errors
+    /// As [`Store::read_rows`]; rows before the failure may have been visited.
+    fn read_rows_with(
+        &self,
+        table: &str,
+        rows: &[Bytes],
+        read: &ReadSpec,
+        visit: &mut dyn FnMut(usize, Option<LentRow<'_>>),
+    ) -> Result<()> {
+        for (i, row) in self.read_rows(table, rows, read)?.iter().enumerate() {
+            visit(i, row.as_ref().map(Row::lend));
+        }
+        Ok(())
+    }
 
     /// Applies `mutation` to its row if `condition` holds, atomically; returns whether it did.
     ///
