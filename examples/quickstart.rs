@@ -1,5 +1,5 @@
-//! Quickstart: create a table on the embedded engine, write rows, read them back, scan, count,
-//! and reopen to show the data is durable.
+//! Quickstart: create a table on the embedded engine, write rows, read them back, scan (rows
+//! returned, and rows lent through a cursor), count, and reopen to show the data is durable.
 //!
 //! Run with `cargo run --release --example quickstart [DATA_DIR]` (default: a fresh temporary
 //! directory). Every printed result is also asserted, so the example fails loudly if the
@@ -7,12 +7,18 @@
 
 use cellar::prelude::*;
 
+#[allow(dead_code)]
 fn main() -> cellar::Result<()> {
     let temp = tempfile::tempdir().map_err(|e| cellar::Error::Io { path: "tempdir".into(), source: e })?;
     let dir = std::env::args().nth(1).map_or_else(|| temp.path().to_path_buf(), Into::into);
+    run(&dir)
+}
+
+/// The quickstart in `dir` (tests run it in a temporary directory).
+pub fn run(dir: &std::path::Path) -> cellar::Result<()> {
     println!("data directory: {}", dir.display());
 
-    let engine = Engine::open(&dir, EngineOptions::default())?;
+    let engine = Engine::open(dir, EngineOptions::default())?;
     if engine.table_exists("metrics") {
         engine.disable_table("metrics")?;
         engine.drop_table("metrics")?;
@@ -47,6 +53,19 @@ fn main() -> cellar::Result<()> {
     println!("web samples: {web_rows}");
     assert_eq!(web_rows, 10);
 
+    // The same samples pulled through a cursor: each row is lent in place until the next
+    // move, for reads that keep only what they compute (here, the mean load).
+    let mut cursor = metrics.scan_cursor(Scan::new().prefix("web1#").column("m", "load"))?;
+    let (mut sum, mut n) = (0.0, 0);
+    while cursor.advance()? {
+        let row = cursor.row().expect("the cursor is on a row");
+        let load = std::str::from_utf8(row.value(b"m", b"load").expect("load column")).expect("text");
+        sum += load.parse::<f64>().expect("a number");
+        n += 1;
+    }
+    println!("web1 mean load over {n} samples: {:.2}", sum / f64::from(n));
+    assert_eq!((n, format!("{:.2}", sum / f64::from(n))), (5, "0.70".to_string()));
+
     let counter = metrics.get(Get::new("db1").column("c", "samples"))?;
     let samples =
         i64::from_be_bytes(counter.value(b"c", b"samples").expect("counter").as_ref().try_into().expect("8 bytes"));
@@ -62,7 +81,7 @@ fn main() -> cellar::Result<()> {
     drop(engine);
 
     // Reopen: everything acknowledged is still there.
-    let engine = Engine::open(&dir, EngineOptions::default())?;
+    let engine = Engine::open(dir, EngineOptions::default())?;
     let metrics = engine.table("metrics")?;
     let remaining = metrics.scan(Scan::new().filter(Filter::FirstKeyOnly))?.count();
     println!("rows after delete, compaction and reopen: {remaining}");

@@ -19,6 +19,8 @@ mod opentsdb;
 mod order_strategies;
 #[path = "../examples/power_loss.rs"]
 mod power_loss;
+#[path = "../examples/quickstart.rs"]
+mod quickstart;
 #[path = "../examples/scale_out.rs"]
 mod scale_out;
 #[path = "../examples/timeseries.rs"]
@@ -52,6 +54,12 @@ fn blob_migration_example() {
 #[test]
 fn index_backfill_example() {
     index_backfill::main().unwrap();
+}
+
+#[test]
+fn quickstart_example() {
+    let dir = tempfile::tempdir().unwrap();
+    quickstart::run(dir.path()).unwrap();
 }
 
 #[test]
