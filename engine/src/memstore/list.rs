@@ -179,6 +179,17 @@ impl<'a, T: Tagged> Entry<'a, T> {
         self.list.entry(self.node.next[0].load(AtomicOrdering::Acquire))
     }
 
+    /// The entry's tag, from its node.
+    pub fn tag(&self) -> Tag {
+        self.node.tag()
+    }
+
+    /// The tag of the entry after this one (`None` at the end), read from its node alone: a
+    /// caller that looks for more entries like this one can stop without touching their items.
+    pub fn next_tag(&self) -> Option<Tag> {
+        self.list.nodes.get(self.node.next[0].load(AtomicOrdering::Acquire)).map(Node::tag)
+    }
+
     /// The entry before this one: a search, the list links forward only.
     pub fn prev(&self) -> Option<Entry<'a, T>> {
         self.list.before(self.node.tag(), |item| item.cmp(self.item))

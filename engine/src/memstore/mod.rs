@@ -262,6 +262,11 @@ impl Memstore {
     /// sits before the inserted cell or the row has a family marker. Markers in older memstores
     /// and files mask only older writes (lower sequence numbers), never cells of this memstore.
     fn prune_behind(&self, inserted: &Entry<'_, MemCell>, pruning: &Pruning<'_>) {
+        // An older version shares the row, so the tag: a new column of a new row (every cell
+        // of a load) is settled by one node, its item and cell bytes left untouched.
+        if inserted.next_tag() != Some(inserted.tag()) {
+            return;
+        }
         let new = inserted.item().view();
         let same_column = |e: &Entry<'_, MemCell>| {
             let k = e.item().view();
