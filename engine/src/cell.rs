@@ -181,6 +181,11 @@ impl KeyView<'_> {
         KeyView { row, qualifier: &[], ts: u64::MAX, kind: CellType::DeleteFamily, seq: u64::MAX }
     }
 
+    /// True if this is [`KeyView::first_of_row`] of its row.
+    pub fn is_first_of_row(&self) -> bool {
+        self.qualifier.is_empty() && self.ts == u64::MAX && self.kind == CellType::DeleteFamily && self.seq == u64::MAX
+    }
+
     /// The first possible key of column `qualifier` in `row`.
     pub fn first_of_column<'a>(row: &'a [u8], qualifier: &'a [u8]) -> KeyView<'a> {
         KeyView { row, qualifier, ts: u64::MAX, kind: CellType::DeleteFamily, seq: u64::MAX }

@@ -153,6 +153,16 @@ impl<T> std::fmt::Debug for SkipList<T> {
     }
 }
 
+/// What [`SkipList::insert`] did.
+pub(crate) struct Inserted<'a, T> {
+    /// The new entry.
+    pub entry: Entry<'a, T>,
+    /// The entry now before it (`None`: it is the first).
+    pub before: Option<Entry<'a, T>>,
+    /// Bytes the list allocated for it (new segments now and then; otherwise 0).
+    pub allocated: usize,
+}
+
 /// A node of a list, as readers hold it.
 pub(crate) struct Entry<'a, T> {
     list: &'a SkipList<T>,
@@ -177,6 +187,11 @@ impl<'a, T: Tagged> Entry<'a, T> {
     /// entries that were after it.
     pub fn next(&self) -> Option<Entry<'a, T>> {
         self.list.entry(self.node.next[0].load(AtomicOrdering::Acquire))
+    }
+
+    /// A number that finds this entry again ([`SkipList::at`]) for as long as the list lives.
+    pub fn handle(&self) -> u32 {
+        self.number
     }
 
     /// The entry's tag, from its node.
@@ -298,9 +313,8 @@ impl<T: Tagged> SkipList<T> {
         self.before([u64::MAX; 3], |_| Ordering::Less)
     }
 
-    /// Adds `item`, replacing an equal one. Returns the new entry and the bytes the list
-    /// allocated for it (new segments now and then; otherwise 0).
-    pub fn insert(&self, item: T) -> (Entry<'_, T>, usize) {
+    /// Adds `item`, replacing an equal one: see [`Inserted`].
+    pub fn insert(&self, item: T) -> Inserted<'_, T> {
         let mut guard = self.writer.lock();
         let w = &mut *guard;
         let (number, allocated) = self.allocate(w);
@@ -334,13 +348,19 @@ impl<T: Tagged> SkipList<T> {
             }
             self.len.fetch_sub(1, AtomicOrdering::Relaxed);
         }
+        let before = self.entry(prev[0]);
         for level in 0..height {
             prev[level] = number;
             next[level] = node.next[level].load(AtomicOrdering::Relaxed);
         }
         // Levels above the new node keep their brackets; the ones below end at it.
         w.splice = Splice { prev, next, valid: true };
-        (Entry { list: self, number, node, item }, allocated)
+        Inserted { entry: Entry { list: self, number, node, item }, before, allocated }
+    }
+
+    /// The entry [`Entry::handle`] names, if the list holds its node.
+    pub fn at(&self, handle: u32) -> Option<Entry<'_, T>> {
+        self.entry(handle)
     }
 
     /// Unlinks `entry`'s node (it stays readable to readers holding it).
@@ -578,12 +598,28 @@ mod tests {
     }
 
     #[test]
+    fn an_insert_names_its_predecessor_and_a_handle_finds_the_entry_again() {
+        let list = SkipList::new();
+        for k in [10u64, 30, 20] {
+            list.insert(k);
+        }
+        let inserted = list.insert(25);
+        assert_eq!(inserted.before.map(|e| *e.item()), Some(20));
+        let handle = inserted.entry.handle();
+        assert_eq!(list.insert(5).before.map(|e| *e.item()), None, "a new first entry has none before it");
+        assert_eq!(list.insert(40).before.map(|e| *e.item()), Some(30));
+        assert_eq!(list.at(handle).map(|e| *e.item()), Some(25));
+        assert_eq!(list.at(handle).and_then(|e| e.next()).map(|e| *e.item()), Some(30));
+        assert!(list.at(0).is_none() && list.at(1_000).is_none(), "no entry behind other numbers");
+    }
+
+    #[test]
     fn segments_are_charged_once_and_cover_every_slot() {
         let list = SkipList::new();
         let mut charged = 0;
         let n = (GROWN + 3 * SEGMENT + 5) as u64;
         for k in 0..n {
-            charged += list.insert(k * 7 % n).1;
+            charged += list.insert(k * 7 % n).allocated;
         }
         assert_eq!(list.len() as u64, n);
         assert!(charged >= n as usize * slot_bytes::<u64>(), "every slot is charged");
@@ -617,7 +653,7 @@ mod tests {
             })
             .collect();
         for k in 0..20_000u64 {
-            let (e, _) = list.insert(k);
+            let e = list.insert(k).entry;
             if k % 2 == 1 {
                 list.remove(&e);
             }

@@ -17,13 +17,14 @@
 mod list;
 
 use std::cmp::Ordering;
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering as AtomicOrdering};
 use std::sync::Arc;
 
 use bytes::{BufMut, Bytes, BytesMut};
-use parking_lot::Mutex;
+use parking_lot::{Mutex, RwLock};
 
-use list::{Entry, SkipList, Tag, Tagged};
+use list::{Entry, Inserted, SkipList, Tag, Tagged};
 
 use crate::cell::{same_bytes, CellType, KeyView};
 use crate::read::cursor::CellCursor;
@@ -167,6 +168,13 @@ struct Arena {
     chunk_size: usize,
 }
 
+/// The memstore's row index: each row's first cell, by row key (see [`Memstore::rows`]).
+type RowIndex = RwLock<HashMap<Box<[u8]>, u32>>;
+
+/// What the row index holds per row beyond the key's bytes: the key's box, the cell's
+/// handle, the table's control byte and spare room.
+const ROW_INDEX_ENTRY: usize = 48;
+
 /// Bytes held by every memstore of an engine: the global memstore budget's meter.
 pub(crate) type MemAccount = Arc<AtomicUsize>;
 
@@ -174,6 +182,12 @@ pub(crate) type MemAccount = Arc<AtomicUsize>;
 #[derive(Debug)]
 pub(crate) struct Memstore {
     map: SkipList<MemCell>,
+    /// The first cell of every row, by row key: a point read (and a scan starting at a row
+    /// the memstore holds) lands on its row without a search down the list, which in a
+    /// memstore larger than the caches is a cache miss per hop. A write that puts a new cell
+    /// at the front of its row moves the row's entry; cells are never removed from the front
+    /// (pruning drops only versions behind newer ones).
+    rows: RowIndex,
     arena: Mutex<Arena>,
     bytes: AtomicUsize,
     account: MemAccount,
@@ -194,6 +208,7 @@ impl Memstore {
     pub fn new(account: &MemAccount) -> Self {
         Memstore {
             map: SkipList::new(),
+            rows: RowIndex::default(),
             arena: Mutex::new(Arena::default()),
             bytes: AtomicUsize::new(0),
             account: account.clone(),
@@ -242,8 +257,19 @@ impl Memstore {
             arena.put_slice(value);
             arena.split().freeze()
         };
-        let (entry, allocated) = self.map.insert(MemCell { kind: key.kind, bytes });
+        let Inserted { entry, before, allocated } = self.map.insert(MemCell { kind: key.kind, bytes });
         self.charge(allocated);
+        // The cell now leads its row: the row index points at it.
+        if before.is_none_or(|b| b.tag() != entry.tag() || b.item().view().row != key.row) {
+            let mut rows = self.rows.write();
+            match rows.get_mut(key.row) {
+                Some(first) => *first = entry.handle(),
+                None => {
+                    rows.insert(key.row.into(), entry.handle());
+                    self.charge(key.row.len() + ROW_INDEX_ENTRY);
+                }
+            }
+        }
         if key.kind.is_delete() {
             self.has_markers.store(true, AtomicOrdering::Relaxed);
         } else if let Some(pruning) = pruning {
@@ -337,19 +363,30 @@ impl Memstore {
     /// scan running behind a writer (a migration rewriting the rows it just read) went
     /// quadratic in the memstore's size.
     pub fn cursor(&self, read_point: u64) -> MemCursor<'_> {
-        MemCursor { map: &self.map, cur: None, read_point, splicing: false }
+        MemCursor { memstore: self, cur: None, read_point, splicing: false, point: false }
+    }
+
+    /// [`Memstore::cursor`] for a read of one row: a seek to the row's start finds it by the
+    /// row index, or nothing.
+    pub fn point_cursor(&self, read_point: u64) -> MemCursor<'_> {
+        MemCursor { memstore: self, cur: None, read_point, splicing: false, point: true }
+    }
+
+    /// The first cell of `row`, by the row index.
+    fn first_of(&self, row: &[u8]) -> Option<Entry<'_, MemCell>> {
+        let handle = self.rows.read().get(row).copied()?;
+        self.map.at(handle)
     }
 
     /// True if the memstore holds a cell of `row` (of any sequence number: visible to a read
     /// or not). `for_writer`: the search leaves the writer's splice at the row, as
     /// [`Memstore::writer_cursor`] does.
     pub fn holds_row(&self, row: &[u8], for_writer: bool) -> bool {
+        if !for_writer {
+            return self.rows.read().contains_key(row);
+        }
         let probe = Probe::new(KeyView::first_of_row(row));
-        let found = if for_writer {
-            self.map.lower_bound_splicing(probe.prefix, |c| probe.order(c))
-        } else {
-            self.map.lower_bound(probe.prefix, |c| probe.order(c))
-        };
+        let found = self.map.lower_bound_splicing(probe.prefix, |c| probe.order(c));
         found.is_some_and(|e| e.item().view().row == row)
     }
 
@@ -357,17 +394,19 @@ impl Memstore {
     /// an increment): its seeks leave the list's splice where they land, so the inserts that
     /// follow start there.
     pub fn writer_cursor(&self, read_point: u64) -> MemCursor<'_> {
-        MemCursor { map: &self.map, cur: None, read_point, splicing: true }
+        MemCursor { memstore: self, cur: None, read_point, splicing: true, point: false }
     }
 }
 
 /// Cursor over a memstore at a read point.
 pub(crate) struct MemCursor<'a> {
-    map: &'a SkipList<MemCell>,
+    memstore: &'a Memstore,
     cur: Option<Entry<'a, MemCell>>,
     read_point: u64,
     /// Seeks leave the writer's splice (see [`Memstore::writer_cursor`]).
     splicing: bool,
+    /// Reads one row (see [`Memstore::point_cursor`]).
+    point: bool,
 }
 
 impl MemCursor<'_> {
@@ -403,11 +442,20 @@ impl CellCursor for MemCursor<'_> {
     }
 
     fn seek(&mut self, target: &KeyView<'_>) -> Result<()> {
+        let map = &self.memstore.map;
         let probe = Probe::new(*target);
         self.cur = if self.splicing {
-            self.map.lower_bound_splicing(probe.prefix, |c| probe.order(c))
+            map.lower_bound_splicing(probe.prefix, |c| probe.order(c))
+        } else if target.is_first_of_row() {
+            // The row's first cell, by the index; a row the memstore does not hold has no
+            // cells for a point read, and a scan goes on at the next row there is.
+            match self.memstore.first_of(target.row) {
+                Some(first) => Some(first),
+                None if self.point => None,
+                None => map.lower_bound(probe.prefix, |c| probe.order(c)),
+            }
         } else {
-            self.map.lower_bound(probe.prefix, |c| probe.order(c))
+            map.lower_bound(probe.prefix, |c| probe.order(c))
         };
         self.skip_invisible();
         Ok(())
@@ -415,10 +463,10 @@ impl CellCursor for MemCursor<'_> {
 
     fn prev_row(&mut self, bound: Option<&[u8]>) -> Result<Option<Bytes>> {
         let mut entry = match bound {
-            None => self.map.last(),
+            None => self.memstore.map.last(),
             Some(row) => {
                 let probe = Probe::new(KeyView::first_of_row(row));
-                self.map.before(probe.prefix, |c| probe.order(c))
+                self.memstore.map.before(probe.prefix, |c| probe.order(c))
             }
         };
         // Skip rows whose every cell is newer than the read point. The row is copied out so a
@@ -469,6 +517,111 @@ mod tests {
         assert_eq!(account.load(AtomicOrdering::Relaxed), m.size());
         drop(m);
         assert_eq!(account.load(AtomicOrdering::Relaxed), 0, "dropping releases the budget");
+    }
+
+    /// Every cell of a row at or below a read point, as a cursor seeking the row's start
+    /// finds them.
+    fn row_cells(mut c: MemCursor<'_>, row: &[u8]) -> Vec<(Vec<u8>, u64, u64)> {
+        c.seek(&KeyView::first_of_row(row)).unwrap();
+        let mut cells = Vec::new();
+        while let Some(k) = c.key().filter(|k| k.row == row) {
+            cells.push((k.qualifier.to_vec(), k.ts, k.seq));
+            c.next().unwrap();
+        }
+        cells
+    }
+
+    /// The row index follows the front of every row: new columns before the first, newer
+    /// versions of the first column, and replacements of an equal cell. Seeks to a row's
+    /// start through it (point reads, and scans starting at a held row) find what a search
+    /// down the list finds; a point read of a row the memstore does not hold finds nothing,
+    /// and a scan goes on at the next row.
+    #[test]
+    fn a_row_start_found_by_the_index_is_the_one_a_search_finds() {
+        let m = Memstore::new(&MemAccount::default());
+        let rows = ["r1", "r2", "r3", "r5"];
+        let qualifiers = ["m", "c", "x", "a", "", "c"];
+        let mut seq = 0;
+        for (i, q) in qualifiers.iter().enumerate() {
+            for (j, row) in rows.iter().enumerate() {
+                seq += 1;
+                // Timestamps that rise and fall, so some writes lead their column and some
+                // land behind it; the last round rewrites `c` at a timestamp it already holds.
+                let ts = [5, 9, 2, 7, 7, 9][i] + j as u64;
+                put(&m, row, q, ts, seq);
+            }
+        }
+        for read_point in [3, 9, 14, seq] {
+            for row in rows {
+                let searched = {
+                    let mut c = m.cursor(read_point);
+                    let probe = Probe::new(KeyView::first_of_row(row.as_bytes()));
+                    c.cur = m.map.lower_bound(probe.prefix, |cell| probe.order(cell));
+                    c.skip_invisible();
+                    let mut cells = Vec::new();
+                    while let Some(k) = c.key().filter(|k| k.row == row.as_bytes()) {
+                        cells.push((k.qualifier.to_vec(), k.ts, k.seq));
+                        c.next().unwrap();
+                    }
+                    cells
+                };
+                assert_eq!(row_cells(m.point_cursor(read_point), row.as_bytes()), searched, "{row}@{read_point}");
+                assert_eq!(row_cells(m.cursor(read_point), row.as_bytes()), searched, "{row}@{read_point}");
+            }
+        }
+        assert!(m.holds_row(b"r2", false) && !m.holds_row(b"r4", false));
+        let mut point = m.point_cursor(seq);
+        point.seek(&KeyView::first_of_row(b"r4")).unwrap();
+        assert!(point.key().is_none(), "a point read of a row not held finds nothing");
+        let mut scan = m.cursor(seq);
+        scan.seek(&KeyView::first_of_row(b"r4")).unwrap();
+        assert_eq!(scan.key().map(|k| k.row.to_vec()), Some(b"r5".to_vec()), "a scan goes on at the next row");
+    }
+
+    /// Readers point-reading rows while the writer puts new cells at their fronts see, at their
+    /// read point, what a search down the list shows.
+    #[test]
+    fn point_reads_racing_the_writer_see_what_a_search_sees() {
+        let m = Arc::new(Memstore::new(&MemAccount::default()));
+        let published = Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let done = Arc::new(AtomicBool::new(false));
+        let rows: Vec<String> = (0..64).map(|i| format!("row{i:03}")).collect();
+        let readers: Vec<_> = (0..2)
+            .map(|r| {
+                let (m, published, done, rows) = (m.clone(), published.clone(), done.clone(), rows.clone());
+                std::thread::spawn(move || {
+                    let mut i = r;
+                    while !done.load(AtomicOrdering::Acquire) {
+                        let read_point = published.load(AtomicOrdering::Acquire);
+                        let row = rows[i % rows.len()].as_bytes();
+                        let lent = row_cells(m.point_cursor(read_point), row);
+                        let mut c = m.cursor(read_point);
+                        let probe = Probe::new(KeyView::first_of_row(row));
+                        c.cur = m.map.lower_bound(probe.prefix, |cell| probe.order(cell));
+                        c.skip_invisible();
+                        let mut searched = Vec::new();
+                        while let Some(k) = c.key().filter(|k| k.row == row) {
+                            searched.push((k.qualifier.to_vec(), k.ts, k.seq));
+                            c.next().unwrap();
+                        }
+                        assert_eq!(lent, searched);
+                        i += 7;
+                    }
+                })
+            })
+            .collect();
+        for seq in 1..=20_000u64 {
+            let row = &rows[(seq * 13 % 64) as usize];
+            // Qualifiers that fall over time: each write leads its row.
+            let q = format!("q{:05}", 20_000 - seq);
+            let key = KeyView { row: row.as_bytes(), qualifier: q.as_bytes(), ts: seq, kind: CellType::Put, seq };
+            m.insert(&key, b"v", None, None);
+            published.store(seq, AtomicOrdering::Release);
+        }
+        done.store(true, AtomicOrdering::Release);
+        for r in readers {
+            r.join().expect("reader");
+        }
     }
 
     /// Rows that share their first 8, 16 or 24 bytes, rows shorter than the prefix, and

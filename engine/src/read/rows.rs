@@ -9,6 +9,7 @@ use bytes::Bytes;
 use crate::cell::{same_bytes, KeyView};
 use crate::filter::{ColumnWindow, Filter};
 use crate::masking::DeleteTracker;
+use crate::memstore::Memstore;
 use crate::query::{ReadSpec, RowRange};
 use crate::read::cursor::{CellCursor, MergeCursor, Source};
 use crate::read::pins::ReadPin;
@@ -52,16 +53,20 @@ fn open_family<'a>(
     let mut sources: Vec<Source<'a>> = Vec::with_capacity(2 + store.files.len());
     // An empty memstore holds nothing at or below the read point (those writes were inserted
     // before the read point was published), so it needs no cursor.
-    if !store.active.is_empty() {
-        let cursor = if read.for_writer {
-            store.active.writer_cursor(snap.read_point)
+    // A point read's memstore cursors find the row by the memstores' row index.
+    let cursor = |m: &'a Memstore| {
+        if read.point_row.is_some() {
+            m.point_cursor(snap.read_point)
         } else {
-            store.active.cursor(snap.read_point)
-        };
+            m.cursor(snap.read_point)
+        }
+    };
+    if !store.active.is_empty() {
+        let cursor = if read.for_writer { store.active.writer_cursor(snap.read_point) } else { cursor(&store.active) };
         sources.push(Source::Mem(cursor));
     }
     if let Some(frozen) = store.frozen.as_ref().filter(|m| !m.is_empty()) {
-        sources.push(Source::Mem(frozen.cursor(snap.read_point)));
+        sources.push(Source::Mem(cursor(frozen)));
     }
     for file in &store.files {
         if let Some(row) = read.point_row {
