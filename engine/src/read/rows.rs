@@ -123,7 +123,8 @@ pub(crate) fn read_rows(
     let window = read.spec.filter.as_ref().map(Filter::column_window).unwrap_or_default();
     let mut tracker = DeleteTracker::default();
     let names = families.iter().map(|f| f.view.name.clone()).collect();
-    let mut buf = RowBuf::new(names, if read.point_row.is_some() { 256 } else { 16 * 1024 });
+    // A point read's buffer fits a row of a few dozen small cells without growing.
+    let mut buf = RowBuf::new(names, if read.point_row.is_some() { 2 * 1024 } else { 16 * 1024 });
     if !read.reversed {
         let after;
         let start: &[u8] = match &read.range.lo {

@@ -108,17 +108,35 @@ pub(crate) fn frame(raw: &[u8], compression: Compression) -> Vec<u8> {
     out
 }
 
+/// Checks a framed block's checksum and returns its uncompressed payload; an uncompressed
+/// block keeps the buffer it was read into (no copy).
+pub(crate) fn unframe_owned(framed: Vec<u8>, path: &Path, offset: u64) -> Result<Bytes> {
+    if framed.len() >= 5 && framed[0] == 0 {
+        check_frame(&framed, path, offset)?;
+        let end = framed.len() - 4;
+        return Ok(Bytes::from(framed).slice(1..end));
+    }
+    unframe(&framed, path, offset).map(Bytes::from)
+}
+
+/// Fails unless the framed block's stored checksum matches its body.
+fn check_frame(framed: &[u8], path: &Path, offset: u64) -> Result<()> {
+    let (body, crc) = framed.split_at(framed.len() - 4);
+    let stored = u32::from_le_bytes([crc[0], crc[1], crc[2], crc[3]]);
+    if crc32c::crc32c(body) != stored {
+        return Err(Error::corrupt(path, offset, "block checksum mismatch"));
+    }
+    Ok(())
+}
+
 /// Checks a framed block's checksum and returns its uncompressed payload.
 pub(crate) fn unframe(framed: &[u8], path: &Path, offset: u64) -> Result<Vec<u8>> {
     let corrupt = |reason: &str| Error::corrupt(path, offset, reason);
     if framed.len() < 5 {
         return Err(corrupt("block shorter than its frame"));
     }
-    let (body, crc) = framed.split_at(framed.len() - 4);
-    let stored = u32::from_le_bytes([crc[0], crc[1], crc[2], crc[3]]);
-    if crc32c::crc32c(body) != stored {
-        return Err(corrupt("block checksum mismatch"));
-    }
+    check_frame(framed, path, offset)?;
+    let body = &framed[..framed.len() - 4];
     let payload = &body[1..];
     let sized = |p: &[u8]| -> Result<(usize, Vec<u8>)> {
         if p.len() < 4 {
@@ -158,7 +176,7 @@ pub(crate) struct Block {
 
 impl Block {
     /// Parses a block's trailer; entries are validated as they are read.
-    pub fn parse(raw: Vec<u8>, path: &Path, offset: u64) -> Result<Block> {
+    pub fn parse(raw: Bytes, path: &Path, offset: u64) -> Result<Block> {
         let corrupt = |reason: &str| Error::corrupt(path, offset, reason);
         if raw.len() < 4 {
             return Err(corrupt("data block too short"));
@@ -171,7 +189,7 @@ impl Block {
         if n == 0 {
             return Err(corrupt("data block without restarts"));
         }
-        Ok(Block { data: Bytes::from(raw), restarts_at, num_restarts: n })
+        Ok(Block { data: raw, restarts_at, num_restarts: n })
     }
 
     /// Bytes the block occupies in memory: its data and the shared `Block` it lives in, each
@@ -362,7 +380,7 @@ mod tests {
         let raw = b.finish();
         let framed = frame(&raw, Compression::Lz4);
         let back = unframe(&framed, Path::new("t"), 0).unwrap();
-        Arc::new(Block::parse(back, Path::new("t"), 0).unwrap())
+        Arc::new(Block::parse(back.into(), Path::new("t"), 0).unwrap())
     }
 
     #[test]
@@ -394,9 +412,12 @@ mod tests {
         for c in [Compression::None, Compression::Lz4, Compression::Zstd] {
             let mut framed = frame(&raw, c);
             assert_eq!(unframe(&framed, Path::new("f"), 9).unwrap(), raw);
+            assert_eq!(unframe_owned(framed.clone(), Path::new("f"), 9).unwrap(), raw, "kept or decoded, the same");
             let mid = framed.len() / 2;
             framed[mid] ^= 0x40;
             let err = unframe(&framed, Path::new("f"), 9).unwrap_err();
+            assert!(matches!(err, Error::Corrupt { offset: 9, .. }), "{err}");
+            let err = unframe_owned(framed, Path::new("f"), 9).unwrap_err();
             assert!(matches!(err, Error::Corrupt { offset: 9, .. }), "{err}");
         }
     }

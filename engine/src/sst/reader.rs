@@ -11,7 +11,7 @@ use crate::cell::KeyView;
 use crate::descriptor::BloomType;
 use crate::fs::{FileSystem, ReadFile};
 use crate::read::cursor::CellCursor;
-use crate::sst::block::{unframe, Block, BlockIter};
+use crate::sst::block::{unframe_owned, Block, BlockIter};
 use crate::sst::bloom::{row_col_hash, row_hash, Bloom};
 use crate::sst::format::{decode_index, decode_key, Footer, Handle, IndexEntry, SstMeta, FOOTER_LEN};
 use crate::{Error, Result};
@@ -107,7 +107,7 @@ impl SstReader {
                 return Err(Error::corrupt(path, footer_at, "block handle points outside the file"));
             }
         }
-        let index_raw = Bytes::from(reader.read_block_bytes(footer.index)?);
+        let index_raw = reader.read_block_bytes(footer.index)?;
         reader.index = decode_index(&index_raw)
             .ok_or_else(|| Error::corrupt(path, footer.index.offset, "malformed index block"))?;
         let outside = |e: &IndexEntry| {
@@ -168,10 +168,10 @@ impl SstReader {
             + self.shared_prefix.len()
     }
 
-    fn read_block_bytes(&self, h: Handle) -> Result<Vec<u8>> {
+    fn read_block_bytes(&self, h: Handle) -> Result<Bytes> {
         let mut buf = vec![0u8; h.len as usize];
         self.file.read_exact_at(&mut buf, h.offset).map_err(|e| Error::io(&*self.path, e))?;
-        unframe(&buf, &self.path, h.offset)
+        unframe_owned(buf, &self.path, h.offset)
     }
 
     /// Data block `i`, from the cache or the file; a block read from the file enters the cache
