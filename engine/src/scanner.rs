@@ -46,6 +46,8 @@ struct Walk {
 
 /// Where a fill puts the rows it reads.
 trait RowSink {
+    /// Copies rows out of the read buffer rather than splitting them off it.
+    const LENT: bool;
     /// Takes the gathered row (whole, or in parts of `batch` cells).
     fn keep(&mut self, buf: &mut RowBuf, batch: Option<usize>);
     /// The key of the last row kept: where a fill that stopped early resumes.
@@ -60,6 +62,8 @@ struct OwnedRows<R> {
 }
 
 impl<R: FromScannedRow> RowSink for OwnedRows<R> {
+    const LENT: bool = false;
+
     fn keep(&mut self, buf: &mut RowBuf, batch: Option<usize>) {
         let rows = &mut self.rows;
         self.last = Some(buf.take_with(|row, cells| {
@@ -85,6 +89,8 @@ impl<R: FromScannedRow> RowSink for OwnedRows<R> {
 }
 
 impl RowSink for RowBatch {
+    const LENT: bool = true;
+
     fn keep(&mut self, buf: &mut RowBuf, batch: Option<usize>) {
         self.push(buf, batch);
     }
@@ -163,6 +169,7 @@ pub(crate) fn visit_rows(
             now,
             point_row: None,
             for_writer: false,
+            lent: true,
         };
         let mut got = 0;
         let mut stopped = false;
@@ -202,7 +209,7 @@ impl Walk {
     }
 
     /// Reads rows into `sink` until it holds some or the scan ends.
-    fn fill(&mut self, sink: &mut impl RowSink) -> Result<()> {
+    fn fill<S: RowSink>(&mut self, sink: &mut S) -> Result<()> {
         while sink.is_empty() && !self.done {
             if self.rows_left == 0 {
                 self.done = true;
@@ -226,6 +233,7 @@ impl Walk {
                 now: self.now,
                 point_row: None,
                 for_writer: false,
+                lent: S::LENT,
             };
             let want = FILL_ROWS.min(self.rows_left);
             let mut got = 0usize;
@@ -267,7 +275,9 @@ impl<R: FromScannedRow> Iterator for Scanner<R> {
     fn next(&mut self) -> Option<Self::Item> {
         if self.buffer.is_empty() {
             if let Err(e) = self.walk.fill(&mut self.buffer) {
+                // Rows the failed fill kept are dropped: the scan ends at its error.
                 self.walk.done = true;
+                self.buffer.rows.clear();
                 return Some(Err(e));
             }
         }
@@ -278,8 +288,9 @@ impl<R: FromScannedRow> Iterator for Scanner<R> {
 /// A scan whose rows are lent one at a time, pull-style: [`ScanCursor::advance`] moves to the
 /// next row and [`ScanCursor::row`] lends it, borrowed from the cursor's buffer until the next
 /// move. The counterpart of [`Table::scan_with`](crate::Table::scan_with) for a caller that
-/// holds several scans at once (merging them) or stops between rows; like it, a row costs a
-/// copy of its bytes into a reused buffer, not a reference-counted piece per cell.
+/// holds several scans at once (merging them) or stops between rows. A row costs one more
+/// copy of its bytes than with `scan_with` (from the read buffer into the cursor's, reused
+/// fill after fill), not a reference-counted piece per cell.
 pub struct ScanCursor {
     walk: Walk,
     batch: RowBatch,

@@ -761,16 +761,16 @@ impl Table {
     /// lock, about to write the row: the inserts that follow start from where the read found
     /// it. `None` if the read returns no row.
     pub(crate) fn get_locked_as<R: FromScannedRow>(&self, region: &Region, get: &Get, now: u64) -> Result<Option<R>> {
-        self.read_row_in(region, get, now, true, build_row::<R>)
+        self.read_row_in(region, get, now, true, false, build_row::<R>)
     }
 
     /// A point read through the public API: checks, routing, the region's read count.
-    fn point_read<T>(&self, get: &Get, take: impl FnOnce(&mut RowBuf) -> T) -> Result<Option<T>> {
+    fn point_read<T>(&self, get: &Get, lent: bool, take: impl FnOnce(&mut RowBuf) -> T) -> Result<Option<T>> {
         let desc = self.check_usable()?;
         check_row(&get.row)?;
         self.check_spec(&desc, &get.spec)?;
         let region = self.region(&get.row)?;
-        let out = self.read_row_in(&region, get, self.engine.opts.clock.now_ms(), false, take)?;
+        let out = self.read_row_in(&region, get, self.engine.opts.clock.now_ms(), false, lent, take)?;
         region.counters.reads.fetch_add(1, Ordering::Relaxed);
         Ok(out)
     }
@@ -783,6 +783,7 @@ impl Table {
         get: &Get,
         now: u64,
         for_writer: bool,
+        lent: bool,
         take: impl FnOnce(&mut RowBuf) -> T,
     ) -> Result<Option<T>> {
         let snap = region.snapshot();
@@ -793,8 +794,15 @@ impl Table {
             return Ok(None);
         }
         let range = RowRange::single(get.row.clone());
-        let read =
-            RowRead { range: &range, reversed: false, spec: &get.spec, now, point_row: Some(&get.row), for_writer };
+        let read = RowRead {
+            range: &range,
+            reversed: false,
+            spec: &get.spec,
+            now,
+            point_row: Some(&get.row),
+            for_writer,
+            lent,
+        };
         let mut take = Some(take);
         let mut out = None;
         read_rows(&snap, &read, |buf| {
@@ -820,7 +828,7 @@ impl Table {
     /// # Errors
     /// As for [`Table::get`].
     pub fn get_as<R: FromScannedRow>(&self, get: Get) -> Result<Option<R>> {
-        self.point_read(&get, build_row::<R>)
+        self.point_read(&get, false, build_row::<R>)
     }
 
     /// Reads one row like [`Table::get`], but lends it to `read` instead of returning it: its
@@ -845,7 +853,7 @@ impl Table {
     /// # Errors
     /// As for [`Table::get`].
     pub fn get_with<T>(&self, get: Get, read: impl FnOnce(RowView<'_>) -> T) -> Result<Option<T>> {
-        self.point_read(&get, |buf| read(buf.view()))
+        self.point_read(&get, true, |buf| read(buf.view()))
     }
 
     /// Reads several rows.

@@ -59,7 +59,10 @@ pub fn derive(input: &DeriveInput) -> syn::Result<TokenStream> {
                 const NAME: &'static str = #name;
                 const MEMBERS: &'static [&'static #orm::Schema] = &[#(&<#types as #orm::Entity>::SCHEMA),*];
 
-                fn from_row(row: #orm::store::LentRow<'_>) -> ::core::result::Result<Self, #orm::entity::FieldError> {
+                fn from_row<'r>(
+                    row: impl ::core::convert::Into<#orm::store::LentRow<'r>>,
+                ) -> ::core::result::Result<Self, #orm::entity::FieldError> {
+                    let row: #orm::store::LentRow<'r> = row.into();
                     #(#attempts)*
                     ::core::result::Result::Err(#orm::record::not_a_member(#name))
                 }

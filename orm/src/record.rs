@@ -21,7 +21,7 @@ pub trait Record: Sized + 'static {
     ///
     /// # Errors
     /// A [`FieldError`] naming what does not decode.
-    fn from_row(row: LentRow<'_>) -> Result<Self, FieldError>;
+    fn from_row<'r>(row: impl Into<LentRow<'r>>) -> Result<Self, FieldError>;
 }
 
 /// An entity that is a variant of record enum `R`: its key prefixes scan `R`'s partitions.

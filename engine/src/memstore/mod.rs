@@ -8,6 +8,9 @@
 //! settle most comparisons without touching the chunk. Compared with owning each row, qualifier and value separately,
 //! this saves allocations on the write path and keeps freed memstores from fragmenting the heap.
 //!
+//! A row index ([`row_index`]) maps each row to its first cell, so a point read lands on its
+//! row (or learns the memstore does not hold it) without a search down the list.
+//!
 //! A write over a column drops the column's versions that no reader can see any more: those
 //! behind `max_versions` newer versions that every open and future reader sees (HBase's
 //! in-memory compaction does the same). A flush would drop them anyway; dropping them at once
@@ -15,16 +18,17 @@
 //! then. Non-raw reads cannot tell; a raw read no longer sees such a version, as after a flush.
 
 mod list;
+mod row_index;
 
 use std::cmp::Ordering;
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering as AtomicOrdering};
 use std::sync::Arc;
 
 use bytes::{BufMut, Bytes, BytesMut};
-use parking_lot::{Mutex, RwLock};
+use parking_lot::Mutex;
 
 use list::{Entry, Inserted, SkipList, Tag, Tagged};
+use row_index::{RowIndex, Start};
 
 use crate::cell::{same_bytes, CellType, KeyView};
 use crate::read::cursor::CellCursor;
@@ -168,13 +172,6 @@ struct Arena {
     chunk_size: usize,
 }
 
-/// The memstore's row index: each row's first cell, by row key (see [`Memstore::rows`]).
-type RowIndex = RwLock<HashMap<Box<[u8]>, u32>>;
-
-/// What the row index holds per row beyond the key's bytes: the key's box, the cell's
-/// handle, the table's control byte and spare room.
-const ROW_INDEX_ENTRY: usize = 48;
-
 /// Bytes held by every memstore of an engine: the global memstore budget's meter.
 pub(crate) type MemAccount = Arc<AtomicUsize>;
 
@@ -182,11 +179,11 @@ pub(crate) type MemAccount = Arc<AtomicUsize>;
 #[derive(Debug)]
 pub(crate) struct Memstore {
     map: SkipList<MemCell>,
-    /// The first cell of every row, by row key: a point read (and a scan starting at a row
-    /// the memstore holds) lands on its row without a search down the list, which in a
-    /// memstore larger than the caches is a cache miss per hop. A write that puts a new cell
-    /// at the front of its row moves the row's entry; cells are never removed from the front
-    /// (pruning drops only versions behind newer ones).
+    /// Where each row starts ([`row_index`]): a point read (and a scan starting at a row the
+    /// memstore holds) lands on its row without a search down the list. A write that puts a
+    /// new cell at the front of its row moves the row's entry (a cell replacing an equal one
+    /// there takes its place at the front); nothing else removes a row's first cell, as
+    /// pruning drops only versions behind newer ones.
     rows: RowIndex,
     arena: Mutex<Arena>,
     bytes: AtomicUsize,
@@ -259,16 +256,10 @@ impl Memstore {
         };
         let Inserted { entry, before, allocated } = self.map.insert(MemCell { kind: key.kind, bytes });
         self.charge(allocated);
-        // The cell now leads its row: the row index points at it.
+        // If the cell now leads its row, the row index points at it.
         if before.is_none_or(|b| b.tag() != entry.tag() || b.item().view().row != key.row) {
-            let mut rows = self.rows.write();
-            match rows.get_mut(key.row) {
-                Some(first) => *first = entry.handle(),
-                None => {
-                    rows.insert(key.row.into(), entry.handle());
-                    self.charge(key.row.len() + ROW_INDEX_ENTRY);
-                }
-            }
+            let grown = self.rows.lead(key.row, entry.handle(), |h| self.map.at(h).map(|e| e.item().view().row));
+            self.charge(grown);
         }
         if key.kind.is_delete() {
             self.has_markers.store(true, AtomicOrdering::Relaxed);
@@ -372,10 +363,20 @@ impl Memstore {
         MemCursor { memstore: self, cur: None, read_point, splicing: false, point: true }
     }
 
-    /// The first cell of `row`, by the row index.
-    fn first_of(&self, row: &[u8]) -> Option<Entry<'_, MemCell>> {
-        let handle = self.rows.read().get(row).copied()?;
-        self.map.at(handle)
+    /// The first cell of `row` by the row index: `Ok(None)` if the memstore does not hold
+    /// the row, `Err(())` if the index cannot tell.
+    fn first_of(&self, row: &[u8]) -> Result<Option<Entry<'_, MemCell>>, ()> {
+        match self.rows.find(row) {
+            Start::At(handle) => Ok(self.map.at(handle).filter(|e| e.item().view().row == row)),
+            Start::Absent => Ok(None),
+            Start::Unknown => Err(()),
+        }
+    }
+
+    /// The first entry at or after `target`, by a search down the list.
+    fn search(&self, target: &KeyView<'_>) -> Option<Entry<'_, MemCell>> {
+        let probe = Probe::new(*target);
+        self.map.lower_bound(probe.prefix, |c| probe.order(c))
     }
 
     /// True if the memstore holds a cell of `row` (of any sequence number: visible to a read
@@ -383,7 +384,10 @@ impl Memstore {
     /// [`Memstore::writer_cursor`] does.
     pub fn holds_row(&self, row: &[u8], for_writer: bool) -> bool {
         if !for_writer {
-            return self.rows.read().contains_key(row);
+            return match self.first_of(row) {
+                Ok(first) => first.is_some(),
+                Err(()) => self.search(&KeyView::first_of_row(row)).is_some_and(|e| e.item().view().row == row),
+            };
         }
         let probe = Probe::new(KeyView::first_of_row(row));
         let found = self.map.lower_bound_splicing(probe.prefix, |c| probe.order(c));
@@ -442,20 +446,20 @@ impl CellCursor for MemCursor<'_> {
     }
 
     fn seek(&mut self, target: &KeyView<'_>) -> Result<()> {
-        let map = &self.memstore.map;
-        let probe = Probe::new(*target);
+        let memstore = self.memstore;
         self.cur = if self.splicing {
-            map.lower_bound_splicing(probe.prefix, |c| probe.order(c))
+            let probe = Probe::new(*target);
+            memstore.map.lower_bound_splicing(probe.prefix, |c| probe.order(c))
         } else if target.is_first_of_row() {
             // The row's first cell, by the index; a row the memstore does not hold has no
             // cells for a point read, and a scan goes on at the next row there is.
-            match self.memstore.first_of(target.row) {
-                Some(first) => Some(first),
-                None if self.point => None,
-                None => map.lower_bound(probe.prefix, |c| probe.order(c)),
+            match memstore.first_of(target.row) {
+                Ok(Some(first)) => Some(first),
+                Ok(None) if self.point => None,
+                Ok(None) | Err(()) => memstore.search(target),
             }
         } else {
-            map.lower_bound(probe.prefix, |c| probe.order(c))
+            memstore.search(target)
         };
         self.skip_invisible();
         Ok(())
@@ -569,6 +573,14 @@ mod tests {
                 assert_eq!(row_cells(m.cursor(read_point), row.as_bytes()), searched, "{row}@{read_point}");
             }
         }
+        // A cell equal to a row's first (same key, same sequence number) takes its place.
+        let (qualifier, ts, first_seq) = row_cells(m.point_cursor(seq), b"r1").remove(0);
+        let key = KeyView { row: b"r1", qualifier: &qualifier, ts, kind: CellType::Put, seq: first_seq };
+        m.insert(&key, b"replaced", None, None);
+        let mut c = m.point_cursor(seq);
+        c.seek(&KeyView::first_of_row(b"r1")).unwrap();
+        assert_eq!(c.key().map(|k| (k.qualifier.to_vec(), k.ts, k.seq)), Some((qualifier, ts, first_seq)));
+        assert_eq!(c.value(), b"replaced");
         assert!(m.holds_row(b"r2", false) && !m.holds_row(b"r4", false));
         let mut point = m.point_cursor(seq);
         point.seek(&KeyView::first_of_row(b"r4")).unwrap();

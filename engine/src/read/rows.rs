@@ -37,6 +37,8 @@ pub(crate) struct RowRead<'a> {
     /// Read by the writer, under the region's write lock, of a row it is about to write: the
     /// active memstores' cursors leave their writer's splice at the row.
     pub for_writer: bool,
+    /// The rows are lent, not taken: the row buffer is reused, never split into owned rows.
+    pub lent: bool,
 }
 
 struct FamilyRead<'a> {
@@ -51,8 +53,6 @@ fn open_family<'a>(
     read: &RowRead<'_>,
 ) -> Result<FamilyRead<'a>> {
     let mut sources: Vec<Source<'a>> = Vec::with_capacity(2 + store.files.len());
-    // An empty memstore holds nothing at or below the read point (those writes were inserted
-    // before the read point was published), so it needs no cursor.
     // A point read's memstore cursors find the row by the memstores' row index.
     let cursor = |m: &'a Memstore| {
         if read.point_row.is_some() {
@@ -61,6 +61,8 @@ fn open_family<'a>(
             m.cursor(snap.read_point)
         }
     };
+    // An empty memstore holds nothing at or below the read point (those writes were inserted
+    // before the read point was published), so it needs no cursor.
     if !store.active.is_empty() {
         let cursor = if read.for_writer { store.active.writer_cursor(snap.read_point) } else { cursor(&store.active) };
         sources.push(Source::Mem(cursor));
@@ -86,8 +88,9 @@ fn open_family<'a>(
     })
 }
 
-/// True if no source of `snap` can hold a cell of `row`: its memstores hold none (a search
-/// each) and no file can (key ranges and bloom filters). A writer's point read of a row that
+/// True if no source of `snap` can hold a cell of `row`: its memstores hold none (the
+/// writer's active memstore by a search that leaves its splice at the row, the others by their
+/// row index) and no file can (key ranges and bloom filters). A writer's point read of a row that
 /// does not exist — an insert's read of its old row, a put-if-absent's check — then costs
 /// those searches alone. `for_writer` as in [`RowRead`].
 pub(crate) fn row_absent(snap: &ReadSnapshot, row: &[u8], for_writer: bool) -> bool {
@@ -123,8 +126,14 @@ pub(crate) fn read_rows(
     let window = read.spec.filter.as_ref().map(Filter::column_window).unwrap_or_default();
     let mut tracker = DeleteTracker::default();
     let names = families.iter().map(|f| f.view.name.clone()).collect();
-    // A point read's buffer fits a row of a few dozen small cells without growing.
-    let mut buf = RowBuf::new(names, if read.point_row.is_some() { 2 * 1024 } else { 16 * 1024 });
+    // Owned rows keep the buffer they were split from alive: a taken point read starts
+    // small. A lent one starts where a row of a few dozen small cells fits without growing.
+    let chunk = match read.point_row {
+        None => 16 * 1024,
+        Some(_) if read.lent => 2 * 1024,
+        Some(_) => 256,
+    };
+    let mut buf = RowBuf::new(names, chunk);
     if !read.reversed {
         let after;
         let start: &[u8] = match &read.range.lo {

@@ -16,6 +16,7 @@ use crate::key::{KeyError, RowKey};
 use crate::store::{CellMutation, Condition, LentRow, ReadSpec, Row, RowMutation, Store};
 use crate::value::ColumnValue;
 use crate::{Error, Result};
+use names::SubstitutedNames;
 
 /// A blob column read at an older version or codec, and the bytes read.
 type StaleBlob = (&'static ColumnSpec, Bytes);
@@ -23,7 +24,6 @@ type StaleBlob = (&'static ColumnSpec, Bytes);
 /// An entity read by key: the position of its row among those read, the entity, and its stale
 /// blob columns.
 type Decoded<E> = (usize, E, Vec<StaleBlob>);
-use names::SubstitutedNames;
 
 /// A counter column of entity `E`, generated as an associated constant (`Customer::ORDERS`).
 #[derive(Debug)]

@@ -551,14 +551,21 @@ impl<E> EntityIter<'_, E> {
     /// The next row in merged key order, copied out (for readers that keep rows).
     pub(crate) fn next_row(&mut self) -> Option<Result<Row>> {
         let next = self.next_stream()?;
-        let stream = &mut self.streams[next];
-        let row = match std::mem::replace(&mut stream.head, Head::End) {
+        self.take_head(next, |_, row| row.to_row())
+    }
+
+    /// Hands stream `i`'s head to `read` (a failed stream's error instead), then moves the
+    /// stream on, whatever became of the row: it is behind the scan either way.
+    fn take_head<T>(&mut self, i: usize, read: impl FnOnce(&Self, LentRow<'_>) -> T) -> Option<Result<T>> {
+        let out = match std::mem::replace(&mut self.streams[i].head, Head::End) {
             Head::Failed(e) => return Some(Err(e)),
             Head::End => return None,
-            Head::Row => stream.rows.row()?.to_row(),
+            // A cursor on a row lends it; one that does not has ended.
+            Head::Row => read(self, self.streams[i].rows.row()?),
         };
+        let stream = &mut self.streams[i];
         stream.head = Head::after(stream.rows.advance());
-        Some(Ok(row))
+        Some(Ok(out))
     }
 
     /// The next entity, decoded where the store lends its row; its key (without salt) goes
@@ -566,43 +573,35 @@ impl<E> EntityIter<'_, E> {
     fn next_entity(&mut self, mut key: Option<&mut Vec<u8>>) -> Option<Result<E>> {
         while self.left > 0 {
             let next = self.next_stream()?;
-            let stream = &mut self.streams[next];
-            // Ok(None): a row of another record type; Err((row, error)): one that does not
-            // decode.
-            let decoded = match std::mem::replace(&mut stream.head, Head::End) {
-                Head::Failed(e) => return Some(Err(e)),
-                Head::End => return None,
-                Head::Row => {
-                    let row = stream.rows.row()?;
-                    let names = self.target.names.reading();
-                    match (self.target.decode)(row, &names) {
-                        Ok(e) => {
-                            if let Some(key) = key.as_deref_mut() {
-                                key.clear();
-                                key.extend_from_slice(body(self.salted, row.key()));
-                            }
-                            Ok(Some(e))
+            let read = self.take_head(next, |iter, row| {
+                let names = iter.target.names.reading();
+                match (iter.target.decode)(row, &names) {
+                    Ok(e) => {
+                        if let Some(key) = key.as_deref_mut() {
+                            key.clear();
+                            key.extend_from_slice(body(iter.salted, row.key()));
                         }
-                        Err(e) if e.other_record_type => Ok(None),
-                        Err(e) => {
-                            // A store error while resolving a substituted part is the scan's
-                            // error, not the row's.
-                            if let Some(failure) = names.take_failure() {
-                                return Some(Err(failure));
-                            }
-                            Err((row.key().to_vec(), super::decode_error(self.target.table, row.key(), e)))
-                        }
+                        Read::Entity(e)
                     }
+                    Err(e) if e.other_record_type => Read::OtherType,
+                    // A store error while resolving a substituted part is the scan's error,
+                    // not the row's.
+                    Err(e) => match names.take_failure() {
+                        Some(failure) => Read::Failed(failure),
+                        None => {
+                            Read::Unreadable(row.key().to_vec(), super::decode_error(iter.target.table, row.key(), e))
+                        }
+                    },
                 }
-            };
-            stream.head = Head::after(stream.rows.advance());
-            match decoded {
-                Ok(Some(e)) => {
+            })?;
+            match read {
+                Err(e) | Ok(Read::Failed(e)) => return Some(Err(e)),
+                Ok(Read::Entity(e)) => {
                     self.left -= 1;
                     return Some(Ok(e));
                 }
-                Ok(None) => {}
-                Err((row, e)) => {
+                Ok(Read::OtherType) => {}
+                Ok(Read::Unreadable(row, e)) => {
                     if let Some(e) = self.set_aside(&row, e) {
                         return Some(Err(e));
                     }
@@ -611,6 +610,17 @@ impl<E> EntityIter<'_, E> {
         }
         None
     }
+}
+
+/// What became of a row an entity scan read.
+enum Read<E> {
+    Entity(E),
+    /// A row of another record type, skipped.
+    OtherType,
+    /// A row that does not decode: its key and why.
+    Unreadable(Vec<u8>, Error),
+    /// The scan itself failed.
+    Failed(Error),
 }
 
 /// `key` without its salt byte, if the table is salted.
