@@ -1,6 +1,7 @@
 //! Engine micro-benchmarks with 100-byte values: random puts, random gets served from the block
-//! cache, short (10-row) scans, owned and visited in place, and the merge of four files by a
-//! compaction and by a scan. Run with `cargo bench --bench engine`.
+//! cache, short (10-row) scans, owned and visited in place, the merge of four files by a
+//! compaction and by a scan, and ten-cell rows inserted and read back from the memstore. Run
+//! with `cargo bench --bench engine`.
 
 #[path = "workloads/mod.rs"]
 mod workloads;
@@ -155,5 +156,30 @@ fn merges(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, puts, gets, scans, merges);
+/// Ten 100-byte cells per row, as a YCSB record is stored: inserting rows with random keys,
+/// and point reads of rows the memstore holds (each found through the memstore's row index).
+fn ten_cell_rows(c: &mut Criterion) {
+    let value = vec![b'v'; 100];
+    let record = |i: u64| (0..10).fold(Put::new(key(i)), |p, f| p.add("f", format!("field{f}"), value.clone()));
+    let mut g = c.benchmark_group("ten_cell_rows");
+    g.throughput(Throughput::Elements(1));
+    let (_dir, _engine, table) = open(Durability::SkipWal);
+    let mut rng = Rng::new(23);
+    g.bench_function("insert", |b| b.iter(|| table.put(record(rng.next_u64())).unwrap()));
+    // About 40 MB of rows: all of them stay in the memstore.
+    const HELD: u64 = 15_000;
+    let (_held_dir, _held_engine, held) = open(Durability::SkipWal);
+    for i in 0..HELD {
+        held.put(record(i)).unwrap();
+    }
+    g.bench_function("get_from_memstore", |b| {
+        b.iter(|| {
+            let cells = held.get_with(Get::new(key(rng.next_u64() % HELD)), |row| row.len()).unwrap();
+            assert_eq!(cells, Some(10));
+        })
+    });
+    g.finish();
+}
+
+criterion_group!(benches, puts, gets, scans, merges, ten_cell_rows);
 criterion_main!(benches);
