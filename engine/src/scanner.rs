@@ -245,8 +245,8 @@ impl Walk {
             })?;
             region.counters.reads.fetch_add(got as u64, Ordering::Relaxed);
             self.rows_left -= got;
-            match sink.last_row() {
-                Some(last) if got == want => {
+            match (got == want).then(|| sink.last_row()).flatten() {
+                Some(last) => {
                     // Stopped early: resume after the last row returned.
                     let mut rest = range;
                     if self.scan.reversed {

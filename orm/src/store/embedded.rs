@@ -11,8 +11,8 @@ use cellar_engine::{
 use parking_lot::RwLock;
 
 use super::{
-    CellMutation, Columns, Commit, Condition, Guarantees, LentRow, ReadSpec, Row, RowCheck, RowCursor, RowCursorBox,
-    RowMutation, RowStream, ScanSpec, Store, StoredCell, TableSpec,
+    CellMutation, Columns, Commit, Condition, CursorRows, Guarantees, LentRow, ReadSpec, Row, RowCheck, RowCursor,
+    RowCursorBox, RowMutation, RowStream, ScanSpec, Store, StoredCell, TableSpec,
 };
 use crate::{Error, Result};
 
@@ -302,18 +302,8 @@ impl Store for EmbeddedStore {
     }
 
     fn scan<'a>(&'a self, table: &str, spec: &ScanSpec) -> Result<RowStream<'a>> {
-        let t = self.table(table)?;
-        let (scan, skip_row) = engine_scan(spec);
-        let start = spec.start.clone();
-        let reverse = spec.reverse;
-        let stream = t
-            .scan_as::<Row>(scan)?
-            .filter(move |r| !matches!((r, &skip_row), (Ok(r), Some(skip)) if r.key == *skip))
-            .take_while(move |r| !reverse || r.as_ref().map_or(true, |r| r.key >= start))
-            .filter(|r| r.as_ref().map_or(true, |r| !r.cells.is_empty()))
-            .map(|r| r.map_err(Into::into))
-            .take(spec.limit.unwrap_or(usize::MAX));
-        Ok(Box::new(stream))
+        // The lent rows, copied out: one place narrows the engine's scan to the spec.
+        Ok(Box::new(CursorRows::new(self.scan_cursor(table, spec)?)))
     }
 
     fn scan_cursor<'a>(&'a self, table: &str, spec: &ScanSpec) -> Result<RowCursorBox<'a>> {

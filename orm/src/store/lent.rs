@@ -228,6 +228,39 @@ impl RowCursor for StreamCursor<'_> {
     }
 }
 
+/// The rows of a cursor, copied out: a stream of owned rows over a [`RowCursor`].
+pub(crate) struct CursorRows<'a> {
+    rows: RowCursorBox<'a>,
+    done: bool,
+}
+
+impl<'a> CursorRows<'a> {
+    pub(crate) fn new(rows: RowCursorBox<'a>) -> Self {
+        CursorRows { rows, done: false }
+    }
+}
+
+impl Iterator for CursorRows<'_> {
+    type Item = Result<Row>;
+
+    fn next(&mut self) -> Option<Result<Row>> {
+        if self.done {
+            return None;
+        }
+        match self.rows.advance() {
+            Ok(true) => self.rows.row().map(|r| Ok(r.to_row())),
+            Ok(false) => {
+                self.done = true;
+                None
+            }
+            Err(e) => {
+                self.done = true;
+                Some(Err(e))
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use bytes::Bytes;
@@ -282,5 +315,15 @@ mod tests {
 
         let mut empty = StreamCursor::new(Box::new(std::iter::empty()));
         assert!(!empty.advance().unwrap() && empty.row().is_none());
+    }
+
+    #[test]
+    fn a_cursor_read_as_a_stream_copies_each_row_and_ends_at_an_error() {
+        let rows = vec![Ok(row()), Err(crate::Error::Unsupported("boom".into())), Ok(row())];
+        let cursor = StreamCursor::new(Box::new(rows.into_iter()));
+        let read: Vec<_> = CursorRows::new(Box::new(cursor)).collect();
+        assert_eq!(read.len(), 2, "the stream ends at the error");
+        assert_eq!(read[0].as_ref().ok(), Some(&row()));
+        assert!(read[1].is_err());
     }
 }

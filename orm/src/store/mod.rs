@@ -15,6 +15,7 @@ pub use cellar_engine::{PrefixField, SplitPolicy};
 #[cfg(feature = "bigtable")]
 pub use bigtable::{BigtableOptions, BigtableStore, RpcCounts};
 pub use embedded::EmbeddedStore;
+use lent::CursorRows;
 pub use lent::{LentCell, LentCells, LentRow, RowCursor, RowCursorBox};
 pub(crate) use metered::ByteSize;
 pub use metered::{Costs, Metered, TIMESTAMP_BYTES};
