@@ -535,6 +535,19 @@ mod tests {
         cells
     }
 
+    /// The cells of `row` at `read_point` as a search down the list (no row index) finds them.
+    fn searched_cells(m: &Memstore, read_point: u64, row: &[u8]) -> Vec<(Vec<u8>, u64, u64)> {
+        let mut c = m.cursor(read_point);
+        c.cur = m.search(&KeyView::first_of_row(row));
+        c.skip_invisible();
+        let mut cells = Vec::new();
+        while let Some(k) = c.key().filter(|k| k.row == row) {
+            cells.push((k.qualifier.to_vec(), k.ts, k.seq));
+            c.next().unwrap();
+        }
+        cells
+    }
+
     /// The row index follows the front of every row: new columns before the first, newer
     /// versions of the first column, and replacements of an equal cell. Seeks to a row's
     /// start through it (point reads, and scans starting at a held row) find what a search
@@ -557,18 +570,7 @@ mod tests {
         }
         for read_point in [3, 9, 14, seq] {
             for row in rows {
-                let searched = {
-                    let mut c = m.cursor(read_point);
-                    let probe = Probe::new(KeyView::first_of_row(row.as_bytes()));
-                    c.cur = m.map.lower_bound(probe.prefix, |cell| probe.order(cell));
-                    c.skip_invisible();
-                    let mut cells = Vec::new();
-                    while let Some(k) = c.key().filter(|k| k.row == row.as_bytes()) {
-                        cells.push((k.qualifier.to_vec(), k.ts, k.seq));
-                        c.next().unwrap();
-                    }
-                    cells
-                };
+                let searched = searched_cells(&m, read_point, row.as_bytes());
                 assert_eq!(row_cells(m.point_cursor(read_point), row.as_bytes()), searched, "{row}@{read_point}");
                 assert_eq!(row_cells(m.cursor(read_point), row.as_bytes()), searched, "{row}@{read_point}");
             }
@@ -606,17 +608,8 @@ mod tests {
                     while !done.load(AtomicOrdering::Acquire) {
                         let read_point = published.load(AtomicOrdering::Acquire);
                         let row = rows[i % rows.len()].as_bytes();
-                        let lent = row_cells(m.point_cursor(read_point), row);
-                        let mut c = m.cursor(read_point);
-                        let probe = Probe::new(KeyView::first_of_row(row));
-                        c.cur = m.map.lower_bound(probe.prefix, |cell| probe.order(cell));
-                        c.skip_invisible();
-                        let mut searched = Vec::new();
-                        while let Some(k) = c.key().filter(|k| k.row == row) {
-                            searched.push((k.qualifier.to_vec(), k.ts, k.seq));
-                            c.next().unwrap();
-                        }
-                        assert_eq!(lent, searched);
+                        let indexed = row_cells(m.point_cursor(read_point), row);
+                        assert_eq!(indexed, searched_cells(&m, read_point, row));
                         i += 7;
                     }
                 })
