@@ -330,7 +330,7 @@ impl<'a> RowView<'a> {
 
     /// The newest value of `family:qualifier`.
     pub fn value(&self, family: &[u8], qualifier: &[u8]) -> Option<&'a [u8]> {
-        self.cells().find(|c| c.is_value_of(family, qualifier)).map(|c| c.value)
+        self.value_at(family, qualifier, u64::MAX)
     }
 
     /// The value of `family:qualifier` as of `timestamp`: the newest returned version of the

@@ -316,18 +316,12 @@ pub struct Row {
 impl Row {
     /// The newest value of `family:qualifier`.
     pub fn value(&self, family: &str, qualifier: &str) -> Option<&[u8]> {
-        self.cells
-            .iter()
-            .find(|c| c.family == family.as_bytes() && c.qualifier == qualifier.as_bytes())
-            .map(|c| &c.value[..])
+        self.lend().value(family, qualifier)
     }
 
     /// The value of `family:qualifier` as of `timestamp`: the newest version at or before it.
     pub fn value_at(&self, family: &str, qualifier: &str, timestamp: u64) -> Option<&[u8]> {
-        self.cells
-            .iter()
-            .find(|c| c.family == family.as_bytes() && c.qualifier == qualifier.as_bytes() && c.timestamp <= timestamp)
-            .map(|c| &c.value[..])
+        self.lend().value_at(family, qualifier, timestamp)
     }
 }
 
