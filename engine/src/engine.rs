@@ -152,7 +152,7 @@ pub(crate) struct EngineInner {
     /// What the manifest on disk lists; see [`Durable`].
     durable: Mutex<Durable>,
     /// Bytes in all memstores (the global memstore budget's meter).
-    pub memstore_bytes: MemAccount,
+    pub memstore_bytes: Arc<MemAccount>,
     pub background: Arc<Background>,
     _lock: Box<dyn std::any::Any + Send + Sync>,
 }
@@ -239,7 +239,7 @@ fn region_from_entry(
     sst_dir: &Path,
     cache: &Arc<BlockCache>,
     open_files: &mut HashMap<u64, Arc<SstReader>>,
-    account: &MemAccount,
+    account: &Arc<MemAccount>,
 ) -> Result<Region> {
     let mut files = Vec::new();
     for fam in &desc.families {
@@ -289,7 +289,7 @@ impl Engine {
         })?;
         let catalog = CatalogState::load(&*fs, &dir.join("MANIFEST"))?;
         let cache = Arc::new(BlockCache::new(opts.block_cache_bytes));
-        let account = MemAccount::default();
+        let account = MemAccount::new(opts.memstore_flush_bytes);
 
         let mut tables = BTreeMap::new();
         let mut regions_by_id: HashMap<u64, Arc<Region>> = HashMap::new();
@@ -804,7 +804,7 @@ impl EngineInner {
         let pressure = Pressure {
             region_full: memstore > o.memstore_flush_bytes.saturating_mul(o.memstore_block_multiplier),
             too_many_files: files > o.blocking_files,
-            global_full: self.memstore_bytes.load(Ordering::Relaxed) > o.global_memstore_bytes,
+            global_full: self.memstore_bytes.held() > o.global_memstore_bytes,
         };
         let pressed = pressure.region_full || pressure.too_many_files || pressure.global_full;
         (pressed && !region.is_retired()).then_some(pressure)

@@ -45,7 +45,7 @@ pub(crate) struct Store {
 }
 
 impl Store {
-    fn new(desc: FamilyDescriptor, account: &MemAccount) -> Store {
+    fn new(desc: FamilyDescriptor, account: &Arc<MemAccount>) -> Store {
         Store {
             name: Bytes::from(desc.name.clone()),
             desc,
@@ -158,7 +158,7 @@ pub(crate) struct Region {
     stores: RwLock<Arc<RegionStores>>,
     /// The read points open readers hold.
     pins: Arc<ReadPins>,
-    account: MemAccount,
+    account: Arc<MemAccount>,
     pub counters: RegionCounters,
 }
 
@@ -181,7 +181,7 @@ impl Region {
         families: &[FamilyDescriptor],
         files: Vec<Vec<Arc<SstReader>>>,
         flushed_seq: u64,
-        account: &MemAccount,
+        account: &Arc<MemAccount>,
     ) -> Region {
         let mut stores = RegionStores { families: families.iter().map(|d| Store::new(d.clone(), account)).collect() };
         for (s, f) in stores.families.iter_mut().zip(files) {
@@ -681,7 +681,7 @@ mod tests {
     use super::*;
 
     fn region(id: u64) -> Region {
-        Region::new(id, (Bytes::new(), Bytes::new()), &[], Vec::new(), 0, &MemAccount::default())
+        Region::new(id, (Bytes::new(), Bytes::new()), &[], Vec::new(), 0, &MemAccount::new(0))
     }
 
     /// A reader never takes its read point while a write spanning several regions is half

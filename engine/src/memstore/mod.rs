@@ -3,7 +3,8 @@
 //! flush turns a frozen memstore into an SSTable.
 //!
 //! Cells live in an arena: each is encoded once, contiguously, into chunks of a few hundred KiB
-//! that are freed together when the memstore is dropped. The skiplist holds a small handle per
+//! that are freed together when the memstore is dropped (full-size ones go to the engine's
+//! chunk pool, [`account`], for the next memstore to fill). The skiplist holds a small handle per
 //! cell (a slice of its chunk), and each skiplist node carries the row's first 24 bytes, which
 //! settle most comparisons without touching the chunk. Compared with owning each row, qualifier and value separately,
 //! this saves allocations on the write path and keeps freed memstores from fragmenting the heap.
@@ -17,6 +18,7 @@
 //! keeps a hot row from dragging thousands of dead versions through every read of it until
 //! then. Non-raw reads cannot tell; a raw read no longer sees such a version, as after a flush.
 
+mod account;
 mod list;
 mod row_index;
 
@@ -34,13 +36,15 @@ use crate::cell::{same_bytes, CellType, KeyView};
 use crate::read::cursor::CellCursor;
 use crate::Result;
 
+pub(crate) use account::MemAccount;
+
 /// Encoded cell header: row length (u16), qualifier length (u32), timestamp (u64), sequence
 /// number (u64), TTL flag (u8) and TTL in ms (u64), little-endian; then row, qualifier, value.
 const HEADER_LEN: usize = 31;
 
 /// Arena chunks start small (a memstore that sees a handful of writes stays small) and double
-/// up to this size.
-const MAX_CHUNK: usize = 512 * 1024;
+/// up to this size, the size the chunk pool keeps.
+const MAX_CHUNK: usize = account::CHUNK;
 const FIRST_CHUNK: usize = 4 * 1024;
 
 fn le_u16(b: &[u8]) -> u16 {
@@ -170,10 +174,12 @@ impl Tagged for MemCell {
 struct Arena {
     tail: BytesMut,
     chunk_size: usize,
+    /// True if `tail` is in a full-size chunk.
+    tail_full_size: bool,
+    /// The tails of the full-size chunks filled before the current one: each the last handle
+    /// of its chunk once the cells cut from it are dropped, so the chunk pool can reuse it.
+    filled: Vec<BytesMut>,
 }
-
-/// Bytes held by every memstore of an engine: the global memstore budget's meter.
-pub(crate) type MemAccount = Arc<AtomicUsize>;
 
 /// One family's in-memory writes.
 #[derive(Debug)]
@@ -187,7 +193,7 @@ pub(crate) struct Memstore {
     rows: RowIndex,
     arena: Mutex<Arena>,
     bytes: AtomicUsize,
-    account: MemAccount,
+    account: Arc<MemAccount>,
     /// Set once the bytes were given back to the account (after a flush).
     released: AtomicBool,
     /// Set once a delete marker was inserted: only then can a marker change which versions
@@ -198,11 +204,19 @@ pub(crate) struct Memstore {
 impl Drop for Memstore {
     fn drop(&mut self) {
         self.release();
+        // The cells go first: a chunk can be reused once nothing cut from it is held.
+        drop(std::mem::take(&mut self.map));
+        let arena = std::mem::take(&mut *self.arena.lock());
+        let mut chunks = arena.filled;
+        if arena.tail_full_size {
+            chunks.push(arena.tail);
+        }
+        self.account.give_back(chunks);
     }
 }
 
 impl Memstore {
-    pub fn new(account: &MemAccount) -> Self {
+    pub fn new(account: &Arc<MemAccount>) -> Self {
         Memstore {
             map: SkipList::new(),
             rows: RowIndex::default(),
@@ -218,13 +232,13 @@ impl Memstore {
     /// installed: readers may still hold it, but a slow scanner must not stall every writer.
     pub fn release(&self) {
         if !self.released.swap(true, AtomicOrdering::AcqRel) {
-            self.account.fetch_sub(self.bytes.load(AtomicOrdering::Relaxed), AtomicOrdering::Relaxed);
+            self.account.discharge(self.bytes.load(AtomicOrdering::Relaxed));
         }
     }
 
     fn charge(&self, size: usize) {
         self.bytes.fetch_add(size, AtomicOrdering::Relaxed);
-        self.account.fetch_add(size, AtomicOrdering::Relaxed);
+        self.account.charge(size);
     }
 
     /// Inserts a cell, and with `pruning` drops the versions of its column that it leaves no
@@ -239,7 +253,15 @@ impl Memstore {
             if arena.tail.capacity() < len {
                 arena.chunk_size = (arena.chunk_size * 2).clamp(FIRST_CHUNK, MAX_CHUNK);
                 let chunk = arena.chunk_size.max(len);
-                arena.tail = BytesMut::with_capacity(chunk);
+                let full_size = chunk == MAX_CHUNK;
+                let fresh = match full_size {
+                    true => self.account.take_chunk().unwrap_or_else(|| BytesMut::with_capacity(chunk)),
+                    false => BytesMut::with_capacity(chunk),
+                };
+                let old = std::mem::replace(&mut arena.tail, fresh);
+                if std::mem::replace(&mut arena.tail_full_size, full_size) {
+                    arena.filled.push(old);
+                }
                 self.charge(chunk);
             }
             let arena = &mut arena.tail;
@@ -497,7 +519,7 @@ mod tests {
 
     #[test]
     fn cursor_respects_read_point_and_order() {
-        let account = MemAccount::default();
+        let account = MemAccount::new(0);
         let m = Memstore::new(&account);
         put(&m, "b", "q", 1, 1);
         put(&m, "a", "q", 1, 2);
@@ -518,9 +540,9 @@ mod tests {
         c.seek(&KeyView::first_of_row(b"b")).unwrap();
         assert_eq!(c.key().unwrap().row, b"b");
         assert!(m.size() > 0);
-        assert_eq!(account.load(AtomicOrdering::Relaxed), m.size());
+        assert_eq!(account.held(), m.size());
         drop(m);
-        assert_eq!(account.load(AtomicOrdering::Relaxed), 0, "dropping releases the budget");
+        assert_eq!(account.held(), 0, "dropping releases the budget");
     }
 
     /// Every cell of a row at or below a read point, as a cursor seeking the row's start
@@ -555,7 +577,7 @@ mod tests {
     /// and a scan goes on at the next row.
     #[test]
     fn a_row_start_found_by_the_index_is_the_one_a_search_finds() {
-        let m = Memstore::new(&MemAccount::default());
+        let m = Memstore::new(&MemAccount::new(0));
         let rows = ["r1", "r2", "r3", "r5"];
         let qualifiers = ["m", "c", "x", "a", "", "c"];
         let mut seq = 0;
@@ -596,7 +618,7 @@ mod tests {
     /// read point, what a search down the list shows.
     #[test]
     fn point_reads_racing_the_writer_see_what_a_search_sees() {
-        let m = Arc::new(Memstore::new(&MemAccount::default()));
+        let m = Arc::new(Memstore::new(&MemAccount::new(0)));
         let published = Arc::new(std::sync::atomic::AtomicU64::new(0));
         let done = Arc::new(AtomicBool::new(false));
         let rows: Vec<String> = (0..64).map(|i| format!("row{i:03}")).collect();
@@ -634,7 +656,7 @@ mod tests {
     /// in byte order.
     #[test]
     fn rows_sort_bytewise_whatever_prefix_they_share() {
-        let m = Memstore::new(&MemAccount::default());
+        let m = Memstore::new(&MemAccount::new(0));
         let mut rows: Vec<&'static str> = vec![
             "idx:by_email\0user10@x",
             "idx:by_email\0user1@x",
@@ -692,7 +714,7 @@ mod tests {
     #[test]
     fn a_write_drops_the_versions_no_reader_can_see() {
         for max_versions in [1u32, 3] {
-            let account = MemAccount::default();
+            let account = MemAccount::new(0);
             let m = Memstore::new(&account);
             for seq in 1..=200u64 {
                 // Each write follows the last one's publication: every reader sees seq - 1.
@@ -704,20 +726,20 @@ mod tests {
             let kept: Vec<u64> = (200 - u64::from(max_versions)..=200).rev().collect();
             assert_eq!(hot, kept, "max_versions {max_versions}");
             assert_eq!(all_cells(&m).len(), kept.len() + 200, "other rows are untouched");
-            assert_eq!(account.load(AtomicOrdering::Relaxed), m.size(), "the budget follows the drops");
+            assert_eq!(account.held(), m.size(), "the budget follows the drops");
         }
     }
 
     #[test]
     fn a_pinned_reader_keeps_every_version_it_can_see() {
-        let m = Memstore::new(&MemAccount::default());
+        let m = Memstore::new(&MemAccount::new(0));
         for seq in 1..=50u64 {
             put_pruning(&m, ("r", "q"), seq, seq, 1, 10);
         }
         let seqs: Vec<u64> = all_cells(&m).into_iter().map(|c| c.3).collect();
         assert_eq!(seqs, (10..=50).rev().collect::<Vec<_>>(), "the reader at 10 still sees seq 10");
         // Versions at one timestamp shadow each other: the one every reader sees counts once.
-        let m = Memstore::new(&MemAccount::default());
+        let m = Memstore::new(&MemAccount::new(0));
         for seq in 1..=5u64 {
             put_pruning(&m, ("r", "q"), 7, seq, 2, seq - 1);
         }
@@ -740,21 +762,21 @@ mod tests {
             m.insert(&key, b"", None, None);
         };
         // A version marker at the newest timestamp brings the version behind it back.
-        let m = Memstore::new(&MemAccount::default());
+        let m = Memstore::new(&MemAccount::new(0));
         marker(&m, "q", 100, CellType::Delete, 1);
         for seq in 2..=20u64 {
             put_pruning(&m, ("r", "q"), seq, seq, 1, seq - 1);
         }
         assert_eq!(all_cells(&m).len(), 20, "nothing dropped where a column marker reaches");
         // So does a family version marker, from the row's start.
-        let m = Memstore::new(&MemAccount::default());
+        let m = Memstore::new(&MemAccount::new(0));
         marker(&m, "", 5, CellType::DeleteFamilyVersion, 1);
         for seq in 2..=20u64 {
             put_pruning(&m, ("r", "q"), seq, seq, 1, seq - 1);
         }
         assert_eq!(all_cells(&m).len(), 20, "nothing dropped where a family marker reaches");
         // A marker older than the versions counted hides none of them: the rest still go.
-        let m = Memstore::new(&MemAccount::default());
+        let m = Memstore::new(&MemAccount::new(0));
         marker(&m, "q", 1, CellType::DeleteColumn, 1);
         for seq in 2..=20u64 {
             put_pruning(&m, ("r", "q"), 10 + seq, seq, 1, seq - 1);
@@ -763,9 +785,63 @@ mod tests {
         assert_eq!(kept, vec![20, 19, 1], "the newest two and the marker");
     }
 
+    /// Inserts `cells` cells of about 1 KiB in rows `r{tag}{n}`.
+    fn fill(m: &Memstore, tag: u8, cells: u32) {
+        for n in 0..cells {
+            let row = format!("r{tag}{n:06}");
+            let key = KeyView { row: row.as_bytes(), qualifier: b"q", ts: 1, kind: CellType::Put, seq: u64::from(n) };
+            m.insert(&key, &[tag; 1000], None, None);
+        }
+    }
+
+    #[test]
+    fn a_dropped_memstores_full_chunks_are_filled_again_by_the_next() {
+        let account = MemAccount::new(64 * MAX_CHUNK);
+        let first = Memstore::new(&account);
+        fill(&first, 1, 3000);
+        drop(first);
+        let pooled = account.pooled();
+        assert!(pooled >= 4, "about 3 MB of cells filled {pooled} full-size chunks");
+        assert_eq!(account.held(), 0);
+        let second = Memstore::new(&account);
+        fill(&second, 2, 1500);
+        assert!(account.pooled() < pooled, "the next memstore took chunks from the pool");
+        assert_eq!(account.held(), second.size(), "pooled chunks are charged again when taken");
+        let mut c = second.cursor(u64::MAX);
+        c.seek(&KeyView::first_of_row(b"")).unwrap();
+        let mut seen = 0;
+        while let Some(k) = c.key() {
+            assert_eq!(k.row, format!("r2{seen:06}").as_bytes());
+            assert!(c.value().iter().all(|&b| b == 2) && c.value().len() == 1000);
+            seen += 1;
+            c.next().unwrap();
+        }
+        assert_eq!(seen, 1500);
+    }
+
+    #[test]
+    fn a_memstore_a_reader_still_holds_keeps_its_chunks() {
+        let account = MemAccount::new(64 * MAX_CHUNK);
+        let first = Arc::new(Memstore::new(&account));
+        fill(&first, 1, 3000);
+        let reader = first.clone();
+        first.release();
+        drop(first);
+        assert_eq!(account.pooled(), 0, "not dropped while read");
+        let second = Memstore::new(&account);
+        fill(&second, 2, 3000);
+        let mut c = reader.cursor(u64::MAX);
+        c.seek(&KeyView::first_of_row(b"")).unwrap();
+        assert_eq!(c.key().map(|k| k.row), Some(&b"r1000000"[..]));
+        assert!(c.value().iter().all(|&b| b == 1));
+        drop(c);
+        drop(reader);
+        assert!(account.pooled() > 0, "pooled once the reader is done");
+    }
+
     #[test]
     fn cells_round_trip_through_the_arena_and_chunks_are_charged() {
-        let account = MemAccount::default();
+        let account = MemAccount::new(0);
         let m = Memstore::new(&account);
         let big = vec![7u8; MAX_CHUNK * 2];
         let row = vec![b'r'; 300];
