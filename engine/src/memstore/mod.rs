@@ -834,7 +834,6 @@ mod tests {
         c.seek(&KeyView::first_of_row(b"")).unwrap();
         assert_eq!(c.key().map(|k| k.row), Some(&b"r1000000"[..]));
         assert!(c.value().iter().all(|&b| b == 1));
-        drop(c);
         drop(reader);
         assert!(account.pooled() > 0, "pooled once the reader is done");
     }
