@@ -268,7 +268,7 @@ impl<E: Entity> Repository<E> {
         if self.indexed() {
             return self.write_indexed(m.row, Change::Put(m.mutations), None);
         }
-        self.store.mutate(self.table(), vec![m])
+        self.store.mutate_row(self.table(), m)
     }
 
     /// Writes many entities in one batch (each row atomic on its own). With indexes, each step

@@ -266,16 +266,12 @@ impl Store for EmbeddedStore {
     }
 
     fn mutate(&self, table: &str, mut rows: Vec<RowMutation>) -> Result<()> {
-        let t = self.table(table)?;
         if rows.len() == 1 {
             if let Some(m) = rows.pop() {
-                // A row of puts only is one engine put: one mutation, not one per cell.
-                if puts_only(&m) {
-                    return Ok(t.put(single_put(m))?);
-                }
-                return Ok(t.mutate_row(row_mutations(m))?);
+                return self.mutate_row(table, m);
             }
         }
+        let t = self.table(table)?;
         // Rows that only put cells go out as one batch; rows that also delete columns are
         // applied one by one, each atomically.
         let (puts, mixed): (Vec<_>, Vec<_>) = rows.into_iter().partition(puts_only);
@@ -289,6 +285,15 @@ impl Store for EmbeddedStore {
             t.mutate_row(row_mutations(m))?;
         }
         Ok(())
+    }
+
+    fn mutate_row(&self, table: &str, m: RowMutation) -> Result<()> {
+        let t = self.table(table)?;
+        // A row of puts only is one engine put: one mutation, not one per cell.
+        if puts_only(&m) {
+            return Ok(t.put(single_put(m))?);
+        }
+        Ok(t.mutate_row(row_mutations(m))?)
     }
 
     fn read_rows(&self, table: &str, rows: &[Bytes], read: &ReadSpec) -> Result<Vec<Option<Row>>> {

@@ -364,6 +364,15 @@ pub trait Store: Send + Sync {
     /// The first failure; rows before it may have been applied.
     fn mutate(&self, table: &str, rows: Vec<RowMutation>) -> Result<()>;
 
+    /// Applies one row's mutations atomically: [`Store::mutate`] of one row, which a store can
+    /// do without building a list (an entity put takes this path).
+    ///
+    /// # Errors
+    /// As [`Store::mutate`].
+    fn mutate_row(&self, table: &str, row: RowMutation) -> Result<()> {
+        self.mutate(table, vec![row])
+    }
+
     /// Reads rows by key; `None` for a row with no cells.
     ///
     /// # Errors
