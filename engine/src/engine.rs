@@ -36,6 +36,9 @@ pub struct EngineOptions {
     /// Block cache budget in bytes (default 256 MiB).
     pub block_cache_bytes: usize,
     /// A region's memstores are flushed when they exceed this many bytes (default 64 MiB).
+    /// Flushed memstores leave up to this much of their memory in a pool for the next ones to
+    /// fill (resident meanwhile; memstores and pool together stay within
+    /// `global_memstore_bytes`).
     pub memstore_flush_bytes: usize,
     /// WAL segments roll at this size (default 64 MiB).
     pub wal_segment_bytes: u64,
@@ -151,8 +154,9 @@ pub(crate) struct EngineInner {
     next_region_id: AtomicU64,
     /// What the manifest on disk lists; see [`Durable`].
     durable: Mutex<Durable>,
-    /// Bytes in all memstores (the global memstore budget's meter).
-    pub memstore_bytes: Arc<MemAccount>,
+    /// The memstores' memory: the bytes they hold (the global memstore budget's meter) and
+    /// the pool of chunks flushed ones left.
+    pub memstore_memory: Arc<MemAccount>,
     pub background: Arc<Background>,
     _lock: Box<dyn std::any::Any + Send + Sync>,
 }
@@ -289,7 +293,7 @@ impl Engine {
         })?;
         let catalog = CatalogState::load(&*fs, &dir.join("MANIFEST"))?;
         let cache = Arc::new(BlockCache::new(opts.block_cache_bytes));
-        let account = MemAccount::new(opts.memstore_flush_bytes);
+        let account = MemAccount::new(opts.memstore_flush_bytes, opts.global_memstore_bytes);
 
         let mut tables = BTreeMap::new();
         let mut regions_by_id: HashMap<u64, Arc<Region>> = HashMap::new();
@@ -351,7 +355,7 @@ impl Engine {
             next_file_id: AtomicU64::new(max_file_id + 1),
             next_region_id: AtomicU64::new(catalog.next_region_id.max(1)),
             durable: Mutex::new(Durable::of(&catalog)),
-            memstore_bytes: account,
+            memstore_memory: account,
             background: Arc::new(Background::default()),
             _lock: lock,
         };
@@ -720,7 +724,7 @@ impl EngineInner {
     fn new_region(&self, desc: &TableDescriptor, start: Bytes, end: Bytes) -> Arc<Region> {
         let id = self.next_region_id.fetch_add(1, Ordering::Relaxed);
         let region =
-            Region::new(id, (start, end), &desc.families, Vec::new(), self.wal.last_seq(), &self.memstore_bytes);
+            Region::new(id, (start, end), &desc.families, Vec::new(), self.wal.last_seq(), &self.memstore_memory);
         region.publish(self.wal.last_seq());
         Arc::new(region)
     }
@@ -804,7 +808,7 @@ impl EngineInner {
         let pressure = Pressure {
             region_full: memstore > o.memstore_flush_bytes.saturating_mul(o.memstore_block_multiplier),
             too_many_files: files > o.blocking_files,
-            global_full: self.memstore_bytes.held() > o.global_memstore_bytes,
+            global_full: self.memstore_memory.held() > o.global_memstore_bytes,
         };
         let pressed = pressure.region_full || pressure.too_many_files || pressure.global_full;
         (pressed && !region.is_retired()).then_some(pressure)

@@ -3,11 +3,12 @@
 //! glibc's allocator raises its mmap threshold to the size of every large block it frees (up to
 //! 32 MiB) and its trim threshold to twice that. After the first flush frees its buffers, the
 //! SSTable indexes, bloom filters and other buffers a flush or compaction builds and frees
-//! come from the heap (a flushed memstore's full-size chunks go to the chunk pool instead, see
-//! `memstore::account`), and the freed space stays resident in each worker thread's arena: tens
-//! of MiB that no memory budget accounts for. Trimming after each background task returns it,
-//! so resident memory stays within the memstore and block-cache budgets. Other platforms and
-//! allocators return memory on their own terms; there this does nothing.
+//! come from the heap (a flushed memstore's full-size chunks go to the chunk pool instead, up to
+//! its size, see `memstore::account`), and the freed space stays resident in each worker
+//! thread's arena: tens of MiB that no memory budget accounts for. Trimming after each
+//! background task returns it, so resident memory stays within the memstore and block-cache
+//! budgets. Other platforms and allocators return memory on their own terms; there this does
+//! nothing.
 
 /// Returns free heap pages to the operating system (glibc only).
 #[cfg(all(target_os = "linux", target_env = "gnu"))]

@@ -681,7 +681,7 @@ mod tests {
     use super::*;
 
     fn region(id: u64) -> Region {
-        Region::new(id, (Bytes::new(), Bytes::new()), &[], Vec::new(), 0, &MemAccount::new(0))
+        Region::new(id, (Bytes::new(), Bytes::new()), &[], Vec::new(), 0, &MemAccount::new(0, usize::MAX))
     }
 
     /// A reader never takes its read point while a write spanning several regions is half

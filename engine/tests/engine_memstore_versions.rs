@@ -103,3 +103,44 @@ fn readers_racing_writes_to_a_hot_row_see_whole_rows_in_order() {
     put_all(&t, "hot", 3_001);
     assert_eq!(raw_versions(&t, "hot"), 2 * COLUMNS, "the last write and the version every reader saw");
 }
+
+/// Flushed memstores leave their arena chunks to the ones after them: a scanner still reading
+/// a flushed memstore keeps every cell of it intact while later memstores fill reused chunks.
+#[test]
+fn a_scanner_keeps_its_memstore_intact_while_later_ones_reuse_chunks() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = std::sync::Arc::new(ManualClock::new(1_000));
+    let opts = EngineOptions { memstore_flush_bytes: 2 << 20, ..TestEngine::options(&clock) };
+    let engine = Engine::open(dir.path(), opts).unwrap();
+    engine.create_table(TableDescriptor::new("t").family(FamilyDescriptor::new("f"))).unwrap();
+    let t = engine.table("t").unwrap();
+    const ROWS: u32 = 3000;
+    let value = |round: u32, n: u32| format!("{round}:{n:06}:").repeat(40);
+    let write = |round: u32| {
+        for n in 0..ROWS {
+            t.put(Put::new(format!("r{n:06}")).add("f", "v", value(round, n))).unwrap();
+        }
+    };
+    let check = |r: RowResult, round: u32, n: u32| {
+        assert_eq!(r.row, format!("r{n:06}").as_bytes());
+        assert_eq!(r.cells.len(), 1);
+        assert!(r.cells[0].value == value(round, n).as_bytes(), "row {n} of round {round}");
+    };
+    write(1);
+    let mut scanner = t.scan(Scan::new()).unwrap();
+    check(scanner.next().unwrap().unwrap(), 1, 0);
+    engine.flush("t").unwrap();
+    // About 4 MiB more: memstores flush, and each next one fills the chunks they left.
+    for round in 2..5 {
+        write(round);
+    }
+    for n in 1..ROWS {
+        check(scanner.next().unwrap().unwrap(), 1, n);
+    }
+    assert!(scanner.next().is_none());
+    let latest: Vec<RowResult> = t.scan(Scan::new()).unwrap().map(Result::unwrap).collect();
+    assert_eq!(latest.len(), ROWS as usize);
+    for (n, r) in (0..ROWS).zip(latest) {
+        check(r, 4, n);
+    }
+}

@@ -5,9 +5,11 @@
 //! Without the pool, a flushed memstore frees its chunks, the background worker hands the freed
 //! pages back to the operating system (see `heap`), and the memstore that replaces it faults
 //! every page of its chunks in again, on the writer's thread. A chunk from the pool has its
-//! pages resident. The pool keeps at most one memstore's worth of chunks, and a memstore takes
-//! from the pool before it allocates, so the chunks of all memstores and the pool together
-//! stay within the most the memstores ever held at once.
+//! pages resident. The pool holds at most a set number of bytes (the engine gives it one
+//! memstore's worth, `memstore_flush_bytes`), and only as much as the global memstore budget
+//! leaves beside the live memstores when chunks come back. A memstore takes from the pool
+//! before it allocates, so the pool shrinks as memstores grow: memstores and pool together
+//! stay within the budget, as memstores alone did.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -26,13 +28,16 @@ pub(crate) struct MemAccount {
     /// Emptied chunks of dropped memstores.
     spare: Mutex<Vec<BytesMut>>,
     /// Chunks the pool keeps at most.
-    keep: usize,
+    max_chunks: usize,
+    /// The global memstore budget: the pool keeps no more than live memstores leave of it.
+    budget: usize,
 }
 
 impl MemAccount {
-    /// An account whose pool keeps up to `pool_bytes` of chunks (0: no pool).
-    pub fn new(pool_bytes: usize) -> Arc<MemAccount> {
-        Arc::new(MemAccount { keep: pool_bytes / CHUNK, ..MemAccount::default() })
+    /// An account whose pool keeps up to `pool_bytes` of chunks (0: no pool), within what
+    /// live memstores leave of `budget`.
+    pub fn new(pool_bytes: usize, budget: usize) -> Arc<MemAccount> {
+        Arc::new(MemAccount { max_chunks: pool_bytes / CHUNK, budget, ..MemAccount::default() })
     }
 
     /// Bytes held by live memstores.
@@ -62,12 +67,19 @@ impl MemAccount {
     }
 
     /// Takes the chunks of a dropped memstore into the pool, as many as it keeps; the rest are
-    /// freed. Each must be a [`CHUNK`]-byte chunk's last handle, once every cell cut from it
-    /// is dropped.
-    pub(super) fn give_back(&self, chunks: Vec<BytesMut>) {
+    /// freed. Each must be the tail of a [`CHUNK`]-byte chunk that cells were cut from: with
+    /// less than a chunk free, [`MemAccount::take_chunk`] reuses it only once nothing else
+    /// holds its memory.
+    pub(super) fn give_back(&self, mut chunks: Vec<BytesMut>) {
+        debug_assert!(chunks.iter().all(|c| c.capacity() < CHUNK), "only tails of filled chunks");
         let mut spare = self.spare.lock();
-        let room = self.keep.saturating_sub(spare.len());
-        spare.extend(chunks.into_iter().take(room));
+        let free = self.budget.saturating_sub(self.held() + spare.len() * CHUNK) / CHUNK;
+        let room = self.max_chunks.saturating_sub(spare.len()).min(free);
+        let excess = chunks.split_off(room.min(chunks.len()));
+        spare.append(&mut chunks);
+        drop(spare);
+        // Freed without the lock: writers wait on it for chunks.
+        drop(excess);
     }
 
     /// Chunks in the pool.
@@ -92,7 +104,7 @@ mod tests {
 
     #[test]
     fn a_chunk_comes_back_whole_once_nothing_cut_from_it_is_held() {
-        let account = MemAccount::new(4 * CHUNK);
+        let account = MemAccount::new(4 * CHUNK, usize::MAX);
         let (chunk, cut) = filled_chunk(1);
         let base = cut.as_ptr();
         account.give_back(vec![chunk]);
@@ -106,7 +118,7 @@ mod tests {
 
     #[test]
     fn a_chunk_still_cut_from_is_not_reused_and_its_cells_stay_intact() {
-        let account = MemAccount::new(4 * CHUNK);
+        let account = MemAccount::new(4 * CHUNK, usize::MAX);
         let (held, cut) = filled_chunk(1);
         let (free, cut_free) = filled_chunk(2);
         drop(cut_free);
@@ -119,11 +131,15 @@ mod tests {
 
     #[test]
     fn the_pool_keeps_what_it_was_sized_for() {
-        let account = MemAccount::new(2 * CHUNK);
+        let account = MemAccount::new(2 * CHUNK, usize::MAX);
         account.give_back((0..5).map(|i| filled_chunk(i).0).collect());
         assert_eq!(account.pooled(), 2);
-        assert_eq!(MemAccount::new(0).pooled(), 0);
-        let none = MemAccount::new(0);
+        // Live memstores hold all but a chunk and a half of the budget: one chunk comes back.
+        let tight = MemAccount::new(8 * CHUNK, 10 * CHUNK);
+        tight.charge(8 * CHUNK + CHUNK / 2);
+        tight.give_back((0..5).map(|i| filled_chunk(i).0).collect());
+        assert_eq!(tight.pooled(), 1);
+        let none = MemAccount::new(0, usize::MAX);
         none.give_back(vec![filled_chunk(1).0]);
         assert_eq!(none.pooled(), 0);
     }

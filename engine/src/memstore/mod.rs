@@ -206,7 +206,7 @@ impl Drop for Memstore {
         self.release();
         // The cells go first: a chunk can be reused once nothing cut from it is held.
         drop(std::mem::take(&mut self.map));
-        let arena = std::mem::take(&mut *self.arena.lock());
+        let arena = std::mem::take(self.arena.get_mut());
         let mut chunks = arena.filled;
         if arena.tail_full_size {
             chunks.push(arena.tail);
@@ -254,9 +254,10 @@ impl Memstore {
                 arena.chunk_size = (arena.chunk_size * 2).clamp(FIRST_CHUNK, MAX_CHUNK);
                 let chunk = arena.chunk_size.max(len);
                 let full_size = chunk == MAX_CHUNK;
-                let fresh = match full_size {
-                    true => self.account.take_chunk().unwrap_or_else(|| BytesMut::with_capacity(chunk)),
-                    false => BytesMut::with_capacity(chunk),
+                let fresh = if full_size {
+                    self.account.take_chunk().unwrap_or_else(|| BytesMut::with_capacity(chunk))
+                } else {
+                    BytesMut::with_capacity(chunk)
                 };
                 let old = std::mem::replace(&mut arena.tail, fresh);
                 if std::mem::replace(&mut arena.tail_full_size, full_size) {
@@ -354,6 +355,13 @@ impl Memstore {
                 (same_bytes(k.row, row) && k.qualifier.is_empty()).then_some(k.kind.is_family_delete())
             })
             .any(|family_marker| family_marker)
+    }
+
+    /// Full-size chunks the arena has filled or is filling.
+    #[cfg(test)]
+    fn full_size_chunks(&self) -> usize {
+        let arena = self.arena.lock();
+        arena.filled.len() + usize::from(arena.tail_full_size)
     }
 
     /// True if a delete marker was ever inserted.
@@ -519,7 +527,7 @@ mod tests {
 
     #[test]
     fn cursor_respects_read_point_and_order() {
-        let account = MemAccount::new(0);
+        let account = MemAccount::new(0, usize::MAX);
         let m = Memstore::new(&account);
         put(&m, "b", "q", 1, 1);
         put(&m, "a", "q", 1, 2);
@@ -577,7 +585,7 @@ mod tests {
     /// and a scan goes on at the next row.
     #[test]
     fn a_row_start_found_by_the_index_is_the_one_a_search_finds() {
-        let m = Memstore::new(&MemAccount::new(0));
+        let m = Memstore::new(&MemAccount::new(0, usize::MAX));
         let rows = ["r1", "r2", "r3", "r5"];
         let qualifiers = ["m", "c", "x", "a", "", "c"];
         let mut seq = 0;
@@ -618,7 +626,7 @@ mod tests {
     /// read point, what a search down the list shows.
     #[test]
     fn point_reads_racing_the_writer_see_what_a_search_sees() {
-        let m = Arc::new(Memstore::new(&MemAccount::new(0)));
+        let m = Arc::new(Memstore::new(&MemAccount::new(0, usize::MAX)));
         let published = Arc::new(std::sync::atomic::AtomicU64::new(0));
         let done = Arc::new(AtomicBool::new(false));
         let rows: Vec<String> = (0..64).map(|i| format!("row{i:03}")).collect();
@@ -656,7 +664,7 @@ mod tests {
     /// in byte order.
     #[test]
     fn rows_sort_bytewise_whatever_prefix_they_share() {
-        let m = Memstore::new(&MemAccount::new(0));
+        let m = Memstore::new(&MemAccount::new(0, usize::MAX));
         let mut rows: Vec<&'static str> = vec![
             "idx:by_email\0user10@x",
             "idx:by_email\0user1@x",
@@ -714,7 +722,7 @@ mod tests {
     #[test]
     fn a_write_drops_the_versions_no_reader_can_see() {
         for max_versions in [1u32, 3] {
-            let account = MemAccount::new(0);
+            let account = MemAccount::new(0, usize::MAX);
             let m = Memstore::new(&account);
             for seq in 1..=200u64 {
                 // Each write follows the last one's publication: every reader sees seq - 1.
@@ -732,14 +740,14 @@ mod tests {
 
     #[test]
     fn a_pinned_reader_keeps_every_version_it_can_see() {
-        let m = Memstore::new(&MemAccount::new(0));
+        let m = Memstore::new(&MemAccount::new(0, usize::MAX));
         for seq in 1..=50u64 {
             put_pruning(&m, ("r", "q"), seq, seq, 1, 10);
         }
         let seqs: Vec<u64> = all_cells(&m).into_iter().map(|c| c.3).collect();
         assert_eq!(seqs, (10..=50).rev().collect::<Vec<_>>(), "the reader at 10 still sees seq 10");
         // Versions at one timestamp shadow each other: the one every reader sees counts once.
-        let m = Memstore::new(&MemAccount::new(0));
+        let m = Memstore::new(&MemAccount::new(0, usize::MAX));
         for seq in 1..=5u64 {
             put_pruning(&m, ("r", "q"), 7, seq, 2, seq - 1);
         }
@@ -762,21 +770,21 @@ mod tests {
             m.insert(&key, b"", None, None);
         };
         // A version marker at the newest timestamp brings the version behind it back.
-        let m = Memstore::new(&MemAccount::new(0));
+        let m = Memstore::new(&MemAccount::new(0, usize::MAX));
         marker(&m, "q", 100, CellType::Delete, 1);
         for seq in 2..=20u64 {
             put_pruning(&m, ("r", "q"), seq, seq, 1, seq - 1);
         }
         assert_eq!(all_cells(&m).len(), 20, "nothing dropped where a column marker reaches");
         // So does a family version marker, from the row's start.
-        let m = Memstore::new(&MemAccount::new(0));
+        let m = Memstore::new(&MemAccount::new(0, usize::MAX));
         marker(&m, "", 5, CellType::DeleteFamilyVersion, 1);
         for seq in 2..=20u64 {
             put_pruning(&m, ("r", "q"), seq, seq, 1, seq - 1);
         }
         assert_eq!(all_cells(&m).len(), 20, "nothing dropped where a family marker reaches");
         // A marker older than the versions counted hides none of them: the rest still go.
-        let m = Memstore::new(&MemAccount::new(0));
+        let m = Memstore::new(&MemAccount::new(0, usize::MAX));
         marker(&m, "q", 1, CellType::DeleteColumn, 1);
         for seq in 2..=20u64 {
             put_pruning(&m, ("r", "q"), 10 + seq, seq, 1, seq - 1);
@@ -796,12 +804,14 @@ mod tests {
 
     #[test]
     fn a_dropped_memstores_full_chunks_are_filled_again_by_the_next() {
-        let account = MemAccount::new(64 * MAX_CHUNK);
+        let account = MemAccount::new(64 * MAX_CHUNK, usize::MAX);
         let first = Memstore::new(&account);
         fill(&first, 1, 3000);
+        let chunks = first.full_size_chunks();
+        assert!(chunks >= 4, "about 3 MB of cells fill {chunks} full-size chunks");
         drop(first);
         let pooled = account.pooled();
-        assert!(pooled >= 4, "about 3 MB of cells filled {pooled} full-size chunks");
+        assert_eq!(pooled, chunks, "every full-size chunk, the one being filled too");
         assert_eq!(account.held(), 0);
         let second = Memstore::new(&account);
         fill(&second, 2, 1500);
@@ -820,8 +830,25 @@ mod tests {
     }
 
     #[test]
+    fn an_oversized_cells_chunk_stays_out_of_the_pool() {
+        let account = MemAccount::new(64 * MAX_CHUNK, usize::MAX);
+        let m = Memstore::new(&account);
+        fill(&m, 1, 1000);
+        let big = vec![7u8; MAX_CHUNK * 2];
+        let key = KeyView { row: b"zz", qualifier: b"big", ts: 5, kind: CellType::Put, seq: 9 };
+        m.insert(&key, &big, None, None);
+        fill(&m, 2, 1000);
+        let chunks = m.full_size_chunks();
+        drop(m);
+        assert_eq!(account.pooled(), chunks, "the full-size chunks, not the oversized one");
+        while let Some(chunk) = account.take_chunk() {
+            assert_eq!((chunk.len(), chunk.capacity()), (0, MAX_CHUNK));
+        }
+    }
+
+    #[test]
     fn a_memstore_a_reader_still_holds_keeps_its_chunks() {
-        let account = MemAccount::new(64 * MAX_CHUNK);
+        let account = MemAccount::new(64 * MAX_CHUNK, usize::MAX);
         let first = Arc::new(Memstore::new(&account));
         fill(&first, 1, 3000);
         let reader = first.clone();
@@ -840,7 +867,7 @@ mod tests {
 
     #[test]
     fn cells_round_trip_through_the_arena_and_chunks_are_charged() {
-        let account = MemAccount::new(0);
+        let account = MemAccount::new(0, usize::MAX);
         let m = Memstore::new(&account);
         let big = vec![7u8; MAX_CHUNK * 2];
         let row = vec![b'r'; 300];

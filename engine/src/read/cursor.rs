@@ -263,7 +263,7 @@ mod tests {
             sources in proptest::collection::vec(proptest::collection::btree_set(key(), 0..12), 1..5),
             steps in proptest::collection::vec(step(), 1..60),
         ) {
-            let account = MemAccount::new(0);
+            let account = MemAccount::new(0, usize::MAX);
             let stores: Vec<Memstore> = sources
                 .iter()
                 .enumerate()

@@ -71,7 +71,7 @@ pub struct Costs {
     pub gets: u64,
     /// `scan` calls (one per call, however many rows it streams).
     pub scans: u64,
-    /// `mutate` calls (one per call, however many rows).
+    /// `mutate` and `mutate_row` calls (one per call, however many rows).
     pub mutates: u64,
     /// `check_and_mutate` calls, applied or not; a `check_and_mutate_many` batch counts once.
     pub check_and_mutates: u64,

@@ -365,7 +365,9 @@ pub trait Store: Send + Sync {
     fn mutate(&self, table: &str, rows: Vec<RowMutation>) -> Result<()>;
 
     /// Applies one row's mutations atomically: [`Store::mutate`] of one row, which a store can
-    /// do without building a list (an entity put takes this path).
+    /// do without building a list (an unindexed entity put takes this path). A store that wraps
+    /// another and overrides this must do what its `mutate` does for one row (count it, inject
+    /// its faults), or keep this default.
     ///
     /// # Errors
     /// As [`Store::mutate`].
