@@ -38,12 +38,12 @@ impl<'s> Checkpoint<'s> {
     /// Records that the job finished every row up to `last`.
     pub(crate) fn save(&self, last: &Bytes) -> Result<()> {
         let put = CellMutation::put_now(FAMILY, LAST, last.clone());
-        self.store.mutate(JOBS_TABLE, vec![RowMutation { row: self.job.clone(), mutations: vec![put] }])
+        self.store.mutate_row(JOBS_TABLE, RowMutation { row: self.job.clone(), mutations: vec![put] })
     }
 
     /// Removes the checkpoint: the job is done, and a next run starts from the beginning.
     pub(crate) fn clear(&self) -> Result<()> {
         self.store
-            .mutate(JOBS_TABLE, vec![RowMutation { row: self.job.clone(), mutations: vec![CellMutation::DeleteRow] }])
+            .mutate_row(JOBS_TABLE, RowMutation { row: self.job.clone(), mutations: vec![CellMutation::DeleteRow] })
     }
 }

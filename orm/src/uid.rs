@@ -172,12 +172,12 @@ impl Uids {
         let id = self.encode(next);
         // The reverse row first: an id a key can hold always has its name.
         let reverse = row(b'i', &self.kind, &id);
-        self.store.mutate(
+        self.store.mutate_row(
             UIDS_TABLE,
-            vec![RowMutation {
+            RowMutation {
                 row: reverse.clone(),
                 mutations: vec![CellMutation::put_now(FAMILY, NAME, Bytes::copy_from_slice(name.as_bytes()))],
-            }],
+            },
         )?;
         let forward = row(b'n', &self.kind, name.as_bytes());
         let claimed = self.store.check_and_mutate(
@@ -190,7 +190,7 @@ impl Uids {
             return Ok(id);
         }
         // Another writer named it first: its id stands, ours goes unused.
-        self.store.mutate(UIDS_TABLE, vec![RowMutation { row: reverse, mutations: vec![CellMutation::DeleteRow] }])?;
+        self.store.mutate_row(UIDS_TABLE, RowMutation { row: reverse, mutations: vec![CellMutation::DeleteRow] })?;
         self.lookup(name)?
             .ok_or_else(|| Error::Store(format!("uid of `{name}` vanished after another writer claimed it")))
     }

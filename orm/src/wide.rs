@@ -287,7 +287,7 @@ impl<K: KeyPart, V: ColumnValue> WideColumns<K, V> {
         if mutations.is_empty() {
             return Ok(());
         }
-        self.store.mutate(self.table, vec![RowMutation { row: self.row.clone(), mutations }])
+        self.store.mutate_row(self.table, RowMutation { row: self.row.clone(), mutations })
     }
 
     /// Deletes one entry.
@@ -296,7 +296,7 @@ impl<K: KeyPart, V: ColumnValue> WideColumns<K, V> {
     /// As [`WideColumns::put`].
     pub fn delete(&self, key: &K) -> Result<()> {
         let m = CellMutation::DeleteColumn { family: self.family(), qualifier: self.qualifier(key)? };
-        self.store.mutate(self.table, vec![RowMutation { row: self.row.clone(), mutations: vec![m] }])
+        self.store.mutate_row(self.table, RowMutation { row: self.row.clone(), mutations: vec![m] })
     }
 
     /// The value of one entry.

@@ -114,7 +114,7 @@ impl Statuses {
                             CellMutation::put_now(FAMILY, SHAPE, shape),
                         ],
                     };
-                    store.mutate(table, vec![m])?;
+                    store.mutate_row(table, m)?;
                     BUILT.to_vec()
                 }
                 None => {
@@ -163,7 +163,7 @@ impl Statuses {
             row: key(schema, position),
             mutations: vec![CellMutation::put_now(FAMILY, QUALIFIER, Bytes::from_static(PENDING))],
         };
-        store.mutate(STATUS_TABLE, vec![m])
+        store.mutate_row(STATUS_TABLE, m)
     }
 
     /// Fails with [`Error::IndexNotReady`] unless index `position` is built.
@@ -193,7 +193,7 @@ impl Statuses {
             row: key(schema, position),
             mutations: vec![CellMutation::put_now(FAMILY, QUALIFIER, Bytes::from_static(BUILT))],
         };
-        store.mutate(STATUS_TABLE, vec![m])?;
+        store.mutate_row(STATUS_TABLE, m)?;
         if let Some(b) = self.0.get(position) {
             b.store(true, Ordering::Release);
         }
