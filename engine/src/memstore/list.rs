@@ -4,7 +4,8 @@
 //! `unsafe` and a node, once written, stays readable until the list is dropped: a reader never
 //! meets a freed node, whatever the writer unlinks meanwhile. Compared with a general
 //! concurrent skiplist this buys three things:
-//! - no allocation per entry: nodes are slots of segments allocated thousands at a time;
+//! - no allocation per entry: nodes are slots of segments allocated thousands at a time (a
+//!   new memstore's list takes the full segments a dropped one left, [`Spares`]);
 //! - the writer remembers where its last insert went (a *splice*, as RocksDB's memtable
 //!   does). The cells of one row arrive together and land next to each other, so every insert
 //!   after a row's first starts from the splice and compares a few neighbours instead of
@@ -20,7 +21,7 @@
 
 use std::cmp::Ordering;
 use std::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering as AtomicOrdering};
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 
 use parking_lot::Mutex;
 
@@ -97,9 +98,9 @@ impl<S: Default> Slots<S> {
         }
     }
 
-    /// Makes the segment slot `s` (counting from 0) opens, if it is a segment's first; returns
-    /// the bytes allocated.
-    fn open(&self, s: usize) -> usize {
+    /// Makes the segment slot `s` (counting from 0) opens, if it is a segment's first (a full
+    /// one from `spare` if it has one); returns the bytes the list now holds for it.
+    fn open(&self, s: usize, spare: impl FnOnce() -> Option<Segment<S>>) -> usize {
         let segment = |len: usize| -> Segment<S> { (0..len).map(|_| S::default()).collect() };
         let mut allocated = 0;
         match place(s) {
@@ -113,12 +114,68 @@ impl<S: Default> Slots<S> {
                     allocated += (1usize << j) * std::mem::size_of::<OnceLock<Segment<S>>>();
                     (0..1usize << j).map(|_| OnceLock::new()).collect()
                 });
-                let _ = table[position].set(segment(SEGMENT));
+                let _ = table[position].set(spare().unwrap_or_else(|| segment(SEGMENT)));
                 allocated += SEGMENT * std::mem::size_of::<S>();
             }
             _ => {}
         }
         allocated
+    }
+}
+
+impl<S> Slots<S> {
+    /// Takes the full segments out, each emptied by `empty`.
+    fn take_full(&mut self, empty: impl Fn(&mut S)) -> Vec<Segment<S>> {
+        let tables = self.tables.iter_mut().filter_map(OnceLock::get_mut);
+        let mut full: Vec<Segment<S>> = tables.flat_map(|t| t.iter_mut().filter_map(OnceLock::take)).collect();
+        for segment in &mut full {
+            segment.iter_mut().for_each(&empty);
+        }
+        full
+    }
+}
+
+/// Full segments of dropped lists, emptied: a new list takes these before it allocates (and
+/// faults in) segments of its own. Kept by the memstores' account with their arena chunks.
+pub(crate) struct Spares<T> {
+    nodes: Vec<Segment<Node>>,
+    items: Vec<Segment<OnceLock<T>>>,
+}
+
+impl<T> std::fmt::Debug for Spares<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Spares").field("nodes", &self.nodes.len()).field("items", &self.items.len()).finish()
+    }
+}
+
+impl<T> Default for Spares<T> {
+    fn default() -> Self {
+        Spares { nodes: Vec::new(), items: Vec::new() }
+    }
+}
+
+impl<T> Spares<T> {
+    /// Bytes one node segment and one item segment take.
+    const PAIR_BYTES: usize = SEGMENT * (std::mem::size_of::<Node>() + std::mem::size_of::<OnceLock<T>>());
+
+    /// Bytes the segments take.
+    pub fn bytes(&self) -> usize {
+        SEGMENT
+            * (self.nodes.len() * std::mem::size_of::<Node>() + self.items.len() * std::mem::size_of::<OnceLock<T>>())
+    }
+
+    /// Node and item segments held, in pairs.
+    #[cfg(test)]
+    pub fn pairs(&self) -> usize {
+        self.nodes.len().min(self.items.len())
+    }
+
+    /// Moves pairs of segments from `from` while they fit in `room` bytes; what is left in
+    /// `from` is for the caller to drop.
+    pub fn take_from(&mut self, from: &mut Spares<T>, room: usize) {
+        let pairs = (room / Self::PAIR_BYTES).min(from.nodes.len()).min(from.items.len());
+        self.nodes.extend(from.nodes.drain(..pairs));
+        self.items.extend(from.items.drain(..pairs));
     }
 }
 
@@ -145,6 +202,8 @@ pub(crate) struct SkipList<T> {
     items: Slots<OnceLock<T>>,
     len: AtomicUsize,
     writer: Mutex<Writer>,
+    /// Where full segments come from before they are allocated.
+    spares: Option<Arc<Mutex<Spares<T>>>>,
 }
 
 impl<T> std::fmt::Debug for SkipList<T> {
@@ -223,7 +282,20 @@ impl<T: Tagged> SkipList<T> {
                 rng: 0x9e37_79b9_7f4a_7c15,
                 splice: Splice { prev: [NONE; MAX_HEIGHT], next: [NONE; MAX_HEIGHT], valid: false },
             }),
+            spares: None,
         }
+    }
+
+    /// A list that takes its full segments from `spares` while there are any.
+    pub fn with_spares(spares: Arc<Mutex<Spares<T>>>) -> Self {
+        SkipList { spares: Some(spares), ..Self::new() }
+    }
+
+    /// Empties the list (its items are dropped) and returns its full segments, to be reused.
+    pub fn into_spares(mut self) -> Spares<T> {
+        let nodes = self.nodes.take_full(|n| *n = Node::default());
+        let items = self.items.take_full(|i| drop(i.take()));
+        Spares { nodes, items }
     }
 
     /// Entries in the list.
@@ -417,7 +489,9 @@ impl<T: Tagged> SkipList<T> {
         let s = w.used;
         w.used += 1;
         let number = u32::try_from(s + 1).expect("a memstore holds fewer than 2^32 cells");
-        (number, self.nodes.open(s) + self.items.open(s))
+        let spares = self.spares.as_deref();
+        let nodes = self.nodes.open(s, || spares.and_then(|p| p.lock().nodes.pop()));
+        (number, nodes + self.items.open(s, || spares.and_then(|p| p.lock().items.pop())))
     }
 }
 
@@ -569,6 +643,29 @@ mod tests {
         fn tag(&self) -> Tag {
             [u64::from(self.0 / 2), 0, 0]
         }
+    }
+
+    #[test]
+    fn a_dropped_lists_full_segments_serve_the_next_list_emptied() {
+        let spares = Arc::new(Mutex::new(Spares::default()));
+        let first = SkipList::with_spares(spares.clone());
+        let n = (GROWN + 2 * SEGMENT + 10) as u64;
+        for k in 0..n {
+            first.insert(k * 2);
+        }
+        let mut returned = first.into_spares();
+        assert_eq!(returned.pairs(), 3, "the list's three full segments");
+        assert!(returned.items.iter().flat_map(|s| s.iter()).all(|i| i.get().is_none()));
+        assert!(returned.nodes.iter().flat_map(|s| s.iter()).all(|n| n.height() == 0 && n.tag() == [0; 3]));
+        spares.lock().take_from(&mut returned, Spares::<u64>::PAIR_BYTES * 2);
+        assert_eq!((spares.lock().pairs(), returned.pairs()), (2, 1), "as many as the room holds");
+        let second = SkipList::with_spares(spares.clone());
+        for k in 0..n {
+            second.insert(k * 2 + 1);
+        }
+        assert_eq!(spares.lock().pairs(), 0, "taken before allocating");
+        assert_eq!(items(&second), (0..n).map(|k| k * 2 + 1).collect::<Vec<_>>());
+        assert_eq!(lower_bound(&second, 2 * SEGMENT as u64).map(|e| *e.item()), Some(2 * SEGMENT as u64 + 1));
     }
 
     #[test]

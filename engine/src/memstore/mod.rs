@@ -3,8 +3,8 @@
 //! flush turns a frozen memstore into an SSTable.
 //!
 //! Cells live in an arena: each is encoded once, contiguously, into chunks of a few hundred KiB
-//! that are freed together when the memstore is dropped (full-size ones go to the engine's
-//! chunk pool, [`account`], for the next memstore to fill). The skiplist holds a small handle per
+//! that are freed together when the memstore is dropped (full-size ones, and the skiplist's
+//! full segments, go to the engine's pool, [`account`], for the next memstore to fill). The skiplist holds a small handle per
 //! cell (a slice of its chunk), and each skiplist node carries the row's first 24 bytes, which
 //! settle most comparisons without touching the chunk. Compared with owning each row, qualifier and value separately,
 //! this saves allocations on the write path and keeps freed memstores from fragmenting the heap.
@@ -205,20 +205,20 @@ impl Drop for Memstore {
     fn drop(&mut self) {
         self.release();
         // The cells go first: a chunk can be reused once nothing cut from it is held.
-        drop(std::mem::take(&mut self.map));
+        let segments = std::mem::take(&mut self.map).into_spares();
         let arena = std::mem::take(self.arena.get_mut());
         let mut chunks = arena.filled;
         if arena.tail_full_size {
             chunks.push(arena.tail);
         }
-        self.account.give_back(chunks);
+        self.account.give_back(chunks, segments);
     }
 }
 
 impl Memstore {
     pub fn new(account: &Arc<MemAccount>) -> Self {
         Memstore {
-            map: SkipList::new(),
+            map: SkipList::with_spares(account.segments()),
             rows: RowIndex::default(),
             arena: Mutex::new(Arena::default()),
             bytes: AtomicUsize::new(0),
@@ -827,6 +827,36 @@ mod tests {
             c.next().unwrap();
         }
         assert_eq!(seen, 1500);
+    }
+
+    #[test]
+    fn a_dropped_memstores_skiplist_segments_serve_the_next() {
+        let account = MemAccount::new(64 * MAX_CHUNK, usize::MAX);
+        let small = |m: &Memstore, tag: u8, cells: u32| {
+            for n in 0..cells {
+                let row = format!("r{tag}{n:06}");
+                let key = KeyView { row: row.as_bytes(), qualifier: b"q", ts: 1, kind: CellType::Put, seq: 1 };
+                m.insert(&key, &[tag; 8], None, None);
+            }
+        };
+        let first = Memstore::new(&account);
+        small(&first, 1, 20_000);
+        drop(first);
+        let pooled = account.pooled_segments();
+        assert!(pooled >= 2, "20 000 cells fill full skiplist segments: {pooled}");
+        let second = Memstore::new(&account);
+        small(&second, 2, 20_000);
+        assert_eq!(account.pooled_segments(), 0, "the next memstore took them");
+        let mut c = second.cursor(u64::MAX);
+        c.seek(&KeyView::first_of_row(b"")).unwrap();
+        let mut seen = 0;
+        while let Some(k) = c.key() {
+            assert_eq!(k.row, format!("r2{seen:06}").as_bytes());
+            assert_eq!(c.value(), &[2u8; 8]);
+            seen += 1;
+            c.next().unwrap();
+        }
+        assert_eq!(seen, 20_000);
     }
 
     #[test]
