@@ -793,20 +793,34 @@ mod tests {
         assert_eq!(kept, vec![20, 19, 1], "the newest two and the marker");
     }
 
-    /// Inserts `cells` cells of about 1 KiB in rows `r{tag}{n}`.
-    fn fill(m: &Memstore, tag: u8, cells: u32) {
+    /// Inserts `cells` cells of `len` bytes of `tag`, in rows `r{tag}{n}`.
+    fn fill(m: &Memstore, tag: u8, cells: u32, len: usize) {
         for n in 0..cells {
             let row = format!("r{tag}{n:06}");
             let key = KeyView { row: row.as_bytes(), qualifier: b"q", ts: 1, kind: CellType::Put, seq: u64::from(n) };
-            m.insert(&key, &[tag; 1000], None, None);
+            m.insert(&key, &vec![tag; len], None, None);
         }
+    }
+
+    /// Checks that `m` holds just what `fill(m, tag, cells, len)` put there.
+    fn assert_filled(m: &Memstore, tag: u8, cells: u32, len: usize) {
+        let mut c = m.cursor(u64::MAX);
+        c.seek(&KeyView::first_of_row(b"")).unwrap();
+        let mut seen = 0;
+        while let Some(k) = c.key() {
+            assert_eq!(k.row, format!("r{tag}{seen:06}").as_bytes());
+            assert_eq!(c.value(), vec![tag; len]);
+            seen += 1;
+            c.next().unwrap();
+        }
+        assert_eq!(seen, cells);
     }
 
     #[test]
     fn a_dropped_memstores_full_chunks_are_filled_again_by_the_next() {
         let account = MemAccount::new(64 * MAX_CHUNK, usize::MAX);
         let first = Memstore::new(&account);
-        fill(&first, 1, 3000);
+        fill(&first, 1, 3000, 1000);
         let chunks = first.full_size_chunks();
         assert!(chunks >= 4, "about 3 MB of cells fill {chunks} full-size chunks");
         drop(first);
@@ -814,60 +828,35 @@ mod tests {
         assert_eq!(pooled, chunks, "every full-size chunk, the one being filled too");
         assert_eq!(account.held(), 0);
         let second = Memstore::new(&account);
-        fill(&second, 2, 1500);
+        fill(&second, 2, 1500, 1000);
         assert!(account.pooled() < pooled, "the next memstore took chunks from the pool");
         assert_eq!(account.held(), second.size(), "pooled chunks are charged again when taken");
-        let mut c = second.cursor(u64::MAX);
-        c.seek(&KeyView::first_of_row(b"")).unwrap();
-        let mut seen = 0;
-        while let Some(k) = c.key() {
-            assert_eq!(k.row, format!("r2{seen:06}").as_bytes());
-            assert!(c.value().iter().all(|&b| b == 2) && c.value().len() == 1000);
-            seen += 1;
-            c.next().unwrap();
-        }
-        assert_eq!(seen, 1500);
+        assert_filled(&second, 2, 1500, 1000);
     }
 
     #[test]
     fn a_dropped_memstores_skiplist_segments_serve_the_next() {
         let account = MemAccount::new(64 * MAX_CHUNK, usize::MAX);
-        let small = |m: &Memstore, tag: u8, cells: u32| {
-            for n in 0..cells {
-                let row = format!("r{tag}{n:06}");
-                let key = KeyView { row: row.as_bytes(), qualifier: b"q", ts: 1, kind: CellType::Put, seq: 1 };
-                m.insert(&key, &[tag; 8], None, None);
-            }
-        };
         let first = Memstore::new(&account);
-        small(&first, 1, 20_000);
+        fill(&first, 1, 20_000, 8);
         drop(first);
         let pooled = account.pooled_segments();
         assert!(pooled >= 2, "20 000 cells fill full skiplist segments: {pooled}");
         let second = Memstore::new(&account);
-        small(&second, 2, 20_000);
+        fill(&second, 2, 20_000, 8);
         assert_eq!(account.pooled_segments(), 0, "the next memstore took them");
-        let mut c = second.cursor(u64::MAX);
-        c.seek(&KeyView::first_of_row(b"")).unwrap();
-        let mut seen = 0;
-        while let Some(k) = c.key() {
-            assert_eq!(k.row, format!("r2{seen:06}").as_bytes());
-            assert_eq!(c.value(), &[2u8; 8]);
-            seen += 1;
-            c.next().unwrap();
-        }
-        assert_eq!(seen, 20_000);
+        assert_filled(&second, 2, 20_000, 8);
     }
 
     #[test]
     fn an_oversized_cells_chunk_stays_out_of_the_pool() {
         let account = MemAccount::new(64 * MAX_CHUNK, usize::MAX);
         let m = Memstore::new(&account);
-        fill(&m, 1, 1000);
+        fill(&m, 1, 1000, 1000);
         let big = vec![7u8; MAX_CHUNK * 2];
         let key = KeyView { row: b"zz", qualifier: b"big", ts: 5, kind: CellType::Put, seq: 9 };
         m.insert(&key, &big, None, None);
-        fill(&m, 2, 1000);
+        fill(&m, 2, 1000, 1000);
         let chunks = m.full_size_chunks();
         drop(m);
         assert_eq!(account.pooled(), chunks, "the full-size chunks, not the oversized one");
@@ -880,13 +869,13 @@ mod tests {
     fn a_memstore_a_reader_still_holds_keeps_its_chunks() {
         let account = MemAccount::new(64 * MAX_CHUNK, usize::MAX);
         let first = Arc::new(Memstore::new(&account));
-        fill(&first, 1, 3000);
+        fill(&first, 1, 3000, 1000);
         let reader = first.clone();
         first.release();
         drop(first);
         assert_eq!(account.pooled(), 0, "not dropped while read");
         let second = Memstore::new(&account);
-        fill(&second, 2, 3000);
+        fill(&second, 2, 3000, 1000);
         let mut c = reader.cursor(u64::MAX);
         c.seek(&KeyView::first_of_row(b"")).unwrap();
         assert_eq!(c.key().map(|k| k.row), Some(&b"r1000000"[..]));
