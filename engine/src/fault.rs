@@ -5,7 +5,9 @@
 //! of its last directory fsync. [`FaultFs::power_loss`] throws the machine's state away the way
 //! a real power cut does, independently per file and per directory:
 //! - a file's bytes written since its last fsync are kept, dropped, cut at a random point, or
-//!   kept with their end zero-filled (blocks allocated but never written);
+//!   kept with their end zero-filled (blocks allocated but never written); in a preallocated
+//!   file (see [`WriteFile::preallocate`]) they may also reach the disk block by block in any
+//!   order, so that a 4 KiB block in the middle reads back as it was before;
 //! - a directory keeps a random prefix of the creates, renames and removals made in it since
 //!   its last fsync (a journaling file system commits them in order);
 //! - after a failed fsync, the bytes it should have made durable never reach the disk, even if
@@ -99,6 +101,12 @@ enum DirOp {
 #[derive(Debug, Default)]
 struct Inode {
     data: Vec<u8>,
+    /// Where the next append goes: the end of `data`, unless a preallocation lies beyond it
+    /// (or a cut came after the last append).
+    pos: usize,
+    /// Whether the file was ever preallocated: its unsynced blocks may then be lost out of
+    /// order, since they are not appended to the file's end.
+    preallocated: bool,
     /// The contents on the simulated disk.
     durable: Vec<u8>,
     /// Lowest offset changed since the last fsync.
@@ -175,7 +183,8 @@ impl State {
         self.live
             .values()
             .filter_map(|n| match n {
-                Node::File(ino) => self.inodes.get(ino).map(|i| i.data.len() as u64),
+                // A preallocation is sparse: only what was written takes room.
+                Node::File(ino) => self.inodes.get(ino).map(|i| i.data.len().min(i.pos) as u64),
                 Node::Dir => None,
             })
             .sum()
@@ -228,18 +237,36 @@ impl State {
         let data = &inode.data;
         let limit = inode.stuck_at.unwrap_or(data.len()).min(data.len());
         let from = from.min(limit);
-        Some(match self.below(4) {
+        let shapes = if inode.preallocated { 5 } else { 4 };
+        Some(match self.below(shapes) {
             0 => inode.durable.clone(),
             1 => data[..limit].to_vec(),
             2 => {
                 let cut = from + self.below(limit - from + 1);
                 data[..cut].to_vec()
             }
-            _ => {
+            3 => {
                 let cut = from + self.below(limit - from + 1);
                 let zeros = from + self.below(cut - from + 1);
                 let mut kept = data[..zeros].to_vec();
                 kept.resize(cut, 0);
+                kept
+            }
+            _ => {
+                // Each dirty block independently reached the disk or still holds what it held
+                // at the last fsync (zeros past it).
+                let mut kept = data[..limit].to_vec();
+                for block in (from / DISK_BLOCK * DISK_BLOCK..limit).step_by(DISK_BLOCK) {
+                    if self.chance(0.5) {
+                        continue;
+                    }
+                    let (lo, hi) = (block.max(from), limit.min(block + DISK_BLOCK));
+                    let before = inode.durable.get(lo..).unwrap_or_default();
+                    let lost = &mut kept[lo..hi];
+                    let old = before.len().min(lost.len());
+                    lost[..old].copy_from_slice(&before[..old]);
+                    lost[old..].fill(0);
+                }
                 kept
             }
         })
@@ -248,6 +275,9 @@ impl State {
 
 /// Calls a trace keeps.
 const TRACE_LEN: usize = 4_000;
+
+/// The unit in which a preallocated file's unsynced bytes reach the disk (a page).
+const DISK_BLOCK: usize = 4096;
 
 /// Linux's error numbers for an I/O error and a full disk.
 const EIO: i32 = 5;
@@ -538,8 +568,13 @@ impl WriteFile for FaultFile {
             }
         }
         let inode = st.inodes.get_mut(&self.ino).ok_or_else(|| self.gone())?;
-        let at = inode.data.len();
-        inode.data.extend_from_slice(&buf[..room]);
+        let at = inode.pos;
+        let end = at + room;
+        if inode.data.len() < end {
+            inode.data.resize(end, 0);
+        }
+        inode.data[at..end].copy_from_slice(&buf[..room]);
+        inode.pos = end;
         if room > 0 {
             inode.dirty_from = Some(inode.dirty_from.map_or(at, |d| d.min(at)));
         }
@@ -588,6 +623,20 @@ impl WriteFile for FaultFile {
         inode.dirty_from = Some(inode.dirty_from.map_or(changed_from, |d| d.min(changed_from)));
         let ino = self.ino;
         st.log(|| format!("set_len inode {ino} to {len}"));
+        Ok(())
+    }
+
+    fn preallocate(&self, len: u64) -> io::Result<()> {
+        let mut st = self.fs.live()?;
+        let inode = st.inodes.get_mut(&self.ino).ok_or_else(|| self.gone())?;
+        let (len, had) = (len as usize, inode.data.len());
+        inode.preallocated = true;
+        if len > had {
+            inode.data.resize(len, 0);
+            inode.dirty_from = Some(inode.dirty_from.map_or(had, |d| d.min(had)));
+        }
+        let ino = self.ino;
+        st.log(|| format!("preallocate inode {ino} to {len}"));
         Ok(())
     }
 }
@@ -663,6 +712,35 @@ mod tests {
             }
         }
         assert!(lost_entry > 0 && lost_bytes > 0 && kept > 0, "{lost_entry} {lost_bytes} {kept}");
+    }
+
+    #[test]
+    fn a_preallocated_file_takes_appends_at_its_start_and_may_lose_any_unsynced_block() {
+        let (mut middle_lost, mut whole) = (0, 0);
+        for seed in 0..100 {
+            let fs = FaultFs::new(seed);
+            fs.create_dir_all(Path::new("/d")).unwrap();
+            let f = write(&fs, "/d/log", &[1; 100], true);
+            fs.sync_dir(Path::new("/d")).unwrap();
+            f.preallocate(8 * DISK_BLOCK as u64).unwrap();
+            f.sync_data().unwrap();
+            assert_eq!(fs.used(), 100, "preallocated bytes take no room until written");
+            // Blocks 0 to 2 get appends past the synced prefix; none is synced.
+            f.write_all(&[2; 3 * DISK_BLOCK - 100]).unwrap();
+            let live = fs.read(Path::new("/d/log")).unwrap();
+            assert_eq!(live.len(), 8 * DISK_BLOCK, "appends stay inside the preallocation");
+            assert!(live[..100] == [1; 100] && live[100..3 * DISK_BLOCK] == [2; 3 * DISK_BLOCK - 100]);
+            let after = fs.power_loss().read(Path::new("/d/log")).unwrap();
+            assert!(after.len() >= 100 && after[..100] == [1; 100], "the synced prefix survives");
+            // Whatever is left of the appends reads as written or as zeros.
+            assert!(after[100..].iter().all(|&x| x == 2 || x == 0));
+            let block = |b: usize| after.get((b * DISK_BLOCK).max(100)..(b + 1) * DISK_BLOCK);
+            let blocks: Vec<bool> = (0..3).map(|b| block(b).is_some_and(|x| x.iter().all(|&x| x == 2))).collect();
+            let zeroed = block(1).is_some_and(|x| x.iter().all(|&x| x == 0));
+            middle_lost += usize::from(zeroed && blocks[2]);
+            whole += usize::from(blocks.iter().all(|&k| k));
+        }
+        assert!(middle_lost > 0 && whole > 0, "{middle_lost} {whole}");
     }
 
     #[test]

@@ -6,7 +6,8 @@
 //! [`crate::fault::FaultFs`], which simulates power loss and injects I/O errors.
 //!
 //! The interface is what the engine needs and no more: files are written once from start to end
-//! (appends) and read by offset; the only in-place change is cutting a file short.
+//! (appends) and read by offset; the only in-place changes are cutting a file short and
+//! extending it with zeros ahead of the appends (a log segment's preallocation).
 
 use std::ffi::OsString;
 use std::fs::File;
@@ -27,7 +28,7 @@ pub trait FileSystem: Send + Sync + std::fmt::Debug {
     fn read(&self, path: &Path) -> io::Result<Vec<u8>>;
     /// Opens `path` for reads at offsets.
     fn open(&self, path: &Path) -> io::Result<Arc<dyn ReadFile>>;
-    /// Creates `path` for appending; fails if it exists.
+    /// Creates `path` for appends; fails if it exists.
     fn create_new(&self, path: &Path) -> io::Result<Arc<dyn WriteFile>>;
     /// Renames `from` to `to` (same directory), replacing `to`.
     fn rename(&self, from: &Path, to: &Path) -> io::Result<()>;
@@ -40,9 +41,10 @@ pub trait FileSystem: Send + Sync + std::fmt::Debug {
     fn lock(&self, path: &Path) -> io::Result<Box<dyn std::any::Any + Send + Sync>>;
 }
 
-/// A file being written: appends, a cut, and the two syncs.
+/// A file being written: appends, a cut, a preallocation, and the two syncs.
 pub trait WriteFile: Send + Sync {
-    /// Appends all of `buf`.
+    /// Appends all of `buf` where the previous append ended (the start of the file at first),
+    /// even if [`WriteFile::preallocate`] made the file longer.
     fn write_all(&self, buf: &[u8]) -> io::Result<()>;
     /// Makes the file's data durable (`fdatasync`).
     fn sync_data(&self) -> io::Result<()>;
@@ -50,6 +52,10 @@ pub trait WriteFile: Send + Sync {
     fn sync_all(&self) -> io::Result<()>;
     /// Cuts the file to `len` bytes.
     fn set_len(&self, len: u64) -> io::Result<()>;
+    /// Makes the file `len` bytes long, the new bytes zeros, without moving where appends go.
+    /// Appends inside that length then leave the file's size alone, so an `fdatasync` after
+    /// them has no size change to commit.
+    fn preallocate(&self, len: u64) -> io::Result<()>;
 }
 
 /// A file read at offsets.
@@ -82,6 +88,13 @@ impl WriteFile for OsFile {
     fn set_len(&self, len: u64) -> io::Result<()> {
         self.0.set_len(len)
     }
+
+    /// A sparse extension: the blocks are allocated as the appends reach them. On ext4 an
+    /// `fdatasync` then commits the journal only when an append enters a new block, where it
+    /// commits it for every append that grows the file.
+    fn preallocate(&self, len: u64) -> io::Result<()> {
+        self.0.set_len(len)
+    }
 }
 
 impl ReadFile for OsFile {
@@ -112,7 +125,9 @@ impl FileSystem for OsFs {
     }
 
     fn create_new(&self, path: &Path) -> io::Result<Arc<dyn WriteFile>> {
-        Ok(Arc::new(OsFile(File::options().append(true).create_new(true).open(path)?)))
+        // Written through the file's offset rather than `O_APPEND`, which would put appends
+        // after a preallocated length.
+        Ok(Arc::new(OsFile(File::options().write(true).create_new(true).open(path)?)))
     }
 
     fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
