@@ -36,7 +36,9 @@ const ROOT: &str = "/db";
 fn options(fs: &FaultFs) -> EngineOptions {
     EngineOptions {
         memstore_flush_bytes: 6 * 1024,
-        wal_segment_bytes: 4 * 1024,
+        // Several 4 KiB blocks per preallocated segment: a power loss can lose one in the
+        // middle of the last segment and keep the ones after it.
+        wal_segment_bytes: 16 * 1024,
         max_wal_segments: 4,
         compaction_threshold: 3,
         background_threads: 1,
