@@ -110,7 +110,8 @@ impl FamilyDescriptor {
         self
     }
 
-    /// Sets the data-block size in bytes.
+    /// Sets the data-block size in bytes: a block ends at the first row boundary past it, or
+    /// inside a row once half a block of that row is in it.
     pub fn block_size(mut self, bytes: u32) -> Self {
         self.block_size = bytes;
         self

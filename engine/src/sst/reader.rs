@@ -459,6 +459,60 @@ mod tests {
         reader
     }
 
+    /// Writes `rows` of (row, cells of 100-byte values) in 4 KiB blocks; returns each block's
+    /// rows (first, last) and size in bytes.
+    fn block_rows(rows: &[(String, usize)]) -> Vec<(Vec<u8>, Vec<u8>, usize)> {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("1.sst");
+        let family = FamilyDescriptor::new("f").block_size(4096);
+        let mut w = SstWriter::create(&crate::fs::OsFs, &path, &family).unwrap();
+        let mut seq = 0;
+        for (row, cells) in rows {
+            for c in 0..*cells {
+                seq += 1;
+                let qualifier = format!("q{c:05}");
+                let key =
+                    KeyView { row: row.as_bytes(), qualifier: qualifier.as_bytes(), ts: 1, kind: CellType::Put, seq };
+                w.add(&key, &[7u8; 100], None).unwrap();
+            }
+        }
+        w.finish().unwrap();
+        let reader = SstReader::open(&crate::fs::OsFs, &path, 1, Arc::new(BlockCache::new(1 << 20)), false).unwrap();
+        let path: Arc<Path> = Arc::from(path.as_path());
+        (0..reader.index.len())
+            .map(|i| {
+                let block = reader.block(i, false).unwrap();
+                let mut it = BlockIter::new(block, path.clone(), 0);
+                it.seek_to_first().unwrap();
+                let first = it.key_view().row.to_vec();
+                let last = decode_key(&reader.index[i].last_key).unwrap().row.to_vec();
+                (first, last, reader.index[i].handle.len as usize)
+            })
+            .collect()
+    }
+
+    /// Rows under half a block never straddle two blocks (a Get reads one); a wide row is cut
+    /// between its cells, and no block grows past one and a half times the block size.
+    #[test]
+    fn blocks_end_between_small_rows_and_inside_wide_ones() {
+        let mut rows: Vec<(String, usize)> = (0..300).map(|n| (format!("row{n:04}"), 10)).collect();
+        rows.insert(150, ("row0149~wide".into(), 200));
+        let blocks = block_rows(&rows);
+        assert!(blocks.len() > 80, "{} blocks", blocks.len());
+        let mut wide_blocks = 0;
+        for pair in blocks.windows(2) {
+            let (before, after) = (&pair[0], &pair[1]);
+            if before.1 == after.0 {
+                assert_eq!(before.1, b"row0149~wide", "a small row straddles two blocks");
+                wide_blocks += 1;
+            }
+        }
+        assert!(wide_blocks >= 4, "the 22 KiB row spans several blocks");
+        for (first, _, size) in &blocks {
+            assert!(*size < 4096 * 3 / 2 + 200, "a block of {size} bytes starting at {first:?}");
+        }
+    }
+
     /// Seeks land on the right row across hundreds of small blocks, with long runs of rows
     /// sharing their first 8 bytes and rows shorter than 8 bytes.
     #[test]

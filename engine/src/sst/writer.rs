@@ -32,6 +32,9 @@ pub(crate) struct SstWriter {
     first_row_ends: Vec<usize>,
     /// The last key of the latest finished block.
     last_block_key: Vec<u8>,
+    /// The block's size when the current row's first cell went into it; 0 if the row began
+    /// in an earlier block.
+    row_start: usize,
     meta: SstMeta,
     key_buf: Vec<u8>,
     empty: bool,
@@ -55,6 +58,7 @@ impl SstWriter {
             first_rows: Vec::new(),
             first_row_ends: Vec::new(),
             last_block_key: Vec::new(),
+            row_start: 0,
             meta: SstMeta { min_ts: u64::MAX, ..SstMeta::default() },
             key_buf: Vec::new(),
             empty: true,
@@ -69,11 +73,17 @@ impl SstWriter {
             self.meta.first_key = Bytes::copy_from_slice(&self.key_buf);
             self.empty = false;
         }
+        let new_row = self.last_row != key.row || self.meta.cell_count == 0;
+        if new_row {
+            if self.block.size() >= self.block_size {
+                self.finish_block()?;
+            }
+            self.row_start = if self.block.is_empty() { 0 } else { self.block.size() };
+        }
         if self.block.is_empty() {
             self.first_rows.extend_from_slice(key.row);
             self.first_row_ends.push(self.first_rows.len());
         }
-        let new_row = self.last_row != key.row || self.meta.cell_count == 0;
         if new_row {
             self.last_row.clear();
             self.last_row.extend_from_slice(key.row);
@@ -100,7 +110,12 @@ impl SstWriter {
         self.meta.min_ts = self.meta.min_ts.min(key.ts);
         self.meta.max_ts = self.meta.max_ts.max(key.ts);
         self.meta.max_seq = self.meta.max_seq.max(key.seq);
-        if self.block.size() >= self.block_size {
+        // A full block ends before the next row rather than inside a row under half a block,
+        // so a Get of such a row reads one block, not two. A larger row is cut between its
+        // cells once the block is full and half a block of the row is in it, so a block
+        // stays within one and a half times its size (and a cell).
+        let size = self.block.size();
+        if size >= self.block_size && size - self.row_start >= self.block_size / 2 {
             self.finish_block()?;
         }
         Ok(())
@@ -123,6 +138,7 @@ impl SstWriter {
         let raw = self.block.finish();
         let handle = self.write_framed(&raw, self.compression)?;
         self.index.add(&self.last_block_key, handle);
+        self.row_start = 0;
         Ok(())
     }
 
