@@ -48,39 +48,45 @@ struct Walk {
 trait RowSink {
     /// Copies rows out of the read buffer rather than splitting them off it.
     const LENT: bool;
-    /// Takes the gathered row (whole, or in parts of `batch` cells).
-    fn keep(&mut self, buf: &mut RowBuf, batch: Option<usize>);
-    /// The key of the last row kept: where a fill that stopped early resumes.
-    fn last_row(&self) -> Option<Bytes>;
+    /// Takes the gathered row (whole, or in parts of `batch` cells); `ends_fill` when the fill
+    /// stops after it.
+    fn keep(&mut self, buf: &mut RowBuf, batch: Option<usize>, ends_fill: bool);
+    /// The key of the row that ended the fill: where a fill that stopped early resumes.
+    fn last_row(&mut self) -> Option<Bytes>;
     fn is_empty(&self) -> bool;
 }
 
 /// Rows built as `R` straight from the read buffer.
 struct OwnedRows<R> {
     rows: VecDeque<R>,
+    /// Kept for the row that ends a fill only: a key kept for every row would cost each row
+    /// one more count on its shared bytes.
     last: Option<Bytes>,
 }
 
 impl<R: FromScannedRow> RowSink for OwnedRows<R> {
     const LENT: bool = false;
 
-    fn keep(&mut self, buf: &mut RowBuf, batch: Option<usize>) {
+    fn keep(&mut self, buf: &mut RowBuf, batch: Option<usize>, ends_fill: bool) {
         let rows = &mut self.rows;
-        self.last = Some(buf.take_with(|row, cells| {
+        let last = &mut self.last;
+        buf.take_with(|row, cells| {
+            if ends_fill {
+                *last = Some(row.clone());
+            }
             match batch {
                 Some(n) if cells.len() > n => {
                     while cells.len() > 0 {
                         rows.push_back(R::from_scanned(row.clone(), cells.by_ref().take(n)));
                     }
                 }
-                _ => rows.push_back(R::from_scanned(row.clone(), cells)),
+                _ => rows.push_back(R::from_scanned(row, cells)),
             }
-            row
-        }));
+        });
     }
 
-    fn last_row(&self) -> Option<Bytes> {
-        self.last.clone()
+    fn last_row(&mut self) -> Option<Bytes> {
+        self.last.take()
     }
 
     fn is_empty(&self) -> bool {
@@ -91,11 +97,11 @@ impl<R: FromScannedRow> RowSink for OwnedRows<R> {
 impl RowSink for RowBatch {
     const LENT: bool = true;
 
-    fn keep(&mut self, buf: &mut RowBuf, batch: Option<usize>) {
+    fn keep(&mut self, buf: &mut RowBuf, batch: Option<usize>, _ends_fill: bool) {
         self.push(buf, batch);
     }
 
-    fn last_row(&self) -> Option<Bytes> {
+    fn last_row(&mut self) -> Option<Bytes> {
         self.len().checked_sub(1).and_then(|i| self.row(i)).map(Bytes::copy_from_slice)
     }
 
@@ -240,7 +246,7 @@ impl Walk {
             let batch = self.scan.batch;
             read_rows(snap, &read, |buf| {
                 got += 1;
-                sink.keep(buf, batch);
+                sink.keep(buf, batch, got == want);
                 got < want
             })?;
             region.counters.reads.fetch_add(got as u64, Ordering::Relaxed);

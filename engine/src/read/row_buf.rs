@@ -26,6 +26,9 @@ pub(crate) struct CellSpan {
     kind: CellType,
 }
 
+/// Cells a new buffer has room for.
+const SPANS: usize = 16;
+
 /// One row's returned cells.
 pub(crate) struct RowBuf {
     /// Names of the families the read covers, indexed by [`CellSpan::family`].
@@ -40,7 +43,10 @@ impl RowBuf {
     /// A buffer for a read of `families`, whose arena grows in chunks of `chunk` bytes (small
     /// for a Get, larger for scans).
     pub fn new(families: Vec<Bytes>, chunk: usize) -> Self {
-        RowBuf { families, arena: BytesMut::with_capacity(chunk), row_len: 0, spans: Vec::new() }
+        // Room for a row of a dozen or so cells from the start: a point read of a ten-column
+        // row would otherwise grow the list three times.
+        let spans = Vec::with_capacity(SPANS);
+        RowBuf { families, arena: BytesMut::with_capacity(chunk), row_len: 0, spans }
     }
 
     /// Starts gathering `row`, dropping whatever the buffer held.
