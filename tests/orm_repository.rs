@@ -38,6 +38,41 @@ struct Order {
     lines: Vec<(String, u32)>,
 }
 
+/// A put writes the mutations the derive builds directly, and they are the entity's cells:
+/// puts of the stored fields (counters left out), a column delete for a `None` field.
+#[test]
+fn derived_put_mutations_are_the_entity_cells() {
+    let as_mutations = |e: &dyn Fn(&mut Vec<CellMutation>) -> cellar::orm::Result<()>| {
+        let mut out = Vec::new();
+        e(&mut out).unwrap();
+        out
+    };
+    let mut c = customer(7, "Ada");
+    for city in [Some("Oslo".to_string()), None] {
+        c.city = city;
+        let direct = as_mutations(&|out| c.push_cell_mutations(out));
+        let via_cells: Vec<CellMutation> = c.cells().unwrap().into_iter().map(|cell| cell.into_mutation()).collect();
+        assert_eq!(direct, via_cells);
+        let city_mutation = direct.iter().find(|m| matches!(m, CellMutation::Put { family, .. } | CellMutation::DeleteColumn { family, .. } if family == "a"));
+        match (&c.city, city_mutation) {
+            (Some(_), Some(CellMutation::Put { qualifier, value, .. })) => {
+                assert_eq!((&qualifier[..], &value[..]), (&b"c"[..], &b"Oslo"[..]))
+            }
+            (None, Some(CellMutation::DeleteColumn { qualifier, .. })) => assert_eq!(&qualifier[..], b"c"),
+            other => panic!("city {:?} written as {:?}", c.city, other.1),
+        }
+        assert!(
+            !direct.iter().any(|m| matches!(m, CellMutation::Put { qualifier, .. } if qualifier == "oc")),
+            "a put never writes a counter"
+        );
+    }
+    let o = order(7, 3);
+    let direct = as_mutations(&|out| o.push_cell_mutations(out));
+    let via_cells: Vec<CellMutation> = o.cells().unwrap().into_iter().map(|cell| cell.into_mutation()).collect();
+    assert_eq!(direct, via_cells, "serde fields too");
+    assert_eq!(direct.len(), 2);
+}
+
 fn customer(id: u64, name: &str) -> Customer {
     Customer { id, name: name.into(), city: Some("Oslo".into()), orders: 0, version: 0 }
 }

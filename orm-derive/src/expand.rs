@@ -362,6 +362,7 @@ pub fn expand(e: &EntityAttr) -> TokenStream {
         };
         quote!(#orm::entity::CellValue { family: S.columns[#i].family, qualifier: S.columns[#i].qualifier, value: #value })
     });
+    let cells: Vec<TokenStream> = cells.collect();
 
     // Row -> entity. Hashed parts leave a digest; their values are restored from their
     // columns only after the whole key (record type included) has been read.
@@ -571,6 +572,15 @@ pub fn expand(e: &EntityAttr) -> TokenStream {
                 fn cells(&self) -> #orm::Result<::std::vec::Vec<#orm::entity::CellValue>> {
                     const S: &#orm::Schema = &<#ident as #orm::Entity>::SCHEMA;
                     ::core::result::Result::Ok(::std::vec![#(#cells),*])
+                }
+
+                fn push_cell_mutations(
+                    &self,
+                    out: &mut ::std::vec::Vec<#orm::store::CellMutation>,
+                ) -> #orm::Result<()> {
+                    const S: &#orm::Schema = &<#ident as #orm::Entity>::SCHEMA;
+                    #(out.push(#orm::entity::CellValue::into_mutation(#cells));)*
+                    ::core::result::Result::Ok(())
                 }
 
                 fn key_from_row_in(

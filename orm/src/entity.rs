@@ -2,8 +2,10 @@
 //! that describes an entity's physical layout (table, key parts, record type, salt, families,
 //! columns).
 
+use bytes::Bytes;
+
 use crate::key::{Digest, KeyError, Names, PartSpec, RowKey, Salt, Timestamp, Unresolved};
-use crate::store::LentRow;
+use crate::store::{CellMutation, LentRow};
 use crate::value::ValueError;
 
 /// A row-key part of an entity.
@@ -132,6 +134,18 @@ pub struct CellValue {
     pub value: Option<Vec<u8>>,
 }
 
+impl CellValue {
+    /// The mutation that writes this cell: a put, or a column delete for `None`.
+    pub fn into_mutation(self) -> CellMutation {
+        let family = Bytes::from_static(self.family.as_bytes());
+        let qualifier = Bytes::from_static(self.qualifier.as_bytes());
+        match self.value {
+            Some(value) => CellMutation::Put { family, qualifier, value: value.into(), timestamp: None },
+            None => CellMutation::DeleteColumn { family, qualifier },
+        }
+    }
+}
+
 /// Why a row does not decode as an entity; the repository adds table and row.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FieldError {
@@ -196,6 +210,16 @@ pub trait Entity: Sized + 'static {
     /// # Errors
     /// [`crate::Error::Encode`] for a value serde cannot encode.
     fn cells(&self) -> crate::Result<Vec<CellValue>>;
+
+    /// Appends [`Entity::cells`] to `out` as the mutations a put writes
+    /// ([`CellValue::into_mutation`]), without a list in between. The derive writes it.
+    ///
+    /// # Errors
+    /// As [`Entity::cells`].
+    fn push_cell_mutations(&self, out: &mut Vec<CellMutation>) -> crate::Result<()> {
+        out.extend(self.cells()?.into_iter().map(CellValue::into_mutation));
+        Ok(())
+    }
 
     /// The entries of the entity's wide fields (see [`crate::wide`]), one set per field.
     ///

@@ -187,17 +187,9 @@ impl<E: Entity> Repository<E> {
     /// for every `None` field so an earlier value does not linger.
     fn mutation(&self, entity: &E, version: Option<u64>) -> Result<RowMutation> {
         let key = self.write_key(&entity.key())?;
-        let cells = entity.cells()?;
         // Room for the version cell or the marker cell too.
-        let mut mutations = Vec::with_capacity(cells.len() + 1);
-        for cell in cells {
-            let family = Bytes::from_static(cell.family.as_bytes());
-            let qualifier = Bytes::from_static(cell.qualifier.as_bytes());
-            mutations.push(match cell.value {
-                Some(v) => CellMutation::Put { family, qualifier, value: v.into(), timestamp: None },
-                None => CellMutation::DeleteColumn { family, qualifier },
-            });
-        }
+        let mut mutations = Vec::with_capacity(E::SCHEMA.columns.len() + 1);
+        entity.push_cell_mutations(&mut mutations)?;
         // An eager wide field is replaced whole: its family cleared, then every entry written
         // (a later mutation of a row masks an earlier one, never the reverse); a lazy one only
         // gains the entries its map holds.
