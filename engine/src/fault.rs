@@ -7,7 +7,8 @@
 //! - a file's bytes written since its last fsync are kept, dropped, cut at a random point, or
 //!   kept with their end zero-filled (blocks allocated but never written); in a preallocated
 //!   file (see [`WriteFile::preallocate`]) they may also reach the disk block by block in any
-//!   order, so that a 4 KiB block in the middle reads back as it was before;
+//!   order, so that a 4 KiB block in the middle (or its sectors after the first few) reads back
+//!   as it was before;
 //! - a directory keeps a random prefix of the creates, renames and removals made in it since
 //!   its last fsync (a journaling file system commits them in order);
 //! - after a failed fsync, the bytes it should have made durable never reach the disk, even if
@@ -253,14 +254,18 @@ impl State {
                 kept
             }
             _ => {
-                // Each dirty block independently reached the disk or still holds what it held
-                // at the last fsync (zeros past it).
+                // Each dirty block independently reached the disk, or only its first sectors
+                // did and the rest still holds what it held at the last fsync (zeros past it).
                 let mut kept = data[..limit].to_vec();
                 for block in (from / DISK_BLOCK * DISK_BLOCK..limit).step_by(DISK_BLOCK) {
                     if self.chance(0.5) {
                         continue;
                     }
-                    let (lo, hi) = (block.max(from), limit.min(block + DISK_BLOCK));
+                    let landed = block + self.below(DISK_BLOCK / SECTOR) * SECTOR;
+                    let (lo, hi) = (landed.max(from), limit.min(block + DISK_BLOCK));
+                    if lo >= hi {
+                        continue;
+                    }
                     let before = inode.durable.get(lo..).unwrap_or_default();
                     let lost = &mut kept[lo..hi];
                     let old = before.len().min(lost.len());
@@ -276,8 +281,10 @@ impl State {
 /// Calls a trace keeps.
 const TRACE_LEN: usize = 4_000;
 
-/// The unit in which a preallocated file's unsynced bytes reach the disk (a page).
+/// The unit in which a preallocated file's unsynced bytes reach the disk (a page), and the
+/// unit a disk writes atomically (a page may be torn between its sectors).
 const DISK_BLOCK: usize = 4096;
+const SECTOR: usize = 512;
 
 /// Linux's error numbers for an I/O error and a full disk.
 const EIO: i32 = 5;
@@ -716,8 +723,8 @@ mod tests {
 
     #[test]
     fn a_preallocated_file_takes_appends_at_its_start_and_may_lose_any_unsynced_block() {
-        let (mut middle_lost, mut whole) = (0, 0);
-        for seed in 0..100 {
+        let (mut middle_lost, mut torn_inside, mut whole) = (0, 0, 0);
+        for seed in 0..300 {
             let fs = FaultFs::new(seed);
             fs.create_dir_all(Path::new("/d")).unwrap();
             let f = write(&fs, "/d/log", &[1; 100], true);
@@ -736,11 +743,15 @@ mod tests {
             assert!(after[100..].iter().all(|&x| x == 2 || x == 0));
             let block = |b: usize| after.get((b * DISK_BLOCK).max(100)..(b + 1) * DISK_BLOCK);
             let blocks: Vec<bool> = (0..3).map(|b| block(b).is_some_and(|x| x.iter().all(|&x| x == 2))).collect();
-            let zeroed = block(1).is_some_and(|x| x.iter().all(|&x| x == 0));
-            middle_lost += usize::from(zeroed && blocks[2]);
+            // Block 1 lost from one of its sectors on (its first ones may have landed), block 2 not.
+            let sector =
+                |at: usize| after.get(at..at + SECTOR).map(|x| (x.iter().all(|&x| x == 2), x.iter().all(|&x| x == 0)));
+            let tail_lost = sector(2 * DISK_BLOCK - SECTOR).is_some_and(|(_, zero)| zero);
+            middle_lost += usize::from(tail_lost && blocks[2]);
+            torn_inside += usize::from(tail_lost && blocks[2] && sector(DISK_BLOCK).is_some_and(|(new, _)| new));
             whole += usize::from(blocks.iter().all(|&k| k));
         }
-        assert!(middle_lost > 0 && whole > 0, "{middle_lost} {whole}");
+        assert!(middle_lost > 0 && torn_inside > 0 && whole > 0, "{middle_lost} {torn_inside} {whole}");
     }
 
     #[test]

@@ -31,6 +31,8 @@ const PREALLOCATE_LARGEST: u64 = 16 << 20;
 /// The unit in which unsynced appends to a preallocated segment reach the disk: any of these
 /// blocks may be lost at a power loss while later ones persist.
 const DISK_BLOCK: usize = 4096;
+/// The unit a disk writes atomically: a block may be torn between its sectors.
+const SECTOR: usize = 512;
 
 /// A record read back during recovery.
 #[derive(Debug)]
@@ -100,7 +102,7 @@ fn frame(first_seq: u64, count: u32, payload: &[u8], out: &mut Vec<u8>) {
 /// Why a segment's record stream ended.
 enum Ending {
     Clean,
-    /// Damage at this offset, running to the end of the file: a torn write.
+    /// Damage at this offset: a torn write, from which the rest of the segment is dropped.
     Torn(u64),
 }
 
@@ -118,16 +120,23 @@ fn unfinished(data: &[u8]) -> bool {
     written < SEGMENT_HEADER && data[written..].iter().all(|&b| b == 0)
 }
 
-/// Whether the damaged record at `record` shows a block that never reached the disk: the
-/// record's bytes in some [`DISK_BLOCK`] are zeros up to the block's end. A power loss leaves
-/// that in a preallocated segment when a later block of unsynced appends persisted and an
-/// earlier one did not; everything from the damaged record on was unsynced (a sync covers
-/// every byte written before it), so it is the log's torn tail.
+/// Whether the damaged record at `record` shows a block that never (or only partly) reached
+/// the disk: in some [`DISK_BLOCK`] the record's bytes are zeros up to the block's end, from
+/// the record's start or from a [`SECTOR`] boundary inside the record. A power loss leaves that
+/// in a preallocated segment when a later block of unsynced appends persisted and an earlier
+/// one did not (or kept only its first sectors); everything from the damaged record on was
+/// unsynced (a sync covers every byte written before it), so it is the log's torn tail.
+///
+/// A record a disk corrupts in the last segment whose value holds such a run of zeros would be
+/// taken for one too, and the log would end before it; damage without one stays an error.
 fn lost_block(data: &[u8], record: std::ops::Range<usize>) -> bool {
     let first = record.start / DISK_BLOCK * DISK_BLOCK;
     (first..record.end).step_by(DISK_BLOCK).any(|block| {
-        let end = (block + DISK_BLOCK).min(data.len());
-        data[block.max(record.start)..end].iter().all(|&b| b == 0)
+        let (start, end) = (block.max(record.start), (block + DISK_BLOCK).min(data.len()));
+        // Where the zeros that end the block begin.
+        let zeros = data[start..end].iter().rposition(|&b| b != 0).map_or(start, |i| start + i + 1);
+        let lost_from = if zeros == start { start } else { zeros.next_multiple_of(SECTOR) };
+        lost_from < end && lost_from < record.end
     })
 }
 
@@ -219,15 +228,18 @@ impl Wal {
         }
         ids.sort_unstable();
         let mut newest = None;
+        // A segment is only ever created after the one before it was cut to its last record
+        // and synced, so that one is read strictly even when it ends up last.
+        let mut rolled = false;
         if let Some(&id) = ids.last() {
             let path = segment_path(dir, id);
             let data = fs.read(&path).map_err(|e| Error::io(&path, e))?;
             if unfinished(&data) {
-                // Its creation never finished, so no record went into it, and the segment
-                // before it is the last (and may end in preallocated zeros).
+                // Its creation never finished, so no record went into it.
                 fs.remove(&path).map_err(|e| Error::io(&path, e))?;
                 sync_dir(&*fs, dir)?;
                 ids.pop();
+                rolled = true;
             } else {
                 newest = Some(data);
             }
@@ -241,7 +253,7 @@ impl Wal {
                 Some(data) => data,
                 None => fs.read(&path).map_err(|e| Error::io(&path, e))?,
             };
-            let (records, ending) = parse_segment(&path, &data, i + 1 == ids.len())?;
+            let (records, ending) = parse_segment(&path, &data, i + 1 == ids.len() && !rolled)?;
             let mut seg_max = 0;
             for r in records {
                 seg_max = seg_max.max(r.first_seq + u64::from(r.count.max(1)) - 1);
@@ -370,11 +382,14 @@ impl Wal {
 
     fn roll(&self, inner: &mut Inner) -> Result<()> {
         let old = segment_path(&self.dir, inner.id);
-        // Only the last segment may end in zeros: recovery reads them as its torn tail.
+        // Only the last segment may end in zeros: recovery reads them as its torn tail. The cut
+        // is a size change, which `fsync` commits whatever the file system.
         if inner.allocated > inner.size {
             inner.file.set_len(inner.size).map_err(|e| Error::io(&old, e))?;
+            inner.file.sync_all().map_err(|e| Error::io(&old, e))?;
+        } else {
+            inner.file.sync_data().map_err(|e| Error::io(&old, e))?;
         }
-        inner.file.sync_data().map_err(|e| Error::io(&old, e))?;
         let id = inner.id + 1;
         // Later segments must not outlive this one's unsynced tail: synced above, and the
         // synced mark covers it.
@@ -531,6 +546,8 @@ mod tests {
         let wal = Wal::open(Arc::new(crate::fs::OsFs), dir.path(), 1 << 20, 0, |_| Ok(())).unwrap();
         wal.append(1, b"kept", Durability::SyncWal).unwrap();
         drop(wal);
+        // The reopen cuts segment 1 to its record and starts segment 2, as a roll would.
+        assert_eq!(reopen(dir.path()).unwrap(), vec![(1, b"kept".to_vec())]);
         // A newer segment whose header never fully reached the disk, and a rewrite a crash cut.
         std::fs::write(segment_path(dir.path(), 9), &SEGMENT_MAGIC[..5]).unwrap();
         std::fs::write(dir.path().join(format!("0000000000000001.{REWRITE}")), b"partial").unwrap();
@@ -606,6 +623,34 @@ mod tests {
         data[DISK_BLOCK..2 * DISK_BLOCK].fill(0);
         std::fs::write(&path, &data).unwrap();
         assert_eq!(reopen(dir.path()).unwrap(), records[..1]);
+    }
+
+    #[test]
+    fn a_block_torn_after_its_first_sectors_ends_the_log_there_too() {
+        let dir = tempfile::tempdir().unwrap();
+        let records = five_records(dir.path());
+        let path = only_segment(dir.path());
+        let mut data = std::fs::read(&path).unwrap();
+        // Only the first two sectors of the second block landed; record 2 runs into the rest.
+        data[DISK_BLOCK + 2 * SECTOR..2 * DISK_BLOCK].fill(0);
+        std::fs::write(&path, &data).unwrap();
+        assert_eq!(reopen(dir.path()).unwrap(), records[..1]);
+    }
+
+    #[test]
+    fn a_segment_followed_by_an_unfinished_one_is_read_strictly() {
+        let dir = tempfile::tempdir().unwrap();
+        let wal = Wal::open(Arc::new(crate::fs::OsFs), dir.path(), 1 << 20, 0, |_| Ok(())).unwrap();
+        wal.append(1, &[5; 3_000], Durability::SyncWal).unwrap();
+        drop(wal);
+        // Segment 1 as no roll leaves it (ending in zeros), then a segment 2 begun after it.
+        let first = segment_path(dir.path(), 1);
+        let mut data = std::fs::read(&first).unwrap();
+        data.resize(SEGMENT_HEADER + RECORD_HEADER + 3_000 + DISK_BLOCK, 0);
+        std::fs::write(&first, &data).unwrap();
+        std::fs::write(segment_path(dir.path(), 2), &SEGMENT_MAGIC[..3]).unwrap();
+        let err = reopen(dir.path()).unwrap_err();
+        assert!(matches!(err, Error::Corrupt { .. }), "{err}");
     }
 
     #[test]
