@@ -6,7 +6,9 @@
 //! up from 1, so the marker is never an id). Each edit `seq_offset varint | family_len u8 |
 //! family | row_len varint | row | qual_len varint | qualifier | ts u64 LE | type u8 | ttl
 //! varint (0 = none, else ttl+1) | value_len varint | value`. An edit's sequence number is the
-//! record's first sequence number plus its offset.
+//! record's first sequence number plus its offset. A `row_len` of 0 (with no row bytes) stands
+//! for the row of the section's previous edit: the cells of a put share their row, and row keys
+//! are never empty.
 
 use crate::cell::CellType;
 use crate::sst::format::{get_varint, put_varint};
@@ -41,12 +43,18 @@ fn encoded_size(edits: &[WalEdit<'_>]) -> usize {
 fn encode_into(out: &mut Vec<u8>, region: u64, edits: &[WalEdit<'_>]) {
     out.extend_from_slice(&region.to_le_bytes());
     put_varint(out, edits.len() as u64);
+    let mut previous_row: &[u8] = &[];
     for e in edits {
         put_varint(out, u64::from(e.seq_offset));
         out.push(e.family.len() as u8);
         out.extend_from_slice(e.family);
-        put_varint(out, e.row.len() as u64);
-        out.extend_from_slice(e.row);
+        if e.row == previous_row {
+            put_varint(out, 0);
+        } else {
+            put_varint(out, e.row.len() as u64);
+            out.extend_from_slice(e.row);
+            previous_row = e.row;
+        }
         put_varint(out, e.qualifier.len() as u64);
         out.extend_from_slice(e.qualifier);
         out.extend_from_slice(&e.ts.to_le_bytes());
@@ -95,6 +103,7 @@ fn decode_region<'a>(buf: &'a [u8], pos: &mut usize) -> Option<(u64, Vec<WalEdit
     *pos += 8;
     let n = get_varint(buf, pos)? as usize;
     let mut edits = Vec::with_capacity(n.min(1 << 16));
+    let mut previous_row: &[u8] = &[];
     let take = |pos: &mut usize, len: usize| -> Option<&[u8]> {
         let b = buf.get(*pos..pos.checked_add(len)?)?;
         *pos += len;
@@ -105,8 +114,11 @@ fn decode_region<'a>(buf: &'a [u8], pos: &mut usize) -> Option<(u64, Vec<WalEdit
         let flen = *buf.get(*pos)? as usize;
         *pos += 1;
         let family = take(pos, flen)?;
-        let rlen = get_varint(buf, pos)? as usize;
-        let row = take(pos, rlen)?;
+        let row = match get_varint(buf, pos)? as usize {
+            0 => previous_row,
+            len => take(pos, len)?,
+        };
+        previous_row = row;
         let qlen = get_varint(buf, pos)? as usize;
         let qualifier = take(pos, qlen)?;
         let ts = u64::from_le_bytes(buf.get(*pos..*pos + 8)?.try_into().ok()?);
@@ -163,10 +175,52 @@ mod tests {
         for cut in 0..enc.len() {
             assert_eq!(decode_batch(&enc[..cut]), None);
         }
+        // The second edit's row is written as a reference to the first's.
+        let written_out = [edits[0], WalEdit { row: b"r2", ..edits[1] }];
+        assert_eq!(encode_batch(7, &written_out).len(), enc.len() + 2);
         let several = encode_regions(&[(7, &edits[..1]), (9, &edits[1..])]);
         assert_eq!(decode_batch(&several), Some(vec![(7, edits[..1].to_vec()), (9, edits[1..].to_vec())]));
         for cut in 0..several.len() {
             assert_eq!(decode_batch(&several[..cut]), None);
         }
+    }
+
+    /// Rows that change back and forth, and a log written before edits could share a row (every
+    /// row spelled out), decode to the same edits.
+    #[test]
+    fn edits_share_the_previous_row_and_spelled_out_rows_still_decode() {
+        let edit = |seq_offset: u32, row: &'static [u8]| WalEdit {
+            seq_offset,
+            family: b"f",
+            row,
+            qualifier: b"q",
+            ts: 3,
+            kind: CellType::Put,
+            ttl_ms: None,
+            value: b"value",
+        };
+        let edits = vec![edit(0, b"row-a"), edit(1, b"row-a"), edit(2, b"row-b"), edit(3, b"row-a"), edit(4, b"row-a")];
+        let enc = encode_batch(1, &edits);
+        assert_eq!(decode_batch(&enc), Some(vec![(1, edits.clone())]));
+        // The same edits with every row written out, as a log from before the sharing holds them.
+        let mut spelled = Vec::new();
+        spelled.extend_from_slice(&1u64.to_le_bytes());
+        put_varint(&mut spelled, edits.len() as u64);
+        for e in &edits {
+            put_varint(&mut spelled, u64::from(e.seq_offset));
+            spelled.push(1);
+            spelled.extend_from_slice(e.family);
+            put_varint(&mut spelled, e.row.len() as u64);
+            spelled.extend_from_slice(e.row);
+            put_varint(&mut spelled, 1);
+            spelled.extend_from_slice(e.qualifier);
+            spelled.extend_from_slice(&e.ts.to_le_bytes());
+            spelled.push(e.kind.code());
+            put_varint(&mut spelled, 0);
+            put_varint(&mut spelled, e.value.len() as u64);
+            spelled.extend_from_slice(e.value);
+        }
+        assert_eq!(spelled.len(), enc.len() + 2 * 5, "the second and fifth rows shared");
+        assert_eq!(decode_batch(&spelled), Some(vec![(1, edits)]));
     }
 }
