@@ -53,6 +53,8 @@ trait RowSink {
     fn keep(&mut self, buf: &mut RowBuf, batch: Option<usize>, ends_fill: bool);
     /// The key of the row that ended the fill: where a fill that stopped early resumes.
     fn last_row(&mut self) -> Option<Bytes>;
+    /// Makes room for a fill of up to `rows` rows.
+    fn reserve(&mut self, rows: usize);
     fn is_empty(&self) -> bool;
 }
 
@@ -89,6 +91,10 @@ impl<R: FromScannedRow> RowSink for OwnedRows<R> {
         self.last.take()
     }
 
+    fn reserve(&mut self, rows: usize) {
+        self.rows.reserve(rows);
+    }
+
     fn is_empty(&self) -> bool {
         self.rows.is_empty()
     }
@@ -104,6 +110,8 @@ impl RowSink for RowBatch {
     fn last_row(&mut self) -> Option<Bytes> {
         self.len().checked_sub(1).and_then(|i| self.row(i)).map(Bytes::copy_from_slice)
     }
+
+    fn reserve(&mut self, _rows: usize) {}
 
     fn is_empty(&self) -> bool {
         self.len() == 0
@@ -242,6 +250,7 @@ impl Walk {
                 lent: S::LENT,
             };
             let want = FILL_ROWS.min(self.rows_left);
+            sink.reserve(want);
             let mut got = 0usize;
             let batch = self.scan.batch;
             read_rows(snap, &read, |buf| {
