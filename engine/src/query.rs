@@ -284,11 +284,6 @@ pub(crate) struct RowRange {
 }
 
 impl RowRange {
-    /// The range holding exactly `row`.
-    pub fn single(row: Bytes) -> Self {
-        RowRange { lo: Bound::Included(row.clone()), hi: Bound::Included(row) }
-    }
-
     /// True if `row` is above the lower bound.
     pub fn above_lo(&self, row: &[u8]) -> bool {
         match &self.lo {

@@ -15,7 +15,7 @@ use bytes::Bytes;
 
 use crate::query::{RowRange, RowResult, Scan};
 use crate::read::row_buf::{FromScannedRow, RowBatch, RowBuf, RowView};
-use crate::read::rows::{read_rows, ReadSnapshot, RowRead};
+use crate::read::rows::{read_rows, ReadSnapshot, RowRead, Rows};
 use crate::region::Region;
 use crate::Result;
 
@@ -177,11 +177,10 @@ pub(crate) fn visit_rows(
         }
         let range = clamp(&full, &region.start, &region.end);
         let read = RowRead {
-            range: &range,
+            rows: Rows::Range(&range),
             reversed: scan.reversed,
             spec: &scan.spec,
             now,
-            point_row: None,
             for_writer: false,
             lent: true,
         };
@@ -241,11 +240,10 @@ impl Walk {
             };
             let (region, snap) = &self.regions[self.next_region];
             let read = RowRead {
-                range: &range,
+                rows: Rows::Range(&range),
                 reversed: self.scan.reversed,
                 spec: &self.scan.spec,
                 now: self.now,
-                point_row: None,
                 for_writer: false,
                 lent: S::LENT,
             };

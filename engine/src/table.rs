@@ -18,9 +18,9 @@ use crate::cell::{check_row, check_value, to_printable, Cell, CellType, LATEST_T
 use crate::descriptor::{Durability, TableDescriptor};
 use crate::engine::EngineInner;
 use crate::mutation::{Append, CheckAndMutate, Edit, Increment, MultiRowMutation, Mutation, Put, RowMutations};
-use crate::query::{Get, ReadSpec, RowRange, RowResult, Scan};
+use crate::query::{Get, ReadSpec, RowResult, Scan};
 use crate::read::row_buf::{FromScannedRow, RowBuf, RowView};
-use crate::read::rows::{read_rows, row_absent, RowRead};
+use crate::read::rows::{read_rows, row_absent, RowRead, Rows};
 use crate::region::Region;
 use crate::scanner::{visit_rows, ScanCursor, Scanner};
 use crate::wal::{encode_batch, WalEdit};
@@ -793,16 +793,8 @@ impl Table {
         if for_writer && row_absent(&snap, &get.row, true) {
             return Ok(None);
         }
-        let range = RowRange::single(get.row.clone());
-        let read = RowRead {
-            range: &range,
-            reversed: false,
-            spec: &get.spec,
-            now,
-            point_row: Some(&get.row),
-            for_writer,
-            lent,
-        };
+        // The row borrowed, not a range of it: a clone of the Get's row would be an allocation.
+        let read = RowRead { rows: Rows::One(&get.row), reversed: false, spec: &get.spec, now, for_writer, lent };
         let mut take = Some(take);
         let mut out = None;
         read_rows(&snap, &read, |buf| {

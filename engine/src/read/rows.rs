@@ -26,14 +26,58 @@ pub(crate) struct ReadSnapshot {
     pub _pin: ReadPin,
 }
 
+/// The rows one pass of [`read_rows`] covers.
+#[derive(Clone, Copy)]
+pub(crate) enum Rows<'a> {
+    /// A scan's range.
+    Range(&'a RowRange),
+    /// A Get's single row: files can be skipped by key range and bloom filter.
+    One(&'a [u8]),
+}
+
+impl<'a> Rows<'a> {
+    fn lo(self) -> Bound<&'a [u8]> {
+        match self {
+            Rows::Range(r) => r.lo.as_ref().map(|l| l.as_ref()),
+            Rows::One(row) => Bound::Included(row),
+        }
+    }
+
+    fn hi(self) -> Bound<&'a [u8]> {
+        match self {
+            Rows::Range(r) => r.hi.as_ref().map(|h| h.as_ref()),
+            Rows::One(row) => Bound::Included(row),
+        }
+    }
+
+    fn above_lo(self, row: &[u8]) -> bool {
+        match self {
+            Rows::Range(r) => r.above_lo(row),
+            Rows::One(one) => row >= one,
+        }
+    }
+
+    fn below_hi(self, row: &[u8]) -> bool {
+        match self {
+            Rows::Range(r) => r.below_hi(row),
+            Rows::One(one) => row <= one,
+        }
+    }
+
+    fn point(self) -> Option<&'a [u8]> {
+        match self {
+            Rows::Range(_) => None,
+            Rows::One(row) => Some(row),
+        }
+    }
+}
+
 /// Options of one pass of [`read_rows`].
 pub(crate) struct RowRead<'a> {
-    pub range: &'a RowRange,
+    pub rows: Rows<'a>,
     pub reversed: bool,
     pub spec: &'a ReadSpec,
     pub now: u64,
-    /// For Gets: the single row, so files can be skipped by key range and bloom filter.
-    pub point_row: Option<&'a [u8]>,
     /// Read by the writer, under the region's write lock, of a row it is about to write: the
     /// active memstores' cursors leave their writer's splice at the row.
     pub for_writer: bool,
@@ -55,7 +99,7 @@ fn open_family<'a>(
     let mut sources: Vec<Source<'a>> = Vec::with_capacity(2 + store.files.len());
     // A point read's memstore cursors find the row by the memstores' row index.
     let cursor = |m: &'a Memstore| {
-        if read.point_row.is_some() {
+        if read.rows.point().is_some() {
             m.point_cursor(snap.read_point)
         } else {
             m.cursor(snap.read_point)
@@ -71,7 +115,7 @@ fn open_family<'a>(
         sources.push(Source::Mem(cursor(frozen)));
     }
     for file in &store.files {
-        if let Some(row) = read.point_row {
+        if let Some(row) = read.rows.point() {
             let wanted = match &qualifiers {
                 Some(qs) => file.may_contain_columns(row, qs),
                 None => file.may_contain_row(row),
@@ -101,7 +145,7 @@ pub(crate) fn row_absent(snap: &ReadSnapshot, row: &[u8], for_writer: bool) -> b
     })
 }
 
-/// Reads rows of `snap` in `read.range`, handing each non-empty row to `sink` (in `RowBuf`,
+/// Reads the rows of `snap` that `read.rows` covers, handing each non-empty row to `sink` (in `RowBuf`,
 /// for it to take or view) until it returns false.
 pub(crate) fn read_rows(
     snap: &ReadSnapshot,
@@ -128,7 +172,7 @@ pub(crate) fn read_rows(
     let names = families.iter().map(|f| f.view.name.clone()).collect();
     // Owned rows keep the buffer they were split from alive: a taken point read starts
     // small. A lent one starts where a row of a few dozen small cells fits without growing.
-    let chunk = match read.point_row {
+    let chunk = match read.rows.point() {
         None => 16 * 1024,
         Some(_) if read.lent => 2 * 1024,
         Some(_) => 256,
@@ -136,11 +180,11 @@ pub(crate) fn read_rows(
     let mut buf = RowBuf::new(names, chunk);
     if !read.reversed {
         let after;
-        let start: &[u8] = match &read.range.lo {
+        let start: &[u8] = match read.rows.lo() {
             Bound::Unbounded => &[],
             Bound::Included(l) => l,
             Bound::Excluded(l) => {
-                after = [l.as_ref(), &[0u8]].concat();
+                after = [l, &[0u8]].concat();
                 &after
             }
         };
@@ -150,7 +194,7 @@ pub(crate) fn read_rows(
         loop {
             let next = families.iter().filter_map(|f| f.cursor.key().map(|k| k.row)).min();
             let Some(row) = next else { break };
-            if !read.range.below_hi(row) {
+            if !read.rows.below_hi(row) {
                 break;
             }
             buf.start_row(row);
@@ -159,10 +203,10 @@ pub(crate) fn read_rows(
             }
         }
     } else {
-        let mut bound: Option<Vec<u8>> = match &read.range.hi {
+        let mut bound: Option<Vec<u8>> = match read.rows.hi() {
             Bound::Unbounded => None,
             Bound::Excluded(h) => Some(h.to_vec()),
-            Bound::Included(h) => Some([h.as_ref(), &[0u8]].concat()),
+            Bound::Included(h) => Some([h, &[0u8]].concat()),
         };
         loop {
             let mut best: Option<Bytes> = None;
@@ -174,7 +218,7 @@ pub(crate) fn read_rows(
                 }
             }
             let Some(row) = best else { break };
-            if !read.range.above_lo(&row) {
+            if !read.rows.above_lo(&row) {
                 break;
             }
             for f in &mut families {
