@@ -145,8 +145,8 @@ pub(crate) fn row_absent(snap: &ReadSnapshot, row: &[u8], for_writer: bool) -> b
     })
 }
 
-/// Reads the rows of `snap` that `read.rows` covers, handing each non-empty row to `sink` (in `RowBuf`,
-/// for it to take or view) until it returns false.
+/// Reads the rows of `snap` that `read.rows` covers, handing each non-empty row to `sink` (in
+/// `RowBuf`, for it to take or view) until it returns false.
 pub(crate) fn read_rows(
     snap: &ReadSnapshot,
     read: &RowRead<'_>,

@@ -79,14 +79,12 @@ impl SstWriter {
                 self.finish_block()?;
             }
             self.row_start = if self.block.is_empty() { 0 } else { self.block.size() };
+            self.last_row.clear();
+            self.last_row.extend_from_slice(key.row);
         }
         if self.block.is_empty() {
             self.first_rows.extend_from_slice(key.row);
             self.first_row_ends.push(self.first_rows.len());
-        }
-        if new_row {
-            self.last_row.clear();
-            self.last_row.extend_from_slice(key.row);
         }
         match self.bloom {
             BloomType::None => {}

@@ -228,8 +228,8 @@ impl Wal {
         }
         ids.sort_unstable();
         let mut newest = None;
-        // A segment is only ever created after the one before it was cut to its last record
-        // and synced, so that one is read strictly even when it ends up last.
+        // A segment is only ever created after the one before it rolled, ending at its last
+        // record, and was synced, so that one is read strictly even when it ends up last.
         let mut rolled = false;
         if let Some(&id) = ids.last() {
             let path = segment_path(dir, id);
@@ -382,14 +382,11 @@ impl Wal {
 
     fn roll(&self, inner: &mut Inner) -> Result<()> {
         let old = segment_path(&self.dir, inner.id);
-        // Only the last segment may end in zeros: recovery reads them as its torn tail. The cut
-        // is a size change, which `fsync` commits whatever the file system.
-        if inner.allocated > inner.size {
-            inner.file.set_len(inner.size).map_err(|e| Error::io(&old, e))?;
-            inner.file.sync_all().map_err(|e| Error::io(&old, e))?;
-        } else {
-            inner.file.sync_data().map_err(|e| Error::io(&old, e))?;
-        }
+        // Only the last segment may end in zeros (recovery reads them as its torn tail). None
+        // is left here: preallocation never passes the segment limit, and the write that
+        // reaches it extends the file to exactly its own end.
+        debug_assert_eq!(inner.allocated, inner.size, "a rolled segment ends at its last record");
+        inner.file.sync_data().map_err(|e| Error::io(&old, e))?;
         let id = inner.id + 1;
         // Later segments must not outlive this one's unsynced tail: synced above, and the
         // synced mark covers it.

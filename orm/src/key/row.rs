@@ -72,7 +72,7 @@ impl RowKey {
 
     fn with_salt(&self, salt: Option<u8>) -> Bytes {
         // Sized exactly, so `Bytes::from` takes it as it is (see `exact_bytes`).
-        let mut k = Vec::with_capacity(self.body.len() + 1);
+        let mut k = Vec::with_capacity(self.body.len() + usize::from(salt.is_some()));
         k.extend(salt);
         k.extend_from_slice(&self.body);
         Bytes::from(k)
