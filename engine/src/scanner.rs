@@ -7,6 +7,7 @@
 //! stays bounded however large the table is.
 
 use std::collections::VecDeque;
+use std::marker::PhantomData;
 use std::ops::{Bound, ControlFlow};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -14,7 +15,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 
 use crate::query::{RowRange, RowResult, Scan};
-use crate::read::row_buf::{FromScannedRow, RowBatch, RowBuf, RowView};
+use crate::read::row_buf::{FromScannedRow, RowBatch, RowBuf, RowView, ScannedCell};
 use crate::read::rows::{read_rows, ReadSnapshot, RowRead, Rows};
 use crate::region::Region;
 use crate::Result;
@@ -26,7 +27,8 @@ const FILL_ROWS: usize = 128;
 /// `Err` once and then ends if a read fails.
 pub struct Scanner<R = RowResult> {
     walk: Walk,
-    buffer: OwnedRows<R>,
+    buffer: SplitRows,
+    _rows: PhantomData<fn() -> R>,
 }
 
 /// Where a scan stands: the regions its range reaches, each with the snapshot taken at open,
@@ -58,31 +60,54 @@ trait RowSink {
     fn is_empty(&self) -> bool;
 }
 
-/// Rows built as `R` straight from the read buffer.
-struct OwnedRows<R> {
-    rows: VecDeque<R>,
+/// Rows split off the read buffer by a fill, each built as the scanner's row type only when it
+/// is handed out. Built at once, a fill's rows would allocate a fill's worth of cell lists
+/// before the caller dropped the first, too many for the allocator's per-thread cache; built
+/// one at a time, each reuses the memory of the row the caller just let go.
+#[derive(Default)]
+struct SplitRows {
+    /// Each kept row (or part of one, for a scan's `batch`): its key, and how many of the
+    /// front of `cells` are its.
+    rows: VecDeque<(Bytes, usize)>,
+    cells: VecDeque<ScannedCell>,
     /// Kept for the row that ends a fill only: a key kept for every row would cost each row
     /// one more count on its shared bytes.
     last: Option<Bytes>,
 }
 
-impl<R: FromScannedRow> RowSink for OwnedRows<R> {
+impl SplitRows {
+    /// The next row, built as `R`.
+    fn pop<R: FromScannedRow>(&mut self) -> Option<R> {
+        let (row, n) = self.rows.pop_front()?;
+        Some(R::from_scanned(row, self.cells.drain(..n)))
+    }
+
+    fn clear(&mut self) {
+        self.rows.clear();
+        self.cells.clear();
+    }
+}
+
+impl RowSink for SplitRows {
     const LENT: bool = false;
 
     fn keep(&mut self, buf: &mut RowBuf, batch: Option<usize>, ends_fill: bool) {
-        let rows = &mut self.rows;
-        let last = &mut self.last;
         buf.take_with(|row, cells| {
             if ends_fill {
-                *last = Some(row.clone());
+                self.last = Some(row.clone());
             }
+            let total = cells.len();
+            self.cells.extend(cells);
             match batch {
-                Some(n) if cells.len() > n => {
-                    while cells.len() > 0 {
-                        rows.push_back(R::from_scanned(row.clone(), cells.by_ref().take(n)));
+                Some(n) if total > n => {
+                    let mut left = total;
+                    while left > n {
+                        self.rows.push_back((row.clone(), n));
+                        left -= n;
                     }
+                    self.rows.push_back((row, left));
                 }
-                _ => rows.push_back(R::from_scanned(row, cells)),
+                _ => self.rows.push_back((row, total)),
             }
         });
     }
@@ -92,7 +117,9 @@ impl<R: FromScannedRow> RowSink for OwnedRows<R> {
     }
 
     fn reserve(&mut self, rows: usize) {
+        // A cell a row at least; rows of more cells grow the list as they come.
         self.rows.reserve(rows);
+        self.cells.reserve(rows);
     }
 
     fn is_empty(&self) -> bool {
@@ -278,7 +305,7 @@ impl Walk {
 
 impl<R: FromScannedRow> Scanner<R> {
     pub(crate) fn new(regions: Vec<Arc<Region>>, scan: Scan, now: u64) -> Scanner<R> {
-        Scanner { walk: Walk::new(regions, scan, now), buffer: OwnedRows { rows: VecDeque::new(), last: None } }
+        Scanner { walk: Walk::new(regions, scan, now), buffer: SplitRows::default(), _rows: PhantomData }
     }
 }
 
@@ -290,11 +317,11 @@ impl<R: FromScannedRow> Iterator for Scanner<R> {
             if let Err(e) = self.walk.fill(&mut self.buffer) {
                 // Rows the failed fill kept are dropped: the scan ends at its error.
                 self.walk.done = true;
-                self.buffer.rows.clear();
+                self.buffer.clear();
                 return Some(Err(e));
             }
         }
-        self.buffer.rows.pop_front().map(Ok)
+        self.buffer.pop().map(Ok)
     }
 }
 
