@@ -223,6 +223,9 @@ pub(crate) struct BlockIter {
     value_len: usize,
     ttl_ms: Option<u64>,
     valid: bool,
+    /// The current entry shares its whole row with the entry before it, as its key's shared
+    /// prefix shows: a merge can then skip comparing the row.
+    same_row: bool,
     path: std::sync::Arc<Path>,
     block_offset: u64,
 }
@@ -241,6 +244,7 @@ impl BlockIter {
             value_len: 0,
             ttl_ms: None,
             valid: false,
+            same_row: false,
             path,
             block_offset,
         }
@@ -274,6 +278,12 @@ impl BlockIter {
         self.ttl_ms
     }
 
+    /// True if the last [`BlockIter::advance`] moved within one row (always false after a
+    /// seek, which may land anywhere).
+    pub fn same_row(&self) -> bool {
+        self.same_row
+    }
+
     fn corrupt(&self, reason: &str) -> Error {
         Error::corrupt(&*self.path, self.block_offset, format!("data block: {reason}"))
     }
@@ -296,6 +306,9 @@ impl BlockIter {
         {
             return Err(self.corrupt("entry exceeds block"));
         }
+        // The previous key's row, with its length in front, lies within the shared prefix
+        // (`row_end` is still the previous key's; a cleared key shares nothing).
+        self.same_row = shared >= 2 && shared >= self.row_end;
         self.key.truncate(shared);
         self.key.extend_from_slice(&data[pos..pos + unshared]);
         let Some(k) = decode_key(&self.key) else {
@@ -352,6 +365,7 @@ impl BlockIter {
         while self.valid && self.key_view().cmp_internal(target) == Ordering::Less {
             self.advance()?;
         }
+        self.same_row = false;
         Ok(())
     }
 }
@@ -404,6 +418,39 @@ mod tests {
         let past = k("row9999", 5);
         it.seek(&decode_key(&past).unwrap()).unwrap();
         assert!(!it.valid());
+    }
+
+    #[test]
+    fn the_same_row_flag_follows_the_shared_prefix() {
+        // Rows of three columns, across restart points (every 16th entry stores its whole key).
+        let mut b = BlockBuilder::default();
+        let key = |row: usize, q: u8| {
+            let mut out = Vec::new();
+            let row = format!("row{row:02}");
+            encode_key(&mut out, &KeyView { row: row.as_bytes(), qualifier: &[q], ts: 5, kind: CellType::Put, seq: 1 });
+            out
+        };
+        for row in 0..20 {
+            for q in 0..3 {
+                b.add(&key(row, q), b"v", None);
+            }
+        }
+        let raw = b.finish();
+        let block = Arc::new(Block::parse(raw.into(), Path::new("t"), 0).unwrap());
+        let mut it = BlockIter::new(block, Arc::from(Path::new("t")), 0);
+        it.seek_to_first().unwrap();
+        let mut at = 0;
+        while it.valid() {
+            let restart = at % RESTART_INTERVAL == 0;
+            assert_eq!(it.same_row(), at % 3 != 0 && !restart, "entry {at}");
+            at += 1;
+            it.advance().unwrap();
+        }
+        assert_eq!(at, 60);
+        // A seek may land anywhere: the flag says nothing after one.
+        it.seek(&decode_key(&key(4, 2)).unwrap()).unwrap();
+        assert_eq!(it.key_view().qualifier, &[2]);
+        assert!(!it.same_row());
     }
 
     #[test]

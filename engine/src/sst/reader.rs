@@ -373,6 +373,10 @@ impl CellCursor for SstCursor {
         Ok(())
     }
 
+    fn same_row(&self) -> bool {
+        self.iter.as_ref().is_some_and(|it| it.valid() && it.same_row())
+    }
+
     fn seek(&mut self, target: &KeyView<'_>) -> Result<()> {
         let i = self.reader.find_block(target);
         self.open_block(i)?;
