@@ -6,7 +6,7 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -44,7 +44,9 @@ pub struct EngineOptions {
     pub wal_segment_bytes: u64,
     /// When more WAL segments than this exist, every region is flushed so old ones can go.
     pub max_wal_segments: usize,
-    /// Writes wait while all memstores together hold more than this (default 512 MiB).
+    /// Writes wait while all memstores together hold more than this (default 512 MiB). Past
+    /// 7/8 of it, writes have the region with the largest memstore flushed early, so they
+    /// seldom reach it.
     pub global_memstore_bytes: usize,
     /// Writes to a region wait while its memstores exceed this multiple of
     /// `memstore_flush_bytes` (default 4).
@@ -157,6 +159,9 @@ pub(crate) struct EngineInner {
     /// The memstores' memory: the bytes they hold (the global memstore budget's meter) and
     /// the pool of chunks flushed ones left.
     pub memstore_memory: Arc<MemAccount>,
+    /// A flush was asked for because memstores passed the lower global limit, and none has
+    /// finished since.
+    early_flush_requested: AtomicBool,
     pub background: Arc<Background>,
     _lock: Box<dyn std::any::Any + Send + Sync>,
 }
@@ -356,6 +361,7 @@ impl Engine {
             next_region_id: AtomicU64::new(catalog.next_region_id.max(1)),
             durable: Mutex::new(Durable::of(&catalog)),
             memstore_memory: account,
+            early_flush_requested: AtomicBool::new(false),
             background: Arc::new(Background::default()),
             _lock: lock,
         };
@@ -756,10 +762,22 @@ impl EngineInner {
     }
 
     /// Requests the background work a write makes due: a flush of a region past its memstore
-    /// threshold, and flushes of every region holding data when the log has too many segments.
+    /// threshold; once all memstores together pass the lower global limit, a flush of the
+    /// region whose memstore takes the most (so writes seldom reach the global limit and
+    /// wait); and flushes of every region holding data when the log has too many segments.
     pub fn after_write(&self, table: &str, region: &Region) {
-        if region.memstore_size() > self.opts.memstore_flush_bytes {
-            self.request(table, region, TaskKind::Flush);
+        // Not while the region flushes: the memstore that flush writes out counts no more.
+        if region.flushable_memstore_size().is_some_and(|size| size > self.opts.memstore_flush_bytes) {
+            if region.ask_flush() {
+                self.request(table, region, TaskKind::Flush);
+            }
+        } else if self.memstore_memory.held() > self.lower_global_limit()
+            && !self.early_flush_requested.load(Ordering::Acquire)
+            && !self.early_flush_requested.swap(true, Ordering::AcqRel)
+        {
+            // One region at a time, until a flush finishes: every write past the limit would
+            // otherwise look through every region.
+            self.flush_largest_regions(1);
         }
         if self.wal.segment_count() > self.opts.max_wal_segments {
             for (name, t) in self.tables.read().iter() {
@@ -790,7 +808,7 @@ impl EngineInner {
                 self.request(table, region, TaskKind::Compact);
             }
             if pressure.global_full {
-                self.flush_largest_regions();
+                self.flush_largest_regions(4);
             }
             let started = *stalled_since.get_or_insert_with(Instant::now);
             if started.elapsed() > o.write_stall_timeout {
@@ -814,19 +832,28 @@ impl EngineInner {
         (pressed && !region.is_retired()).then_some(pressure)
     }
 
-    /// Asks for flushes of the regions holding the most memstore data.
-    fn flush_largest_regions(&self) {
+    /// All memstores together past this many bytes have the largest flushed early, before
+    /// writes reach `global_memstore_bytes` and wait (HBase's lower limit, at 7/8 as RocksDB's
+    /// write buffer manager has it).
+    fn lower_global_limit(&self) -> usize {
+        self.opts.global_memstore_bytes / 8 * 7
+    }
+
+    /// Asks for flushes of the `n` regions whose memstores taking writes hold the most.
+    /// Regions with a flush under way are passed over: theirs frees memory when it ends, and
+    /// another would write out only the little that arrived since.
+    fn flush_largest_regions(&self, n: usize) {
         let mut sizes: Vec<(usize, String, Arc<Region>)> = Vec::new();
         for (name, t) in self.tables.read().iter() {
             for r in t.regions() {
-                sizes.push((r.memstore_size(), name.clone(), r));
+                if let Some(size) = r.flushable_memstore_size().filter(|&size| size > 0) {
+                    sizes.push((size, name.clone(), r));
+                }
             }
         }
         sizes.sort_by_key(|s| std::cmp::Reverse(s.0));
-        for (size, name, r) in sizes.into_iter().take(4) {
-            if size > 0 {
-                self.request(&name, &r, TaskKind::Flush);
-            }
+        for (_, name, r) in sizes.into_iter().take(n) {
+            self.request(&name, &r, TaskKind::Flush);
         }
     }
 
@@ -877,6 +904,15 @@ impl EngineInner {
 
     /// Runs one background task. Regions split or dropped meanwhile are skipped.
     pub fn run_task(&self, task: &Task) -> Result<()> {
+        let done = self.run_task_once(task);
+        if task.kind == TaskKind::Flush {
+            // Memory may be back below the lower limit; if not, the next write asks again.
+            self.early_flush_requested.store(false, Ordering::Release);
+        }
+        done
+    }
+
+    fn run_task_once(&self, task: &Task) -> Result<()> {
         let Ok(state) = self.table_state(&task.table) else { return Ok(()) };
         let Some(region) = state.regions().into_iter().find(|r| r.id == task.region) else { return Ok(()) };
         match task.kind {
@@ -960,7 +996,7 @@ impl EngineInner {
     /// split at.
     pub fn split_region(&self, state: &TableState, region: &Arc<Region>, at: Option<Bytes>) -> Result<bool> {
         let ctx = self.file_context();
-        let _m = region.maintenance.lock();
+        let _m = region.maintenance();
         if region.is_retired() {
             return Ok(false);
         }
@@ -1269,5 +1305,98 @@ mod tests {
         let recovered = Engine::open(copy.path(), opts).unwrap();
         assert_rows(&recovered, "x", 0..200);
         assert_rows(&recovered, "y", 0..10);
+    }
+
+    /// A flush of a region goes ahead while a compaction of the same region runs: writes
+    /// waiting on memory wait for the flush, not for the compaction.
+    #[test]
+    fn a_flush_does_not_wait_for_a_compaction_of_its_region() {
+        let dir = tempfile::tempdir().unwrap();
+        let engine = Engine::open(dir.path(), options()).unwrap();
+        let region = create(&engine, "t", 0..100);
+        engine.flush("t").unwrap();
+        let t = engine.table("t").unwrap();
+        for i in 100..200 {
+            t.put(Put::new(row(i)).add("f", "v", format!("value-{i}"))).unwrap();
+        }
+        // As a running compaction does.
+        let compacting = region.compacting.lock();
+        let (done, flushed) = std::sync::mpsc::channel();
+        std::thread::scope(|s| {
+            s.spawn(|| done.send(engine.flush("t")).unwrap());
+            let result = flushed.recv_timeout(Duration::from_secs(30)).expect("the flush waited for the compaction");
+            result.unwrap();
+        });
+        assert_eq!(engine.regions("t").unwrap()[0].files, 2);
+        drop(compacting);
+        engine.compact("t").unwrap();
+        assert_eq!(engine.regions("t").unwrap()[0].files, 1);
+        assert_rows(&engine, "t", 0..200);
+    }
+
+    /// Flushes and compactions of one region running at once lose no row and leave the
+    /// region's files in age order (a newer file's cells win).
+    #[test]
+    fn flushes_and_compactions_of_one_region_interleave_safely() {
+        let dir = tempfile::tempdir().unwrap();
+        let engine = Engine::open(dir.path(), options()).unwrap();
+        create(&engine, "t", 0..0);
+        let t = engine.table("t").unwrap();
+        let stop = std::sync::atomic::AtomicBool::new(false);
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                while !stop.load(Ordering::Relaxed) {
+                    engine.compact("t").unwrap();
+                }
+            });
+            for round in 0..20u32 {
+                // Every round rewrites the rows before it, so a file out of age order shows.
+                for i in 0..(round + 1) * 20 {
+                    t.put(Put::new(row(i)).add("f", "v", format!("value-{i}-{round}"))).unwrap();
+                }
+                engine.flush("t").unwrap();
+            }
+            stop.store(true, Ordering::Relaxed);
+        });
+        // The last round wrote every row.
+        for i in 0..400u32 {
+            let value = t.get(Get::new(row(i))).unwrap().value(b"f", b"v").map(|v| v.to_vec());
+            assert_eq!(value, Some(format!("value-{i}-19").into_bytes()), "{}", row(i));
+        }
+    }
+
+    /// Past 7/8 of the global budget, a write has the region with the largest memstore
+    /// flushed, though no region reached its own flush size.
+    #[test]
+    fn writes_past_the_lower_global_limit_flush_the_largest_region() {
+        let dir = tempfile::tempdir().unwrap();
+        let opts = EngineOptions {
+            memstore_flush_bytes: 64 << 20,
+            global_memstore_bytes: 4 << 20,
+            auto_compact: false,
+            flush_on_close: false,
+            ..EngineOptions::default()
+        };
+        let engine = Engine::open(dir.path(), opts).unwrap();
+        let desc = TableDescriptor::new("t").family(FamilyDescriptor::new("f"));
+        engine.create_table_with_splits(desc, vec![Bytes::from_static(b"m")]).unwrap();
+        let t = engine.table("t").unwrap();
+        let inner = &engine.inner;
+        let value = vec![7u8; 1000];
+        // Rows under "b" (the lower region) three times as often as under "x".
+        let mut i = 0u32;
+        while inner.memstore_memory.held() <= inner.lower_global_limit() {
+            let prefix = if i % 4 == 3 { "x" } else { "b" };
+            t.put(Put::new(format!("{prefix}{i:06}")).add("f", "v", value.clone())).unwrap();
+            i += 1;
+        }
+        assert!(inner.memstore_memory.held() <= inner.opts.global_memstore_bytes, "no write reached the limit");
+        assert!(engine.wait_idle(Duration::from_secs(30)));
+        let files: Vec<usize> = engine.regions("t").unwrap().iter().map(|r| r.files).collect();
+        assert_eq!(files, vec![1, 0], "the lower region, the larger, was flushed alone");
+        for j in 0..i {
+            let prefix = if j % 4 == 3 { "x" } else { "b" };
+            assert!(!t.get(Get::new(format!("{prefix}{j:06}"))).unwrap().is_empty());
+        }
     }
 }

@@ -14,7 +14,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use bytes::Bytes;
-use parking_lot::{Mutex, RwLock};
+use parking_lot::{Mutex, MutexGuard, RwLock};
 
 use crate::cache::BlockCache;
 use crate::cell::KeyView;
@@ -145,8 +145,15 @@ pub(crate) struct Region {
     pub end: Bytes,
     /// Serializes writes (and read-modify-writes) to this region.
     pub write_lock: Mutex<()>,
-    /// Serializes flushes, compactions, splits and schema changes.
-    pub maintenance: Mutex<()>,
+    /// Serializes flushes. Compactions take `compacting` instead, so a long compaction never
+    /// holds up the flush that writes wait for (it only removes files, flushes only add the
+    /// newest); splits and schema changes take both ([`Region::maintenance`]).
+    pub flushing: Mutex<()>,
+    /// Serializes compactions.
+    pub compacting: Mutex<()>,
+    /// A write asked for a flush of the memstores that now take writes; cleared when they are
+    /// frozen, so the writes that arrive before the flush starts do not ask again.
+    flush_asked: AtomicBool,
     visible_seq: AtomicU64,
     /// Odd while a write spanning several regions publishes (see [`Region::publish_together`]).
     publishing: AtomicU64,
@@ -192,7 +199,9 @@ impl Region {
             start,
             end,
             write_lock: Mutex::new(()),
-            maintenance: Mutex::new(()),
+            flushing: Mutex::new(()),
+            compacting: Mutex::new(()),
+            flush_asked: AtomicBool::new(false),
             visible_seq: AtomicU64::new(flushed_seq),
             publishing: AtomicU64::new(0),
             flushed_seq: AtomicU64::new(flushed_seq),
@@ -346,6 +355,22 @@ impl Region {
         self.pressure().0
     }
 
+    /// Bytes held in the memstores writes go to, unless a flush of the region is under way
+    /// (`None`): its frozen memstores are about to be written out, and flushing the region
+    /// again would write only what arrived since.
+    pub fn flushable_memstore_size(&self) -> Option<usize> {
+        let stores = self.stores();
+        if stores.families.iter().any(|s| s.frozen.is_some()) {
+            return None;
+        }
+        Some(stores.families.iter().map(|s| s.active.size()).sum())
+    }
+
+    /// True the first time a write asks for a flush of the memstores taking writes now.
+    pub fn ask_flush(&self) -> bool {
+        !self.flush_asked.swap(true, Ordering::AcqRel)
+    }
+
     /// True if any memstore holds data.
     pub fn has_unflushed(&self) -> bool {
         self.stores().families.iter().any(|s| !s.active.is_empty() || s.frozen.is_some())
@@ -462,6 +487,7 @@ impl Region {
     /// there is nothing to flush.
     fn freeze_locked(&self) -> Option<u64> {
         let mut guard = self.stores.write();
+        self.flush_asked.store(false, Ordering::Release);
         if guard.families.iter().any(|s| s.frozen.is_some()) {
             // A flush that failed left them: retry them alone, at the sequence number they were
             // frozen at. Freezing more now, or claiming today's sequence number, would mark as
@@ -486,7 +512,7 @@ impl Region {
     }
 
     /// Writes the frozen memstores to SSTables and swaps them in; the caller holds
-    /// `maintenance`.
+    /// `flushing`.
     fn write_frozen(&self, ctx: &FileContext<'_>, frozen_seq: u64) -> Result<()> {
         let frozen = self.stores();
         let mut new_files: Vec<(Bytes, Option<Arc<SstReader>>)> = Vec::new();
@@ -518,11 +544,18 @@ impl Region {
     /// Writes every memstore to a new SSTable and swaps it in. Returns true if anything was
     /// flushed; the caller persists the catalog and then trims the log.
     pub fn flush(&self, ctx: &FileContext<'_>) -> Result<bool> {
-        let _m = self.maintenance.lock();
+        let _f = self.flushing.lock();
         self.flush_maintained(ctx)
     }
 
-    /// [`Region::flush`] for a caller already holding `maintenance`.
+    /// Both maintenance locks, for work that must exclude flushes and compactions alike
+    /// (splits, schema changes); always taken in this order.
+    pub fn maintenance(&self) -> (MutexGuard<'_, ()>, MutexGuard<'_, ()>) {
+        let compacting = self.compacting.lock();
+        (compacting, self.flushing.lock())
+    }
+
+    /// [`Region::flush`] for a caller already holding `flushing`.
     pub fn flush_maintained(&self, ctx: &FileContext<'_>) -> Result<bool> {
         let frozen_seq = {
             let _w = self.write_lock.lock();
@@ -534,7 +567,7 @@ impl Region {
         }
     }
 
-    /// Flushes while the caller holds both `maintenance` and the write lock: the last,
+    /// Flushes while the caller holds both maintenance locks and the write lock: the last,
     /// short flush before a split, which must not let writes in.
     pub fn flush_write_locked(&self, ctx: &FileContext<'_>) -> Result<()> {
         // Twice when memstores frozen by a failed flush are written first.
@@ -551,7 +584,7 @@ impl Region {
     /// at time `now`; minor keeps delete markers. Returns the replaced files, which the caller
     /// deletes once neither a region nor the manifest on disk lists them.
     pub fn compact(&self, ctx: &FileContext<'_>, scope: CompactionScope<'_>, now: u64) -> Result<Vec<Arc<SstReader>>> {
-        let _m = self.maintenance.lock();
+        let _c = self.compacting.lock();
         let current = self.stores();
         let mut replaced = Vec::new();
         let mut outputs: Vec<(Bytes, Vec<u64>, Option<Arc<SstReader>>)> = Vec::new();
@@ -573,8 +606,9 @@ impl Region {
         let mut next = (**guard).clone();
         for s in &mut next.families {
             if let Some((_, inputs, out)) = outputs.iter().find(|(n, _, _)| *n == s.name) {
-                // Only this method removes files, under `maintenance`; flushes only prepend, so
-                // the inputs are still adjacent and the output takes their place in age order.
+                // Only this method removes files, under `compacting`; flushes (which may have
+                // run meanwhile) only prepend, so the inputs are still adjacent and the output
+                // takes their place in age order.
                 let at = s.files.iter().position(|f| inputs.contains(&f.id())).unwrap_or(s.files.len());
                 s.files.retain(|f| !inputs.contains(&f.id()));
                 if let Some(o) = out {
@@ -627,7 +661,7 @@ impl Region {
     /// Replaces the family descriptors (add or modify); memstores and files are kept for
     /// families that remain.
     pub fn set_families(&self, families: &[FamilyDescriptor]) {
-        let _m = self.maintenance.lock();
+        let _m = self.maintenance();
         let _w = self.write_lock.lock();
         let mut guard = self.stores.write();
         let mut next = RegionStores::default();
@@ -682,6 +716,15 @@ mod tests {
 
     fn region(id: u64) -> Region {
         Region::new(id, (Bytes::new(), Bytes::new()), &[], Vec::new(), 0, &MemAccount::new(0, usize::MAX))
+    }
+
+    #[test]
+    fn a_flush_is_asked_for_once_until_the_memstores_freeze() {
+        let r = region(1);
+        assert!(r.ask_flush());
+        assert!(!r.ask_flush(), "writes before the flush starts do not ask again");
+        assert_eq!(r.freeze_locked(), None, "nothing to freeze");
+        assert!(r.ask_flush(), "the memstores taking writes after it may ask");
     }
 
     /// A reader never takes its read point while a write spanning several regions is half

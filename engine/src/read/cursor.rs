@@ -308,7 +308,7 @@ mod tests {
     /// A source of `keys`, each valued with `tag`: a memstore, or an SSTable of tiny blocks
     /// (so steps cross blocks and rows alike) written under `dir`.
     enum Input {
-        Mem(Memstore),
+        Mem(Box<Memstore>),
         Sst(Arc<SstReader>),
     }
 
@@ -321,7 +321,7 @@ mod tests {
                 for k in &sorted {
                     m.insert(k, &[tag], None, None);
                 }
-                return Input::Mem(m);
+                return Input::Mem(Box::new(m));
             }
             let path = dir.join(format!("{tag}.sst"));
             let family = FamilyDescriptor::new("f").block_size(64);
