@@ -230,7 +230,7 @@ mod tests {
         let mut raw = vec![0u8; n];
         raw.extend_from_slice(&0u32.to_le_bytes());
         raw.extend_from_slice(&1u32.to_le_bytes());
-        Arc::new(Block::parse(raw.into(), Path::new("t"), 0).unwrap())
+        Arc::new(Block::parse(raw.into(), &Arc::from(Path::new("t")), 0).unwrap())
     }
 
     #[test]

@@ -8,6 +8,7 @@
 
 use std::cmp::Ordering;
 use std::path::Path;
+use std::sync::Arc;
 
 use bytes::Bytes;
 
@@ -166,18 +167,21 @@ pub(crate) fn unframe(framed: &[u8], path: &Path, offset: u64) -> Result<Vec<u8>
     }
 }
 
-/// A decoded, immutable data block.
+/// A decoded, immutable data block, with where it was read from (for the errors its entries
+/// may raise: a cursor moving onto a cached block then takes no other handle).
 #[derive(Debug)]
 pub(crate) struct Block {
     data: Bytes,
     restarts_at: usize,
     num_restarts: usize,
+    path: Arc<Path>,
+    offset: u64,
 }
 
 impl Block {
     /// Parses a block's trailer; entries are validated as they are read.
-    pub fn parse(raw: Bytes, path: &Path, offset: u64) -> Result<Block> {
-        let corrupt = |reason: &str| Error::corrupt(path, offset, reason);
+    pub fn parse(raw: Bytes, path: &Arc<Path>, offset: u64) -> Result<Block> {
+        let corrupt = |reason: &str| Error::corrupt(&**path, offset, reason);
         if raw.len() < 4 {
             return Err(corrupt("data block too short"));
         }
@@ -189,7 +193,7 @@ impl Block {
         if n == 0 {
             return Err(corrupt("data block without restarts"));
         }
-        Ok(Block { data: raw, restarts_at, num_restarts: n })
+        Ok(Block { data: raw, restarts_at, num_restarts: n, path: path.clone(), offset })
     }
 
     /// Bytes the block occupies in memory: its data and the shared `Block` it lives in, each
@@ -209,7 +213,7 @@ impl Block {
 
 /// Position inside a block.
 pub(crate) struct BlockIter {
-    block: std::sync::Arc<Block>,
+    block: Arc<Block>,
     /// Offset of the next entry to decode.
     next_at: usize,
     key: Vec<u8>,
@@ -226,12 +230,10 @@ pub(crate) struct BlockIter {
     /// The current entry shares its whole row with the entry before it, as its key's shared
     /// prefix shows: a merge can then skip comparing the row.
     same_row: bool,
-    path: std::sync::Arc<Path>,
-    block_offset: u64,
 }
 
 impl BlockIter {
-    pub fn new(block: std::sync::Arc<Block>, path: std::sync::Arc<Path>, block_offset: u64) -> Self {
+    pub fn new(block: Arc<Block>) -> Self {
         BlockIter {
             block,
             next_at: 0,
@@ -245,8 +247,6 @@ impl BlockIter {
             ttl_ms: None,
             valid: false,
             same_row: false,
-            path,
-            block_offset,
         }
     }
 
@@ -285,7 +285,7 @@ impl BlockIter {
     }
 
     fn corrupt(&self, reason: &str) -> Error {
-        Error::corrupt(&*self.path, self.block_offset, format!("data block: {reason}"))
+        Error::corrupt(&*self.block.path, self.block.offset, format!("data block: {reason}"))
     }
 
     /// Decodes the entry at `next_at`, or marks the iterator exhausted at the restart array.
@@ -374,7 +374,6 @@ impl BlockIter {
 mod tests {
     use super::*;
     use crate::sst::format::encode_key;
-    use std::sync::Arc;
 
     fn k(row: &str, ts: u64) -> Vec<u8> {
         let mut out = Vec::new();
@@ -394,13 +393,13 @@ mod tests {
         let raw = b.finish();
         let framed = frame(&raw, Compression::Lz4);
         let back = unframe(&framed, Path::new("t"), 0).unwrap();
-        Arc::new(Block::parse(back.into(), Path::new("t"), 0).unwrap())
+        Arc::new(Block::parse(back.into(), &Arc::from(Path::new("t")), 0).unwrap())
     }
 
     #[test]
     fn iterate_and_seek() {
         let block = build(100);
-        let mut it = BlockIter::new(block.clone(), Arc::from(Path::new("t")), 0);
+        let mut it = BlockIter::new(block.clone());
         it.seek_to_first().unwrap();
         let mut n = 0;
         while it.valid() {
@@ -436,8 +435,8 @@ mod tests {
             }
         }
         let raw = b.finish();
-        let block = Arc::new(Block::parse(raw.into(), Path::new("t"), 0).unwrap());
-        let mut it = BlockIter::new(block, Arc::from(Path::new("t")), 0);
+        let block = Arc::new(Block::parse(raw.into(), &Arc::from(Path::new("t")), 0).unwrap());
+        let mut it = BlockIter::new(block);
         it.seek_to_first().unwrap();
         let mut at = 0;
         while it.valid() {

@@ -334,7 +334,7 @@ impl SstCursor {
         self.iter = None;
         if i < self.reader.index.len() {
             let block = self.reader.block(i, self.fill_cache)?;
-            self.iter = Some(BlockIter::new(block, self.reader.path.clone(), self.reader.index[i].handle.offset));
+            self.iter = Some(BlockIter::new(block));
         }
         Ok(())
     }
@@ -399,7 +399,7 @@ impl CellCursor for SstCursor {
         let i = self.reader.find_block(&target);
         if i < index.len() {
             let block = self.reader.block(i, self.fill_cache)?;
-            let mut it = BlockIter::new(block, self.reader.path.clone(), index[i].handle.offset);
+            let mut it = BlockIter::new(block);
             it.seek_to_first()?;
             let mut best: Option<Bytes> = None;
             while it.valid() {
@@ -486,7 +486,7 @@ mod tests {
         (0..reader.index.len())
             .map(|i| {
                 let block = reader.block(i, false).unwrap();
-                let mut it = BlockIter::new(block, path.clone(), 0);
+                let mut it = BlockIter::new(block);
                 it.seek_to_first().unwrap();
                 let first = it.key_view().row.to_vec();
                 let last = decode_key(&reader.index[i].last_key).unwrap().row.to_vec();
