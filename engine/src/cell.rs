@@ -169,8 +169,12 @@ pub struct KeyView<'a> {
 impl KeyView<'_> {
     /// The engine's cell order (see the module docs).
     pub fn cmp_internal(&self, other: &KeyView<'_>) -> Ordering {
-        cmp_bytes(self.row, other.row)
-            .then_with(|| cmp_bytes(self.qualifier, other.qualifier))
+        cmp_bytes(self.row, other.row).then_with(|| self.cmp_within_row(other))
+    }
+
+    /// [`KeyView::cmp_internal`] of two keys of one row.
+    pub fn cmp_within_row(&self, other: &KeyView<'_>) -> Ordering {
+        cmp_bytes(self.qualifier, other.qualifier)
             .then_with(|| other.ts.cmp(&self.ts))
             .then_with(|| other.kind.code().cmp(&self.kind.code()))
             .then_with(|| other.seq.cmp(&self.seq))

@@ -35,7 +35,8 @@ use crate::{Error, Result};
 pub struct EngineOptions {
     /// Block cache budget in bytes (default 256 MiB).
     pub block_cache_bytes: usize,
-    /// A region's memstores are flushed when they exceed this many bytes (default 64 MiB).
+    /// A region's memstores are flushed when those taking writes exceed this many bytes
+    /// (default 64 MiB); writes go on into new ones meanwhile.
     /// Flushed memstores leave up to this much of their memory in a pool for the next ones to
     /// fill (resident meanwhile; memstores and pool together stay within
     /// `global_memstore_bytes`).
@@ -741,8 +742,12 @@ impl EngineInner {
 
     /// Flushes one region (catalog not persisted).
     pub fn flush_region(&self, region: &Region) -> Result<bool> {
-        self.wal.flush_buffer()?;
-        region.flush(&self.file_context())
+        let flushed = self.wal.flush_buffer().and_then(|()| region.flush(&self.file_context()));
+        if flushed.is_err() {
+            // Whatever it froze stays frozen, and counts toward the next write's ask.
+            region.forget_flush_ask();
+        }
+        flushed
     }
 
     /// Flushes every region and persists the catalog (the clean-close path).
@@ -763,21 +768,24 @@ impl EngineInner {
 
     /// Requests the background work a write makes due: a flush of a region past its memstore
     /// threshold; once all memstores together pass the lower global limit, a flush of the
-    /// region whose memstore takes the most (so writes seldom reach the global limit and
-    /// wait); and flushes of every region holding data when the log has too many segments.
+    /// region with the most to flush (so writes seldom reach the global limit and wait); and
+    /// flushes of every region holding data when the log has too many segments.
     pub fn after_write(&self, table: &str, region: &Region) {
-        // Not while the region flushes: the memstore that flush writes out counts no more.
-        if region.flushable_memstore_size().is_some_and(|size| size > self.opts.memstore_flush_bytes) {
-            if region.ask_flush() {
-                self.request(table, region, TaskKind::Flush);
-            }
-        } else if self.memstore_memory.held() > self.lower_global_limit()
+        // Once per memstore, and not while the region flushes: the memstore that flush writes
+        // out counts no more.
+        if region.flushable_memstore_size().is_some_and(|size| size > self.opts.memstore_flush_bytes)
+            && region.ask_flush()
+        {
+            self.request(table, region, TaskKind::Flush);
+        }
+        if self.memstore_memory.held() > self.lower_global_limit()
             && !self.early_flush_requested.load(Ordering::Acquire)
             && !self.early_flush_requested.swap(true, Ordering::AcqRel)
         {
             // One region at a time, until a flush finishes: every write past the limit would
-            // otherwise look through every region.
-            self.flush_largest_regions(1);
+            // otherwise look through every region. Not a small one: past the limit mostly by
+            // flushes under way, memory comes back when they end.
+            self.flush_largest_regions(1, self.opts.global_memstore_bytes / 16);
         }
         if self.wal.segment_count() > self.opts.max_wal_segments {
             for (name, t) in self.tables.read().iter() {
@@ -808,7 +816,7 @@ impl EngineInner {
                 self.request(table, region, TaskKind::Compact);
             }
             if pressure.global_full {
-                self.flush_largest_regions(4);
+                self.flush_largest_regions(4, 1);
             }
             let started = *stalled_since.get_or_insert_with(Instant::now);
             if started.elapsed() > o.write_stall_timeout {
@@ -839,14 +847,14 @@ impl EngineInner {
         self.opts.global_memstore_bytes / 8 * 7
     }
 
-    /// Asks for flushes of the `n` regions whose memstores taking writes hold the most.
+    /// Asks for flushes of the `n` regions with the most to flush, each at least `min` bytes.
     /// Regions with a flush under way are passed over: theirs frees memory when it ends, and
     /// another would write out only the little that arrived since.
-    fn flush_largest_regions(&self, n: usize) {
+    fn flush_largest_regions(&self, n: usize, min: usize) {
         let mut sizes: Vec<(usize, String, Arc<Region>)> = Vec::new();
         for (name, t) in self.tables.read().iter() {
             for r in t.regions() {
-                if let Some(size) = r.flushable_memstore_size().filter(|&size| size > 0) {
+                if let Some(size) = r.flushable_memstore_size().filter(|&size| size >= min.max(1)) {
                     sizes.push((size, name.clone(), r));
                 }
             }
@@ -1334,34 +1342,39 @@ mod tests {
         assert_rows(&engine, "t", 0..200);
     }
 
-    /// Flushes and compactions of one region running at once lose no row and leave the
-    /// region's files in age order (a newer file's cells win).
+    /// Flushes and compactions of one region running at once, as two background workers run
+    /// them, lose no row and keep the region's files in age order (the newest value wins).
     #[test]
     fn flushes_and_compactions_of_one_region_interleave_safely() {
         let dir = tempfile::tempdir().unwrap();
         let engine = Engine::open(dir.path(), options()).unwrap();
-        create(&engine, "t", 0..0);
+        let region = create(&engine, "t", 0..0);
         let t = engine.table("t").unwrap();
-        let stop = std::sync::atomic::AtomicBool::new(false);
+        let inner = &engine.inner;
+        let stop = AtomicBool::new(false);
+        let compactions = AtomicU64::new(0);
         std::thread::scope(|s| {
             s.spawn(|| {
                 while !stop.load(Ordering::Relaxed) {
-                    engine.compact("t").unwrap();
+                    let now = inner.opts.clock.now_ms();
+                    if !region.compact(&inner.file_context(), CompactionScope::All, now).unwrap().is_empty() {
+                        compactions.fetch_add(1, Ordering::Relaxed);
+                    }
                 }
             });
-            for round in 0..20u32 {
+            for round in 0..30u32 {
                 // Every round rewrites the rows before it, so a file out of age order shows.
                 for i in 0..(round + 1) * 20 {
                     t.put(Put::new(row(i)).add("f", "v", format!("value-{i}-{round}"))).unwrap();
                 }
-                engine.flush("t").unwrap();
+                inner.flush_region(&region).unwrap();
             }
             stop.store(true, Ordering::Relaxed);
         });
-        // The last round wrote every row.
-        for i in 0..400u32 {
+        assert!(compactions.load(Ordering::Relaxed) > 0, "some compaction ran beside the flushes");
+        for i in 0..600u32 {
             let value = t.get(Get::new(row(i))).unwrap().value(b"f", b"v").map(|v| v.to_vec());
-            assert_eq!(value, Some(format!("value-{i}-19").into_bytes()), "{}", row(i));
+            assert_eq!(value, Some(format!("value-{i}-29").into_bytes()), "{}", row(i));
         }
     }
 

@@ -355,20 +355,28 @@ impl Region {
         self.pressure().0
     }
 
-    /// Bytes held in the memstores writes go to, unless a flush of the region is under way
-    /// (`None`): its frozen memstores are about to be written out, and flushing the region
-    /// again would write only what arrived since.
+    /// Bytes a flush of the region would write, unless one is under way (`None`): its frozen
+    /// memstores are about to be written out, and flushing the region again would write only
+    /// what arrived since. Memstores a failed flush left frozen count: the next flush retries
+    /// them.
     pub fn flushable_memstore_size(&self) -> Option<usize> {
         let stores = self.stores();
-        if stores.families.iter().any(|s| s.frozen.is_some()) {
+        let frozen = stores.families.iter().any(|s| s.frozen.is_some());
+        if frozen && self.flushing.is_locked() {
             return None;
         }
-        Some(stores.families.iter().map(|s| s.active.size()).sum())
+        let frozen_size: usize = stores.families.iter().filter_map(|s| s.frozen.as_ref()).map(|f| f.size()).sum();
+        Some(stores.families.iter().map(|s| s.active.size()).sum::<usize>() + frozen_size)
     }
 
     /// True the first time a write asks for a flush of the memstores taking writes now.
     pub fn ask_flush(&self) -> bool {
         !self.flush_asked.swap(true, Ordering::AcqRel)
+    }
+
+    /// Lets the next write ask again: the flush asked for failed before it froze anything.
+    pub fn forget_flush_ask(&self) {
+        self.flush_asked.store(false, Ordering::Release);
     }
 
     /// True if any memstore holds data.

@@ -1,16 +1,21 @@
-//! Pins the on-disk formats: a data directory written by format version 1 (manifest, SSTables
-//! with every compression codec and bloom kind, and a WAL holding unflushed writes) is checked
-//! in under `tests/fixtures/format-v1` and must keep opening with the same contents.
+//! Pins the on-disk formats: data directories written by each SSTable format version
+//! (manifest, SSTables with every compression codec and bloom kind, and a WAL holding unflushed
+//! writes) are checked in under `tests/fixtures/format-v<N>` and must keep opening with the
+//! same contents. Version 2 changed the bloom filters' layout.
 //!
-//! Regenerate (only when deliberately changing a format, with a new version number):
+//! Write the current version's directory (only when deliberately changing a format, with a new
+//! version number, keeping the older directories):
 //! `CELLAR_WRITE_FIXTURES=1 cargo test -p cellar-engine --test engine_format_fixtures`.
 
 use std::path::{Path, PathBuf};
 
 use cellar_engine::*;
 
-fn fixture_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/format-v1")
+/// The format version this build writes.
+const CURRENT: u32 = 2;
+
+fn fixture_dir(version: u32) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("tests/fixtures/format-v{version}"))
 }
 
 fn expected() -> Vec<(String, String, u64, String)> {
@@ -57,11 +62,20 @@ fn write_fixture(dir: &Path) {
 
 #[test]
 fn format_v1_fixture_still_opens() {
+    assert_fixture_opens(1);
+}
+
+#[test]
+fn format_v2_fixture_still_opens() {
     if std::env::var_os("CELLAR_WRITE_FIXTURES").is_some() {
-        write_fixture(&fixture_dir());
+        write_fixture(&fixture_dir(CURRENT));
     }
+    assert_fixture_opens(2);
+}
+
+fn assert_fixture_opens(version: u32) {
     let tmp = tempfile::tempdir().unwrap();
-    copy_dir(&fixture_dir(), tmp.path());
+    copy_dir(&fixture_dir(version), tmp.path());
     let engine = Engine::open(tmp.path(), EngineOptions::default()).unwrap();
     let t = engine.table("fixture").unwrap();
     let mut got = Vec::new();

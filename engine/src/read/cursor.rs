@@ -144,7 +144,7 @@ impl<'a> MergeCursor<'a> {
             Ordering::Greater => false,
             Ordering::Equal => {
                 self.ahead_by_row = false;
-                match k.cmp_internal(&rk) {
+                match k.cmp_within_row(&rk) {
                     Ordering::Less => true,
                     Ordering::Equal => i < r,
                     Ordering::Greater => false,

@@ -12,8 +12,11 @@ use crate::cell::{CellType, KeyView};
 
 /// `b"CELLARSS"` read as a little-endian u64.
 pub(crate) const MAGIC: u64 = u64::from_le_bytes(*b"CELLARSS");
-/// Current SSTable format version.
-pub(crate) const FORMAT_VERSION: u32 = 1;
+/// Current SSTable format version. Version 2 writes bloom filters in the cache-local layout
+/// (see `bloom`); version 1 files, whose filters spread their probes, still read.
+pub(crate) const FORMAT_VERSION: u32 = 2;
+/// The oldest version this build reads.
+const OLDEST_FORMAT_VERSION: u32 = 1;
 /// Size of the footer.
 pub(crate) const FOOTER_LEN: usize = 52;
 /// Bytes after the row and qualifier: timestamp, type, sequence.
@@ -109,7 +112,7 @@ impl Footer {
             return Err("footer checksum mismatch".into());
         }
         let version = u32_at(36);
-        if version != FORMAT_VERSION {
+        if !(OLDEST_FORMAT_VERSION..=FORMAT_VERSION).contains(&version) {
             return Err(format!("unsupported SSTable format version {version}"));
         }
         let handle = |i: usize| Handle { offset: u64_at(i), len: u32_at(i + 8) };

@@ -482,7 +482,6 @@ mod tests {
         }
         w.finish().unwrap();
         let reader = SstReader::open(&crate::fs::OsFs, &path, 1, Arc::new(BlockCache::new(1 << 20)), false).unwrap();
-        let path: Arc<Path> = Arc::from(path.as_path());
         (0..reader.index.len())
             .map(|i| {
                 let block = reader.block(i, false).unwrap();
