@@ -816,7 +816,7 @@ impl EngineInner {
                 self.request(table, region, TaskKind::Compact);
             }
             if pressure.global_full {
-                self.flush_largest_regions(4, 1);
+                self.flush_largest_regions(4, 0);
             }
             let started = *stalled_since.get_or_insert_with(Instant::now);
             if started.elapsed() > o.write_stall_timeout {
@@ -847,14 +847,15 @@ impl EngineInner {
         self.opts.global_memstore_bytes / 8 * 7
     }
 
-    /// Asks for flushes of the `n` regions with the most to flush, each at least `min` bytes.
+    /// Asks for flushes of the `n` regions with the most to flush, each holding something and
+    /// at least `min` bytes.
     /// Regions with a flush under way are passed over: theirs frees memory when it ends, and
     /// another would write out only the little that arrived since.
     fn flush_largest_regions(&self, n: usize, min: usize) {
         let mut sizes: Vec<(usize, String, Arc<Region>)> = Vec::new();
         for (name, t) in self.tables.read().iter() {
             for r in t.regions() {
-                if let Some(size) = r.flushable_memstore_size().filter(|&size| size >= min.max(1)) {
+                if let Some(size) = r.flushable_memstore_size().filter(|&size| size > 0 && size >= min) {
                     sizes.push((size, name.clone(), r));
                 }
             }

@@ -66,6 +66,11 @@ impl RegionStores {
     pub fn family(&self, name: &[u8]) -> Option<&Store> {
         self.families.iter().find(|s| s.name.as_ref() == name)
     }
+
+    /// Bytes held in the memstores, frozen ones included.
+    fn memstore_bytes(&self) -> usize {
+        self.families.iter().map(|s| s.active.size() + s.frozen.as_ref().map_or(0, |f| f.size())).sum()
+    }
 }
 
 /// Request counters of a region.
@@ -361,12 +366,8 @@ impl Region {
     /// them.
     pub fn flushable_memstore_size(&self) -> Option<usize> {
         let stores = self.stores();
-        let frozen = stores.families.iter().any(|s| s.frozen.is_some());
-        if frozen && self.flushing.is_locked() {
-            return None;
-        }
-        let frozen_size: usize = stores.families.iter().filter_map(|s| s.frozen.as_ref()).map(|f| f.size()).sum();
-        Some(stores.families.iter().map(|s| s.active.size()).sum::<usize>() + frozen_size)
+        let under_way = stores.families.iter().any(|s| s.frozen.is_some()) && self.flushing.is_locked();
+        (!under_way).then(|| stores.memstore_bytes())
     }
 
     /// True the first time a write asks for a flush of the memstores taking writes now.
@@ -700,9 +701,7 @@ impl Region {
     /// every write).
     pub fn pressure(&self) -> (usize, usize) {
         let stores = self.stores();
-        let memstore =
-            stores.families.iter().map(|s| s.active.size() + s.frozen.as_ref().map_or(0, |f| f.size())).sum();
-        (memstore, stores.families.iter().map(|s| s.files.len()).max().unwrap_or(0))
+        (stores.memstore_bytes(), stores.families.iter().map(|s| s.files.len()).max().unwrap_or(0))
     }
 
     /// True if a background compaction under `policy` would merge files of some family.
