@@ -216,8 +216,11 @@ impl<T> std::fmt::Debug for SkipList<T> {
 pub(crate) struct Inserted<'a, T> {
     /// The new entry.
     pub entry: Entry<'a, T>,
-    /// The entry now before it (`None`: it is the first).
-    pub before: Option<Entry<'a, T>>,
+    /// The entry now before it, if its tag ties the new entry's (`None`: the new entry is the
+    /// first, or the one before has another tag). A caller comparing the two items learns
+    /// all it can from an unequal tag, and the entry before is read only when the tags tie:
+    /// for the first cell of a row its item is a cache miss nobody needs.
+    pub tied_before: Option<Entry<'a, T>>,
     /// Bytes the list allocated for it (new segments now and then; otherwise 0).
     pub allocated: usize,
 }
@@ -315,6 +318,11 @@ impl<T: Tagged> SkipList<T> {
         Some(Entry { list: self, number, node: self.nodes.get(number)?, item: self.item(number)? })
     }
 
+    /// Node `number`'s entry if its tag is `tag`; its item is not read otherwise.
+    fn tied_entry(&self, number: u32, tag: Tag) -> Option<Entry<'_, T>> {
+        self.nodes.get(number).filter(|n| n.tag() == tag).and_then(|_| self.entry(number))
+    }
+
     /// The links out of node `from` (`NONE`: the head's).
     fn links(&self, from: u32) -> &[AtomicU32; MAX_HEIGHT] {
         let node = self.nodes.get(from);
@@ -393,6 +401,7 @@ impl<T: Tagged> SkipList<T> {
         let height = random_height(&mut w.rng);
         let tag = item.tag();
         let (mut prev, mut next) = self.position(&w.splice, tag, &|t: &T| t.cmp(&item));
+        let tied_before = self.tied_entry(prev[0], tag);
         // `allocate` made both slots; nothing else writes them.
         let (Some(node), Some(slot)) = (self.nodes.get(number), self.items.get(number)) else {
             unreachable!("slot {number} was just allocated");
@@ -410,8 +419,9 @@ impl<T: Tagged> SkipList<T> {
         }
         self.len.fetch_add(1, AtomicOrdering::Relaxed);
         // An equal item sits right after the new node: unlink it (its key stayed findable
-        // throughout, through the new node).
-        if let Some(old) = self.entry(next[0]).filter(|old| old.node.tag() == tag && old.item == item) {
+        // throughout, through the new node). The node's tag settles most cases without the
+        // item.
+        if let Some(old) = self.tied_entry(next[0], tag).filter(|old| old.item == item) {
             for level in 0..old.node.height() {
                 let pred = if level < height { number } else { prev[level] };
                 let after = old.node.next[level].load(AtomicOrdering::Acquire);
@@ -420,14 +430,13 @@ impl<T: Tagged> SkipList<T> {
             }
             self.len.fetch_sub(1, AtomicOrdering::Relaxed);
         }
-        let before = self.entry(prev[0]);
         for level in 0..height {
             prev[level] = number;
             next[level] = node.next[level].load(AtomicOrdering::Relaxed);
         }
         // Levels above the new node keep their brackets; the ones below end at it.
         w.splice = Splice { prev, next, valid: true };
-        Inserted { entry: Entry { list: self, number, node, item }, before, allocated }
+        Inserted { entry: Entry { list: self, number, node, item }, tied_before, allocated }
     }
 
     /// The entry [`Entry::handle`] names, if the list holds its node.
@@ -700,13 +709,16 @@ mod tests {
         for k in [10u64, 30, 20] {
             list.insert(k);
         }
-        let inserted = list.insert(25);
-        assert_eq!(inserted.before.map(|e| *e.item()), Some(20));
+        // Tags are a quarter of the number: 20 and 21 tie, 21 and 25 do not.
+        let inserted = list.insert(21);
+        assert_eq!(inserted.tied_before.map(|e| *e.item()), Some(20));
         let handle = inserted.entry.handle();
-        assert_eq!(list.insert(5).before.map(|e| *e.item()), None, "a new first entry has none before it");
-        assert_eq!(list.insert(40).before.map(|e| *e.item()), Some(30));
-        assert_eq!(list.at(handle).map(|e| *e.item()), Some(25));
-        assert_eq!(list.at(handle).and_then(|e| e.next()).map(|e| *e.item()), Some(30));
+        assert_eq!(list.insert(25).tied_before.map(|e| *e.item()), None, "the entry before has another tag");
+        assert_eq!(list.insert(5).tied_before.map(|e| *e.item()), None, "a new first entry has none before it");
+        assert_eq!(list.insert(41).tied_before.map(|e| *e.item()), None);
+        assert_eq!(list.insert(43).tied_before.map(|e| *e.item()), Some(41));
+        assert_eq!(list.at(handle).map(|e| *e.item()), Some(21));
+        assert_eq!(list.at(handle).and_then(|e| e.next()).map(|e| *e.item()), Some(25));
         assert!(list.at(0).is_none() && list.at(1_000).is_none(), "no entry behind other numbers");
     }
 

@@ -237,6 +237,11 @@ impl Memstore {
     }
 
     fn charge(&self, size: usize) {
+        // Most cells allocate nothing beyond their arena bytes: skip two atomic adds, one of
+        // them on the account every memstore shares.
+        if size == 0 {
+            return;
+        }
         self.bytes.fetch_add(size, AtomicOrdering::Relaxed);
         self.account.charge(size);
     }
@@ -277,10 +282,11 @@ impl Memstore {
             arena.put_slice(value);
             arena.split().freeze()
         };
-        let Inserted { entry, before, allocated } = self.map.insert(MemCell { kind: key.kind, bytes });
+        let Inserted { entry, tied_before, allocated } = self.map.insert(MemCell { kind: key.kind, bytes });
         self.charge(allocated);
-        // If the cell now leads its row, the row index points at it.
-        if before.is_none_or(|b| b.tag() != entry.tag() || b.item().view().row != key.row) {
+        // If the cell now leads its row, the row index points at it. A cell before it with
+        // another tag is of another row.
+        if tied_before.is_none_or(|b| b.item().view().row != key.row) {
             let grown = self.rows.lead(key.row, entry.handle(), |h| self.map.at(h).map(|e| e.item().view().row));
             self.charge(grown);
         }
