@@ -321,18 +321,17 @@ impl Region {
         // move while the caller holds the write lock. So one answer serves the whole batch.
         let oldest = std::cell::OnceCell::new();
         let oldest_reader = || *oldest.get_or_init(|| self.pins.oldest(self.visible_seq()));
-        for e in edits {
-            if let Some(store) = stores.family(e.family) {
-                let key = KeyView {
-                    row: e.row,
-                    qualifier: e.qualifier,
-                    ts: e.ts,
-                    kind: e.kind,
-                    seq: first_seq + u64::from(e.seq_offset),
-                };
-                let pruning = Pruning { max_versions: store.desc.max_versions, oldest_reader: &oldest_reader };
-                store.active.insert(&key, e.value, e.ttl_ms, Some(&pruning));
-            }
+        // Writers order edits by family and row (`order_for_apply`): a mutation's cells for
+        // one row of one family go in together.
+        for cells in edits.chunk_by(|a, b| a.family == b.family && a.row == b.row) {
+            let Some(store) = stores.family(cells[0].family) else { continue };
+            let pruning = Pruning { max_versions: store.desc.max_versions, oldest_reader: &oldest_reader };
+            let keyed = cells.iter().map(|e| {
+                let seq = first_seq + u64::from(e.seq_offset);
+                let key = KeyView { row: e.row, qualifier: e.qualifier, ts: e.ts, kind: e.kind, seq };
+                (key, e.value, e.ttl_ms)
+            });
+            store.active.insert_row(keyed, Some(&pruning));
         }
     }
 

@@ -379,6 +379,28 @@ impl<T: Tagged> SkipList<T> {
         self.entry(next[0])
     }
 
+    /// The last entry before the target and the first one not before it (as for
+    /// [`SkipList::lower_bound`]), found by one search.
+    pub fn around(&self, tag: Tag, cmp: impl Fn(&T) -> Ordering) -> (Option<Entry<'_, T>>, Option<Entry<'_, T>>) {
+        let pred = self.descend(NONE, 0..MAX_HEIGHT, tag, &cmp);
+        (self.entry(pred), self.entry(self.next_at(pred, 0)))
+    }
+
+    /// [`SkipList::around`] for the writer, leaving the splice there as
+    /// [`SkipList::lower_bound_splicing`] does.
+    pub fn around_splicing(
+        &self,
+        tag: Tag,
+        cmp: impl Fn(&T) -> Ordering,
+    ) -> (Option<Entry<'_, T>>, Option<Entry<'_, T>>) {
+        let Some(mut w) = self.writer.try_lock() else {
+            return self.around(tag, cmp);
+        };
+        let (prev, next) = self.position(&w.splice, tag, &cmp);
+        w.splice = Splice { prev, next, valid: true };
+        (self.entry(prev[0]), self.entry(next[0]))
+    }
+
     /// The last entry before the target (as for [`SkipList::lower_bound`]).
     pub fn before(&self, tag: Tag, cmp: impl Fn(&T) -> Ordering) -> Option<Entry<'_, T>> {
         self.entry(self.descend(NONE, 0..MAX_HEIGHT, tag, &cmp))

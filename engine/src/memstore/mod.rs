@@ -9,7 +9,13 @@
 //! settle most comparisons without touching the chunk. Compared with owning each row, qualifier and value separately,
 //! this saves allocations on the write path and keeps freed memstores from fragmenting the heap.
 //!
-//! A row index ([`row_index`]) maps each row to its first cell, so a point read lands on its
+//! A put of several columns into a row the memstore does not hold yet (every row of a load)
+//! goes in as one *run*: its cells back to back in the arena, one skiplist node for them all.
+//! Such a row costs one node and one search instead of one of each a column, and a read or a
+//! flush finds its cells side by side. The first later write into the row splits the run into
+//! cells ([`Memstore::split_run`]), so updates, deletes and the pruning below work on cells.
+//!
+//! A row index ([`row_index`]) maps each row to its first item, so a point read lands on its
 //! row (or learns the memstore does not hold it) without a search down the list.
 //!
 //! A write over a column drops the column's versions that no reader can see any more: those
@@ -39,8 +45,13 @@ use crate::Result;
 pub(crate) use account::MemAccount;
 
 /// Encoded cell header: row length (u16), qualifier length (u32), timestamp (u64), sequence
-/// number (u64), TTL flag (u8) and TTL in ms (u64), little-endian; then row, qualifier, value.
-const HEADER_LEN: usize = 31;
+/// number (u64), TTL flag (u8), TTL in ms (u64) and value length (u32), little-endian; then
+/// row, qualifier, value.
+const HEADER_LEN: usize = 35;
+
+/// The most cells a run holds ([`MemCell`]); a put with more goes in a cell at a time (a seek
+/// into a run reads its cells from the first).
+const MAX_RUN: usize = 64;
 
 /// Arena chunks start small (a memstore that sees a handful of writes stays small) and double
 /// up to this size, the size the chunk pool keeps.
@@ -89,41 +100,91 @@ pub(crate) struct Pruning<'a> {
     pub oldest_reader: &'a dyn Fn() -> u64,
 }
 
-/// A cell in the arena: the skiplist's key.
+/// One encoded cell, at the start of a slice of the arena.
+#[derive(Clone, Copy)]
+struct Encoded<'a>(&'a [u8]);
+
+impl<'a> Encoded<'a> {
+    fn row_len(self) -> usize {
+        usize::from(le_u16(self.0))
+    }
+
+    fn qualifier_end(self) -> usize {
+        HEADER_LEN + self.row_len() + le_u32(&self.0[2..]) as usize
+    }
+
+    /// Bytes the cell takes, header included: where the next cell of a run starts.
+    fn len(self) -> usize {
+        self.qualifier_end() + le_u32(&self.0[31..]) as usize
+    }
+
+    fn view(self, kind: CellType) -> KeyView<'a> {
+        let row_end = HEADER_LEN + self.row_len();
+        KeyView {
+            row: &self.0[HEADER_LEN..row_end],
+            qualifier: &self.0[row_end..self.qualifier_end()],
+            ts: le_u64(&self.0[6..]),
+            kind,
+            seq: le_u64(&self.0[14..]),
+        }
+    }
+
+    fn value(self) -> &'a [u8] {
+        &self.0[self.qualifier_end()..self.len()]
+    }
+
+    fn ttl_ms(self) -> Option<u64> {
+        (self.0[22] != 0).then(|| le_u64(&self.0[23..]))
+    }
+}
+
+/// The skiplist's item: one cell in the arena, or a *run*: the cells one put wrote into a row
+/// the memstore did not hold, back to back in one slice (all puts, one sequence number, in
+/// key order). A run orders as its first cell. A load's rows then cost one node each instead
+/// of one a column, and their cells sit together; the first later write to such a row splits
+/// the run into cells ([`Memstore::split_run`]).
 #[derive(Debug)]
 pub(crate) struct MemCell {
+    /// The cell's type; a run's cells are puts.
     kind: CellType,
-    /// Header, row, qualifier and value, in one slice of an arena chunk.
+    /// The encoded cell, or a run's cells, in one slice of an arena chunk.
     bytes: Bytes,
 }
 
 impl MemCell {
-    fn row_len(&self) -> usize {
-        usize::from(le_u16(&self.bytes))
+    /// The cell starting `at` bytes into the item (0: the first).
+    fn cell(&self, at: usize) -> Encoded<'_> {
+        Encoded(&self.bytes[at..])
     }
 
-    fn qualifier_end(&self) -> usize {
-        HEADER_LEN + self.row_len() + le_u32(&self.bytes[2..]) as usize
-    }
-
+    /// The first cell's key: a run's place in the list.
     pub fn view(&self) -> KeyView<'_> {
-        let row_end = HEADER_LEN + self.row_len();
-        KeyView {
-            row: &self.bytes[HEADER_LEN..row_end],
-            qualifier: &self.bytes[row_end..self.qualifier_end()],
-            ts: le_u64(&self.bytes[6..]),
-            kind: self.kind,
-            seq: le_u64(&self.bytes[14..]),
-        }
+        self.cell(0).view(self.kind)
     }
 
-    fn value(&self) -> &[u8] {
-        &self.bytes[self.qualifier_end()..]
+    fn is_run(&self) -> bool {
+        self.cell(0).len() < self.bytes.len()
     }
 
-    fn ttl_ms(&self) -> Option<u64> {
-        (self.bytes[22] != 0).then(|| le_u64(&self.bytes[23..]))
+    /// Offsets of the cells in the item.
+    fn offsets(&self) -> impl Iterator<Item = usize> + '_ {
+        std::iter::successors(Some(0), |&at| Some(at + self.cell(at).len()).filter(|&next| next < self.bytes.len()))
     }
+}
+
+/// True if cells for one row can go in as a run: puts of one mutation (one sequence number),
+/// in strictly increasing key order (a put naming one column twice at one timestamp leaves
+/// the later value, as single inserts do).
+fn is_run<'k>(mut cells: impl Iterator<Item = (KeyView<'k>, &'k [u8], Option<u64>)>) -> bool {
+    let Some((mut last, ..)) = cells.next() else { return false };
+    if last.kind != CellType::Put {
+        return false;
+    }
+    cells.all(|(k, ..)| {
+        let fits = k.kind == CellType::Put && k.seq == last.seq && last.cmp_internal(&k) == Ordering::Less;
+        last = k;
+        fits
+    })
 }
 
 /// A seek target, with its row prefix worked out once.
@@ -187,9 +248,9 @@ pub(crate) struct Memstore {
     map: SkipList<MemCell>,
     /// Where each row starts ([`row_index`]): a point read (and a scan starting at a row the
     /// memstore holds) lands on its row without a search down the list. A write that puts a
-    /// new cell at the front of its row moves the row's entry (a cell replacing an equal one
-    /// there takes its place at the front); nothing else removes a row's first cell, as
-    /// pruning drops only versions behind newer ones.
+    /// new item at the front of its row moves the row's entry (a cell replacing an equal one
+    /// there, or the first cell of a split run, takes its place at the front); nothing else
+    /// removes a row's first item, as pruning drops only versions behind newer ones.
     rows: RowIndex,
     arena: Mutex<Arena>,
     bytes: AtomicUsize,
@@ -199,6 +260,8 @@ pub(crate) struct Memstore {
     /// Set once a delete marker was inserted: only then can a marker change which versions
     /// a write makes invisible.
     has_markers: AtomicBool,
+    /// Set once a run was inserted: until then a write into a row it holds has no run to split.
+    has_runs: AtomicBool,
 }
 
 impl Drop for Memstore {
@@ -225,6 +288,7 @@ impl Memstore {
             account: account.clone(),
             released: AtomicBool::new(false),
             has_markers: AtomicBool::new(false),
+            has_runs: AtomicBool::new(false),
         }
     }
 
@@ -246,45 +310,90 @@ impl Memstore {
         self.account.charge(size);
     }
 
-    /// Inserts a cell, and with `pruning` drops the versions of its column that it leaves no
-    /// reader able to see. Callers hold the region's write lock (or replay the log alone), so
-    /// sizes stay exact and no other write moves the column. The row fits in a u16 length: the
-    /// engine caps rows at 32767 bytes.
-    pub fn insert(&self, key: &KeyView<'_>, value: &[u8], ttl_ms: Option<u64>, pruning: Option<&Pruning<'_>>) {
-        let len = HEADER_LEN + key.row.len() + key.qualifier.len() + value.len();
-        let bytes = {
-            let mut guard = self.arena.lock();
-            let arena = &mut *guard;
-            if arena.tail.capacity() < len {
-                arena.chunk_size = (arena.chunk_size * 2).clamp(FIRST_CHUNK, MAX_CHUNK);
-                let chunk = arena.chunk_size.max(len);
-                let full_size = chunk == MAX_CHUNK;
-                let fresh = if full_size {
-                    self.account.take_chunk().unwrap_or_else(|| BytesMut::with_capacity(chunk))
-                } else {
-                    BytesMut::with_capacity(chunk)
-                };
-                let old = std::mem::replace(&mut arena.tail, fresh);
-                if std::mem::replace(&mut arena.tail_full_size, full_size) {
-                    arena.filled.push(old);
-                }
-                self.charge(chunk);
+    /// Inserts the cells one mutation writes into one row (in key order, as the region applies
+    /// them), and with `pruning` drops the versions of their columns that they leave no reader
+    /// able to see. A put of several cells into a row this memstore does not hold goes in as
+    /// one run; otherwise the cells go in one at a time, after splitting the row's run if it
+    /// is one. Callers hold the region's write lock (or replay the log alone), so sizes stay
+    /// exact and no other write moves the row. The row fits in a u16 length: the engine caps
+    /// rows at 32767 bytes.
+    pub fn insert_row<'k, I>(&self, cells: I, pruning: Option<&Pruning<'_>>)
+    where
+        I: ExactSizeIterator<Item = (KeyView<'k>, &'k [u8], Option<u64>)> + Clone,
+    {
+        let Some((first, ..)) = cells.clone().next() else { return };
+        let row = first.row;
+        if (2..=MAX_RUN).contains(&cells.len()) && is_run(cells.clone()) && self.find_row(row).is_none() {
+            let bytes = self.encode(cells.clone());
+            self.link(MemCell { kind: CellType::Put, bytes }, None);
+            self.has_runs.store(true, AtomicOrdering::Relaxed);
+            return;
+        }
+        if self.has_runs.load(AtomicOrdering::Relaxed) {
+            if let Some(run) = self.find_row(row).filter(|e| e.item().is_run()) {
+                self.split_run(&run);
             }
-            let arena = &mut arena.tail;
+        }
+        for cell in cells {
+            self.insert_cell(&cell.0, cell.1, cell.2, pruning);
+        }
+    }
+
+    /// Inserts one cell, as [`Memstore::insert_row`] does.
+    #[cfg(test)]
+    pub fn insert(&self, key: &KeyView<'_>, value: &[u8], ttl_ms: Option<u64>, pruning: Option<&Pruning<'_>>) {
+        self.insert_row(std::iter::once((*key, value, ttl_ms)), pruning);
+    }
+
+    /// Inserts one cell into a row that is not a run (the caller split it).
+    fn insert_cell(&self, key: &KeyView<'_>, value: &[u8], ttl_ms: Option<u64>, pruning: Option<&Pruning<'_>>) {
+        let bytes = self.encode(std::iter::once((*key, value, ttl_ms)));
+        self.link(MemCell { kind: key.kind, bytes }, pruning);
+    }
+
+    /// Encodes cells back to back into the arena.
+    fn encode<'k>(&self, cells: impl Iterator<Item = (KeyView<'k>, &'k [u8], Option<u64>)> + Clone) -> Bytes {
+        let len: usize = cells.clone().map(|(k, v, _)| HEADER_LEN + k.row.len() + k.qualifier.len() + v.len()).sum();
+        let mut guard = self.arena.lock();
+        let arena = &mut *guard;
+        if arena.tail.capacity() < len {
+            arena.chunk_size = (arena.chunk_size * 2).clamp(FIRST_CHUNK, MAX_CHUNK);
+            let chunk = arena.chunk_size.max(len);
+            let full_size = chunk == MAX_CHUNK;
+            let fresh = if full_size {
+                self.account.take_chunk().unwrap_or_else(|| BytesMut::with_capacity(chunk))
+            } else {
+                BytesMut::with_capacity(chunk)
+            };
+            let old = std::mem::replace(&mut arena.tail, fresh);
+            if std::mem::replace(&mut arena.tail_full_size, full_size) {
+                arena.filled.push(old);
+            }
+            self.charge(chunk);
+        }
+        let arena = &mut arena.tail;
+        for (key, value, ttl_ms) in cells {
             arena.put_u16_le(key.row.len() as u16);
             arena.put_u32_le(key.qualifier.len() as u32);
             arena.put_u64_le(key.ts);
             arena.put_u64_le(key.seq);
             arena.put_u8(u8::from(ttl_ms.is_some()));
             arena.put_u64_le(ttl_ms.unwrap_or(0));
+            arena.put_u32_le(value.len() as u32);
             arena.put_slice(key.row);
             arena.put_slice(key.qualifier);
             arena.put_slice(value);
-            arena.split().freeze()
-        };
-        let Inserted { entry, tied_before, allocated } = self.map.insert(MemCell { kind: key.kind, bytes });
+        }
+        arena.split().freeze()
+    }
+
+    /// Puts an encoded item in the list, points the row index at it if it now leads its row,
+    /// and with `pruning` (a single cell) drops the versions behind it no reader can see.
+    fn link(&self, item: MemCell, pruning: Option<&Pruning<'_>>) {
+        let Inserted { entry, tied_before, allocated } = self.map.insert(item);
         self.charge(allocated);
-        // If the cell now leads its row, the row index points at it. A cell before it with
+        let key = entry.item().view();
+        // If the item now leads its row, the row index points at it. An item before it with
         // another tag is of another row.
         if tied_before.is_none_or(|b| b.item().view().row != key.row) {
             let grown = self.rows.lead(key.row, entry.handle(), |h| self.map.at(h).map(|e| e.item().view().row));
@@ -294,6 +403,28 @@ impl Memstore {
             self.has_markers.store(true, AtomicOrdering::Relaxed);
         } else if let Some(pruning) = pruning {
             self.prune_behind(&entry, pruning);
+        }
+    }
+
+    /// Replaces a run by its cells, one item each, so a write can go in between them. The
+    /// cells go in last to first, each right after the run, and the first replaces the run
+    /// (it orders equal to it). A reader that meets the run and then some of its cells again
+    /// skips those ([`MemCursor`] remembers the run's last cell); none misses a cell. No arena
+    /// bytes are copied: the cells are slices of the run.
+    fn split_run(&self, run: &Entry<'_, MemCell>) {
+        let item = run.item();
+        let offsets: Vec<usize> = item.offsets().collect();
+        for &at in offsets.iter().rev() {
+            let len = item.cell(at).len();
+            self.link(MemCell { kind: CellType::Put, bytes: item.bytes.slice(at..at + len) }, None);
+        }
+    }
+
+    /// The first item of `row`, if this memstore holds the row (of any sequence number).
+    fn find_row(&self, row: &[u8]) -> Option<Entry<'_, MemCell>> {
+        match self.first_of(row) {
+            Ok(first) => first,
+            Err(()) => self.search(&KeyView::first_of_row(row)).filter(|e| e.item().view().row == row),
         }
     }
 
@@ -390,16 +521,16 @@ impl Memstore {
     /// scan running behind a writer (a migration rewriting the rows it just read) went
     /// quadratic in the memstore's size.
     pub fn cursor(&self, read_point: u64) -> MemCursor<'_> {
-        MemCursor { memstore: self, cur: None, read_point, splicing: false, point: false }
+        MemCursor { memstore: self, cur: None, at: 0, shadow: None, read_point, splicing: false, point: false }
     }
 
     /// [`Memstore::cursor`] for a read of one row: a seek to the row's start finds it by the
     /// row index, or nothing.
     pub fn point_cursor(&self, read_point: u64) -> MemCursor<'_> {
-        MemCursor { memstore: self, cur: None, read_point, splicing: false, point: true }
+        MemCursor { memstore: self, cur: None, at: 0, shadow: None, read_point, splicing: false, point: true }
     }
 
-    /// The first cell of `row` by the row index: `Ok(None)` if the memstore does not hold
+    /// The first item of `row` by the row index: `Ok(None)` if the memstore does not hold
     /// the row, `Err(())` if the index cannot tell.
     fn first_of(&self, row: &[u8]) -> Result<Option<Entry<'_, MemCell>>, ()> {
         match self.rows.find(row) {
@@ -420,10 +551,7 @@ impl Memstore {
     /// [`Memstore::writer_cursor`] does.
     pub fn holds_row(&self, row: &[u8], for_writer: bool) -> bool {
         if !for_writer {
-            return match self.first_of(row) {
-                Ok(first) => first.is_some(),
-                Err(()) => self.search(&KeyView::first_of_row(row)).is_some_and(|e| e.item().view().row == row),
-            };
+            return self.find_row(row).is_some();
         }
         let probe = Probe::new(KeyView::first_of_row(row));
         let found = self.map.lower_bound_splicing(probe.prefix, |c| probe.order(c));
@@ -434,7 +562,7 @@ impl Memstore {
     /// an increment): its seeks leave the list's splice where they land, so the inserts that
     /// follow start there.
     pub fn writer_cursor(&self, read_point: u64) -> MemCursor<'_> {
-        MemCursor { memstore: self, cur: None, read_point, splicing: true, point: false }
+        MemCursor { memstore: self, cur: None, at: 0, shadow: None, read_point, splicing: true, point: false }
     }
 }
 
@@ -442,6 +570,12 @@ impl Memstore {
 pub(crate) struct MemCursor<'a> {
     memstore: &'a Memstore,
     cur: Option<Entry<'a, MemCell>>,
+    /// Where the current cell starts in `cur`'s bytes (0 but inside a run).
+    at: usize,
+    /// The last cell of the run the cursor just left: cells up to it that follow are the
+    /// run's own, being split into items of their own ([`Memstore::split_run`]), and are
+    /// skipped.
+    shadow: Option<KeyView<'a>>,
     read_point: u64,
     /// Seeks leave the writer's splice (see [`Memstore::writer_cursor`]).
     splicing: bool,
@@ -449,55 +583,103 @@ pub(crate) struct MemCursor<'a> {
     point: bool,
 }
 
-impl MemCursor<'_> {
-    fn skip_invisible(&mut self) {
-        while let Some(e) = &self.cur {
-            if e.item().view().seq <= self.read_point {
+impl<'a> MemCursor<'a> {
+    fn current(&self) -> Option<(Encoded<'a>, CellType)> {
+        self.cur.map(|e| (e.item().cell(self.at), e.item().kind))
+    }
+
+    /// Moves to the next cell, of the run or of the next item.
+    fn step(&mut self) {
+        let Some(e) = self.cur else { return };
+        let item = e.item();
+        let cell = item.cell(self.at);
+        let next = self.at + cell.len();
+        if next < item.bytes.len() {
+            self.at = next;
+            return;
+        }
+        if item.is_run() {
+            self.shadow = Some(cell.view(item.kind));
+        }
+        self.cur = e.next();
+        self.at = 0;
+    }
+
+    /// Moves past cells this read does not see: newer than its read point, or a split run's
+    /// cells met a second time.
+    fn settle(&mut self) {
+        while let Some((cell, kind)) = self.current() {
+            let key = cell.view(kind);
+            if let Some(shadow) = &self.shadow {
+                if key.cmp_internal(shadow) != Ordering::Greater {
+                    self.step();
+                    continue;
+                }
+                self.shadow = None;
+            }
+            if key.seq <= self.read_point {
                 return;
             }
-            self.cur = e.next();
+            self.step();
         }
+    }
+
+    /// Positions at the first cell at or after `target`, given the last item before it and
+    /// the first item not before it: a run before the target may reach past it.
+    fn land(&mut self, floor: Option<Entry<'a, MemCell>>, ceiling: Option<Entry<'a, MemCell>>, target: &KeyView<'_>) {
+        self.shadow = None;
+        if let Some(run) = floor.filter(|e| e.item().is_run()) {
+            let item = run.item();
+            if let Some(at) = item.offsets().find(|&at| item.cell(at).view(item.kind).cmp_internal(target).is_ge()) {
+                (self.cur, self.at) = (Some(run), at);
+                return;
+            }
+        }
+        (self.cur, self.at) = (ceiling, 0);
     }
 }
 
 impl CellCursor for MemCursor<'_> {
     fn key(&self) -> Option<KeyView<'_>> {
-        self.cur.as_ref().map(|e| e.item().view())
+        self.current().map(|(cell, kind)| cell.view(kind))
     }
 
     fn value(&self) -> &[u8] {
-        self.cur.as_ref().map_or(&[], |e| e.item().value())
+        self.current().map_or(&[], |(cell, _)| cell.value())
     }
 
     fn ttl_ms(&self) -> Option<u64> {
-        self.cur.as_ref().and_then(|e| e.item().ttl_ms())
+        self.current().and_then(|(cell, _)| cell.ttl_ms())
     }
 
     fn next(&mut self) -> Result<()> {
-        if let Some(e) = &self.cur {
-            self.cur = e.next();
-            self.skip_invisible();
-        }
+        self.step();
+        self.settle();
         Ok(())
     }
 
     fn seek(&mut self, target: &KeyView<'_>) -> Result<()> {
         let memstore = self.memstore;
-        self.cur = if self.splicing {
-            let probe = Probe::new(*target);
-            memstore.map.lower_bound_splicing(probe.prefix, |c| probe.order(c))
+        let probe = Probe::new(*target);
+        if self.splicing {
+            let (floor, ceiling) = memstore.map.around_splicing(probe.prefix, |c| probe.order(c));
+            self.land(floor, ceiling, target);
         } else if target.is_first_of_row() {
-            // The row's first cell, by the index; a row the memstore does not hold has no
+            // The row's first item, by the index; a row the memstore does not hold has no
             // cells for a point read, and a scan goes on at the next row there is.
             match memstore.first_of(target.row) {
-                Ok(Some(first)) => Some(first),
-                Ok(None) if self.point => None,
-                Ok(None) | Err(()) => memstore.search(target),
+                Ok(Some(first)) => (self.cur, self.at, self.shadow) = (Some(first), 0, None),
+                Ok(None) if self.point => (self.cur, self.at, self.shadow) = (None, 0, None),
+                Ok(None) | Err(()) => {
+                    let (floor, ceiling) = memstore.map.around(probe.prefix, |c| probe.order(c));
+                    self.land(floor, ceiling, target);
+                }
             }
         } else {
-            memstore.search(target)
-        };
-        self.skip_invisible();
+            let (floor, ceiling) = memstore.map.around(probe.prefix, |c| probe.order(c));
+            self.land(floor, ceiling, target);
+        }
+        self.settle();
         Ok(())
     }
 
@@ -509,8 +691,9 @@ impl CellCursor for MemCursor<'_> {
                 self.memstore.map.before(probe.prefix, |c| probe.order(c))
             }
         };
-        // Skip rows whose every cell is newer than the read point. The row is copied out so a
-        // caller holding it does not pin an arena chunk.
+        // Skip rows whose every cell is newer than the read point (a run's cells share one
+        // sequence number). The row is copied out so a caller holding it does not pin an
+        // arena chunk.
         while let Some(e) = entry {
             let key = e.item().view();
             if key.seq <= self.read_point {
@@ -575,7 +758,7 @@ mod tests {
     fn searched_cells(m: &Memstore, read_point: u64, row: &[u8]) -> Vec<(Vec<u8>, u64, u64)> {
         let mut c = m.cursor(read_point);
         c.cur = m.search(&KeyView::first_of_row(row));
-        c.skip_invisible();
+        c.settle();
         let mut cells = Vec::new();
         while let Some(k) = c.key().filter(|k| k.row == row) {
             cells.push((k.qualifier.to_vec(), k.ts, k.seq));
@@ -665,6 +848,63 @@ mod tests {
         }
     }
 
+    /// Writes by sequence number `seq`: an odd one puts five columns into a new row (a run), an
+    /// even one a newer version of one column of an older row (splitting its run).
+    fn run_or_update(seq: u64) -> Vec<(String, String, u64)> {
+        let k = (seq - 1) / 2;
+        if seq % 2 == 1 {
+            (0..5).map(|c| (format!("row{k:05}"), format!("c{c}"), seq)).collect()
+        } else {
+            vec![(format!("row{:05}", k / 2), "c2".to_string(), seq)]
+        }
+    }
+
+    #[test]
+    fn scans_racing_runs_and_their_splits_see_each_cell_once() {
+        let m = Arc::new(Memstore::new(&MemAccount::new(0, usize::MAX)));
+        let published = Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let done = Arc::new(AtomicBool::new(false));
+        let readers: Vec<_> = (0..2)
+            .map(|_| {
+                let (m, published, done) = (m.clone(), published.clone(), done.clone());
+                std::thread::spawn(move || {
+                    let mut scans = 0;
+                    while !done.load(AtomicOrdering::Acquire) || scans == 0 {
+                        let read_point = published.load(AtomicOrdering::Acquire);
+                        let seen: Vec<(String, String, u64)> = cells_from(&m, read_point, KeyView::first_of_row(b""))
+                            .into_iter()
+                            .map(|(r, q, ts, _)| (r, q, ts))
+                            .collect();
+                        let mut expected: Vec<(String, String, u64)> =
+                            (1..=read_point).flat_map(run_or_update).collect();
+                        // Key order: row, column, newest timestamp first.
+                        expected.sort_by(|a, b| (&a.0, &a.1).cmp(&(&b.0, &b.1)).then(b.2.cmp(&a.2)));
+                        assert_eq!(seen, expected, "at read point {read_point}");
+                        scans += 1;
+                    }
+                })
+            })
+            .collect();
+        for seq in 1..=3_000u64 {
+            let cells = run_or_update(seq);
+            let keyed = cells.iter().map(|(r, q, ts)| {
+                (
+                    KeyView { row: r.as_bytes(), qualifier: q.as_bytes(), ts: *ts, kind: CellType::Put, seq },
+                    &b"v"[..],
+                    None,
+                )
+            });
+            m.insert_row(keyed, None);
+            published.store(seq, AtomicOrdering::Release);
+            std::thread::yield_now();
+        }
+        done.store(true, AtomicOrdering::Release);
+        for r in readers {
+            r.join().expect("reader");
+        }
+        assert!(m.map.len() < 3 * 3_000, "rows not written since their put stay runs");
+    }
+
     /// Rows that share their first 8, 16 or 24 bytes, rows shorter than the prefix, and
     /// rows that differ only by trailing zero bytes (equal zero-padded prefixes) still come out
     /// in byte order.
@@ -723,6 +963,120 @@ mod tests {
             c.next().unwrap();
         }
         out
+    }
+
+    /// A put of `columns` into `row` at timestamp `ts` and sequence number `seq`, applied as
+    /// the region applies a mutation's cells for one row.
+    fn put_row(m: &Memstore, row: &'static str, columns: &[&'static str], ts: u64, seq: u64) {
+        let values: Vec<Vec<u8>> = columns.iter().map(|q| format!("{row}{q}{ts}").into_bytes()).collect();
+        let cells = columns.iter().zip(&values).map(|(q, v)| {
+            let key = KeyView { row: row.as_bytes(), qualifier: q.as_bytes(), ts, kind: CellType::Put, seq };
+            (key, v.as_slice(), None)
+        });
+        m.insert_row(cells, None);
+    }
+
+    /// Every cell a cursor at `read_point` returns from `target` to the end.
+    fn cells_from(m: &Memstore, read_point: u64, target: KeyView<'_>) -> Vec<(String, String, u64, Vec<u8>)> {
+        let mut c = m.cursor(read_point);
+        c.seek(&target).unwrap();
+        let mut out = Vec::new();
+        while let Some(k) = c.key() {
+            let text = |b: &[u8]| String::from_utf8(b.to_vec()).unwrap();
+            out.push((text(k.row), text(k.qualifier), k.ts, c.value().to_vec()));
+            c.next().unwrap();
+        }
+        out
+    }
+
+    #[test]
+    fn a_put_into_a_row_not_held_is_one_run_read_back_cell_by_cell() {
+        let account = MemAccount::new(0, usize::MAX);
+        let m = Memstore::new(&account);
+        put_row(&m, "b", &["c1", "c2", "c3"], 5, 1);
+        put_row(&m, "a", &["c1", "c2"], 5, 2);
+        put_row(&m, "c", &["c1", "c2"], 5, 3);
+        assert_eq!(m.map.len(), 3, "one node a row");
+        let all = cells_from(&m, u64::MAX, KeyView::first_of_row(b""));
+        let names: Vec<String> = all.iter().map(|(r, q, ..)| format!("{r}/{q}")).collect();
+        assert_eq!(names, ["a/c1", "a/c2", "b/c1", "b/c2", "b/c3", "c/c1", "c/c2"]);
+        assert!(all.iter().all(|(r, q, ts, v)| *v == format!("{r}{q}{ts}").into_bytes()), "values follow their cells");
+        // A seek inside a run lands on its first cell at or after the target.
+        let inside = KeyView { row: b"b", qualifier: b"c2", ts: u64::MAX, kind: CellType::Put, seq: u64::MAX };
+        let from_inside = cells_from(&m, u64::MAX, inside);
+        assert_eq!(from_inside.first().map(|(r, q, ..)| (r.as_str(), q.as_str())), Some(("b", "c2")));
+        assert_eq!(from_inside.len(), 4);
+        // Past a run's last cell: the next row.
+        let past = KeyView { row: b"b", qualifier: b"c9", ts: u64::MAX, kind: CellType::Put, seq: u64::MAX };
+        assert_eq!(cells_from(&m, u64::MAX, past).first().map(|(r, ..)| r.as_str()), Some("c"));
+        // Point reads through the row index, and read points, see runs whole or not at all.
+        assert_eq!(row_cells(m.point_cursor(u64::MAX), b"b").len(), 3);
+        assert_eq!(row_cells(m.point_cursor(1), b"a").len(), 0, "written after the read point");
+        assert_eq!(searched_cells(&m, 2, b"b"), row_cells(m.point_cursor(2), b"b"));
+        let mut c = m.cursor(2);
+        assert_eq!(c.prev_row(None).unwrap().as_deref(), Some(&b"b"[..]), "row c is newer than the read point");
+        assert_eq!(c.prev_row(Some(b"b")).unwrap().as_deref(), Some(&b"a"[..]));
+    }
+
+    #[test]
+    fn cells_that_cannot_be_one_run_go_in_one_by_one() {
+        let account = MemAccount::new(0, usize::MAX);
+        let m = Memstore::new(&account);
+        // One column twice at one timestamp: the later value stays, as for single inserts.
+        let key = |q: &'static str| KeyView { row: b"r", qualifier: q.as_bytes(), ts: 1, kind: CellType::Put, seq: 1 };
+        m.insert_row([(key("a"), &b"old"[..], None), (key("a"), &b"new"[..], None)].into_iter(), None);
+        assert_eq!(cells_from(&m, u64::MAX, KeyView::first_of_row(b"r")).len(), 1);
+        assert_eq!(cells_from(&m, u64::MAX, KeyView::first_of_row(b"r"))[0].3, b"new");
+        // A delete marker among the cells.
+        let marker = KeyView { kind: CellType::DeleteColumn, ..key("b") };
+        m.insert_row([(key("c"), &b"v"[..], None), (marker, &b""[..], None)].into_iter(), None);
+        // A row the memstore holds already.
+        put_row(&m, "r", &["d", "e"], 1, 1);
+        assert_eq!(m.map.len(), 5, "every cell its own node");
+        assert!(!m.has_runs.load(AtomicOrdering::Relaxed));
+    }
+
+    #[test]
+    fn a_later_write_splits_the_run_and_keeps_every_version_a_reader_sees() {
+        let account = MemAccount::new(0, usize::MAX);
+        let m = Memstore::new(&account);
+        put_row(&m, "r", &["a", "b", "c"], 5, 1);
+        put_row(&m, "s", &["a", "b"], 5, 2);
+        // A reader that already stands inside the run (read point 2).
+        let mut reader = m.cursor(2);
+        reader.seek(&KeyView::first_of_row(b"r")).unwrap();
+        reader.next().unwrap();
+        assert_eq!(reader.key().map(|k| k.qualifier.to_vec()), Some(b"b".to_vec()));
+        // A newer version of column b: the run becomes cells, the old b stays for older reads.
+        let newer = KeyView { row: b"r", qualifier: b"b", ts: 6, kind: CellType::Put, seq: 3 };
+        let oldest = || 2;
+        m.insert(&newer, b"r-b-6", None, Some(&Pruning { max_versions: 1, oldest_reader: &oldest }));
+        assert_eq!(m.map.len(), 5, "three cells of r, its new version, and the run of s");
+        let mut rest = Vec::new();
+        while let Some(k) = reader.key() {
+            rest.push((String::from_utf8(k.row.to_vec()).unwrap(), String::from_utf8(k.qualifier.to_vec()).unwrap()));
+            reader.next().unwrap();
+        }
+        let expected: Vec<(String, String)> = [("r", "b"), ("r", "c"), ("s", "a"), ("s", "b")]
+            .iter()
+            .map(|(r, q)| (r.to_string(), q.to_string()))
+            .collect();
+        assert_eq!(rest, expected, "each cell once, none of the newer write");
+        let now: Vec<(String, u64)> =
+            cells_from(&m, 3, KeyView::first_of_row(b"r")).into_iter().take(4).map(|(_, q, ts, _)| (q, ts)).collect();
+        assert_eq!(now, [("a".to_string(), 5), ("b".to_string(), 6), ("b".to_string(), 5), ("c".to_string(), 5)]);
+        assert_eq!(row_cells(m.point_cursor(3), b"r"), searched_cells(&m, 3, b"r"), "the index leads to the new front");
+        // Once no reader holds read point 2, the next write over b drops the version split out
+        // of the run (it keeps one published version behind itself).
+        let newest = KeyView { ts: 7, seq: 4, ..newer };
+        let none_older = || 3;
+        m.insert(&newest, b"r-b-7", None, Some(&Pruning { max_versions: 1, oldest_reader: &none_older }));
+        let bs: Vec<u64> = cells_from(&m, u64::MAX, KeyView::first_of_row(b"r"))
+            .into_iter()
+            .filter(|(r, q, ..)| r == "r" && q == "b")
+            .map(|(.., ts, _)| ts)
+            .collect();
+        assert_eq!(bs, [7, 6]);
     }
 
     #[test]

@@ -2,9 +2,9 @@
 //!
 //! A point read (and a scan starting at a row) would otherwise search down the list, and in a
 //! memstore larger than the caches every hop of that search is a cache miss. The index keeps,
-//! per row, the handle of the row's first cell. It stores no key: the row's bytes are in the
-//! cell the handle leads to, so a lookup checks them there (a different row that hashes alike
-//! is then told apart), and two rows that hash alike share a slot marked [`SHARED`], whose
+//! per row, the handle of the row's first item (a cell or a run). It stores no key: the row's
+//! bytes are in the item the handle leads to, so a lookup checks them there (a different row
+//! that hashes alike is then told apart), and two rows that hash alike share a slot marked [`SHARED`], whose
 //! lookups fall back to the search. No allocation per row, nothing for a dropped memstore to
 //! leave scattered over the heap.
 
@@ -30,7 +30,7 @@ pub(crate) enum Start {
     Unknown,
 }
 
-/// Row hash -> the handle of the row's first cell.
+/// Row hash -> the handle of the row's first item.
 #[derive(Default)]
 pub(crate) struct RowIndex {
     /// Keyed per index, so which rows share a slot cannot be chosen from outside.
