@@ -321,8 +321,8 @@ impl Region {
         // move while the caller holds the write lock. So one answer serves the whole batch.
         let oldest = std::cell::OnceCell::new();
         let oldest_reader = || *oldest.get_or_init(|| self.pins.oldest(self.visible_seq()));
-        // Writers order edits by family and row (`order_for_apply`): a mutation's cells for
-        // one row of one family go in together.
+        // Writers order edits by family, row and column (`order_for_apply`): a write's edits
+        // of one row of one family go in together.
         for cells in edits.chunk_by(|a, b| a.family == b.family && a.row == b.row) {
             let Some(store) = stores.family(cells[0].family) else { continue };
             let pruning = Pruning { max_versions: store.desc.max_versions, oldest_reader: &oldest_reader };

@@ -25,14 +25,57 @@ type Rows = Vec<(String, Cells)>;
 
 #[derive(Debug, Clone)]
 enum Op {
-    Put { row: usize, fam: usize, qual: usize, ts: Option<u64>, value: u8, ttl: Option<u64> },
-    DeleteRow { row: usize, ts: Option<u64> },
-    DeleteFamily { row: usize, fam: usize, ts: Option<u64> },
-    DeleteFamilyVersion { row: usize, fam: usize, ts: u64 },
-    DeleteColumn { row: usize, fam: usize, qual: usize, ts: Option<u64> },
-    DeleteVersion { row: usize, fam: usize, qual: usize, ts: Option<u64> },
-    Increment { row: usize, delta: i8 },
-    CheckAndPut { row: usize, expect: Option<u8>, value: u8 },
+    Put {
+        row: usize,
+        fam: usize,
+        qual: usize,
+        ts: Option<u64>,
+        value: u8,
+        ttl: Option<u64>,
+    },
+    /// One put of several columns (family, qualifier), as a record's load writes them.
+    PutColumns {
+        row: usize,
+        columns: Vec<(usize, usize)>,
+        ts: Option<u64>,
+        value: u8,
+        ttl: Option<u64>,
+    },
+    DeleteRow {
+        row: usize,
+        ts: Option<u64>,
+    },
+    DeleteFamily {
+        row: usize,
+        fam: usize,
+        ts: Option<u64>,
+    },
+    DeleteFamilyVersion {
+        row: usize,
+        fam: usize,
+        ts: u64,
+    },
+    DeleteColumn {
+        row: usize,
+        fam: usize,
+        qual: usize,
+        ts: Option<u64>,
+    },
+    DeleteVersion {
+        row: usize,
+        fam: usize,
+        qual: usize,
+        ts: Option<u64>,
+    },
+    Increment {
+        row: usize,
+        delta: i8,
+    },
+    CheckAndPut {
+        row: usize,
+        expect: Option<u8>,
+        value: u8,
+    },
     Advance(u64),
     Flush,
     Split(usize),
@@ -49,6 +92,8 @@ fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
         8 => (row.clone(), fam.clone(), qual.clone(), ts.clone(), 0..4u8, prop::option::weighted(0.15, prop::sample::select(vec![300u64, 5000])))
             .prop_map(|(row, fam, qual, ts, value, ttl)| Op::Put { row, fam, qual, ts, value, ttl }),
+        3 => (row.clone(), prop::sample::subsequence(all_columns(), 2..=4), ts.clone(), 0..4u8, prop::option::weighted(0.15, prop::sample::select(vec![300u64, 5000])))
+            .prop_map(|(row, columns, ts, value, ttl)| Op::PutColumns { row, columns, ts, value, ttl }),
         1 => (row.clone(), ts.clone()).prop_map(|(row, ts)| Op::DeleteRow { row, ts }),
         1 => (row.clone(), fam.clone(), ts.clone()).prop_map(|(row, fam, ts)| Op::DeleteFamily { row, fam, ts }),
         1 => (row.clone(), fam.clone(), prop::sample::select(TS.to_vec())).prop_map(|(row, fam, ts)| Op::DeleteFamilyVersion { row, fam, ts }),
@@ -63,6 +108,11 @@ fn op() -> impl Strategy<Value = Op> {
         1 => Just(Op::MajorCompact),
         1 => Just(Op::Reopen),
     ]
+}
+
+/// Every (family, qualifier) pair.
+fn all_columns() -> Vec<(usize, usize)> {
+    (0..2).flat_map(|fam| (0..QUALS.len()).map(move |qual| (fam, qual))).collect()
 }
 
 fn families() -> [FamilyDescriptor; 2] {
@@ -392,6 +442,24 @@ fn apply(te: &mut TestEngine, model: &mut Model, op: &Op) {
             model.seq += 1;
             model.add(ROWS[row], fam, QUALS[qual], at(ts), CellType::Put, v, ttl);
         }
+        Op::PutColumns { row, ref columns, ts, value, ttl } => {
+            let v = vec![b'v', b'0' + value];
+            let mut p = Put::new(ROWS[row]);
+            for &(fam, qual) in columns {
+                p = match ts {
+                    Some(ts) => p.add_at(fam_name(fam), QUALS[qual], ts, v.clone()),
+                    None => p.add(fam_name(fam), QUALS[qual], v.clone()),
+                };
+            }
+            if let Some(ttl) = ttl {
+                p = p.ttl_ms(ttl);
+            }
+            t.put(p).unwrap();
+            model.seq += 1;
+            for &(fam, qual) in columns {
+                model.add(ROWS[row], fam, QUALS[qual], at(ts), CellType::Put, v.clone(), ttl);
+            }
+        }
         Op::DeleteRow { row, ts } => {
             let d = match ts {
                 Some(ts) => Delete::new(ROWS[row]).at(ts),
@@ -568,6 +636,7 @@ fn hot_op() -> impl Strategy<Value = Op> {
     let ts = prop::option::weighted(0.5, prop::sample::select(TS.to_vec()));
     prop_oneof![
         12 => (0..2usize, 0..2usize, ts.clone(), 0..4u8).prop_map(|(fam, qual, ts, value)| Op::Put { row: 0, fam, qual: qual * qual, ts, value, ttl: None }),
+        2 => (prop::sample::subsequence(all_columns(), 2..=4), ts.clone(), 0..4u8).prop_map(|(columns, ts, value)| Op::PutColumns { row: 0, columns, ts, value, ttl: None }),
         1 => (0..2usize, ts.clone()).prop_map(|(fam, ts)| Op::DeleteColumn { row: 0, fam, qual: 0, ts }),
         1 => (0..2usize, ts.clone()).prop_map(|(fam, ts)| Op::DeleteVersion { row: 0, fam, qual: 0, ts }),
         1 => (0..2usize, prop::sample::select(TS.to_vec())).prop_map(|(fam, ts)| Op::DeleteFamilyVersion { row: 0, fam, ts }),

@@ -643,6 +643,10 @@ mod tests {
                 prop_assert_eq!(lower_bound(&list, p).map(|e| *e.item()), model.range(p..).next().copied());
                 let before = model.range(..p).next_back().copied();
                 prop_assert_eq!(list.before(p.tag(), |i| i.cmp(&p)).map(|e| *e.item()), before);
+                let (floor, ceiling) = list.around(p.tag(), |i| i.cmp(&p));
+                prop_assert_eq!((floor.map(|e| *e.item()), ceiling.map(|e| *e.item())), (before, model.range(p..).next().copied()));
+                let (floor, ceiling) = list.around_splicing(p.tag(), |i| i.cmp(&p));
+                prop_assert_eq!((floor.map(|e| *e.item()), ceiling.map(|e| *e.item())), (before, model.range(p..).next().copied()));
                 if let Some(e) = lower_bound(&list, p) {
                     prop_assert_eq!(e.prev().map(|e| *e.item()), before);
                 }

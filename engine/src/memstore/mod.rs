@@ -5,7 +5,7 @@
 //! Cells live in an arena: each is encoded once, contiguously, into chunks of a few hundred KiB
 //! that are freed together when the memstore is dropped (full-size ones, and the skiplist's
 //! full segments, go to the engine's pool, [`account`], for the next memstore to fill). The skiplist holds a small handle per
-//! cell (a slice of its chunk), and each skiplist node carries the row's first 24 bytes, which
+//! item (a slice of its chunk), and each skiplist node carries the row's first 24 bytes, which
 //! settle most comparisons without touching the chunk. Compared with owning each row, qualifier and value separately,
 //! this saves allocations on the write path and keeps freed memstores from fragmenting the heap.
 //!
@@ -45,8 +45,14 @@ use crate::Result;
 pub(crate) use account::MemAccount;
 
 /// Encoded cell header: row length (u16), qualifier length (u32), timestamp (u64), sequence
-/// number (u64), TTL flag (u8), TTL in ms (u64) and value length (u32), little-endian; then
-/// row, qualifier, value.
+/// number (u64), TTL flag (u8), TTL in ms (u64) and value length (u32), little-endian, at
+/// these offsets; then row, qualifier, value.
+const QUALIFIER_LEN_AT: usize = 2;
+const TS_AT: usize = 6;
+const SEQ_AT: usize = 14;
+const TTL_FLAG_AT: usize = 22;
+const TTL_AT: usize = 23;
+const VALUE_LEN_AT: usize = 31;
 const HEADER_LEN: usize = 35;
 
 /// The most cells a run holds ([`MemCell`]); a put with more goes in a cell at a time (a seek
@@ -110,12 +116,12 @@ impl<'a> Encoded<'a> {
     }
 
     fn qualifier_end(self) -> usize {
-        HEADER_LEN + self.row_len() + le_u32(&self.0[2..]) as usize
+        HEADER_LEN + self.row_len() + le_u32(&self.0[QUALIFIER_LEN_AT..]) as usize
     }
 
     /// Bytes the cell takes, header included: where the next cell of a run starts.
     fn len(self) -> usize {
-        self.qualifier_end() + le_u32(&self.0[31..]) as usize
+        self.qualifier_end() + le_u32(&self.0[VALUE_LEN_AT..]) as usize
     }
 
     fn view(self, kind: CellType) -> KeyView<'a> {
@@ -123,9 +129,9 @@ impl<'a> Encoded<'a> {
         KeyView {
             row: &self.0[HEADER_LEN..row_end],
             qualifier: &self.0[row_end..self.qualifier_end()],
-            ts: le_u64(&self.0[6..]),
+            ts: le_u64(&self.0[TS_AT..]),
             kind,
-            seq: le_u64(&self.0[14..]),
+            seq: le_u64(&self.0[SEQ_AT..]),
         }
     }
 
@@ -134,13 +140,13 @@ impl<'a> Encoded<'a> {
     }
 
     fn ttl_ms(self) -> Option<u64> {
-        (self.0[22] != 0).then(|| le_u64(&self.0[23..]))
+        (self.0[TTL_FLAG_AT] != 0).then(|| le_u64(&self.0[TTL_AT..]))
     }
 }
 
 /// The skiplist's item: one cell in the arena, or a *run*: the cells one put wrote into a row
-/// the memstore did not hold, back to back in one slice (all puts, one sequence number, in
-/// key order). A run orders as its first cell. A load's rows then cost one node each instead
+/// the memstore did not hold, back to back in one slice (all puts, one row, one sequence
+/// number, in key order). A run orders as its first cell. A load's rows then cost one node each instead
 /// of one a column, and their cells sit together; the first later write to such a row splits
 /// the run into cells ([`Memstore::split_run`]).
 #[derive(Debug)]
@@ -172,16 +178,20 @@ impl MemCell {
     }
 }
 
-/// True if cells for one row can go in as a run: puts of one mutation (one sequence number),
-/// in strictly increasing key order (a put naming one column twice at one timestamp leaves
-/// the later value, as single inserts do).
+/// True if cells can go in as a run: puts into one row by one mutation (one sequence number),
+/// in strictly increasing key order. A batch of mutations of one row, or a put naming one
+/// column at several timestamps out of order, goes in a cell at a time instead (where a
+/// column named twice at one timestamp keeps the later value).
 fn is_run<'k>(mut cells: impl Iterator<Item = (KeyView<'k>, &'k [u8], Option<u64>)>) -> bool {
     let Some((mut last, ..)) = cells.next() else { return false };
     if last.kind != CellType::Put {
         return false;
     }
     cells.all(|(k, ..)| {
-        let fits = k.kind == CellType::Put && k.seq == last.seq && last.cmp_internal(&k) == Ordering::Less;
+        let fits = k.kind == CellType::Put
+            && k.seq == last.seq
+            && same_bytes(k.row, last.row)
+            && last.cmp_internal(&k) == Ordering::Less;
         last = k;
         fits
     })
@@ -310,11 +320,11 @@ impl Memstore {
         self.account.charge(size);
     }
 
-    /// Inserts the cells one mutation writes into one row (in key order, as the region applies
-    /// them), and with `pruning` drops the versions of their columns that they leave no reader
-    /// able to see. A put of several cells into a row this memstore does not hold goes in as
-    /// one run; otherwise the cells go in one at a time, after splitting the row's run if it
-    /// is one. Callers hold the region's write lock (or replay the log alone), so sizes stay
+    /// Inserts cells of one row (a write's edits of the row, as the region applies them:
+    /// ordered by column), and with `pruning` drops the versions of their columns that they
+    /// leave no reader able to see. A put of several cells into a row this memstore does not
+    /// hold goes in as one run ([`is_run`]); otherwise the cells go in one at a time, after
+    /// splitting the row's run if it is one. Callers hold the region's write lock (or replay the log alone), so sizes stay
     /// exact and no other write moves the row. The row fits in a u16 length: the engine caps
     /// rows at 32767 bytes.
     pub fn insert_row<'k, I>(&self, cells: I, pruning: Option<&Pruning<'_>>)
@@ -323,6 +333,7 @@ impl Memstore {
     {
         let Some((first, ..)) = cells.clone().next() else { return };
         let row = first.row;
+        debug_assert!(cells.clone().all(|(k, ..)| k.row == row), "insert_row takes the cells of one row");
         if (2..=MAX_RUN).contains(&cells.len()) && is_run(cells.clone()) && self.find_row(row).is_none() {
             let bytes = self.encode(cells.clone());
             self.link(MemCell { kind: CellType::Put, bytes }, None);
@@ -408,9 +419,11 @@ impl Memstore {
 
     /// Replaces a run by its cells, one item each, so a write can go in between them. The
     /// cells go in last to first, each right after the run, and the first replaces the run
-    /// (it orders equal to it). A reader that meets the run and then some of its cells again
-    /// skips those ([`MemCursor`] remembers the run's last cell); none misses a cell. No arena
-    /// bytes are copied: the cells are slices of the run.
+    /// (it orders equal to it). Last to first, every cell after one already in the list is in
+    /// it too: a seek that lands on a split cell finds the rest of the row behind it, and one
+    /// that lands on the run finds every cell inside it. A reader that meets the run and then
+    /// some of its cells again skips those ([`MemCursor`] remembers the run's last cell). No
+    /// arena bytes are copied: the cells are slices of the run.
     fn split_run(&self, run: &Entry<'_, MemCell>) {
         let item = run.item();
         let offsets: Vec<usize> = item.offsets().collect();
@@ -628,7 +641,7 @@ impl<'a> MemCursor<'a> {
     /// the first item not before it: a run before the target may reach past it.
     fn land(&mut self, floor: Option<Entry<'a, MemCell>>, ceiling: Option<Entry<'a, MemCell>>, target: &KeyView<'_>) {
         self.shadow = None;
-        if let Some(run) = floor.filter(|e| e.item().is_run()) {
+        if let Some(run) = floor.filter(|e| e.item().is_run() && e.item().view().row == target.row) {
             let item = run.item();
             if let Some(at) = item.offsets().find(|&at| item.cell(at).view(item.kind).cmp_internal(target).is_ge()) {
                 (self.cur, self.at) = (Some(run), at);
@@ -967,7 +980,7 @@ mod tests {
 
     /// A put of `columns` into `row` at timestamp `ts` and sequence number `seq`, applied as
     /// the region applies a mutation's cells for one row.
-    fn put_row(m: &Memstore, row: &'static str, columns: &[&'static str], ts: u64, seq: u64) {
+    fn put_row(m: &Memstore, row: &str, columns: &[&str], ts: u64, seq: u64) {
         let values: Vec<Vec<u8>> = columns.iter().map(|q| format!("{row}{q}{ts}").into_bytes()).collect();
         let cells = columns.iter().zip(&values).map(|(q, v)| {
             let key = KeyView { row: row.as_bytes(), qualifier: q.as_bytes(), ts, kind: CellType::Put, seq };
@@ -1034,6 +1047,87 @@ mod tests {
         put_row(&m, "r", &["d", "e"], 1, 1);
         assert_eq!(m.map.len(), 5, "every cell its own node");
         assert!(!m.has_runs.load(AtomicOrdering::Relaxed));
+    }
+
+    /// Rows and columns a cursor returns from `target` on, as "row/column" strings.
+    fn names_from(mut c: MemCursor<'_>, target: KeyView<'_>) -> Vec<String> {
+        c.seek(&target).unwrap();
+        let mut out = Vec::new();
+        while let Some(k) = c.key() {
+            out.push(format!("{}/{}", String::from_utf8_lossy(k.row), String::from_utf8_lossy(k.qualifier)));
+            c.next().unwrap();
+        }
+        out
+    }
+
+    /// Every state a split passes through: after each cell it has put in (last to first), the
+    /// readers of every kind see the row's cells once each, in order.
+    #[test]
+    fn each_step_of_a_split_leaves_every_cell_findable_once() {
+        let column =
+            |row: &'static [u8], q: &'static [u8]| KeyView { row, qualifier: q, ts: 5, kind: CellType::Put, seq: 9 };
+        let whole = ["q/a", "q/b", "r/a", "r/b", "r/c", "r/d", "s/a", "s/b"];
+        for linked in 0..=4 {
+            let m = Memstore::new(&MemAccount::new(0, usize::MAX));
+            put_row(&m, "q", &["a", "b"], 5, 1);
+            put_row(&m, "r", &["a", "b", "c", "d"], 5, 1);
+            put_row(&m, "s", &["a", "b"], 5, 1);
+            let mut inside = m.cursor(1);
+            inside.seek(&column(b"r", b"b")).unwrap();
+            let run = m.find_row(b"r").unwrap();
+            let offsets: Vec<usize> = run.item().offsets().collect();
+            for &at in offsets.iter().rev().take(linked) {
+                let len = run.item().cell(at).len();
+                m.link(MemCell { kind: CellType::Put, bytes: run.item().bytes.slice(at..at + len) }, None);
+            }
+            let state = format!("after {linked} of 4 cells");
+            assert_eq!(names_from(m.cursor(1), KeyView::first_of_row(b"")), whole, "{state}");
+            assert_eq!(names_from(m.cursor(1), column(b"r", b"c")), whole[4..], "{state}");
+            assert_eq!(names_from(m.cursor(1), column(b"r", b"e")), whole[6..], "{state}");
+            assert_eq!(names_from(m.writer_cursor(1), column(b"r", b"b")), whole[3..], "{state}");
+            assert_eq!(row_cells(m.point_cursor(1), b"r").len(), 4, "{state}");
+            assert_eq!(m.cursor(1).prev_row(Some(b"s")).unwrap().as_deref(), Some(&b"r"[..]), "{state}");
+            assert_eq!(m.cursor(1).prev_row(Some(b"r")).unwrap().as_deref(), Some(&b"q"[..]), "{state}");
+            let mut rest = Vec::new();
+            while let Some(k) = inside.key() {
+                rest.push(format!("{}/{}", String::from_utf8_lossy(k.row), String::from_utf8_lossy(k.qualifier)));
+                inside.next().unwrap();
+            }
+            assert_eq!(rest, whole[3..], "a cursor that stood inside the run, {state}");
+        }
+    }
+
+    #[test]
+    fn writes_into_a_run_row_of_every_kind_split_it_first() {
+        let account = MemAccount::new(0, usize::MAX);
+        let m = Memstore::new(&account);
+        // A put of more columns.
+        put_row(&m, "r", &["a", "c"], 5, 1);
+        put_row(&m, "r", &["b", "d"], 5, 2);
+        assert_eq!(m.map.len(), 4);
+        assert_eq!(names_from(m.cursor(2), KeyView::first_of_row(b"")), ["r/a", "r/b", "r/c", "r/d"]);
+        // A family delete marker: it sorts first in the row, and pruning sees it.
+        put_row(&m, "s", &["a", "b"], 5, 3);
+        let marker = KeyView { row: b"s", qualifier: b"", ts: 6, kind: CellType::DeleteFamily, seq: 4 };
+        m.insert(&marker, b"", None, None);
+        assert!(m.has_markers() && m.row_has_family_marker(b"s"));
+        assert_eq!(names_from(m.cursor(4), KeyView::first_of_row(b"s")), ["s/", "s/a", "s/b"]);
+        // A run takes at most MAX_RUN cells; a larger put goes in a cell at a time.
+        let names: Vec<String> = (0..=MAX_RUN).map(|i| format!("c{i:03}")).collect();
+        let columns: Vec<&str> = names.iter().map(String::as_str).collect();
+        put_row(&m, "t", &columns[..MAX_RUN], 5, 5);
+        put_row(&m, "u", &columns, 5, 6);
+        assert_eq!(m.map.len(), 4 + 3 + 1 + MAX_RUN + 1);
+        // Cells of a run keep their own time to live.
+        let ttl = |q: &'static [u8]| {
+            (KeyView { row: b"v", qualifier: q, ts: 5, kind: CellType::Put, seq: 7 }, &b"x"[..], Some(60_000))
+        };
+        m.insert_row([ttl(b"a"), ttl(b"b")].into_iter(), None);
+        let mut c = m.cursor(7);
+        c.seek(&KeyView::first_of_row(b"v")).unwrap();
+        assert_eq!((c.ttl_ms(), c.value()), (Some(60_000), &b"x"[..]));
+        c.next().unwrap();
+        assert_eq!((c.key().map(|k| k.qualifier), c.ttl_ms()), (Some(&b"b"[..]), Some(60_000)));
     }
 
     #[test]

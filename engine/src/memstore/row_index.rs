@@ -21,7 +21,7 @@ const BUCKET_BYTES: usize = std::mem::size_of::<(u64, u32)>() + 1;
 
 /// Where a lookup says a row starts.
 pub(crate) enum Start {
-    /// At the cell with this handle, if that cell is of the row; if not, the memstore does not
+    /// At the item with this handle, if that item is of the row; if not, the memstore does not
     /// hold the row.
     At(u32),
     /// The memstore does not hold the row.
@@ -45,7 +45,7 @@ impl std::fmt::Debug for RowIndex {
 }
 
 impl RowIndex {
-    /// Records that the cell `handle` now leads `row`; `row_of(h)` reads the row the cell
+    /// Records that the item `handle` now leads `row`; `row_of(h)` reads the row the item
     /// with handle `h` belongs to. Returns the bytes the table grew by (it grows by doubling,
     /// and readers wait while it does: a copy of its buckets, no key hashed again). Called by
     /// the one writer.
