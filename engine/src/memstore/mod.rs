@@ -334,16 +334,19 @@ impl Memstore {
         let Some((first, ..)) = cells.clone().next() else { return };
         let row = first.row;
         debug_assert!(cells.clone().all(|(k, ..)| k.row == row), "insert_row takes the cells of one row");
-        if (2..=MAX_RUN).contains(&cells.len()) && is_run(cells.clone()) && self.find_row(row).is_none() {
-            let bytes = self.encode(cells.clone());
-            self.link(MemCell { kind: CellType::Put, bytes }, None);
-            self.has_runs.store(true, AtomicOrdering::Relaxed);
-            return;
-        }
-        if self.has_runs.load(AtomicOrdering::Relaxed) {
-            if let Some(run) = self.find_row(row).filter(|e| e.item().is_run()) {
-                self.split_run(&run);
+        let runs = (2..=MAX_RUN).contains(&cells.len()) && is_run(cells.clone());
+        // Whether the memstore holds the row matters only to a put that could be a run, or
+        // once there are runs to split.
+        let held = if runs || self.has_runs.load(AtomicOrdering::Relaxed) { self.find_row(row) } else { None };
+        match held {
+            None if runs => {
+                let bytes = self.encode(cells.clone());
+                self.link(MemCell { kind: CellType::Put, bytes }, None);
+                self.has_runs.store(true, AtomicOrdering::Relaxed);
+                return;
             }
+            Some(first) if first.item().is_run() => self.split_run(&first),
+            _ => {}
         }
         for cell in cells {
             self.insert_cell(&cell.0, cell.1, cell.2, pruning);
