@@ -424,6 +424,17 @@ impl<T: Tagged> SkipList<T> {
         let tag = item.tag();
         let (mut prev, mut next) = self.position(&w.splice, tag, &|t: &T| t.cmp(&item));
         let tied_before = self.tied_entry(prev[0], tag);
+        // An equal item right after the target is replaced: the new node takes over its links,
+        // so at every level its predecessor's link moves from the old node to the new one in
+        // one store, and a reader passes through one of them, never both. (A reader already on
+        // the old node goes on from it as before.) The node's tag settles most cases without
+        // the item.
+        let replaced = self.tied_entry(next[0], tag).filter(|old| *old.item == item);
+        if let Some(old) = &replaced {
+            for (level, link) in old.node.next.iter().enumerate().take(old.node.height()) {
+                next[level] = link.load(AtomicOrdering::Acquire);
+            }
+        }
         // `allocate` made both slots; nothing else writes them.
         let (Some(node), Some(slot)) = (self.nodes.get(number), self.items.get(number)) else {
             unreachable!("slot {number} was just allocated");
@@ -439,18 +450,16 @@ impl<T: Tagged> SkipList<T> {
         for (level, &pred) in prev.iter().enumerate().take(height) {
             self.links(pred)[level].store(number, AtomicOrdering::Release);
         }
-        self.len.fetch_add(1, AtomicOrdering::Relaxed);
-        // An equal item sits right after the new node: unlink it (its key stayed findable
-        // throughout, through the new node). The node's tag settles most cases without the
-        // item.
-        if let Some(old) = self.tied_entry(next[0], tag).filter(|old| old.item == item) {
-            for level in 0..old.node.height() {
-                let pred = if level < height { number } else { prev[level] };
-                let after = old.node.next[level].load(AtomicOrdering::Acquire);
-                self.links(pred)[level].store(after, AtomicOrdering::Release);
-                next[level] = after;
+        match &replaced {
+            // Above the new node's height the old one is unlinked.
+            Some(old) => {
+                for level in height..old.node.height() {
+                    self.links(prev[level])[level].store(next[level], AtomicOrdering::Release);
+                }
             }
-            self.len.fetch_sub(1, AtomicOrdering::Relaxed);
+            None => {
+                self.len.fetch_add(1, AtomicOrdering::Relaxed);
+            }
         }
         for level in 0..height {
             prev[level] = number;
