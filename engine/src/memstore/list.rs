@@ -364,21 +364,6 @@ impl<T: Tagged> SkipList<T> {
         self.entry(self.next_at(pred, 0))
     }
 
-    /// [`SkipList::lower_bound`] for the writer, which then inserts next to the target: the
-    /// search leaves the splice there, so those inserts start from it instead of searching
-    /// again. A plain search if another writer holds the list.
-    /// Like an insert, it starts from the splice where that still brackets the target: a
-    /// second search for the same row (a read's seek after a check for the row) is a few
-    /// comparisons.
-    pub fn lower_bound_splicing(&self, tag: Tag, cmp: impl Fn(&T) -> Ordering) -> Option<Entry<'_, T>> {
-        let Some(mut w) = self.writer.try_lock() else {
-            return self.lower_bound(tag, cmp);
-        };
-        let (prev, next) = self.position(&w.splice, tag, &cmp);
-        w.splice = Splice { prev, next, valid: true };
-        self.entry(next[0])
-    }
-
     /// The last entry before the target and the first one not before it (as for
     /// [`SkipList::lower_bound`]), found by one search.
     pub fn around(&self, tag: Tag, cmp: impl Fn(&T) -> Ordering) -> (Option<Entry<'_, T>>, Option<Entry<'_, T>>) {
@@ -386,8 +371,11 @@ impl<T: Tagged> SkipList<T> {
         (self.entry(pred), self.entry(self.next_at(pred, 0)))
     }
 
-    /// [`SkipList::around`] for the writer, leaving the splice there as
-    /// [`SkipList::lower_bound_splicing`] does.
+    /// [`SkipList::around`] for the writer, which then inserts next to the target: the search
+    /// leaves the splice there, so those inserts start from it instead of searching again. A
+    /// plain search if another writer holds the list. Like an insert, it starts from the
+    /// splice where that still brackets the target: a second search for the same row (a
+    /// read's seek after a check for the row) is a few comparisons.
     pub fn around_splicing(
         &self,
         tag: Tag,
@@ -640,7 +628,7 @@ mod tests {
                         model.remove(&k);
                     }
                     Op::Seek(k) => {
-                        let found = list.lower_bound_splicing(k.tag(), |i| i.cmp(&k)).map(|e| *e.item());
+                        let found = list.around_splicing(k.tag(), |i| i.cmp(&k)).1.map(|e| *e.item());
                         prop_assert_eq!(found, model.range(k..).next().copied());
                     }
                 }

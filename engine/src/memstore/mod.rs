@@ -570,7 +570,7 @@ impl Memstore {
             return self.find_row(row).is_some();
         }
         let probe = Probe::new(KeyView::first_of_row(row));
-        let found = self.map.lower_bound_splicing(probe.prefix, |c| probe.order(c));
+        let (_, found) = self.map.around_splicing(probe.prefix, |c| probe.order(c));
         found.is_some_and(|e| e.item().view().row == row)
     }
 
@@ -677,24 +677,18 @@ impl CellCursor for MemCursor<'_> {
     fn seek(&mut self, target: &KeyView<'_>) -> Result<()> {
         let memstore = self.memstore;
         let probe = Probe::new(*target);
-        if self.splicing {
-            let (floor, ceiling) = memstore.map.around_splicing(probe.prefix, |c| probe.order(c));
-            self.land(floor, ceiling, target);
-        } else if target.is_first_of_row() {
-            // The row's first item, by the index; a row the memstore does not hold has no
-            // cells for a point read, and a scan goes on at the next row there is.
-            match memstore.first_of(target.row) {
-                Ok(Some(first)) => (self.cur, self.at, self.shadow) = (Some(first), 0, None),
-                Ok(None) if self.point => (self.cur, self.at, self.shadow) = (None, 0, None),
-                Ok(None) | Err(()) => {
-                    let (floor, ceiling) = memstore.map.around(probe.prefix, |c| probe.order(c));
-                    self.land(floor, ceiling, target);
-                }
-            }
+        let (floor, ceiling) = if self.splicing {
+            memstore.map.around_splicing(probe.prefix, |c| probe.order(c))
         } else {
-            let (floor, ceiling) = memstore.map.around(probe.prefix, |c| probe.order(c));
-            self.land(floor, ceiling, target);
-        }
+            // A row's start comes from the index; a row the memstore does not hold has no
+            // cells for a point read, and a scan goes on at the next row there is.
+            match target.is_first_of_row().then(|| memstore.first_of(target.row)) {
+                Some(Ok(Some(first))) => (None, Some(first)),
+                Some(Ok(None)) if self.point => (None, None),
+                _ => memstore.map.around(probe.prefix, |c| probe.order(c)),
+            }
+        };
+        self.land(floor, ceiling, target);
         self.settle();
         Ok(())
     }
