@@ -224,13 +224,14 @@ impl BlockCache {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::sst::block::EntryKeys;
     use std::path::Path;
 
     fn block(n: usize) -> Arc<Block> {
         let mut raw = vec![0u8; n];
         raw.extend_from_slice(&0u32.to_le_bytes());
         raw.extend_from_slice(&1u32.to_le_bytes());
-        Arc::new(Block::parse(raw.into(), &Arc::from(Path::new("t")), 0).unwrap())
+        Arc::new(Block::parse(raw.into(), EntryKeys::SharedTails, &Arc::from(Path::new("t")), 0).unwrap())
     }
 
     #[test]

@@ -1,10 +1,18 @@
 //! Data blocks: cells with prefix-compressed keys and restart points, plus the on-disk framing
 //! (codec byte, optional compression, CRC32C) every block uses.
 //!
-//! Entry: `shared varint | unshared varint | value_len varint | ttl varint (0 = none, else
-//! ttl+1) | key suffix | value`. Every [`RESTART_INTERVAL`]th entry stores its whole key; the
+//! Entry: `prefix varint | unshared varint | value_len varint | ttl varint (0 = none, else
+//! ttl+1) | key bytes | value`. Every [`RESTART_INTERVAL`]th entry stores its whole key; the
 //! block ends with the restart offsets (u32 LE each) and their count (u32 LE), so a seek
 //! binary-searches restarts and then walks at most a few entries.
+//!
+//! What `prefix` holds depends on the file's format version ([`EntryKeys`]). Before version 3
+//! it is the length of the prefix the key shares with the previous entry's, and the key bytes
+//! are the rest of the key. From version 3 it is that length shifted left by one, and its low
+//! bit says the entry's key tail (timestamp, type, sequence; [`KEY_TAIL`] bytes) equals the
+//! previous entry's and is left out: the key bytes then stop before the tail. The cells of one
+//! put share their tail, so a ten-column row stores it once rather than ten times, as HBase's
+//! FAST_DIFF encoding does with timestamps and types.
 
 use std::cmp::Ordering;
 use std::path::Path;
@@ -23,9 +31,29 @@ pub(crate) const RESTART_INTERVAL: usize = 16;
 /// Largest uncompressed block the reader accepts; guards allocations against corrupt lengths.
 const MAX_BLOCK_LEN: usize = 64 * 1024 * 1024;
 
+/// How a block's entries store their keys, which the file's format version decides.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum EntryKeys {
+    /// Every entry stores its key's tail (format versions 1 and 2).
+    WholeTails,
+    /// An entry whose key tail equals the previous entry's leaves it out (version 3 on).
+    SharedTails,
+}
+
+impl EntryKeys {
+    /// The layout files of format `version` use.
+    pub fn of_version(version: u32) -> EntryKeys {
+        if version >= 3 {
+            EntryKeys::SharedTails
+        } else {
+            EntryKeys::WholeTails
+        }
+    }
+}
+
 /// Builds one data block.
-#[derive(Default)]
 pub(crate) struct BlockBuilder {
+    keys: EntryKeys,
     buf: Vec<u8>,
     restarts: Vec<u32>,
     last_key: Vec<u8>,
@@ -33,19 +61,40 @@ pub(crate) struct BlockBuilder {
 }
 
 impl BlockBuilder {
+    pub fn new(keys: EntryKeys) -> Self {
+        BlockBuilder { keys, buf: Vec::new(), restarts: Vec::new(), last_key: Vec::new(), count: 0 }
+    }
+
     /// Appends an entry; `key` is an encoded key greater than the previous one.
     pub fn add(&mut self, key: &[u8], value: &[u8], ttl_ms: Option<u64>) {
-        let shared = if self.count.is_multiple_of(RESTART_INTERVAL) {
+        let restart = self.count.is_multiple_of(RESTART_INTERVAL);
+        if restart {
             self.restarts.push(self.buf.len() as u32);
-            0
-        } else {
-            key.iter().zip(&self.last_key).take_while(|(a, b)| a == b).count()
+        }
+        let common = if restart { 0 } else { key.iter().zip(&self.last_key).take_while(|(a, b)| a == b).count() };
+        // The key bytes stored are `key[shared..end]`.
+        let (prefix, shared, end) = match self.keys {
+            EntryKeys::WholeTails => (common, common, key.len()),
+            EntryKeys::SharedTails => {
+                let head = key.len().saturating_sub(KEY_TAIL);
+                let last_head = self.last_key.len().saturating_sub(KEY_TAIL);
+                let same_tail = !restart
+                    && key.len() >= KEY_TAIL
+                    && self.last_key.len() >= KEY_TAIL
+                    && key[head..] == self.last_key[last_head..];
+                if same_tail {
+                    let shared = common.min(head);
+                    ((shared << 1) | 1, shared, head)
+                } else {
+                    (common << 1, common, key.len())
+                }
+            }
         };
-        put_varint(&mut self.buf, shared as u64);
-        put_varint(&mut self.buf, (key.len() - shared) as u64);
+        put_varint(&mut self.buf, prefix as u64);
+        put_varint(&mut self.buf, (end - shared) as u64);
         put_varint(&mut self.buf, value.len() as u64);
         put_varint(&mut self.buf, ttl_ms.map_or(0, |t| t.saturating_add(1)));
-        self.buf.extend_from_slice(&key[shared..]);
+        self.buf.extend_from_slice(&key[shared..end]);
         self.buf.extend_from_slice(value);
         self.last_key.clear();
         self.last_key.extend_from_slice(key);
@@ -172,6 +221,7 @@ pub(crate) fn unframe(framed: &[u8], path: &Path, offset: u64) -> Result<Vec<u8>
 #[derive(Debug)]
 pub(crate) struct Block {
     data: Bytes,
+    keys: EntryKeys,
     restarts_at: usize,
     num_restarts: usize,
     path: Arc<Path>,
@@ -180,7 +230,7 @@ pub(crate) struct Block {
 
 impl Block {
     /// Parses a block's trailer; entries are validated as they are read.
-    pub fn parse(raw: Bytes, path: &Arc<Path>, offset: u64) -> Result<Block> {
+    pub fn parse(raw: Bytes, keys: EntryKeys, path: &Arc<Path>, offset: u64) -> Result<Block> {
         let corrupt = |reason: &str| Error::corrupt(&**path, offset, reason);
         if raw.len() < 4 {
             return Err(corrupt("data block too short"));
@@ -193,7 +243,7 @@ impl Block {
         if n == 0 {
             return Err(corrupt("data block without restarts"));
         }
-        Ok(Block { data: raw, restarts_at, num_restarts: n, path: path.clone(), offset })
+        Ok(Block { data: raw, keys, restarts_at, num_restarts: n, path: path.clone(), offset })
     }
 
     /// Bytes the block occupies in memory: its data and the shared `Block` it lives in, each
@@ -297,11 +347,16 @@ impl BlockIter {
         }
         let mut pos = self.next_at;
         let mut field = || get_varint(data, &mut pos).ok_or_else(|| self.corrupt("truncated entry header"));
-        let shared = field()? as usize;
+        let prefix = field()? as usize;
         let unshared = field()? as usize;
         let value_len = field()? as usize;
         let ttl = field()?;
+        let (shared, tail_left_out) = match self.block.keys {
+            EntryKeys::WholeTails => (prefix, false),
+            EntryKeys::SharedTails => (prefix >> 1, prefix & 1 == 1),
+        };
         if shared > self.key.len()
+            || (tail_left_out && self.key.len() < KEY_TAIL)
             || pos.checked_add(unshared).and_then(|p| p.checked_add(value_len)).is_none_or(|end| end > data.len())
         {
             return Err(self.corrupt("entry exceeds block"));
@@ -309,8 +364,16 @@ impl BlockIter {
         // The previous key's row, with its length in front, lies within the shared prefix
         // (`row_end` is still the previous key's; a cleared key shares nothing).
         self.same_row = shared >= 2 && shared >= self.row_end;
-        self.key.truncate(shared);
-        self.key.extend_from_slice(&data[pos..pos + unshared]);
+        if tail_left_out {
+            let mut tail = [0u8; KEY_TAIL];
+            tail.copy_from_slice(&self.key[self.key.len() - KEY_TAIL..]);
+            self.key.truncate(shared);
+            self.key.extend_from_slice(&data[pos..pos + unshared]);
+            self.key.extend_from_slice(&tail);
+        } else {
+            self.key.truncate(shared);
+            self.key.extend_from_slice(&data[pos..pos + unshared]);
+        }
         let Some(k) = decode_key(&self.key) else {
             return Err(self.corrupt("malformed key"));
         };
@@ -336,11 +399,12 @@ impl BlockIter {
         let data = &self.block.data[..self.block.restarts_at];
         let mut pos = self.block.restart(i);
         let mut field = || get_varint(data, &mut pos).ok_or_else(|| self.corrupt("truncated restart entry"));
-        let (shared, unshared) = (field()?, field()? as usize);
+        // A zero prefix means the whole key, tail included, in either layout.
+        let (prefix, unshared) = (field()?, field()? as usize);
         let (_value_len, _ttl) = (field()?, field()?);
         let key = pos.checked_add(unshared).and_then(|end| data.get(pos..end));
         match key {
-            Some(key) if shared == 0 => decode_key(key).ok_or_else(|| self.corrupt("malformed restart key")),
+            Some(key) if prefix == 0 => decode_key(key).ok_or_else(|| self.corrupt("malformed restart key")),
             _ => Err(self.corrupt("bad restart entry")),
         }
     }
@@ -381,8 +445,14 @@ mod tests {
         out
     }
 
-    fn build(n: usize) -> Arc<Block> {
-        let mut b = BlockBuilder::default();
+    const LAYOUTS: [EntryKeys; 2] = [EntryKeys::WholeTails, EntryKeys::SharedTails];
+
+    fn parse(raw: Vec<u8>, keys: EntryKeys) -> Arc<Block> {
+        Arc::new(Block::parse(raw.into(), keys, &Arc::from(Path::new("t")), 0).unwrap())
+    }
+
+    fn build(n: usize, keys: EntryKeys) -> Arc<Block> {
+        let mut b = BlockBuilder::new(keys);
         for i in 0..n {
             b.add(
                 &k(&format!("row{i:04}"), 5),
@@ -392,64 +462,137 @@ mod tests {
         }
         let raw = b.finish();
         let framed = frame(&raw, Compression::Lz4);
-        let back = unframe(&framed, Path::new("t"), 0).unwrap();
-        Arc::new(Block::parse(back.into(), &Arc::from(Path::new("t")), 0).unwrap())
+        parse(unframe(&framed, Path::new("t"), 0).unwrap(), keys)
     }
 
     #[test]
     fn iterate_and_seek() {
-        let block = build(100);
-        let mut it = BlockIter::new(block.clone());
-        it.seek_to_first().unwrap();
-        let mut n = 0;
-        while it.valid() {
-            assert_eq!(it.value(), format!("v{n}").as_bytes());
-            assert_eq!(it.ttl_ms(), if n % 3 == 0 { Some(n as u64) } else { None });
-            n += 1;
-            it.advance().unwrap();
+        for keys in LAYOUTS {
+            let block = build(100, keys);
+            let mut it = BlockIter::new(block.clone());
+            it.seek_to_first().unwrap();
+            let mut n = 0;
+            while it.valid() {
+                assert_eq!(it.value(), format!("v{n}").as_bytes());
+                assert_eq!(it.ttl_ms(), if n % 3 == 0 { Some(n as u64) } else { None });
+                n += 1;
+                it.advance().unwrap();
+            }
+            assert_eq!(n, 100);
+            for target in [0, 15, 16, 17, 50, 99] {
+                let key = k(&format!("row{target:04}"), 5);
+                it.seek(&decode_key(&key).unwrap()).unwrap();
+                assert_eq!(it.value(), format!("v{target}").as_bytes());
+            }
+            let past = k("row9999", 5);
+            it.seek(&decode_key(&past).unwrap()).unwrap();
+            assert!(!it.valid());
         }
-        assert_eq!(n, 100);
-        for target in [0, 15, 16, 17, 50, 99] {
-            let key = k(&format!("row{target:04}"), 5);
-            it.seek(&decode_key(&key).unwrap()).unwrap();
-            assert_eq!(it.value(), format!("v{target}").as_bytes());
-        }
-        let past = k("row9999", 5);
-        it.seek(&decode_key(&past).unwrap()).unwrap();
-        assert!(!it.valid());
+    }
+
+    /// Key of column `q` of `row`, written at `ts` by the write with sequence `seq`.
+    fn cell_key(row: usize, q: u8, ts: u64, seq: u64) -> Vec<u8> {
+        let mut out = Vec::new();
+        let row = format!("row{row:02}");
+        encode_key(&mut out, &KeyView { row: row.as_bytes(), qualifier: &[b'q', q], ts, kind: CellType::Put, seq });
+        out
     }
 
     #[test]
     fn the_same_row_flag_follows_the_shared_prefix() {
         // Rows of three columns, across restart points (every 16th entry stores its whole key).
-        let mut b = BlockBuilder::default();
-        let key = |row: usize, q: u8| {
-            let mut out = Vec::new();
-            let row = format!("row{row:02}");
-            encode_key(&mut out, &KeyView { row: row.as_bytes(), qualifier: &[q], ts: 5, kind: CellType::Put, seq: 1 });
-            out
-        };
-        for row in 0..20 {
-            for q in 0..3 {
-                b.add(&key(row, q), b"v", None);
+        for keys in LAYOUTS {
+            let mut b = BlockBuilder::new(keys);
+            for row in 0..20 {
+                for q in 0..3 {
+                    b.add(&cell_key(row, q, 5, 1), b"v", None);
+                }
+            }
+            let mut it = BlockIter::new(parse(b.finish(), keys));
+            it.seek_to_first().unwrap();
+            let mut at = 0;
+            while it.valid() {
+                let restart = at % RESTART_INTERVAL == 0;
+                assert_eq!(it.same_row(), at % 3 != 0 && !restart, "entry {at}");
+                at += 1;
+                it.advance().unwrap();
+            }
+            assert_eq!(at, 60);
+            // A seek may land anywhere: the flag says nothing after one.
+            it.seek(&decode_key(&cell_key(4, 2, 5, 1)).unwrap()).unwrap();
+            assert_eq!(it.key_view().qualifier, b"q\x02");
+            assert!(!it.same_row());
+        }
+    }
+
+    /// Rows of ten columns, each row one put (one timestamp and sequence); every third row has
+    /// a newer version of two columns from a later put, so tails change inside rows too.
+    fn put_rows() -> Vec<Vec<u8>> {
+        let mut keys = Vec::new();
+        for row in 0..30 {
+            for q in 0..10u8 {
+                if row % 3 == 0 && q >= 8 {
+                    keys.push(cell_key(row, q, 900 + row as u64, 500 + row as u64));
+                }
+                keys.push(cell_key(row, q, 100 + row as u64, 1 + row as u64));
             }
         }
-        let raw = b.finish();
-        let block = Arc::new(Block::parse(raw.into(), &Arc::from(Path::new("t")), 0).unwrap());
-        let mut it = BlockIter::new(block);
-        it.seek_to_first().unwrap();
-        let mut at = 0;
-        while it.valid() {
-            let restart = at % RESTART_INTERVAL == 0;
-            assert_eq!(it.same_row(), at % 3 != 0 && !restart, "entry {at}");
-            at += 1;
-            it.advance().unwrap();
+        keys
+    }
+
+    #[test]
+    fn a_puts_cells_store_their_tail_once() {
+        let keys = put_rows();
+        let mut sizes = Vec::new();
+        for layout in LAYOUTS {
+            let mut b = BlockBuilder::new(layout);
+            for (i, key) in keys.iter().enumerate() {
+                b.add(key, format!("v{i}").as_bytes(), (i % 7 == 0).then_some(i as u64));
+            }
+            sizes.push(b.size());
+            let block = parse(b.finish(), layout);
+            let mut it = BlockIter::new(block.clone());
+            it.seek_to_first().unwrap();
+            for (i, key) in keys.iter().enumerate() {
+                assert!(it.valid(), "{layout:?}: entry {i}");
+                assert_eq!(it.key_bytes(), &key[..], "{layout:?}: entry {i}");
+                assert_eq!(it.key_view(), decode_key(key).unwrap());
+                assert_eq!(it.value(), format!("v{i}").as_bytes());
+                assert_eq!(it.ttl_ms(), (i % 7 == 0).then_some(i as u64));
+                it.advance().unwrap();
+            }
+            assert!(!it.valid());
+            // Every key is found by a seek, those stored without their tail too.
+            for (i, key) in keys.iter().enumerate() {
+                it.seek(&decode_key(key).unwrap()).unwrap();
+                assert_eq!(it.key_bytes(), &key[..], "{layout:?}: seek to entry {i}");
+            }
         }
-        assert_eq!(at, 60);
-        // A seek may land anywhere: the flag says nothing after one.
-        it.seek(&decode_key(&key(4, 2)).unwrap()).unwrap();
-        assert_eq!(it.key_view().qualifier, &[2]);
-        assert!(!it.same_row());
+        // Every entry but a restart's or one whose tail differs from the entry before leaves
+        // its tail out.
+        let tail = |key: &[u8]| key[key.len() - KEY_TAIL..].to_vec();
+        let kept =
+            (0..keys.len()).filter(|&i| i % RESTART_INTERVAL == 0 || tail(&keys[i]) != tail(&keys[i - 1])).count();
+        assert!(kept < keys.len() / 3, "most cells repeat the tail before them: {kept}");
+        assert!(sizes[0] - sizes[1] >= KEY_TAIL * (keys.len() - kept), "{sizes:?}");
+    }
+
+    #[test]
+    fn an_entry_without_a_tail_to_repeat_is_corrupt() {
+        // Entry 0 claims to repeat the previous entry's tail, but nothing came before it.
+        let mut raw = Vec::new();
+        for field in [1u64, 2, 1, 0] {
+            put_varint(&mut raw, field);
+        }
+        raw.extend_from_slice(b"\0\x01r");
+        raw.extend_from_slice(b"v");
+        raw.extend_from_slice(&0u32.to_le_bytes());
+        raw.extend_from_slice(&1u32.to_le_bytes());
+        let mut it = BlockIter::new(parse(raw.clone(), EntryKeys::SharedTails));
+        assert!(matches!(it.seek_to_first(), Err(Error::Corrupt { .. })));
+        // The same bytes in the older layout: a prefix of 1 with nothing before it.
+        let mut it = BlockIter::new(parse(raw, EntryKeys::WholeTails));
+        assert!(matches!(it.seek_to_first(), Err(Error::Corrupt { .. })));
     }
 
     #[test]

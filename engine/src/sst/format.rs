@@ -12,9 +12,10 @@ use crate::cell::{CellType, KeyView};
 
 /// `b"CELLARSS"` read as a little-endian u64.
 pub(crate) const MAGIC: u64 = u64::from_le_bytes(*b"CELLARSS");
-/// Current SSTable format version. Version 2 writes bloom filters in the cache-local layout
-/// (see `bloom`); version 1 files, whose filters spread their probes, still read.
-pub(crate) const FORMAT_VERSION: u32 = 2;
+/// Current SSTable format version. Version 3 leaves out a key's tail where it repeats the
+/// previous entry's (see `block`); version 2 writes bloom filters in the cache-local layout
+/// (see `bloom`). Files of versions 1 and 2 still read.
+pub(crate) const FORMAT_VERSION: u32 = 3;
 /// The oldest version this build reads.
 const OLDEST_FORMAT_VERSION: u32 = 1;
 /// Size of the footer.

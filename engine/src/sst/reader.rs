@@ -11,7 +11,7 @@ use crate::cell::KeyView;
 use crate::descriptor::BloomType;
 use crate::fs::{FileSystem, ReadFile};
 use crate::read::cursor::CellCursor;
-use crate::sst::block::{unframe_owned, Block, BlockIter};
+use crate::sst::block::{unframe_owned, Block, BlockIter, EntryKeys};
 use crate::sst::bloom::{row_col_hash, row_hash, Bloom};
 use crate::sst::format::{decode_index, decode_key, Footer, Handle, IndexEntry, SstMeta, FOOTER_LEN};
 use crate::{Error, Result};
@@ -26,6 +26,8 @@ pub(crate) struct SstReader {
     id: u64,
     size: u64,
     index: Vec<IndexEntry>,
+    /// How the data blocks store their keys (the file's format version decides).
+    keys: EntryKeys,
     /// The bytes every row of the file starts with (the common prefix of its first and last
     /// rows): a table prefix, a record type or a constant like YCSB's `user`. Prefix numbers
     /// start after it, or they would all be equal.
@@ -92,6 +94,7 @@ impl SstReader {
             id,
             size,
             index: Vec::new(),
+            keys: EntryKeys::of_version(footer.version),
             shared_prefix: Box::default(),
             row_prefixes: Vec::new(),
             prefix_samples: Vec::new(),
@@ -182,7 +185,7 @@ impl SstReader {
             return Ok(b);
         }
         let raw = self.read_block_bytes(h)?;
-        let block = Arc::new(Block::parse(raw, &self.path, h.offset)?);
+        let block = Arc::new(Block::parse(raw, self.keys, &self.path, h.offset)?);
         if fill_cache {
             self.cache.insert(self.id, h.offset, block.clone(), self.in_memory);
         }
@@ -426,6 +429,7 @@ mod tests {
     use super::*;
     use crate::cell::CellType;
     use crate::descriptor::FamilyDescriptor;
+    use crate::sst::format::FORMAT_VERSION;
     use crate::sst::writer::SstWriter;
 
     /// Writes `rows` (sorted, one cell each) in 1 KiB blocks and checks that a seek to each
@@ -544,5 +548,61 @@ mod tests {
             &[b"", b"user", b"user:", b"user:6zzz", b"user:7", b"user:70", b"user:8", b"user;", b"v"],
         );
         assert_eq!(&*reader.shared_prefix, b"user:7");
+    }
+
+    /// A file of the current format and one of version 2 (every key stored with its tail)
+    /// hold the same cells; the current one is smaller, since the cells of one put share
+    /// their tail, and both read back cell for cell and find every row by seek.
+    #[test]
+    fn files_of_the_current_and_older_versions_read_alike() {
+        let dir = tempfile::tempdir().unwrap();
+        let family = FamilyDescriptor::new("f").block_size(4096);
+        // Rows of ten columns, one put each; every fifth row also has a newer value of one
+        // column from a later put, and a delete marker.
+        // Row, qualifier, timestamp, type, sequence.
+        type Cell = (Vec<u8>, Vec<u8>, u64, CellType, u64);
+        let mut cells: Vec<Cell> = Vec::new();
+        for n in 0..2000u64 {
+            let row = format!("user{n:08}").into_bytes();
+            for q in 0..10u8 {
+                let qualifier = format!("field{q}").into_bytes();
+                if n % 5 == 0 && q == 3 {
+                    cells.push((row.clone(), qualifier.clone(), 9_000 + n, CellType::Put, 50_000 + n));
+                    cells.push((row.clone(), qualifier.clone(), 8_000 + n, CellType::Delete, 40_000 + n));
+                }
+                cells.push((row.clone(), qualifier, 1_000 + n, CellType::Put, 1 + n));
+            }
+        }
+        let mut sizes = Vec::new();
+        let mut readers = Vec::new();
+        for (id, version) in [(1u64, 2u32), (2, FORMAT_VERSION)] {
+            let path = dir.path().join(format!("{id}.sst"));
+            let mut w = SstWriter::create(&crate::fs::OsFs, &path, &family).unwrap().in_version(version);
+            for (i, (row, qualifier, ts, kind, seq)) in cells.iter().enumerate() {
+                let key = KeyView { row, qualifier, ts: *ts, kind: *kind, seq: *seq };
+                w.add(&key, format!("value {i:>90}").as_bytes(), None).unwrap();
+            }
+            let (_, size) = w.finish().unwrap();
+            sizes.push(size);
+            let cache = Arc::new(BlockCache::new(1 << 20));
+            readers.push(Arc::new(SstReader::open(&crate::fs::OsFs, &path, id, cache, false).unwrap()));
+        }
+        assert!(sizes[1] * 100 < sizes[0] * 90, "sizes by version {sizes:?}");
+        for reader in &readers {
+            let mut cur = reader.cursor();
+            cur.seek(&KeyView::first_of_row(b"")).unwrap();
+            for (i, (row, qualifier, ts, kind, seq)) in cells.iter().enumerate() {
+                let key = cur.key().unwrap_or_else(|| panic!("cell {i} missing"));
+                assert_eq!(key, KeyView { row, qualifier, ts: *ts, kind: *kind, seq: *seq }, "cell {i}");
+                assert_eq!(cur.value(), format!("value {i:>90}").as_bytes());
+                cur.next().unwrap();
+            }
+            assert!(cur.key().is_none());
+            for n in (0..2000u64).step_by(7) {
+                let row = format!("user{n:08}").into_bytes();
+                cur.seek(&KeyView::first_of_row(&row)).unwrap();
+                assert_eq!(cur.key().map(|k| (k.row.to_vec(), k.qualifier.to_vec())), Some((row, b"field0".to_vec())));
+            }
+        }
     }
 }

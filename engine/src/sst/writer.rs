@@ -8,7 +8,7 @@ use bytes::Bytes;
 use crate::cell::KeyView;
 use crate::descriptor::{BloomType, Compression, FamilyDescriptor};
 use crate::fs::{Appender, FileSystem};
-use crate::sst::block::{frame, BlockBuilder};
+use crate::sst::block::{frame, BlockBuilder, EntryKeys};
 use crate::sst::bloom::{row_col_hash, row_hash, Bloom};
 use crate::sst::format::{encode_key, Footer, Handle, IndexBuilder, SstMeta, FORMAT_VERSION};
 use crate::sst::reader::encode_bloom_block;
@@ -38,6 +38,8 @@ pub(crate) struct SstWriter {
     meta: SstMeta,
     key_buf: Vec<u8>,
     empty: bool,
+    /// The format version the file is written in (older ones only in tests of reading them).
+    version: u32,
 }
 
 impl SstWriter {
@@ -48,7 +50,7 @@ impl SstWriter {
             path: path.to_path_buf(),
             out: BufWriter::with_capacity(256 * 1024, Appender(file)),
             offset: 0,
-            block: BlockBuilder::default(),
+            block: BlockBuilder::new(EntryKeys::of_version(FORMAT_VERSION)),
             block_size: family.block_size as usize,
             compression: family.compression,
             bloom: family.bloom,
@@ -62,7 +64,17 @@ impl SstWriter {
             meta: SstMeta { min_ts: u64::MAX, ..SstMeta::default() },
             key_buf: Vec::new(),
             empty: true,
+            version: FORMAT_VERSION,
         })
+    }
+
+    /// Writes the file in an older format version: the files earlier builds left behind.
+    #[cfg(test)]
+    pub fn in_version(mut self, version: u32) -> SstWriter {
+        assert!(self.empty, "the version is chosen before the first cell");
+        self.block = BlockBuilder::new(EntryKeys::of_version(version));
+        self.version = version;
+        self
     }
 
     /// Appends a cell; keys must arrive in strictly increasing order.
@@ -161,7 +173,7 @@ impl SstWriter {
         let index = std::mem::take(&mut self.index).finish();
         let index = self.write_framed(&index, Compression::None)?;
         let meta = self.write_framed(&self.meta.encode(), Compression::None)?;
-        let footer = Footer { index, bloom, meta, version: FORMAT_VERSION };
+        let footer = Footer { index, bloom, meta, version: self.version };
         self.out.write_all(&footer.encode()).map_err(|e| Error::io(&self.path, e))?;
         self.offset += footer.encode().len() as u64;
         let Appender(file) = self.out.into_inner().map_err(|e| Error::io(&self.path, e.into_error()))?;
