@@ -399,5 +399,54 @@ mod tests {
                 }
             }
         }
+        /// A bounded merge yields exactly the merged cells of rows below its end (none past it,
+        /// however it got there), and its same-row hint never claims a row it has left.
+        #[test]
+        fn a_bounded_cursor_stops_at_its_end_row(
+            sources in proptest::collection::vec((any::<bool>(), proptest::collection::btree_set(key(), 0..12)), 1..4),
+            end in 0..7u8,
+            steps in proptest::collection::vec(step(), 1..40),
+        ) {
+            let account = MemAccount::new(0, usize::MAX);
+            let dir = tempfile::tempdir().unwrap();
+            let inputs: Vec<Input> = sources
+                .iter()
+                .enumerate()
+                .map(|(i, (sst, keys))| Input::new(keys, i as u8, *sst, dir.path(), &account))
+                .collect();
+            // Row 6 never occurs: an end of 6 bounds nothing, as an empty end does.
+            let end_row = if end == 6 { Bytes::new() } else { Bytes::copy_from_slice(&[end]) };
+            let mut model: Vec<(Key, u8)> = sources
+                .iter()
+                .enumerate()
+                .flat_map(|(i, (_, keys))| keys.iter().map(move |k| (*k, i as u8)))
+                .filter(|(k, _)| k.0 < end)
+                .collect();
+            model.sort_by(|a, b| key_view(&a.0).cmp_internal(&key_view(&b.0)).then(a.1.cmp(&b.1)));
+            let mut bounded = BoundedCursor::new(MergeCursor::new(inputs.iter().map(Input::source).collect()), end_row);
+            bounded.seek(&KeyView::first_of_row(b"")).unwrap();
+            let mut at = 0;
+            let mut previous_row: Option<u8> = None;
+            for step in &steps {
+                let got = bounded.key().map(|k| (k.row[0], k.qualifier[0], k.ts, k.seq, bounded.value()[0]));
+                let want = model.get(at).map(|(k, i)| (k.0, k.1, k.2, k.3, *i));
+                prop_assert_eq!(got, want);
+                if bounded.same_row() {
+                    prop_assert_eq!(got.map(|g| g.0), previous_row, "the hint held across a row change");
+                }
+                previous_row = got.map(|g| g.0);
+                match step {
+                    Step::Next => {
+                        bounded.next().unwrap();
+                        at = (at + 1).min(model.len());
+                    }
+                    Step::Seek(k) | Step::SeekForward(k) => {
+                        let target = key_view(k);
+                        bounded.seek(&target).unwrap();
+                        at = model.iter().position(|(m, _)| key_view(m).cmp_internal(&target).is_ge()).unwrap_or(model.len());
+                    }
+                }
+            }
+        }
     }
 }
