@@ -1,7 +1,9 @@
 //! Pins the on-disk formats: data directories written by each SSTable format version
 //! (manifest, SSTables with every compression codec and bloom kind, and a WAL holding unflushed
 //! writes) are checked in under `tests/fixtures/format-v<N>` and must keep opening with the
-//! same contents. Version 2 changed the bloom filters' layout.
+//! same contents. Version 2 changed the bloom filters' layout; version 3 stores a key tail
+//! (timestamp, type, sequence) once for the cells of one put, which its fixture's rows of
+//! several columns exercise.
 //!
 //! Write the current version's directory (only when deliberately changing a format, with a new
 //! version number, keeping the older directories):
@@ -12,18 +14,45 @@ use std::path::{Path, PathBuf};
 use cellar_engine::*;
 
 /// The format version this build writes.
-const CURRENT: u32 = 2;
+const CURRENT: u32 = 3;
 
 fn fixture_dir(version: u32) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("tests/fixtures/format-v{version}"))
 }
 
-fn expected() -> Vec<(String, String, u64, String)> {
+/// Cells written one per put, in every fixture: (row, family, timestamp, value).
+fn single_cells() -> Vec<(String, String, u64, String)> {
     let mut v = Vec::new();
     for (fam, n) in [("lz4", 30), ("none", 30), ("zstd", 30)] {
         for i in 0..n {
             v.push((format!("row{i:03}"), fam.to_string(), 1000 + i as u64, format!("{fam}-value-{i}")));
         }
+    }
+    v
+}
+
+/// A row written by one put: row, family, timestamp, and (qualifier, value) per column.
+type MultiColumnPut = (String, String, u64, Vec<(String, String)>);
+
+/// Rows of four columns in one family, each row one put, in fixtures from version 3 on.
+fn wide_rows(version: u32) -> Vec<MultiColumnPut> {
+    if version < 3 {
+        return Vec::new();
+    }
+    let families = ["none", "zstd"];
+    (0..40u64)
+        .map(|i| {
+            let columns = (0..4).map(|q| (format!("q{q}"), format!("wide-{i}-{q}"))).collect();
+            (format!("multi{i:02}"), families[i as usize % 2].to_string(), 5000 + i, columns)
+        })
+        .collect()
+}
+
+/// Every cell the fixture of `version` holds, sorted.
+fn expected(version: u32) -> Vec<(String, String, u64, String)> {
+    let mut v = single_cells();
+    for (row, fam, ts, columns) in wide_rows(version) {
+        v.extend(columns.into_iter().map(|(_, value)| (row.clone(), fam.clone(), ts, value)));
     }
     v.sort();
     v
@@ -48,7 +77,14 @@ fn write_fixture(dir: &Path) {
         )
         .unwrap();
     let t = engine.table("fixture").unwrap();
-    for (row, fam, ts, value) in expected() {
+    // Before the flush below, so they reach an SSTable.
+    for (row, fam, ts, columns) in wide_rows(CURRENT) {
+        let put = columns.into_iter().fold(Put::new(row), |p, (q, value)| p.add_at(fam.clone(), q, ts, value));
+        t.put(put).unwrap();
+    }
+    let mut cells = single_cells();
+    cells.sort();
+    for (row, fam, ts, value) in cells {
         t.put(Put::new(row.clone()).add_at(fam, "q", ts, value)).unwrap();
         if row == "row019" {
             engine.flush("fixture").unwrap();
@@ -67,10 +103,15 @@ fn format_v1_fixture_still_opens() {
 
 #[test]
 fn format_v2_fixture_still_opens() {
+    assert_fixture_opens(2);
+}
+
+#[test]
+fn format_v3_fixture_still_opens() {
     if std::env::var_os("CELLAR_WRITE_FIXTURES").is_some() {
         write_fixture(&fixture_dir(CURRENT));
     }
-    assert_fixture_opens(2);
+    assert_fixture_opens(3);
 }
 
 fn assert_fixture_opens(version: u32) {
@@ -90,7 +131,7 @@ fn assert_fixture_opens(version: u32) {
         }
     }
     got.sort();
-    assert_eq!(got, expected());
+    assert_eq!(got, expected(version));
     let raw: usize = t.scan(Scan::new().raw(true).start("row999")).unwrap().map(|r| r.unwrap().cells.len()).sum();
     assert_eq!(raw, 1, "the delete marker in the log replays");
     assert!(t.get(Get::new("row005").column("zstd", "q")).unwrap().value(b"zstd", b"q").is_some());
