@@ -5,7 +5,7 @@
 //! engine; the [`Lifeline`] shared by every user handle stops and joins them when the last
 //! handle goes, flushes the memstores, and so closing an engine releases its directory at once.
 
-use std::collections::{HashSet, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Weak};
 use std::thread::JoinHandle;
@@ -51,6 +51,9 @@ pub(crate) struct Background {
     /// Signals writers waiting on back-pressure that a task finished.
     progress: Condvar,
     stop: AtomicBool,
+    /// The latest failure of each kind of task, until a task of that kind succeeds: what a
+    /// write that waited in vain reports ([`crate::Error::RegionTooBusy`]).
+    failures: Mutex<HashMap<TaskKind, String>>,
 }
 
 impl Background {
@@ -67,6 +70,29 @@ impl Background {
     pub fn wait_for_progress(&self, timeout: Duration) {
         let mut q = self.queue.lock();
         self.progress.wait_for(&mut q, timeout);
+    }
+
+    /// Notes how a task ended: a failure is kept until a task of its kind succeeds.
+    fn record_outcome(&self, task: &Task, outcome: &crate::Result<()>) {
+        let mut failures = self.failures.lock();
+        match outcome {
+            Ok(()) => {
+                failures.remove(&task.kind);
+            }
+            Err(e) => {
+                let what = match task.kind {
+                    TaskKind::Flush => "flush",
+                    TaskKind::Compact => "compaction",
+                    TaskKind::Split => "split",
+                };
+                failures.insert(task.kind, format!("the last {what} of region {} failed: {e}", task.region));
+            }
+        }
+    }
+
+    /// The latest failure of a `kind` task, if none of that kind has succeeded since.
+    pub fn failure(&self, kind: TaskKind) -> Option<String> {
+        self.failures.lock().get(&kind).cloned()
     }
 
     /// True when nothing is queued or running.
@@ -170,7 +196,8 @@ fn worker(engine: &Weak<EngineInner>, bg: &Background) {
             if !idle_tick {
                 // A failed task is retried when the next write asks for it again; the data
                 // stays safe in the memstore and the log meanwhile.
-                let _ = engine.run_task(&task);
+                let outcome = engine.run_task(&task);
+                bg.record_outcome(&task, &outcome);
                 // Flushes and compactions free large buffers; see `heap`.
                 crate::heap::release_free_memory();
             }

@@ -821,7 +821,15 @@ impl EngineInner {
             let started = *stalled_since.get_or_insert_with(Instant::now);
             if started.elapsed() > o.write_stall_timeout {
                 let waited_ms = started.elapsed().as_millis() as u64;
-                return Err(Error::RegionTooBusy { region: region.id, waited_ms });
+                // What the wait was for, if it keeps failing: a full disk, an I/O error.
+                let flush_failure = || self.background.failure(TaskKind::Flush);
+                let compaction_failure = || self.background.failure(TaskKind::Compact);
+                let cause = if pressure.too_many_files {
+                    compaction_failure().or_else(flush_failure)
+                } else {
+                    flush_failure().or_else(compaction_failure)
+                };
+                return Err(Error::RegionTooBusy { region: region.id, waited_ms, cause });
             }
             self.background.wait_for_progress(Duration::from_millis(50));
         }

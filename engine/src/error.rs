@@ -86,13 +86,17 @@ pub enum Error {
     #[error("batch write failed: {0}")]
     BatchFailed(String),
     /// A write waited too long for background flushes or compactions to relieve its region;
-    /// it was not applied. Retry later, or raise the limits in `EngineOptions`.
-    #[error("region {region} is too busy: waited {waited_ms} ms for background work")]
+    /// it was not applied. Retry later, or raise the limits in `EngineOptions`; if `cause`
+    /// names a failure (a full disk, an I/O error), fix that first.
+    #[error("region {region} is too busy: waited {waited_ms} ms for background work{}", .cause.as_deref().map(|c| format!(" ({c})")).unwrap_or_default())]
     RegionTooBusy {
         /// The region's id.
         region: u64,
         /// How long the write waited.
         waited_ms: u64,
+        /// The latest failure of the background work the write waited for, if that work has
+        /// failed since it last succeeded.
+        cause: Option<String>,
     },
     /// The engine was closed, or a background failure made it refuse further writes.
     #[error("engine is closed: {0}")]

@@ -394,6 +394,38 @@ fn a_retried_flush_claims_only_what_it_wrote() {
     assert_eq!(found, (0..20).collect::<Vec<_>>());
 }
 
+/// A write that waits in vain for flushes a full disk keeps failing says why, and writes go
+/// through again once there is room.
+#[test]
+fn a_write_stalled_by_failing_flushes_names_their_failure() {
+    let fs = FaultFs::new(5);
+    let opts = EngineOptions {
+        memstore_flush_bytes: 16 * 1024,
+        global_memstore_bytes: 64 * 1024,
+        write_stall_timeout: std::time::Duration::from_millis(300),
+        ..options(&fs)
+    };
+    let engine = Engine::open(ROOT, opts).unwrap();
+    // No log: only the flushes need the disk.
+    engine
+        .create_table(TableDescriptor::new("t").family(FamilyDescriptor::new("f")).durability(Durability::SkipWal))
+        .unwrap();
+    let t = engine.table("t").unwrap();
+    let put = |k: u64| t.put(Put::new(key(k)).add("f", "a", vec![7u8; 200]));
+    fs.set_capacity(Some(fs.used()));
+    let stalled = (0..10_000).map(put).find_map(Result::err).expect("writes stall once the memstores are full");
+    match &stalled {
+        Error::RegionTooBusy { cause: Some(cause), .. } => {
+            assert!(cause.contains("flush") && cause.contains("No space left"), "{cause}");
+        }
+        other => panic!("expected a stall naming the flush's failure, got {other}"),
+    }
+    assert!(stalled.to_string().contains("No space left"), "{stalled}");
+    fs.set_capacity(None);
+    put(10_000).unwrap();
+    assert!(engine.regions("t").unwrap()[0].files > 0, "the retried flush wrote its file");
+}
+
 /// Many `FsyncWal` writers at once share fsyncs (one writer leads each, the others wait for it
 /// and find their records covered): every write acknowledged to any of them survives a power
 /// loss, with fsyncs failing now and then or not at all. After a failed fsync no writer is
