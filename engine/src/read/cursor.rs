@@ -335,12 +335,42 @@ mod tests {
             ))
         }
 
+        /// One input per source, tagged with its place.
+        fn all(sources: &[(bool, BTreeSet<Key>)], dir: &Path, account: &Arc<MemAccount>) -> Vec<Input> {
+            sources.iter().enumerate().map(|(i, (sst, keys))| Input::new(keys, i as u8, *sst, dir, account)).collect()
+        }
+
         fn source(&self) -> Source<'_> {
             match self {
                 Input::Mem(m) => Source::Mem(m.cursor(u64::MAX)),
                 Input::Sst(r) => Source::Sst(r.cursor()),
             }
         }
+    }
+
+    /// Every (key, source) of `sources` in merge order: keys in order, equal keys by source.
+    fn merge_model(sources: &[(bool, BTreeSet<Key>)]) -> Vec<(Key, u8)> {
+        let mut model: Vec<(Key, u8)> =
+            sources.iter().enumerate().flat_map(|(i, (_, keys))| keys.iter().map(move |k| (*k, i as u8))).collect();
+        model.sort_by(|a, b| key_view(&a.0).cmp_internal(&key_view(&b.0)).then(a.1.cmp(&b.1)));
+        model
+    }
+
+    /// Checks that `cursor` stands on `model[at]` (or past the end with the model) and that its
+    /// same-row hint, if given, matches the row it stood on before; returns its row.
+    fn check_position(
+        cursor: &dyn CellCursor,
+        model: &[(Key, u8)],
+        at: usize,
+        previous_row: Option<u8>,
+    ) -> Result<Option<u8>, TestCaseError> {
+        let got = cursor.key().map(|k| (k.row[0], k.qualifier[0], k.ts, k.seq, cursor.value()[0]));
+        let want = model.get(at).map(|(k, i)| (k.0, k.1, k.2, k.3, *i));
+        prop_assert_eq!(got, want);
+        if cursor.same_row() {
+            prop_assert_eq!(got.map(|g| g.0), previous_row, "the hint held across a row change");
+        }
+        Ok(got.map(|g| g.0))
     }
 
     proptest! {
@@ -354,27 +384,14 @@ mod tests {
         ) {
             let account = MemAccount::new(0, usize::MAX);
             let dir = tempfile::tempdir().unwrap();
-            let inputs: Vec<Input> = sources
-                .iter()
-                .enumerate()
-                .map(|(i, (sst, keys))| Input::new(keys, i as u8, *sst, dir.path(), &account))
-                .collect();
-            // The model: every (key, source) in merge order.
-            let mut model: Vec<(Key, u8)> =
-                sources.iter().enumerate().flat_map(|(i, (_, keys))| keys.iter().map(move |k| (*k, i as u8))).collect();
-            model.sort_by(|a, b| key_view(&a.0).cmp_internal(&key_view(&b.0)).then(a.1.cmp(&b.1)));
+            let inputs = Input::all(&sources, dir.path(), &account);
+            let model = merge_model(&sources);
             let mut merge = MergeCursor::new(inputs.iter().map(Input::source).collect());
             merge.seek(&KeyView::first_of_row(b"")).unwrap();
             let mut at = 0;
             let mut previous_row: Option<u8> = None;
             for step in &steps {
-                let got = merge.key().map(|k| (k.row[0], k.qualifier[0], k.ts, k.seq, merge.value()[0]));
-                let want = model.get(at).map(|(k, i)| (k.0, k.1, k.2, k.3, *i));
-                prop_assert_eq!(got, want);
-                if merge.same_row() {
-                    prop_assert_eq!(got.map(|g| g.0), previous_row, "the hint held across a row change");
-                }
-                previous_row = got.map(|g| g.0);
+                previous_row = check_position(&merge, &model, at, previous_row)?;
                 match step {
                     Step::Next => {
                         merge.next().unwrap();
@@ -409,32 +426,17 @@ mod tests {
         ) {
             let account = MemAccount::new(0, usize::MAX);
             let dir = tempfile::tempdir().unwrap();
-            let inputs: Vec<Input> = sources
-                .iter()
-                .enumerate()
-                .map(|(i, (sst, keys))| Input::new(keys, i as u8, *sst, dir.path(), &account))
-                .collect();
+            let inputs = Input::all(&sources, dir.path(), &account);
             // Row 6 never occurs: an end of 6 bounds nothing, as an empty end does.
             let end_row = if end == 6 { Bytes::new() } else { Bytes::copy_from_slice(&[end]) };
-            let mut model: Vec<(Key, u8)> = sources
-                .iter()
-                .enumerate()
-                .flat_map(|(i, (_, keys))| keys.iter().map(move |k| (*k, i as u8)))
-                .filter(|(k, _)| k.0 < end)
-                .collect();
-            model.sort_by(|a, b| key_view(&a.0).cmp_internal(&key_view(&b.0)).then(a.1.cmp(&b.1)));
+            let mut model = merge_model(&sources);
+            model.retain(|(k, _)| k.0 < end);
             let mut bounded = BoundedCursor::new(MergeCursor::new(inputs.iter().map(Input::source).collect()), end_row);
             bounded.seek(&KeyView::first_of_row(b"")).unwrap();
             let mut at = 0;
             let mut previous_row: Option<u8> = None;
             for step in &steps {
-                let got = bounded.key().map(|k| (k.row[0], k.qualifier[0], k.ts, k.seq, bounded.value()[0]));
-                let want = model.get(at).map(|(k, i)| (k.0, k.1, k.2, k.3, *i));
-                prop_assert_eq!(got, want);
-                if bounded.same_row() {
-                    prop_assert_eq!(got.map(|g| g.0), previous_row, "the hint held across a row change");
-                }
-                previous_row = got.map(|g| g.0);
+                previous_row = check_position(&bounded, &model, at, previous_row)?;
                 match step {
                     Step::Next => {
                         bounded.next().unwrap();
