@@ -365,15 +365,16 @@ impl BlockIter {
         // The previous key's row, with its length in front, lies within the shared prefix
         // (`row_end` is still the previous key's; a cleared key shares nothing).
         self.same_row = shared >= 2 && shared >= self.row_end;
-        if tail_left_out {
+        // The tail to repeat is copied out first: the shared prefix may end inside it.
+        let repeated = tail_left_out.then(|| {
             let mut tail = [0u8; KEY_TAIL];
             tail.copy_from_slice(&self.key[self.key.len() - KEY_TAIL..]);
-            self.key.truncate(shared);
-            self.key.extend_from_slice(&data[pos..pos + unshared]);
+            tail
+        });
+        self.key.truncate(shared);
+        self.key.extend_from_slice(&data[pos..pos + unshared]);
+        if let Some(tail) = repeated {
             self.key.extend_from_slice(&tail);
-        } else {
-            self.key.truncate(shared);
-            self.key.extend_from_slice(&data[pos..pos + unshared]);
         }
         let Some(k) = decode_key(&self.key) else {
             return Err(self.corrupt("malformed key"));
