@@ -7,7 +7,9 @@ mod common;
 use std::sync::Arc;
 use std::time::Duration;
 
-use cellar::orm::store::{BigtableOptions, BigtableStore, FamilySpec, Store, TableSpec};
+use cellar::orm::store::{
+    BigtableOptions, BigtableStore, CellMutation, Condition, FamilySpec, RowMutation, Store, TableSpec,
+};
 use cellar::orm::Error;
 use cellar::prelude::*;
 use common::backend::{bigtable_store, instance_name};
@@ -170,4 +172,74 @@ fn a_batch_whose_answer_is_lost_is_sent_again_and_applies_once() {
     let row = rows[0].as_ref().expect("written");
     assert_eq!(row.cells.len(), 2, "{row:?}");
     assert_eq!(Db::with_store(Arc::new(direct)).repo::<Event>().unwrap().scan().to_vec().unwrap().len(), 500);
+}
+
+/// Index rows' cells are written stamped when the write applies (`PutAtApply`: the server's
+/// clock on Bigtable), because the index protocol reasons in the order its writes apply. Here
+/// a writer's mark is built, then held on its way; another writer's verification is built and
+/// applied meanwhile; then the mark arrives. The mark must be the state readers and
+/// check-and-mutates see. A put stamped with the client's clock when the request was built
+/// (a `Put` without a timestamp) sorts below the verification instead.
+#[test]
+fn a_put_stamped_when_it_applies_sorts_above_what_was_applied_before_it() {
+    let Some((direct, proxied, proxy)) = direct_and_proxied() else { return };
+    let spec = TableSpec {
+        name: "states".into(),
+        families: vec![FamilySpec { name: "i".into(), max_versions: 1, ttl_secs: None }],
+        split_keys: Vec::new(),
+        split_policy: Default::default(),
+        deferred: true,
+    };
+    direct.ensure_table(&spec).unwrap();
+    proxied.ensure_table(&spec).unwrap();
+    let row = bytes::Bytes::from_static(b"r");
+    let cell = |value: &'static str| {
+        (bytes::Bytes::from_static(b"i"), bytes::Bytes::from_static(b"s"), bytes::Bytes::from_static(value.as_bytes()))
+    };
+    let at_apply = |value| {
+        let (family, qualifier, value) = cell(value);
+        CellMutation::PutAtApply { family, qualifier, value }
+    };
+    let client_clock = |value| {
+        let (family, qualifier, value) = cell(value);
+        CellMutation::Put { family, qualifier, value, timestamp: None }
+    };
+    let write = |store: &BigtableStore, m: CellMutation| {
+        store.mutate("states", vec![RowMutation { row: row.clone(), mutations: vec![m] }])
+    };
+    let state = || {
+        let rows = direct.read_rows("states", std::slice::from_ref(&row), &Default::default()).unwrap();
+        rows[0].as_ref().and_then(|r| r.value("i", "s")).map(|v| String::from_utf8_lossy(v).into_owned())
+    };
+    // The mark is built and sent, and held; the verification is built later and applied
+    // first; then the mark arrives.
+    let late_mark = |mark: CellMutation| {
+        std::thread::scope(|s| {
+            proxy.hold();
+            let marking = s.spawn(|| write(&proxied, mark));
+            let waited = std::time::Instant::now();
+            while proxy.held() == 0 {
+                assert!(waited.elapsed() < Duration::from_secs(10), "the mark never reached the proxy");
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            std::thread::sleep(Duration::from_millis(5));
+            write(&direct, client_clock("verified")).unwrap();
+            proxy.release();
+            marking.join().unwrap().unwrap();
+        });
+    };
+    late_mark(client_clock("client-clock mark"));
+    assert_eq!(state().as_deref(), Some("verified"), "a late put stamped by the client's clock sorts below");
+    late_mark(at_apply("mark"));
+    assert_eq!(state().as_deref(), Some("mark"));
+    // A check-and-mutate on that state sees it, and its own put stamped when it applies lands
+    // above it.
+    let condition = Condition::Equals {
+        family: bytes::Bytes::from_static(b"i"),
+        qualifier: bytes::Bytes::from_static(b"s"),
+        value: bytes::Bytes::from_static(b"mark"),
+    };
+    let settle = RowMutation { row: row.clone(), mutations: vec![at_apply("settled")] };
+    assert!(direct.check_and_mutate("states", condition, settle).unwrap());
+    assert_eq!(state().as_deref(), Some("settled"));
 }

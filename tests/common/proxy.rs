@@ -1,7 +1,8 @@
 //! A TCP proxy that breaks connections on purpose: it forwards bytes between a client and a
 //! server and, once armed, cuts every open connection after the server has sent a given number
 //! of bytes more. What a network failure, a restarted front end or a dropped stream looks like
-//! to a gRPC client.
+//! to a gRPC client. It can also hold what the client sends until released: a request that
+//! was built, then reached the server late.
 
 use std::io::{Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
@@ -18,6 +19,10 @@ struct State {
     /// Open connections, to cut them all at once.
     open: Mutex<Vec<TcpStream>>,
     stopped: AtomicBool,
+    /// Client-to-server bytes wait while set.
+    holding: AtomicBool,
+    /// Reads from clients that waited on the hold.
+    held: AtomicU64,
 }
 
 /// A running proxy; stops accepting when dropped.
@@ -47,8 +52,8 @@ impl Proxy {
                 if let (Ok(c), Ok(u)) = (client.try_clone(), upstream.try_clone()) {
                     shared.open.lock().unwrap().extend([c, u]);
                 }
-                pump(client.try_clone().unwrap(), upstream.try_clone().unwrap(), None);
-                pump(upstream, client, Some(shared.clone()));
+                pump(client.try_clone().unwrap(), upstream.try_clone().unwrap(), shared.clone(), Direction::ToServer);
+                pump(upstream, client, shared.clone(), Direction::ToClient);
             }
         });
         Proxy { addr, state }
@@ -57,6 +62,22 @@ impl Proxy {
     /// Cuts the connections once the server has sent `bytes` more bytes.
     pub fn cut_after(&self, bytes: i64) {
         self.state.budget.store(bytes, Ordering::SeqCst);
+    }
+
+    /// Holds everything clients send from now until [`Proxy::release`].
+    pub fn hold(&self) {
+        self.state.held.store(0, Ordering::SeqCst);
+        self.state.holding.store(true, Ordering::SeqCst);
+    }
+
+    /// How many reads from clients are waiting on (or waited on) the hold.
+    pub fn held(&self) -> u64 {
+        self.state.held.load(Ordering::SeqCst)
+    }
+
+    /// Sends on what the hold kept.
+    pub fn release(&self) {
+        self.state.holding.store(false, Ordering::SeqCst);
     }
 
     /// How many times connections were cut.
@@ -68,6 +89,7 @@ impl Proxy {
 impl Drop for Proxy {
     fn drop(&mut self) {
         self.state.stopped.store(true, Ordering::SeqCst);
+        self.release();
         let _ = TcpStream::connect(&self.addr);
         cut_all(&self.state);
     }
@@ -79,9 +101,16 @@ fn cut_all(state: &State) {
     }
 }
 
-/// Copies `from` to `to` on a thread; with `state`, counts the bytes against the budget and
-/// cuts every connection when it runs out.
-fn pump(mut from: TcpStream, mut to: TcpStream, state: Option<Arc<State>>) {
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Direction {
+    ToServer,
+    ToClient,
+}
+
+/// Copies `from` to `to` on a thread. Towards the server it waits while the proxy holds;
+/// towards the client it counts the bytes against the budget and cuts every connection when
+/// it runs out.
+fn pump(mut from: TcpStream, mut to: TcpStream, state: Arc<State>, direction: Direction) {
     thread::spawn(move || {
         let mut buf = [0u8; 4096];
         loop {
@@ -89,7 +118,13 @@ fn pump(mut from: TcpStream, mut to: TcpStream, state: Option<Arc<State>>) {
                 Ok(0) | Err(_) => break,
                 Ok(n) => n,
             };
-            if let Some(state) = &state {
+            if direction == Direction::ToServer && state.holding.load(Ordering::SeqCst) {
+                state.held.fetch_add(1, Ordering::SeqCst);
+                while state.holding.load(Ordering::SeqCst) {
+                    thread::sleep(std::time::Duration::from_millis(1));
+                }
+            }
+            if direction == Direction::ToClient {
                 let before = state.budget.load(Ordering::SeqCst);
                 if before >= 0 {
                     let left = before - n as i64;
@@ -98,7 +133,7 @@ fn pump(mut from: TcpStream, mut to: TcpStream, state: Option<Arc<State>>) {
                         state.cuts.fetch_add(1, Ordering::SeqCst);
                         // Send what the budget allows, then drop every connection.
                         let _ = to.write_all(&buf[..before as usize]);
-                        cut_all(state);
+                        cut_all(&state);
                         break;
                     }
                     state.budget.store(left, Ordering::SeqCst);

@@ -87,6 +87,12 @@ fn put_mutations(out: &mut Vec<u8>, mutations: &[CellMutation]) {
                 out.push(3);
                 put_bytes(out, family);
             }
+            CellMutation::PutAtApply { family, qualifier, value } => {
+                out.push(4);
+                put_bytes(out, family);
+                put_bytes(out, qualifier);
+                put_bytes(out, value);
+            }
         }
     }
 }
@@ -106,6 +112,11 @@ fn get_mutations(input: &mut &[u8]) -> std::result::Result<Vec<CellMutation>, St
             1 => CellMutation::DeleteColumn { family: get_bytes(input)?, qualifier: get_bytes(input)? },
             2 => CellMutation::DeleteRow,
             3 => CellMutation::DeleteFamily { family: get_bytes(input)? },
+            4 => CellMutation::PutAtApply {
+                family: get_bytes(input)?,
+                qualifier: get_bytes(input)?,
+                value: get_bytes(input)?,
+            },
             t => return Err(format!("intent holds an unknown mutation kind {t}")),
         });
     }
@@ -384,6 +395,10 @@ impl Intent {
                         let timestamp = timestamp.unwrap_or_else(now_ms);
                         cells.push(StoredCell { family, qualifier, timestamp, value });
                     }
+                    CellMutation::PutAtApply { family, qualifier, value } => {
+                        cells.retain(|c| c.family != family || c.qualifier != qualifier);
+                        cells.push(StoredCell { family, qualifier, timestamp: now_ms(), value });
+                    }
                     CellMutation::DeleteColumn { family, qualifier } => {
                         cells.retain(|c| c.family != family || c.qualifier != qualifier);
                     }
@@ -429,6 +444,17 @@ mod tests {
                     RowMutation {
                         row: Bytes::from_static(b"r3"),
                         mutations: vec![CellMutation::DeleteFamily { family: Bytes::from_static(b"w") }],
+                    },
+                ),
+                (
+                    4,
+                    RowMutation {
+                        row: Bytes::from_static(b"r4"),
+                        mutations: vec![CellMutation::PutAtApply {
+                            family: Bytes::from_static(b"i"),
+                            qualifier: Bytes::from_static(b"s"),
+                            value: Bytes::from_static(b"m"),
+                        }],
                     },
                 ),
             ],

@@ -62,7 +62,7 @@ impl IndexedWrite<'_> {
             Change::Put(mutations) => mutations
                 .iter()
                 .map(|m| match m {
-                    CellMutation::Put { value, .. } => per_cell + value.len(),
+                    CellMutation::Put { value, .. } | CellMutation::PutAtApply { value, .. } => per_cell + value.len(),
                     _ => per_cell,
                 })
                 .sum::<usize>(),

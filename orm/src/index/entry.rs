@@ -240,8 +240,11 @@ pub(crate) fn parse_row(row: &Row) -> Option<IndexRow> {
     Some(IndexRow { key: row.key.clone(), state: parse_state(&state_bytes)?, state_bytes, primary: primary?, cells })
 }
 
+/// A put of an index cell, stamped when it applies: the protocol reasons in the order its
+/// writes apply, and a mark built before another writer's verification but applied after it
+/// must not sort below it (as it could under the client's clock on Bigtable).
 fn put(qualifier: Bytes, value: Bytes) -> CellMutation {
-    CellMutation::Put { family: Bytes::from_static(FAMILY.as_bytes()), qualifier, value, timestamp: None }
+    CellMutation::PutAtApply { family: Bytes::from_static(FAMILY.as_bytes()), qualifier, value }
 }
 
 /// The mutations that write `entry` with `state`: state, primary key, copies, and deletes of

@@ -96,6 +96,7 @@ impl IndexedWrite<'_> {
         let cell = |c: &ColumnSpec| {
             mutations.iter().rev().find_map(|m| match m {
                 CellMutation::Put { family, qualifier, value, .. }
+                | CellMutation::PutAtApply { family, qualifier, value }
                     if family == c.family.as_bytes() && qualifier == c.qualifier.as_bytes() =>
                 {
                     Some(Some(value.clone()))

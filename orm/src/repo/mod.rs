@@ -217,7 +217,7 @@ impl<E: Entity> Repository<E> {
         // entity read returns (only key parts, every field `None`, only lazy maps) gets an
         // empty marker cell under the empty qualifier, which no field can map to.
         let lazy = |family: &Bytes| E::SCHEMA.wide.iter().any(|w| w.lazy && w.family.as_bytes() == family);
-        if !mutations.iter().any(|m| matches!(m, CellMutation::Put { family, .. } if !lazy(family))) {
+        if !mutations.iter().any(|m| matches!(m, CellMutation::Put { family, .. } | CellMutation::PutAtApply { family, .. } if !lazy(family))) {
             let family = E::SCHEMA.families.first().map_or("d", |f| f.name);
             mutations.push(CellMutation::Put {
                 family: Bytes::from_static(family.as_bytes()),

@@ -72,14 +72,17 @@ fn family_descriptor(f: &super::FamilySpec) -> FamilyDescriptor {
 fn add_cell(put: Put, m: CellMutation) -> Put {
     match m {
         CellMutation::Put { family, qualifier, value, timestamp: Some(ts) } => put.add_at(family, qualifier, ts, value),
-        CellMutation::Put { family, qualifier, value, timestamp: None } => put.add(family, qualifier, value),
+        CellMutation::Put { family, qualifier, value, timestamp: None }
+        | CellMutation::PutAtApply { family, qualifier, value } => put.add(family, qualifier, value),
         CellMutation::DeleteColumn { .. } | CellMutation::DeleteFamily { .. } | CellMutation::DeleteRow => put,
     }
 }
 
 fn to_engine_mutation(row: &Bytes, m: CellMutation) -> Mutation {
     match m {
-        put @ CellMutation::Put { .. } => add_cell(Put::new(row.clone()), put).into(),
+        put @ (CellMutation::Put { .. } | CellMutation::PutAtApply { .. }) => {
+            add_cell(Put::new(row.clone()), put).into()
+        }
         CellMutation::DeleteColumn { family, qualifier } => {
             Delete::new(row.clone()).add_columns(family, qualifier).into()
         }
@@ -107,7 +110,7 @@ fn row_condition(check: RowCheck) -> RowCondition {
 
 /// True if `m` only puts cells: it can go to the engine as one put.
 fn puts_only(m: &RowMutation) -> bool {
-    m.mutations.iter().all(|c| matches!(c, CellMutation::Put { .. }))
+    m.mutations.iter().all(|c| matches!(c, CellMutation::Put { .. } | CellMutation::PutAtApply { .. }))
 }
 
 /// A row mutation of puts only, as one engine put.

@@ -253,7 +253,8 @@ impl Volume {
             .mutations
             .iter()
             .map(|c| match c {
-                CellMutation::Put { family, qualifier, value, .. } => {
+                CellMutation::Put { family, qualifier, value, .. }
+                | CellMutation::PutAtApply { family, qualifier, value } => {
                     key + len(family) + len(qualifier) + len(value) + TIMESTAMP_BYTES
                 }
                 CellMutation::DeleteColumn { family, qualifier } => key + len(family) + len(qualifier),

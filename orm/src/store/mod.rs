@@ -184,6 +184,21 @@ pub enum CellMutation {
         /// Version timestamp in milliseconds.
         timestamp: Option<u64>,
     },
+    /// Writes a cell version stamped with the store's clock when the write applies, so the
+    /// column's versions order as their writes applied, whatever the writers' clocks and
+    /// however late a request arrives: for cells a protocol reads in that order (an index
+    /// row's state). On the embedded engine this is a `Put` without a timestamp. On Bigtable
+    /// such a `Put` takes the client's clock when the request is built, so that a retried
+    /// batch writes the same version again; this one takes the server's, and a retried batch
+    /// may write it twice.
+    PutAtApply {
+        /// Family.
+        family: Bytes,
+        /// Qualifier.
+        qualifier: Bytes,
+        /// Value.
+        value: Bytes,
+    },
     /// Deletes every version of a column.
     DeleteColumn {
         /// Family.

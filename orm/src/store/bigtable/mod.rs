@@ -357,7 +357,10 @@ fn family_name(table: &str, family: &Bytes) -> Result<String> {
     })
 }
 
-/// Bigtable mutations for one row's changes; writes without a timestamp get `now_ms`.
+/// The timestamp that asks Bigtable for the server's clock when a write applies.
+const SERVER_TIME: i64 = -1;
+
+/// Bigtable mutations for one row's changes; puts without a timestamp get `now_ms`.
 fn mutations(table: &str, changes: Vec<CellMutation>, now_ms: u64) -> Result<Vec<pb::Mutation>> {
     use pb::mutation::{DeleteFromColumn, DeleteFromFamily, DeleteFromRow, Mutation, SetCell};
     changes
@@ -368,6 +371,12 @@ fn mutations(table: &str, changes: Vec<CellMutation>, now_ms: u64) -> Result<Vec
                     family_name: family_name(table, &family)?,
                     column_qualifier: qualifier,
                     timestamp_micros: micros(timestamp.unwrap_or(now_ms))?,
+                    value,
+                }),
+                CellMutation::PutAtApply { family, qualifier, value } => Mutation::SetCell(SetCell {
+                    family_name: family_name(table, &family)?,
+                    column_qualifier: qualifier,
+                    timestamp_micros: SERVER_TIME,
                     value,
                 }),
                 CellMutation::DeleteColumn { family, qualifier } => Mutation::DeleteFromColumn(DeleteFromColumn {
