@@ -4,10 +4,13 @@
 //! A roll does not wait for the closed segment to reach the disk: its `fdatasync` (and the
 //! directory's, which makes the new segment's name durable) runs on a thread of its own
 //! ([`Closing`]), so the write that fills a segment is not held up for the tens of
-//! milliseconds 64 MiB take to sync. A later segment may then reach the disk before an earlier
-//! one's tail. Recovery allows for that: the log ends at the first torn segment, and the
-//! segments after it are dropped. Nothing in them was made durable, because a sync of the log
-//! ([`Wal::sync_to`]) first waits for every closed segment's.
+//! milliseconds 64 MiB take to sync. A later segment may then reach the disk before the
+//! closed one's tail. Recovery allows for that in the last two segments only (a roll first
+//! makes sure the segment closed before is synced): a tear in the second-to-last ends the log,
+//! and the last is dropped. Nothing in it was made durable, because a sync of the log
+//! ([`Wal::sync_to`]) first syncs the closed segments whose own sync has not finished. A cut
+//! that falls between two records would look like a clean end, so each segment a roll creates
+//! records in its header how long the closed one was.
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -21,10 +24,16 @@ use crate::fs::{sync_dir, FileSystem, WriteFile};
 use crate::{Error, Result};
 
 const SEGMENT_MAGIC: &[u8; 8] = b"CELLRWAL";
-const SEGMENT_VERSION: u32 = 1;
-/// Extension of the copy that replaces the last segment at recovery.
+/// Version 2 adds the previous segment's length to the header; version 1 segments still read.
+const SEGMENT_VERSION: u32 = 2;
+const OLDEST_SEGMENT_VERSION: u32 = 1;
+/// Extension of the copy that replaces a segment at recovery.
 const REWRITE: &str = "rewrite";
-const SEGMENT_HEADER: usize = 12;
+/// Magic and version.
+const SEGMENT_PREAMBLE: usize = 12;
+/// The preamble, then the length the previous segment had when a roll created this one (0 in
+/// a segment created at an open, after every earlier one was made durable).
+const SEGMENT_HEADER: usize = 20;
 const RECORD_HEADER: usize = 20;
 /// AsyncWal records are written out once this many bytes are buffered.
 const ASYNC_BUFFER: usize = 64 * 1024;
@@ -190,18 +199,44 @@ enum Ending {
     Torn(u64),
 }
 
-fn segment_header() -> [u8; SEGMENT_HEADER] {
+fn preamble(version: u32) -> [u8; SEGMENT_PREAMBLE] {
+    let mut preamble = [0u8; SEGMENT_PREAMBLE];
+    preamble[..8].copy_from_slice(SEGMENT_MAGIC);
+    preamble[8..].copy_from_slice(&version.to_le_bytes());
+    preamble
+}
+
+fn segment_header(previous_len: u64) -> [u8; SEGMENT_HEADER] {
     let mut header = [0u8; SEGMENT_HEADER];
-    header[..8].copy_from_slice(SEGMENT_MAGIC);
-    header[8..].copy_from_slice(&SEGMENT_VERSION.to_le_bytes());
+    header[..SEGMENT_PREAMBLE].copy_from_slice(&preamble(SEGMENT_VERSION));
+    header[SEGMENT_PREAMBLE..].copy_from_slice(&previous_len.to_le_bytes());
     header
+}
+
+fn header_len(version: u32) -> usize {
+    if version == 1 {
+        SEGMENT_PREAMBLE
+    } else {
+        SEGMENT_HEADER
+    }
 }
 
 /// A segment whose creation did not finish: part of its header, then nothing or zeros.
 fn unfinished(data: &[u8]) -> bool {
-    let header = segment_header();
-    let written = data.iter().zip(&header).take_while(|(a, b)| a == b).count();
-    written < SEGMENT_HEADER && data[written..].iter().all(|&b| b == 0)
+    (OLDEST_SEGMENT_VERSION..=SEGMENT_VERSION).any(|version| {
+        let header = preamble(version);
+        let written = data.iter().zip(&header).take_while(|(a, b)| a == b).count();
+        let rest_zeros = data[written..].iter().all(|&b| b == 0);
+        rest_zeros && (written < SEGMENT_PREAMBLE || data.len() < header_len(version))
+    })
+}
+
+/// The length a segment's header says the previous segment had when a roll created this one;
+/// `None` if it does not say (an older version, or a segment created at an open).
+fn previous_len(data: &[u8]) -> Option<u64> {
+    let header = data.get(..SEGMENT_HEADER)?;
+    let claim = u64::from_le_bytes(header[SEGMENT_PREAMBLE..].try_into().ok()?);
+    (header[..SEGMENT_PREAMBLE] == preamble(SEGMENT_VERSION) && claim > 0).then_some(claim)
 }
 
 /// Whether the damaged record at `record` shows a block that never (or only partly) reached
@@ -211,8 +246,9 @@ fn unfinished(data: &[u8]) -> bool {
 /// one did not (or kept only its first sectors); everything from the damaged record on was
 /// unsynced (a sync covers every byte written before it), so it is the log's torn tail.
 ///
-/// A record a disk corrupts in the last segment whose value holds such a run of zeros would be
-/// taken for one too, and the log would end before it; damage without one stays an error.
+/// A record a disk corrupts in the last two segments whose value holds such a run of zeros
+/// would be taken for one too, and the log would end before it; damage without one stays an
+/// error.
 fn lost_block(data: &[u8], record: std::ops::Range<usize>) -> bool {
     let first = record.start / DISK_BLOCK * DISK_BLOCK;
     (first..record.end).step_by(DISK_BLOCK).any(|block| {
@@ -224,22 +260,26 @@ fn lost_block(data: &[u8], record: std::ops::Range<usize>) -> bool {
     })
 }
 
-/// Parses one segment; returns its records and how it ended (a torn tail, as a power loss
-/// leaves one, ends the segment), or a corruption error for damage no power loss explains.
-fn parse_segment(path: &Path, data: &[u8]) -> Result<(Vec<WalRecord>, Ending)> {
+/// Parses one segment; returns its records and how it ended, or a corruption error. With
+/// `may_be_torn` (a segment a power loss may have cut: see the module docs), damage such a
+/// loss explains ends the segment as a torn tail.
+fn parse_segment(path: &Path, data: &[u8], may_be_torn: bool) -> Result<(Vec<WalRecord>, Ending)> {
     let mut records = Vec::new();
-    if data.len() < SEGMENT_HEADER {
+    if data.len() < SEGMENT_PREAMBLE {
         return Err(Error::corrupt(path, 0, "WAL segment header missing"));
     }
     if &data[..8] != SEGMENT_MAGIC {
         return Err(Error::corrupt(path, 0, "bad WAL segment magic"));
     }
     let version = u32::from_le_bytes([data[8], data[9], data[10], data[11]]);
-    if version != SEGMENT_VERSION {
+    if !(OLDEST_SEGMENT_VERSION..=SEGMENT_VERSION).contains(&version) {
         return Err(Error::corrupt(path, 8, format!("unsupported WAL version {version}")));
     }
+    if data.len() < header_len(version) {
+        return Err(Error::corrupt(path, 0, "WAL segment header missing"));
+    }
     let data_all = Bytes::copy_from_slice(data);
-    let mut pos = SEGMENT_HEADER;
+    let mut pos = header_len(version);
     while pos < data.len() {
         let rest = &data[pos..];
         let damaged =
@@ -247,7 +287,11 @@ fn parse_segment(path: &Path, data: &[u8]) -> Result<(Vec<WalRecord>, Ending)> {
         // Everything after `pos` is zero: a preallocated or partially persisted tail.
         let zero_tail = rest.iter().all(|&b| b == 0);
         if rest.len() < RECORD_HEADER {
-            return Ok((records, Ending::Torn(pos as u64)));
+            return if may_be_torn {
+                Ok((records, Ending::Torn(pos as u64)))
+            } else {
+                damaged("truncated WAL record header")
+            };
         }
         let len = u32::from_le_bytes([rest[0], rest[1], rest[2], rest[3]]) as usize;
         let crc = u32::from_le_bytes([rest[4], rest[5], rest[6], rest[7]]);
@@ -257,9 +301,9 @@ fn parse_segment(path: &Path, data: &[u8]) -> Result<(Vec<WalRecord>, Ending)> {
         // Where a block lost at a power loss would show in this record.
         let spans = pos..pos + if len <= MAX_RECORD { end.min(rest.len()) } else { RECORD_HEADER };
         if len == 0 || len > MAX_RECORD || end > rest.len() {
-            // A record that runs past the end of the last segment is a torn append.
+            // A record that runs past the end of a segment is a torn append.
             let runs_off_end = len <= MAX_RECORD && end > rest.len();
-            return if runs_off_end || zero_tail || lost_block(data, spans) {
+            return if may_be_torn && (runs_off_end || zero_tail || lost_block(data, spans)) {
                 Ok((records, Ending::Torn(pos as u64)))
             } else {
                 damaged("WAL record length is invalid")
@@ -269,7 +313,7 @@ fn parse_segment(path: &Path, data: &[u8]) -> Result<(Vec<WalRecord>, Ending)> {
         let actual = record_crc(&rest[8..20], payload);
         if actual != crc {
             let after_zero = rest[end..].iter().all(|&b| b == 0);
-            return if after_zero || lost_block(data, spans) {
+            return if may_be_torn && (after_zero || lost_block(data, spans)) {
                 Ok((records, Ending::Torn(pos as u64)))
             } else {
                 damaged("WAL record checksum mismatch in the middle of the log")
@@ -310,12 +354,45 @@ impl Wal {
         ids.sort_unstable();
         let mut last_seq = min_last_seq;
         let mut closed = Vec::new();
+        let mut read_ahead = None;
         for (i, &id) in ids.iter().enumerate() {
             let path = segment_path(dir, id);
-            let data = fs.read(&path).map_err(|e| Error::io(&path, e))?;
+            let data = match read_ahead.take() {
+                Some(data) => data,
+                None => fs.read(&path).map_err(|e| Error::io(&path, e))?,
+            };
+            // Only the segment being written and the one closed before it can have been cut
+            // by a power loss: a roll syncs the segment closed before it.
+            let may_be_torn = i + 2 >= ids.len();
             // A segment whose creation did not reach the disk holds no record.
-            let (records, ending) =
-                if unfinished(&data) { (Vec::new(), Ending::Torn(0)) } else { parse_segment(&path, &data)? };
+            let (records, mut ending) = if unfinished(&data) {
+                if !may_be_torn {
+                    return Err(Error::corrupt(&path, 0, "WAL segment header missing in the middle of the log"));
+                }
+                (Vec::new(), Ending::Torn(0))
+            } else {
+                parse_segment(&path, &data, may_be_torn)?
+            };
+            // A cut between two records reads as a clean end: the next segment's header says
+            // where this one ended, and that it came right after it.
+            if let (Ending::Clean, Some(&next_id)) = (&ending, ids.get(i + 1)) {
+                let next_path = segment_path(dir, next_id);
+                let next = fs.read(&next_path).map_err(|e| Error::io(&next_path, e))?;
+                if let Some(claimed) = previous_len(&next) {
+                    if claimed != data.len() as u64 || next_id != id + 1 {
+                        if !may_be_torn {
+                            let reason = format!(
+                                "WAL segment {next_id} was begun after a segment {claimed} bytes long; \
+                                 segment {id} has {} bytes",
+                                data.len()
+                            );
+                            return Err(Error::corrupt(&path, data.len() as u64, reason));
+                        }
+                        ending = Ending::Torn(data.len() as u64);
+                    }
+                }
+                read_ahead = Some(next);
+            }
             let mut seg_max = 0;
             for r in records {
                 seg_max = seg_max.max(r.first_seq + u64::from(r.count.max(1)) - 1);
@@ -349,7 +426,7 @@ impl Wal {
             }
         }
         let id = ids.last().map_or(1, |l| l + 1);
-        let file = Self::create_segment(&*fs, dir, id, true)?;
+        let file = Self::create_segment(&*fs, dir, id, None)?;
         Ok(Wal {
             fs,
             dir: dir.to_path_buf(),
@@ -389,15 +466,16 @@ impl Wal {
         sync_dir(fs, dir)
     }
 
-    /// Creates segment `id` with its header; `durable`: synced, with the directory. A
-    /// segment a roll creates is not: its name reaches the disk with the closed segment's
-    /// sync, and its records with the sync that covers them (recovery drops a segment whose
-    /// header never made it).
-    fn create_segment(fs: &dyn FileSystem, dir: &Path, id: u64, durable: bool) -> Result<Arc<dyn WriteFile>> {
+    /// Creates segment `id` with its header. A roll passes the closed segment's length
+    /// (`closed_len`) and does not sync the new segment: its name reaches the disk with the
+    /// closed segment's sync, and its records with the sync that covers them (recovery drops a
+    /// segment whose header never made it). One created at an open is synced, with the
+    /// directory.
+    fn create_segment(fs: &dyn FileSystem, dir: &Path, id: u64, closed_len: Option<u64>) -> Result<Arc<dyn WriteFile>> {
         let path = segment_path(dir, id);
         let f = fs.create_new(&path).map_err(|e| Error::io(&path, e))?;
-        f.write_all(&segment_header()).map_err(|e| Error::io(&path, e))?;
-        if durable {
+        f.write_all(&segment_header(closed_len.unwrap_or(0))).map_err(|e| Error::io(&path, e))?;
+        if closed_len.is_none() {
             f.sync_all().map_err(|e| Error::io(&path, e))?;
             sync_dir(fs, dir)?;
         }
@@ -443,6 +521,9 @@ impl Wal {
     /// Hands `bytes` to the OS. On failure, cuts the segment back so no partial record stays
     /// (best effort: recovery treats a damaged tail as torn) and fails the log.
     fn write_out(&self, inner: &mut Inner, bytes: &[u8], last_seq: u64) -> Result<()> {
+        if let Some(why) = self.closing.failure() {
+            return Err(Error::ReadOnly(inner.failed.get_or_insert(why).clone()));
+        }
         let before = inner.size;
         let end = before + bytes.len() as u64;
         if end > inner.allocated {
@@ -473,12 +554,18 @@ impl Wal {
     }
 
     fn roll(&self, inner: &mut Inner) -> Result<()> {
-        // Only the last segment may end in zeros (recovery reads them as its torn tail). None
-        // is left here: preallocation never passes the segment limit, and the write that
-        // reaches it extends the file to exactly its own end.
+        // Only the segment being written may end in zeros (recovery reads them as its torn
+        // tail). None is left here: preallocation never passes the segment limit, and the
+        // write that reaches it extends the file to exactly its own end.
         debug_assert_eq!(inner.allocated, inner.size, "a rolled segment ends at its last record");
+        // At most one closed segment waits for its sync, so a power loss can cut only the
+        // last two (recovery reads the others strictly). Its thread has had a whole segment's
+        // time to finish.
+        if let Err(why) = self.closing.sync_all(&*self.fs, &self.dir) {
+            return Err(Error::io(segment_path(&self.dir, inner.id), std::io::Error::other(why)));
+        }
         let id = inner.id + 1;
-        let file = Self::create_segment(&*self.fs, &self.dir, id, false)?;
+        let file = Self::create_segment(&*self.fs, &self.dir, id, Some(inner.size))?;
         self.sync_closed(inner.id, inner.file.clone());
         inner.closed.push((inner.id, inner.cur_max_seq));
         inner.file = file;
@@ -489,7 +576,8 @@ impl Wal {
     }
 
     /// Syncs the closed segment `file` and the directory (which holds the next segment's
-    /// name) on a thread of its own; inline if no thread can be started.
+    /// name) on a thread of its own; inline if no thread can be started, or the file system
+    /// asks for it.
     fn sync_closed(&self, id: u64, file: Arc<dyn WriteFile>) {
         let path = segment_path(&self.dir, id);
         let sync = |fs: &dyn FileSystem, dir: &Path, path: &Path, file: &dyn WriteFile| {
@@ -499,12 +587,14 @@ impl Wal {
         self.closing.state.lock().unsynced.push(unsynced);
         let (fs, dir, closing) = (self.fs.clone(), self.dir.clone(), self.closing.clone());
         let (on_thread, at) = (file.clone(), path.clone());
-        let spawned = std::thread::Builder::new().name("cellar-wal-sync".into()).spawn(move || {
-            #[cfg(test)]
-            let _paused = closing.paused.lock();
-            closing.finished(id, sync(&*fs, &dir, &at, &*on_thread));
+        let spawned = self.fs.syncs_in_background().then(|| {
+            std::thread::Builder::new().name("cellar-wal-sync".into()).spawn(move || {
+                #[cfg(test)]
+                let _paused = closing.paused.lock();
+                closing.finished(id, sync(&*fs, &dir, &at, &*on_thread));
+            })
         });
-        if spawned.is_err() {
+        if !matches!(spawned, Some(Ok(_))) {
             self.closing.finished(id, sync(&*self.fs, &self.dir, &path, &*file));
         }
     }
@@ -721,7 +811,7 @@ mod tests {
         segments.sort();
         for closed in &segments[..segments.len() - 1] {
             let data = std::fs::read(closed).unwrap();
-            let (records, ending) = parse_segment(closed, &data).unwrap();
+            let (records, ending) = parse_segment(closed, &data, false).unwrap();
             assert!(matches!(ending, Ending::Clean) && !records.is_empty(), "{}", closed.display());
         }
         assert_eq!(reopen(dir.path()).unwrap().len(), 40);
@@ -742,32 +832,61 @@ mod tests {
         }
     }
 
-    /// A roll does not wait for the closed segment's sync, so a power loss can cut a segment
-    /// short while later ones persisted. The log ends at the tear; the segments after it,
-    /// which no sync covered, are dropped, and stay dropped once the torn one is cut.
-    #[test]
-    fn a_torn_segment_ends_the_log_and_the_segments_after_it_are_dropped() {
-        let dir = tempfile::tempdir().unwrap();
-        let wal = Wal::open(Arc::new(crate::fs::OsFs), dir.path(), 10_000, 0, |_| Ok(())).unwrap();
+    /// Forty 900-byte records in segments of 10 000 bytes, handed to the OS; their payloads
+    /// and the segments' paths, oldest first.
+    fn rolled_log(dir: &Path) -> (Vec<(u64, Vec<u8>)>, Vec<PathBuf>) {
+        let wal = Wal::open(Arc::new(crate::fs::OsFs), dir, 10_000, 0, |_| Ok(())).unwrap();
         let written: Vec<(u64, Vec<u8>)> = (1..=40u8).map(|i| (u64::from(i), vec![i; 900])).collect();
         for (_, payload) in &written {
             wal.append(1, payload, Durability::SyncWal).unwrap();
         }
         drop(wal);
-        let mut segments: Vec<PathBuf> = std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().path()).collect();
+        let mut segments: Vec<PathBuf> = std::fs::read_dir(dir).unwrap().map(|e| e.unwrap().path()).collect();
         segments.sort();
         assert!(segments.len() >= 4, "{segments:?}");
-        // The second segment lost the end of its last record.
-        let data = std::fs::read(&segments[1]).unwrap();
-        std::fs::write(&segments[1], &data[..data.len() - 100]).unwrap();
-        let in_first = parse_segment(&segments[0], &std::fs::read(&segments[0]).unwrap()).unwrap().0.len();
-        let in_second = parse_segment(&segments[1], &data).unwrap().0.len();
-        let kept = in_first + in_second - 1;
-        assert_eq!(reopen(dir.path()).unwrap(), written[..kept]);
-        for later in &segments[2..] {
-            assert!(!later.exists(), "{} was not dropped", later.display());
+        (written, segments)
+    }
+
+    fn records_in(segment: &Path) -> usize {
+        parse_segment(segment, &std::fs::read(segment).unwrap(), true).unwrap().0.len()
+    }
+
+    /// A roll does not wait for the closed segment's sync, so a power loss can cut it short
+    /// while the segment after it persisted: mid-record, or exactly between two records (the
+    /// next segment's header says how long it was). The log ends at the cut; the last
+    /// segment, which no sync covered, is dropped, and stays dropped.
+    #[test]
+    fn a_cut_in_the_segment_closed_last_ends_the_log_and_drops_the_last() {
+        for cut_between_records in [false, true] {
+            let dir = tempfile::tempdir().unwrap();
+            let (written, segments) = rolled_log(dir.path());
+            let [.., closed, last] = &segments[..] else { unreachable!() };
+            let before: usize = segments[..segments.len() - 2].iter().map(|s| records_in(s)).sum();
+            let in_closed = records_in(closed);
+            let data = std::fs::read(closed).unwrap();
+            let cut = if cut_between_records { data.len() - (RECORD_HEADER + 900) } else { data.len() - 100 };
+            std::fs::write(closed, &data[..cut]).unwrap();
+            let kept = before + in_closed - 1;
+            assert_eq!(reopen(dir.path()).unwrap(), written[..kept], "cut between records: {cut_between_records}");
+            assert!(!last.exists(), "{} was not dropped", last.display());
+            assert_eq!(reopen(dir.path()).unwrap(), written[..kept]);
         }
-        assert_eq!(reopen(dir.path()).unwrap(), written[..kept]);
+    }
+
+    /// Segments before the last two were synced before a later one was begun: a cut there is
+    /// damage, not a power loss, and the log refuses to open rather than drop what follows.
+    #[test]
+    fn a_cut_in_an_older_segment_is_corruption() {
+        for cut_between_records in [false, true] {
+            let dir = tempfile::tempdir().unwrap();
+            let (_, segments) = rolled_log(dir.path());
+            let data = std::fs::read(&segments[0]).unwrap();
+            let cut = if cut_between_records { data.len() - (RECORD_HEADER + 900) } else { data.len() - 100 };
+            std::fs::write(&segments[0], &data[..cut]).unwrap();
+            let err = reopen(dir.path()).unwrap_err();
+            assert!(matches!(err, Error::Corrupt { .. }), "{err}");
+            assert!(segments.iter().all(|s| s.exists()), "nothing is dropped");
+        }
     }
 
     /// Power losses at random points of a log that rolls every few records, some records
@@ -777,6 +896,7 @@ mod tests {
     fn after_a_power_loss_the_log_is_a_prefix_holding_every_synced_record() {
         for seed in 0..40 {
             let fs = crate::fault::FaultFs::new(seed);
+            fs.set_background_syncs(true);
             let dir = Path::new("/wal");
             let wal = Wal::open(Arc::new(fs.clone()), dir, 8_000, 0, |_| Ok(())).unwrap();
             // Half the seeds lose the power before any closed segment's own sync ran.
