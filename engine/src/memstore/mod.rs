@@ -183,54 +183,80 @@ impl<'a> Encoded<'a> {
 }
 
 /// The skiplist's item: one cell in the arena, or a *run*: the cells one put wrote into a row
-/// the memstore did not hold, back to back in one slice (all puts, one row, one sequence
-/// number, in key order). A run orders as its first cell. A load's rows then cost one node each instead
-/// of one a column, and their cells sit together; the first later write to such a row splits
-/// the run into cells ([`Memstore::split_run`]).
+/// the memstore did not hold (all puts, one row, one sequence number, one timestamp and TTL,
+/// in key order), after their shared header and row in one slice. A run orders as its first
+/// cell. A load's rows then cost one node each instead of one a column, and their cells sit
+/// together; the first later write to such a row splits the run into items of one cell each
+/// that share the run's bytes ([`Memstore::split_run`]).
 #[derive(Debug)]
 pub(crate) struct MemCell {
     /// The cell's type; a run's cells are puts.
     kind: CellType,
-    /// The encoded cell, or a run's cells, in one slice of an arena chunk.
+    /// [`WHOLE`]: every cell `bytes` holds. Otherwise the item is the one cell starting this
+    /// many bytes into the cells of the run `bytes` holds.
+    part: u32,
+    /// The encoded cell, or a run, in one slice of an arena chunk.
     bytes: Bytes,
 }
 
+/// [`MemCell::part`] of an item that is all of its bytes.
+const WHOLE: u32 = u32::MAX;
+
 impl MemCell {
+    fn whole(kind: CellType, bytes: Bytes) -> Self {
+        MemCell { kind, part: WHOLE, bytes }
+    }
+
     fn encoded(&self) -> Encoded<'_> {
         Encoded(&self.bytes)
     }
 
-    /// The key of the cell starting `at` bytes into the item's cells (0: the first).
+    /// Where the item's first cell starts in its bytes' cells.
+    fn first_at(&self) -> usize {
+        if self.part == WHOLE {
+            0
+        } else {
+            self.part as usize
+        }
+    }
+
+    /// Where the item's last cell ends in its bytes' cells.
+    fn end(&self) -> usize {
+        if self.part == WHOLE {
+            self.encoded().cells().len()
+        } else {
+            self.next_at(self.part as usize)
+        }
+    }
+
+    /// The key of the cell starting `at` bytes into the cells of the item's bytes.
     fn view_at(&self, at: usize) -> KeyView<'_> {
         self.encoded().view(at, self.kind)
     }
 
     /// The first cell's key: a run's place in the list.
     pub fn view(&self) -> KeyView<'_> {
-        self.view_at(0)
+        self.view_at(self.first_at())
     }
 
     fn value_at(&self, at: usize) -> &[u8] {
         self.encoded().cell(at).value
     }
 
-    /// Where the cell after the one at `at` starts; at [`MemCell::cells_len`] after the last.
+    /// Where the cell after the one at `at` starts; at [`MemCell::end`] after the item's last.
     fn next_at(&self, at: usize) -> usize {
         self.encoded().cell(at).end
     }
 
-    fn cells_len(&self) -> usize {
-        self.encoded().cells().len()
-    }
-
+    /// True for an item of several cells.
     fn is_run(&self) -> bool {
-        self.next_at(0) < self.cells_len()
+        self.part == WHOLE && self.next_at(0) < self.encoded().cells().len()
     }
 
-    /// Offsets of the cells in the item.
+    /// Offsets of the item's cells.
     fn offsets(&self) -> impl Iterator<Item = usize> + '_ {
-        let len = self.cells_len();
-        std::iter::successors(Some(0), move |&at| Some(self.next_at(at)).filter(|&next| next < len))
+        let end = self.end();
+        std::iter::successors(Some(self.first_at()), move |&at| Some(self.next_at(at)).filter(|&next| next < end))
     }
 }
 
@@ -399,7 +425,7 @@ impl Memstore {
         match held {
             None if runs => {
                 let bytes = self.encode(cells.clone());
-                self.link(MemCell { kind: CellType::Put, bytes }, None);
+                self.link(MemCell::whole(CellType::Put, bytes), None);
                 self.has_runs.store(true, AtomicOrdering::Relaxed);
                 return;
             }
@@ -420,7 +446,7 @@ impl Memstore {
     /// Inserts one cell into a row that is not a run (the caller split it).
     fn insert_cell(&self, key: &KeyView<'_>, value: &[u8], ttl_ms: Option<u64>, pruning: Option<&Pruning<'_>>) {
         let bytes = self.encode(std::iter::once((*key, value, ttl_ms)));
-        self.link(MemCell { kind: key.kind, bytes }, pruning);
+        self.link(MemCell::whole(key.kind, bytes), pruning);
     }
 
     /// Encodes an item into the arena: one cell, or a run's cells (which share their row,
@@ -488,9 +514,8 @@ impl Memstore {
     /// (it orders equal to it). Last to first, every cell after one already in the list is in
     /// it too: a seek that lands on a split cell finds the rest of the row behind it, and one
     /// that lands on the run finds every cell inside it. A reader that meets the run and then
-    /// some of its cells again skips those ([`MemCursor`] remembers the run's last cell). Each
-    /// cell is copied into an item of its own: the run's stay in the arena until the memstore
-    /// is dropped, as replaced cells do.
+    /// some of its cells again skips those ([`MemCursor`] remembers the run's last cell). No
+    /// arena bytes are copied: each cell's item points into the run's bytes.
     fn split_run(&self, run: &Entry<'_, MemCell>) {
         let item = run.item();
         let offsets: Vec<usize> = item.offsets().collect();
@@ -501,9 +526,15 @@ impl Memstore {
 
     /// Puts the cell of `run` at `at` in the list as an item of its own.
     fn split_off(&self, run: &MemCell, at: usize) {
-        let cell = (run.view_at(at), run.value_at(at), run.encoded().ttl_ms());
-        let bytes = self.encode(std::iter::once(cell));
-        self.link(MemCell { kind: CellType::Put, bytes }, None);
+        let item = match u32::try_from(at) {
+            Ok(part) if part != WHOLE => MemCell { kind: CellType::Put, part, bytes: run.bytes.clone() },
+            // A run of more than 4 GiB: the cell is copied out.
+            _ => {
+                let cell = (run.view_at(at), run.value_at(at), run.encoded().ttl_ms());
+                MemCell::whole(CellType::Put, self.encode(std::iter::once(cell)))
+            }
+        };
+        self.link(item, None);
     }
 
     /// The first item of `row`, if this memstore holds the row (of any sequence number).
@@ -656,7 +687,7 @@ impl Memstore {
 pub(crate) struct MemCursor<'a> {
     memstore: &'a Memstore,
     cur: Option<Entry<'a, MemCell>>,
-    /// Where the current cell starts in `cur`'s bytes (0 but inside a run).
+    /// Where the current cell starts in the cells of `cur`'s bytes.
     at: usize,
     /// The last cell of the run the cursor just left: cells up to it that follow are the
     /// run's own, being split into items of their own ([`Memstore::split_run`]), and are
@@ -679,16 +710,16 @@ impl<'a> MemCursor<'a> {
         let Some(e) = self.cur else { return };
         let item = e.item();
         let next = item.next_at(self.at);
-        if next < item.cells_len() {
+        if next < item.end() {
             self.at = next;
             return;
         }
         // Leaving a run (the last of several cells): remember where it ended.
-        if self.at > 0 {
+        if self.at > item.first_at() {
             self.shadow = Some(item.view_at(self.at));
         }
         self.cur = e.next();
-        self.at = 0;
+        self.at = self.cur.map_or(0, |e| e.item().first_at());
     }
 
     /// Moves past cells this read does not see: newer than its read point, or a split run's
@@ -721,7 +752,7 @@ impl<'a> MemCursor<'a> {
                 return;
             }
         }
-        (self.cur, self.at) = (ceiling, 0);
+        (self.cur, self.at) = (ceiling, ceiling.map_or(0, |e| e.item().first_at()));
     }
 }
 
@@ -1073,6 +1104,23 @@ mod tests {
         assert!(run.item().is_run());
         assert_eq!(run.item().bytes.len(), HEADER_LEN + row.len() + 10 * (2 + 6 + 100));
         assert_eq!(m.map.len(), 1, "one item for the record");
+    }
+
+    /// The first later write into a run splits it into items of one cell each that point into
+    /// the run's bytes: none is copied, and each reads back as it was.
+    #[test]
+    fn a_split_run_shares_its_bytes() {
+        let m = Memstore::new(&MemAccount::new(0, usize::MAX));
+        put_row(&m, "r", &["a", "b", "c"], 5, 1);
+        let run = m.find_row(b"r").unwrap().item().bytes.clone();
+        put_row(&m, "r", &["b"], 6, 2);
+        let items: Vec<&MemCell> = std::iter::successors(m.find_row(b"r"), |e| e.next()).map(|e| e.item()).collect();
+        let shared = items.iter().filter(|i| i.bytes.as_ptr() == run.as_ptr()).count();
+        assert_eq!((items.len(), shared), (4, 3), "three cells of the run and the new one");
+        let cells = cells_from(&m, 2, KeyView::first_of_row(b"r"));
+        let names: Vec<(String, u64)> = cells.into_iter().map(|(_, q, ts, _)| (q, ts)).collect();
+        let want = [("a", 5), ("b", 6), ("b", 5), ("c", 5)].map(|(q, ts)| (q.to_string(), ts));
+        assert_eq!(names, want);
     }
 
     /// Cells whose lengths take several varint bytes, and a put whose cells differ in
