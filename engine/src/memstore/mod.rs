@@ -239,6 +239,11 @@ impl MemCell {
         self.view_at(self.first_at())
     }
 
+    /// The row, without decoding a cell.
+    fn row(&self) -> &[u8] {
+        self.encoded().row()
+    }
+
     fn value_at(&self, at: usize) -> &[u8] {
         self.encoded().cell(at).value
     }
@@ -320,7 +325,7 @@ impl Ord for MemCell {
 /// 24 bytes never leave the list's nodes.
 impl Tagged for MemCell {
     fn tag(&self) -> Tag {
-        row_prefix(self.view().row)
+        row_prefix(self.row())
     }
 }
 
@@ -498,8 +503,8 @@ impl Memstore {
         let key = entry.item().view();
         // If the item now leads its row, the row index points at it. An item before it with
         // another tag is of another row.
-        if tied_before.is_none_or(|b| b.item().view().row != key.row) {
-            let grown = self.rows.lead(key.row, entry.handle(), |h| self.map.at(h).map(|e| e.item().view().row));
+        if tied_before.is_none_or(|b| b.item().row() != key.row) {
+            let grown = self.rows.lead(key.row, entry.handle(), |h| self.map.at(h).map(|e| e.item().row()));
             self.charge(grown);
         }
         if key.kind.is_delete() {
@@ -541,7 +546,7 @@ impl Memstore {
     fn find_row(&self, row: &[u8]) -> Option<Entry<'_, MemCell>> {
         match self.first_of(row) {
             Ok(first) => first,
-            Err(()) => self.search(&KeyView::first_of_row(row)).filter(|e| e.item().view().row == row),
+            Err(()) => self.search(&KeyView::first_of_row(row)).filter(|e| e.item().row() == row),
         }
     }
 
@@ -651,7 +656,7 @@ impl Memstore {
     /// the row, `Err(())` if the index cannot tell.
     fn first_of(&self, row: &[u8]) -> Result<Option<Entry<'_, MemCell>>, ()> {
         match self.rows.find(row) {
-            Start::At(handle) => Ok(self.map.at(handle).filter(|e| e.item().view().row == row)),
+            Start::At(handle) => Ok(self.map.at(handle).filter(|e| e.item().row() == row)),
             Start::Absent => Ok(None),
             Start::Unknown => Err(()),
         }
@@ -672,7 +677,7 @@ impl Memstore {
         }
         let probe = Probe::new(KeyView::first_of_row(row));
         let (_, found) = self.map.around_splicing(probe.prefix, |c| probe.order(c));
-        found.is_some_and(|e| e.item().view().row == row)
+        found.is_some_and(|e| e.item().row() == row)
     }
 
     /// [`Memstore::cursor`] for the writer, reading a row it is about to write (a condition,
@@ -745,7 +750,7 @@ impl<'a> MemCursor<'a> {
     /// the first item not before it: a run before the target may reach past it.
     fn land(&mut self, floor: Option<Entry<'a, MemCell>>, ceiling: Option<Entry<'a, MemCell>>, target: &KeyView<'_>) {
         self.shadow = None;
-        if let Some(run) = floor.filter(|e| e.item().is_run() && e.item().view().row == target.row) {
+        if let Some(run) = floor.filter(|e| e.item().is_run() && e.item().row() == target.row) {
             let item = run.item();
             if let Some(at) = item.offsets().find(|&at| item.view_at(at).cmp_internal(target).is_ge()) {
                 (self.cur, self.at) = (Some(run), at);
