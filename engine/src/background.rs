@@ -72,6 +72,13 @@ impl Background {
         self.progress.wait_for(&mut q, timeout);
     }
 
+    /// Wakes writers waiting on back-pressure before the task that relieved it has finished
+    /// (a flush gives its memstore's memory back before it persists the catalog).
+    pub fn progress_made(&self) {
+        let _q = self.queue.lock();
+        self.progress.notify_all();
+    }
+
     /// Notes how a task ended: a failure is kept until a task of its kind succeeds.
     fn record_outcome(&self, task: &Task, outcome: &crate::Result<()>) {
         let mut failures = self.failures.lock();

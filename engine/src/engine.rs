@@ -935,6 +935,9 @@ impl EngineInner {
         match task.kind {
             TaskKind::Flush => {
                 if self.flush_region(&region)? {
+                    // The memstore's memory is back: writers waiting for it need not wait for
+                    // the catalog write, the log trim and the heap's trim too.
+                    self.background.progress_made();
                     let _ddl = self.ddl.lock();
                     self.persist_locked()?;
                     self.trim_wal()?;
