@@ -168,9 +168,13 @@ impl Lifeline {
             .filter_map(|i| {
                 let weak: Weak<EngineInner> = Arc::downgrade(engine);
                 let bg = background.clone();
+                let nice = engine.opts.background_nice;
                 std::thread::Builder::new()
                     .name(format!("cellar-bg-{i}"))
-                    .spawn(move || worker(&weak, &bg))
+                    .spawn(move || {
+                        lower_priority(nice);
+                        worker(&weak, &bg)
+                    })
                     // Without a worker, writers still make progress: back-pressure waits time
                     // out, and explicit flushes and compactions run in the caller.
                     .ok()
@@ -195,6 +199,25 @@ impl Drop for Lifeline {
         }
     }
 }
+
+/// Adds `nice` (at most 19) to the calling thread's niceness: on Linux niceness is per thread.
+#[cfg(target_os = "linux")]
+fn lower_priority(nice: u8) {
+    if nice == 0 {
+        return;
+    }
+    #[expect(unsafe_code, reason = "FFI calls into the C library")]
+    // SAFETY: getpriority and setpriority of the calling thread (who = 0) read and change
+    // only its scheduling weight; a call that fails leaves it as it was, which is harmless.
+    unsafe {
+        let current = libc::getpriority(libc::PRIO_PROCESS, 0);
+        libc::setpriority(libc::PRIO_PROCESS, 0, (current + i32::from(nice.min(19))).min(19));
+    }
+}
+
+/// Background threads keep the application's priority where niceness is per process.
+#[cfg(not(target_os = "linux"))]
+fn lower_priority(_nice: u8) {}
 
 fn worker(engine: &Weak<EngineInner>, bg: &Background) {
     while let Some(task) = bg.next() {

@@ -72,6 +72,12 @@ pub struct EngineOptions {
     pub write_stall_timeout: Duration,
     /// Background worker threads for flushes, compactions and splits (default 2).
     pub background_threads: usize,
+    /// Niceness the background threads add to their own on Linux (default 5; at most 19).
+    /// When flushes and compactions compete with the application's threads for a core, they
+    /// give way, as RocksDB's option to lower its compaction threads' priority has them do;
+    /// back-pressure still stops writers that outrun them. 0 leaves them at the
+    /// application's priority.
+    pub background_nice: u8,
     /// Compact and split regions automatically (default true). Turn off for bulk loads, or
     /// to run compactions only on demand; flushes still happen in the background.
     pub auto_compact: bool,
@@ -101,6 +107,7 @@ impl Default for EngineOptions {
             blocking_files: 16,
             write_stall_timeout: Duration::from_secs(60),
             background_threads: 2,
+            background_nice: 5,
             auto_compact: true,
             flush_on_close: true,
             clock: Arc::new(SystemClock),
