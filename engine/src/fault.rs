@@ -134,8 +134,6 @@ struct State {
     counts: FaultCounts,
     /// The latest calls, when tracing (see [`FaultFs::trace`]).
     trace: Option<std::collections::VecDeque<String>>,
-    /// See [`FaultFs::set_background_syncs`].
-    background_syncs: bool,
 }
 
 impl State {
@@ -320,7 +318,6 @@ impl FaultFs {
             capacity: None,
             counts: FaultCounts::default(),
             trace: None,
-            background_syncs: false,
         };
         FaultFs { state: Arc::new(Mutex::new(state)), epoch: 0 }
     }
@@ -328,13 +325,6 @@ impl FaultFs {
     /// Sets how often each kind of call fails from now on.
     pub fn set_rates(&self, rates: FaultRates) {
         self.state.lock().rates = rates;
-    }
-
-    /// Lets the log sync closed segments on threads of their own, as on a real disk. Off by
-    /// default: a seed then replays a run exactly, but a power loss never finds a closed
-    /// segment unsynced.
-    pub fn set_background_syncs(&self, on: bool) {
-        self.state.lock().background_syncs = on;
     }
 
     /// Makes writes fail with ENOSPC once the files hold `bytes` (`None`: no limit).
@@ -534,10 +524,6 @@ impl FileSystem for FaultFs {
         }
         drop(st);
         Ok(Box::new(LockGuard { fs: self.clone(), path: path.to_path_buf() }))
-    }
-
-    fn syncs_in_background(&self) -> bool {
-        self.state.lock().background_syncs
     }
 }
 

@@ -39,12 +39,6 @@ pub trait FileSystem: Send + Sync + std::fmt::Debug {
     /// Takes the exclusive lock of a data directory through the file `path`; held until the
     /// returned guard is dropped. Fails with [`io::ErrorKind::WouldBlock`] if another holder has it.
     fn lock(&self, path: &Path) -> io::Result<Box<dyn std::any::Any + Send + Sync>>;
-    /// Whether the log may sync a closed segment on a thread of its own rather than on the
-    /// writer's. A simulated file system whose runs must replay from a seed says no: a thread
-    /// would make its calls land in a different order each run.
-    fn syncs_in_background(&self) -> bool {
-        true
-    }
 }
 
 /// A file being written: appends, a cut, a preallocation, and the two syncs.

@@ -1,19 +1,8 @@
 //! WAL segments: appending with the four durability levels, group commit, rolling, recovery
 //! and removal of segments whose edits are all flushed.
-//!
-//! A roll does not wait for the closed segment to reach the disk: its `fdatasync` (and the
-//! directory's, which makes the new segment's name durable) runs on a thread of its own
-//! ([`Closing`]), so the write that fills a segment is not held up for the tens of
-//! milliseconds 64 MiB take to sync. A later segment may then reach the disk before the
-//! closed one's tail. Recovery allows for that in the last two segments only (a roll first
-//! makes sure the segment closed before is synced): a tear in the second-to-last ends the log,
-//! and the last is dropped. Nothing in it was made durable, because a sync of the log
-//! ([`Wal::sync_to`]) first syncs the closed segments whose own sync has not finished. A cut
-//! that falls between two records would look like a clean end, so each segment a roll creates
-//! records in its header how long the closed one was.
 
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -24,16 +13,10 @@ use crate::fs::{sync_dir, FileSystem, WriteFile};
 use crate::{Error, Result};
 
 const SEGMENT_MAGIC: &[u8; 8] = b"CELLRWAL";
-/// Version 2 adds the previous segment's length to the header; version 1 segments still read.
-const SEGMENT_VERSION: u32 = 2;
-const OLDEST_SEGMENT_VERSION: u32 = 1;
-/// Extension of the copy that replaces a segment at recovery.
+const SEGMENT_VERSION: u32 = 1;
+/// Extension of the copy that replaces the last segment at recovery.
 const REWRITE: &str = "rewrite";
-/// Magic and version.
-const SEGMENT_PREAMBLE: usize = 12;
-/// The preamble, then the length the previous segment had when a roll created this one (0 in
-/// a segment created at an open, after every earlier one was made durable).
-const SEGMENT_HEADER: usize = 20;
+const SEGMENT_HEADER: usize = 12;
 const RECORD_HEADER: usize = 20;
 /// AsyncWal records are written out once this many bytes are buffered.
 const ASYNC_BUFFER: usize = 64 * 1024;
@@ -83,81 +66,6 @@ struct Inner {
     failed: Option<String>,
 }
 
-/// A closed segment whose sync has not finished.
-struct Unsynced {
-    id: u64,
-    path: PathBuf,
-    file: Arc<dyn WriteFile>,
-}
-
-/// Closed segments whose sync runs on a thread of its own, and the first such sync that
-/// failed.
-#[derive(Default)]
-struct Closing {
-    state: Mutex<ClosingState>,
-    /// Set with `state.failed`, for appends to check without the lock.
-    failed: AtomicBool,
-    /// Held by a test to keep the syncs from running, as a power loss right after a roll
-    /// finds them.
-    #[cfg(test)]
-    paused: Mutex<()>,
-}
-
-#[derive(Default)]
-struct ClosingState {
-    unsynced: Vec<Unsynced>,
-    failed: Option<String>,
-}
-
-impl Closing {
-    /// Notes how the sync of closed segment `id` ended.
-    fn finished(&self, id: u64, outcome: Result<()>) {
-        self.state.lock().unsynced.retain(|u| u.id != id);
-        if let Err(e) = outcome {
-            self.fail(&e);
-        }
-    }
-
-    fn fail(&self, e: &Error) {
-        self.state.lock().failed.get_or_insert_with(|| format!("syncing a closed log segment failed: {e}"));
-        self.failed.store(true, Ordering::Release);
-    }
-
-    /// Syncs every segment closed so far whose sync has not finished (again, if its thread is
-    /// at it), and the directory: after this, nothing a later segment holds can outlive them.
-    fn sync_all(&self, fs: &dyn FileSystem, dir: &Path) -> std::result::Result<(), String> {
-        let pending: Vec<(u64, PathBuf, Arc<dyn WriteFile>)> = {
-            let state = self.state.lock();
-            if let Some(why) = &state.failed {
-                return Err(why.clone());
-            }
-            state.unsynced.iter().map(|u| (u.id, u.path.clone(), u.file.clone())).collect()
-        };
-        if pending.is_empty() {
-            return Ok(());
-        }
-        for (id, path, file) in pending {
-            let synced = file.sync_data().map_err(|e| Error::io(&path, e));
-            let failed = synced.is_err();
-            self.finished(id, synced);
-            if failed {
-                break;
-            }
-        }
-        if let Err(e) = sync_dir(fs, dir) {
-            self.fail(&e);
-        }
-        self.state.lock().failed.clone().map_or(Ok(()), Err)
-    }
-
-    fn failure(&self) -> Option<String> {
-        if !self.failed.load(Ordering::Acquire) {
-            return None;
-        }
-        self.state.lock().failed.clone()
-    }
-}
-
 /// The engine's write-ahead log.
 pub(crate) struct Wal {
     fs: Arc<dyn FileSystem>,
@@ -171,7 +79,6 @@ pub(crate) struct Wal {
     sync_wait: Mutex<()>,
     sync_done: Condvar,
     segment_limit: u64,
-    closing: Arc<Closing>,
 }
 
 fn segment_path(dir: &Path, id: u64) -> PathBuf {
@@ -199,44 +106,18 @@ enum Ending {
     Torn(u64),
 }
 
-fn preamble(version: u32) -> [u8; SEGMENT_PREAMBLE] {
-    let mut preamble = [0u8; SEGMENT_PREAMBLE];
-    preamble[..8].copy_from_slice(SEGMENT_MAGIC);
-    preamble[8..].copy_from_slice(&version.to_le_bytes());
-    preamble
-}
-
-fn segment_header(previous_len: u64) -> [u8; SEGMENT_HEADER] {
+fn segment_header() -> [u8; SEGMENT_HEADER] {
     let mut header = [0u8; SEGMENT_HEADER];
-    header[..SEGMENT_PREAMBLE].copy_from_slice(&preamble(SEGMENT_VERSION));
-    header[SEGMENT_PREAMBLE..].copy_from_slice(&previous_len.to_le_bytes());
+    header[..8].copy_from_slice(SEGMENT_MAGIC);
+    header[8..].copy_from_slice(&SEGMENT_VERSION.to_le_bytes());
     header
-}
-
-fn header_len(version: u32) -> usize {
-    if version == 1 {
-        SEGMENT_PREAMBLE
-    } else {
-        SEGMENT_HEADER
-    }
 }
 
 /// A segment whose creation did not finish: part of its header, then nothing or zeros.
 fn unfinished(data: &[u8]) -> bool {
-    (OLDEST_SEGMENT_VERSION..=SEGMENT_VERSION).any(|version| {
-        let header = preamble(version);
-        let written = data.iter().zip(&header).take_while(|(a, b)| a == b).count();
-        let rest_zeros = data[written..].iter().all(|&b| b == 0);
-        rest_zeros && (written < SEGMENT_PREAMBLE || data.len() < header_len(version))
-    })
-}
-
-/// The length a segment's header says the previous segment had when a roll created this one;
-/// `None` if it does not say (an older version, or a segment created at an open).
-fn previous_len(data: &[u8]) -> Option<u64> {
-    let header = data.get(..SEGMENT_HEADER)?;
-    let claim = u64::from_le_bytes(header[SEGMENT_PREAMBLE..].try_into().ok()?);
-    (header[..SEGMENT_PREAMBLE] == preamble(SEGMENT_VERSION) && claim > 0).then_some(claim)
+    let header = segment_header();
+    let written = data.iter().zip(&header).take_while(|(a, b)| a == b).count();
+    written < SEGMENT_HEADER && data[written..].iter().all(|&b| b == 0)
 }
 
 /// Whether the damaged record at `record` shows a block that never (or only partly) reached
@@ -246,9 +127,8 @@ fn previous_len(data: &[u8]) -> Option<u64> {
 /// one did not (or kept only its first sectors); everything from the damaged record on was
 /// unsynced (a sync covers every byte written before it), so it is the log's torn tail.
 ///
-/// A record a disk corrupts in the last two segments whose value holds such a run of zeros
-/// would be taken for one too, and the log would end before it; damage without one stays an
-/// error.
+/// A record a disk corrupts in the last segment whose value holds such a run of zeros would be
+/// taken for one too, and the log would end before it; damage without one stays an error.
 fn lost_block(data: &[u8], record: std::ops::Range<usize>) -> bool {
     let first = record.start / DISK_BLOCK * DISK_BLOCK;
     (first..record.end).step_by(DISK_BLOCK).any(|block| {
@@ -260,26 +140,21 @@ fn lost_block(data: &[u8], record: std::ops::Range<usize>) -> bool {
     })
 }
 
-/// Parses one segment; returns its records and how it ended, or a corruption error. With
-/// `may_be_torn` (a segment a power loss may have cut: see the module docs), damage such a
-/// loss explains ends the segment as a torn tail.
-fn parse_segment(path: &Path, data: &[u8], may_be_torn: bool) -> Result<(Vec<WalRecord>, Ending)> {
+/// Parses one segment; returns its records and how it ended, or a corruption error.
+fn parse_segment(path: &Path, data: &[u8], is_last: bool) -> Result<(Vec<WalRecord>, Ending)> {
     let mut records = Vec::new();
-    if data.len() < SEGMENT_PREAMBLE {
+    if data.len() < SEGMENT_HEADER {
         return Err(Error::corrupt(path, 0, "WAL segment header missing"));
     }
     if &data[..8] != SEGMENT_MAGIC {
         return Err(Error::corrupt(path, 0, "bad WAL segment magic"));
     }
     let version = u32::from_le_bytes([data[8], data[9], data[10], data[11]]);
-    if !(OLDEST_SEGMENT_VERSION..=SEGMENT_VERSION).contains(&version) {
+    if version != SEGMENT_VERSION {
         return Err(Error::corrupt(path, 8, format!("unsupported WAL version {version}")));
     }
-    if data.len() < header_len(version) {
-        return Err(Error::corrupt(path, 0, "WAL segment header missing"));
-    }
     let data_all = Bytes::copy_from_slice(data);
-    let mut pos = header_len(version);
+    let mut pos = SEGMENT_HEADER;
     while pos < data.len() {
         let rest = &data[pos..];
         let damaged =
@@ -287,7 +162,7 @@ fn parse_segment(path: &Path, data: &[u8], may_be_torn: bool) -> Result<(Vec<Wal
         // Everything after `pos` is zero: a preallocated or partially persisted tail.
         let zero_tail = rest.iter().all(|&b| b == 0);
         if rest.len() < RECORD_HEADER {
-            return if may_be_torn {
+            return if is_last {
                 Ok((records, Ending::Torn(pos as u64)))
             } else {
                 damaged("truncated WAL record header")
@@ -301,9 +176,9 @@ fn parse_segment(path: &Path, data: &[u8], may_be_torn: bool) -> Result<(Vec<Wal
         // Where a block lost at a power loss would show in this record.
         let spans = pos..pos + if len <= MAX_RECORD { end.min(rest.len()) } else { RECORD_HEADER };
         if len == 0 || len > MAX_RECORD || end > rest.len() {
-            // A record that runs past the end of a segment is a torn append.
+            // A record that runs past the end of the last segment is a torn append.
             let runs_off_end = len <= MAX_RECORD && end > rest.len();
-            return if may_be_torn && (runs_off_end || zero_tail || lost_block(data, spans)) {
+            return if is_last && (runs_off_end || zero_tail || lost_block(data, spans)) {
                 Ok((records, Ending::Torn(pos as u64)))
             } else {
                 damaged("WAL record length is invalid")
@@ -313,7 +188,7 @@ fn parse_segment(path: &Path, data: &[u8], may_be_torn: bool) -> Result<(Vec<Wal
         let actual = record_crc(&rest[8..20], payload);
         if actual != crc {
             let after_zero = rest[end..].iter().all(|&b| b == 0);
-            return if may_be_torn && (after_zero || lost_block(data, spans)) {
+            return if is_last && (after_zero || lost_block(data, spans)) {
                 Ok((records, Ending::Torn(pos as u64)))
             } else {
                 damaged("WAL record checksum mismatch in the middle of the log")
@@ -352,81 +227,62 @@ impl Wal {
             ids.push(id);
         }
         ids.sort_unstable();
+        let mut newest = None;
+        // A segment is only ever created after the one before it rolled, ending at its last
+        // record, and was synced, so that one is read strictly even when it ends up last.
+        let mut rolled = false;
+        if let Some(&id) = ids.last() {
+            let path = segment_path(dir, id);
+            let data = fs.read(&path).map_err(|e| Error::io(&path, e))?;
+            if unfinished(&data) {
+                // Its creation never finished, so no record went into it.
+                fs.remove(&path).map_err(|e| Error::io(&path, e))?;
+                sync_dir(&*fs, dir)?;
+                ids.pop();
+                rolled = true;
+            } else {
+                newest = Some(data);
+            }
+        }
         let mut last_seq = min_last_seq;
         let mut closed = Vec::new();
-        let mut read_ahead = None;
         for (i, &id) in ids.iter().enumerate() {
             let path = segment_path(dir, id);
-            let data = match read_ahead.take() {
+            let read_before = if i + 1 == ids.len() { newest.take() } else { None };
+            let data = match read_before {
                 Some(data) => data,
                 None => fs.read(&path).map_err(|e| Error::io(&path, e))?,
             };
-            // Only the segment being written and the one closed before it can have been cut
-            // by a power loss: a roll syncs the segment closed before it.
-            let may_be_torn = i + 2 >= ids.len();
-            // A segment whose creation did not reach the disk holds no record.
-            let (records, mut ending) = if unfinished(&data) {
-                if !may_be_torn {
-                    return Err(Error::corrupt(&path, 0, "WAL segment header missing in the middle of the log"));
-                }
-                (Vec::new(), Ending::Torn(0))
-            } else {
-                parse_segment(&path, &data, may_be_torn)?
-            };
-            // A cut between two records reads as a clean end: the next segment's header says
-            // where this one ended, and that it came right after it.
-            if let (Ending::Clean, Some(&next_id)) = (&ending, ids.get(i + 1)) {
-                let next_path = segment_path(dir, next_id);
-                let next = fs.read(&next_path).map_err(|e| Error::io(&next_path, e))?;
-                if let Some(claimed) = previous_len(&next) {
-                    if claimed != data.len() as u64 || next_id != id + 1 {
-                        if !may_be_torn {
-                            let reason = format!(
-                                "WAL segment {next_id} was begun after a segment {claimed} bytes long; \
-                                 segment {id} has {} bytes",
-                                data.len()
-                            );
-                            return Err(Error::corrupt(&path, data.len() as u64, reason));
-                        }
-                        ending = Ending::Torn(data.len() as u64);
-                    }
-                }
-                read_ahead = Some(next);
-            }
+            let (records, ending) = parse_segment(&path, &data, i + 1 == ids.len() && !rolled)?;
             let mut seg_max = 0;
             for r in records {
                 seg_max = seg_max.max(r.first_seq + u64::from(r.count.max(1)) - 1);
                 replay(r)?;
             }
             last_seq = last_seq.max(seg_max);
-            let end = match ending {
-                Ending::Torn(at) => {
-                    // The log ends here. The segments after this one were begun before its
-                    // tail was synced, so no record in them was made durable: they go first,
-                    // before this one is cut, so a crash in between cannot bring them back
-                    // behind a segment that no longer ends torn.
-                    for &later in &ids[i + 1..] {
-                        let later = segment_path(dir, later);
-                        fs.remove(&later).map_err(|e| Error::io(&later, e))?;
-                    }
-                    sync_dir(&*fs, dir)?;
-                    at as usize
-                }
-                Ending::Clean => data.len(),
-            };
-            if end == 0 {
-                fs.remove(&path).map_err(|e| Error::io(&path, e))?;
+            if i + 1 == ids.len() {
+                // The last segment may hold records a previous run handed to the OS without an
+                // fsync (SyncWal, AsyncWal, a clean close, a failed fsync). They were replayed,
+                // and new records will follow them in the next segment: make them durable
+                // first, or a power loss could keep the new segment and cut this one short.
+                // An fsync of this file cannot be trusted after one failed (the kernel may
+                // have dropped the pages), so the records go to a fresh file that replaces it.
+                // A torn tail is left out.
+                let end = match ending {
+                    Ending::Torn(at) => at as usize,
+                    Ending::Clean => data.len(),
+                };
+                let fresh = path.with_extension(REWRITE);
+                let f = fs.create_new(&fresh).map_err(|e| Error::io(&fresh, e))?;
+                f.write_all(&data[..end]).map_err(|e| Error::io(&fresh, e))?;
+                f.sync_all().map_err(|e| Error::io(&fresh, e))?;
+                fs.rename(&fresh, &path).map_err(|e| Error::io(&path, e))?;
                 sync_dir(&*fs, dir)?;
-            } else {
-                Self::make_durable(&*fs, dir, &path, &data[..end])?;
-                closed.push((id, seg_max));
             }
-            if matches!(ending, Ending::Torn(_)) {
-                break;
-            }
+            closed.push((id, seg_max));
         }
         let id = ids.last().map_or(1, |l| l + 1);
-        let file = Self::create_segment(&*fs, dir, id, None)?;
+        let file = Self::create_segment(&*fs, dir, id)?;
         Ok(Wal {
             fs,
             dir: dir.to_path_buf(),
@@ -447,38 +303,15 @@ impl Wal {
             sync_wait: Mutex::new(()),
             sync_done: Condvar::new(),
             segment_limit,
-            closing: Arc::default(),
         })
     }
 
-    /// Makes a replayed segment's records durable before new records follow them in a later
-    /// segment, or a power loss could keep the new segment and cut this one short. They may
-    /// have been handed to the OS without an fsync (SyncWal, AsyncWal, a roll whose sync a
-    /// crash cut short), and an fsync of this file cannot be trusted after one failed (the
-    /// kernel may have dropped the pages), so they go to a fresh file that replaces it. A
-    /// torn tail is left out.
-    fn make_durable(fs: &dyn FileSystem, dir: &Path, path: &Path, records: &[u8]) -> Result<()> {
-        let fresh = path.with_extension(REWRITE);
-        let f = fs.create_new(&fresh).map_err(|e| Error::io(&fresh, e))?;
-        f.write_all(records).map_err(|e| Error::io(&fresh, e))?;
-        f.sync_all().map_err(|e| Error::io(&fresh, e))?;
-        fs.rename(&fresh, path).map_err(|e| Error::io(path, e))?;
-        sync_dir(fs, dir)
-    }
-
-    /// Creates segment `id` with its header. A roll passes the closed segment's length
-    /// (`closed_len`) and does not sync the new segment: its name reaches the disk with the
-    /// closed segment's sync, and its records with the sync that covers them (recovery drops a
-    /// segment whose header never made it). One created at an open is synced, with the
-    /// directory.
-    fn create_segment(fs: &dyn FileSystem, dir: &Path, id: u64, closed_len: Option<u64>) -> Result<Arc<dyn WriteFile>> {
+    fn create_segment(fs: &dyn FileSystem, dir: &Path, id: u64) -> Result<Arc<dyn WriteFile>> {
         let path = segment_path(dir, id);
         let f = fs.create_new(&path).map_err(|e| Error::io(&path, e))?;
-        f.write_all(&segment_header(closed_len.unwrap_or(0))).map_err(|e| Error::io(&path, e))?;
-        if closed_len.is_none() {
-            f.sync_all().map_err(|e| Error::io(&path, e))?;
-            sync_dir(fs, dir)?;
-        }
+        f.write_all(&segment_header()).map_err(|e| Error::io(&path, e))?;
+        f.sync_all().map_err(|e| Error::io(&path, e))?;
+        sync_dir(fs, dir)?;
         Ok(f)
     }
 
@@ -486,9 +319,6 @@ impl Wal {
     /// first reserved sequence number. `FsyncWal` callers must then call [`Wal::sync_to`].
     pub fn append(&self, count: u32, payload: &[u8], durability: Durability) -> Result<u64> {
         let mut inner = self.inner.lock();
-        if inner.failed.is_none() {
-            inner.failed = self.closing.failure();
-        }
         if let Some(why) = &inner.failed {
             return Err(Error::ReadOnly(why.clone()));
         }
@@ -521,9 +351,6 @@ impl Wal {
     /// Hands `bytes` to the OS. On failure, cuts the segment back so no partial record stays
     /// (best effort: recovery treats a damaged tail as torn) and fails the log.
     fn write_out(&self, inner: &mut Inner, bytes: &[u8], last_seq: u64) -> Result<()> {
-        if let Some(why) = self.closing.failure() {
-            return Err(Error::ReadOnly(inner.failed.get_or_insert(why).clone()));
-        }
         let before = inner.size;
         let end = before + bytes.len() as u64;
         if end > inner.allocated {
@@ -554,49 +381,22 @@ impl Wal {
     }
 
     fn roll(&self, inner: &mut Inner) -> Result<()> {
-        // Only the segment being written may end in zeros (recovery reads them as its torn
-        // tail). None is left here: preallocation never passes the segment limit, and the
-        // write that reaches it extends the file to exactly its own end.
+        let old = segment_path(&self.dir, inner.id);
+        // Only the last segment may end in zeros (recovery reads them as its torn tail). None
+        // is left here: preallocation never passes the segment limit, and the write that
+        // reaches it extends the file to exactly its own end.
         debug_assert_eq!(inner.allocated, inner.size, "a rolled segment ends at its last record");
-        // At most one closed segment waits for its sync, so a power loss can cut only the
-        // last two (recovery reads the others strictly). Its thread has had a whole segment's
-        // time to finish.
-        if let Err(why) = self.closing.sync_all(&*self.fs, &self.dir) {
-            return Err(Error::io(segment_path(&self.dir, inner.id), std::io::Error::other(why)));
-        }
+        inner.file.sync_data().map_err(|e| Error::io(&old, e))?;
         let id = inner.id + 1;
-        let file = Self::create_segment(&*self.fs, &self.dir, id, Some(inner.size))?;
-        self.sync_closed(inner.id, inner.file.clone());
+        // Later segments must not outlive this one's unsynced tail: synced above, and the
+        // synced mark covers it.
+        let file = Self::create_segment(&*self.fs, &self.dir, id)?;
         inner.closed.push((inner.id, inner.cur_max_seq));
         inner.file = file;
         inner.id = id;
         inner.size = SEGMENT_HEADER as u64;
         inner.allocated = SEGMENT_HEADER as u64;
         Ok(())
-    }
-
-    /// Syncs the closed segment `file` and the directory (which holds the next segment's
-    /// name) on a thread of its own; inline if no thread can be started, or the file system
-    /// asks for it.
-    fn sync_closed(&self, id: u64, file: Arc<dyn WriteFile>) {
-        let path = segment_path(&self.dir, id);
-        let sync = |fs: &dyn FileSystem, dir: &Path, path: &Path, file: &dyn WriteFile| {
-            file.sync_data().map_err(|e| Error::io(path, e)).and_then(|()| sync_dir(fs, dir))
-        };
-        let unsynced = Unsynced { id, path: path.clone(), file: file.clone() };
-        self.closing.state.lock().unsynced.push(unsynced);
-        let (fs, dir, closing) = (self.fs.clone(), self.dir.clone(), self.closing.clone());
-        let (on_thread, at) = (file.clone(), path.clone());
-        let spawned = self.fs.syncs_in_background().then(|| {
-            std::thread::Builder::new().name("cellar-wal-sync".into()).spawn(move || {
-                #[cfg(test)]
-                let _paused = closing.paused.lock();
-                closing.finished(id, sync(&*fs, &dir, &at, &*on_thread));
-            })
-        });
-        if !matches!(spawned, Some(Ok(_))) {
-            self.closing.finished(id, sync(&*self.fs, &self.dir, &path, &*file));
-        }
     }
 
     /// Writes buffered AsyncWal records to the OS.
@@ -653,14 +453,6 @@ impl Wal {
             }
             (inner.file.clone(), inner.written_seq, inner.id)
         };
-        // The closed segments first: records synced in this one must not follow a segment
-        // whose tail a power loss could still cut.
-        if let Err(why) = self.closing.sync_all(&*self.fs, &self.dir) {
-            let mut inner = self.inner.lock();
-            let why = inner.failed.get_or_insert(why).clone();
-            let e = std::io::Error::other(format!("the log failed before this write was made durable: {why}"));
-            return Err(Error::io(segment_path(&self.dir, id), e));
-        }
         if let Err(e) = file.sync_data() {
             let path = segment_path(&self.dir, id);
             // Never retried: after a failed fsync the kernel may have dropped the dirty pages,
@@ -679,7 +471,7 @@ impl Wal {
 
     /// Why the log refuses writes, if it does.
     pub fn failure(&self) -> Option<String> {
-        self.inner.lock().failed.clone().or_else(|| self.closing.failure())
+        self.inner.lock().failed.clone()
     }
 
     /// Deletes closed segments whose every edit has a sequence number below `seq`.
@@ -832,96 +624,20 @@ mod tests {
         }
     }
 
-    /// Forty 900-byte records in segments of 10 000 bytes, handed to the OS; their payloads
-    /// and the segments' paths, oldest first.
-    fn rolled_log(dir: &Path) -> (Vec<(u64, Vec<u8>)>, Vec<PathBuf>) {
-        let wal = Wal::open(Arc::new(crate::fs::OsFs), dir, 10_000, 0, |_| Ok(())).unwrap();
-        let written: Vec<(u64, Vec<u8>)> = (1..=40u8).map(|i| (u64::from(i), vec![i; 900])).collect();
-        for (_, payload) in &written {
-            wal.append(1, payload, Durability::SyncWal).unwrap();
-        }
+    #[test]
+    fn a_segment_followed_by_an_unfinished_one_is_read_strictly() {
+        let dir = tempfile::tempdir().unwrap();
+        let wal = Wal::open(Arc::new(crate::fs::OsFs), dir.path(), 1 << 20, 0, |_| Ok(())).unwrap();
+        wal.append(1, &[5; 3_000], Durability::SyncWal).unwrap();
         drop(wal);
-        let mut segments: Vec<PathBuf> = std::fs::read_dir(dir).unwrap().map(|e| e.unwrap().path()).collect();
-        segments.sort();
-        assert!(segments.len() >= 4, "{segments:?}");
-        (written, segments)
-    }
-
-    fn records_in(segment: &Path) -> usize {
-        parse_segment(segment, &std::fs::read(segment).unwrap(), true).unwrap().0.len()
-    }
-
-    /// A roll does not wait for the closed segment's sync, so a power loss can cut it short
-    /// while the segment after it persisted: mid-record, or exactly between two records (the
-    /// next segment's header says how long it was). The log ends at the cut; the last
-    /// segment, which no sync covered, is dropped, and stays dropped.
-    #[test]
-    fn a_cut_in_the_segment_closed_last_ends_the_log_and_drops_the_last() {
-        for cut_between_records in [false, true] {
-            let dir = tempfile::tempdir().unwrap();
-            let (written, segments) = rolled_log(dir.path());
-            let [.., closed, last] = &segments[..] else { unreachable!() };
-            let before: usize = segments[..segments.len() - 2].iter().map(|s| records_in(s)).sum();
-            let in_closed = records_in(closed);
-            let data = std::fs::read(closed).unwrap();
-            let cut = if cut_between_records { data.len() - (RECORD_HEADER + 900) } else { data.len() - 100 };
-            std::fs::write(closed, &data[..cut]).unwrap();
-            let kept = before + in_closed - 1;
-            assert_eq!(reopen(dir.path()).unwrap(), written[..kept], "cut between records: {cut_between_records}");
-            assert!(!last.exists(), "{} was not dropped", last.display());
-            assert_eq!(reopen(dir.path()).unwrap(), written[..kept]);
-        }
-    }
-
-    /// Segments before the last two were synced before a later one was begun: a cut there is
-    /// damage, not a power loss, and the log refuses to open rather than drop what follows.
-    #[test]
-    fn a_cut_in_an_older_segment_is_corruption() {
-        for cut_between_records in [false, true] {
-            let dir = tempfile::tempdir().unwrap();
-            let (_, segments) = rolled_log(dir.path());
-            let data = std::fs::read(&segments[0]).unwrap();
-            let cut = if cut_between_records { data.len() - (RECORD_HEADER + 900) } else { data.len() - 100 };
-            std::fs::write(&segments[0], &data[..cut]).unwrap();
-            let err = reopen(dir.path()).unwrap_err();
-            assert!(matches!(err, Error::Corrupt { .. }), "{err}");
-            assert!(segments.iter().all(|s| s.exists()), "nothing is dropped");
-        }
-    }
-
-    /// Power losses at random points of a log that rolls every few records, some records
-    /// synced: what recovery replays is always a prefix of what was written, with every record
-    /// a sync covered, whichever closed segments' syncs had run.
-    #[test]
-    fn after_a_power_loss_the_log_is_a_prefix_holding_every_synced_record() {
-        for seed in 0..40 {
-            let fs = crate::fault::FaultFs::new(seed);
-            fs.set_background_syncs(true);
-            let dir = Path::new("/wal");
-            let wal = Wal::open(Arc::new(fs.clone()), dir, 8_000, 0, |_| Ok(())).unwrap();
-            // Half the seeds lose the power before any closed segment's own sync ran.
-            let paused = wal.closing.clone();
-            let _paused = (seed % 2 == 0).then(|| paused.paused.lock());
-            let written: Vec<(u64, Vec<u8>)> = (1..=60u8).map(|i| (u64::from(i), vec![i; 700])).collect();
-            let synced_upto = (fs.random() % 60) as usize;
-            for (i, (_, payload)) in written.iter().enumerate() {
-                let durability = if i + 1 == synced_upto { Durability::FsyncWal } else { Durability::SyncWal };
-                let seq = wal.append(1, payload, durability).unwrap();
-                if durability == Durability::FsyncWal {
-                    wal.sync_to(seq).unwrap();
-                }
-            }
-            let after = fs.power_loss();
-            drop(wal);
-            let mut seen = Vec::new();
-            Wal::open(Arc::new(after.clone()), dir, 8_000, 0, |r| {
-                seen.push((r.first_seq, r.payload.to_vec()));
-                Ok(())
-            })
-            .unwrap();
-            assert!(seen.len() >= synced_upto, "seed {seed}: {} records, {synced_upto} synced", seen.len());
-            assert_eq!(seen, written[..seen.len()], "seed {seed}");
-        }
+        // Segment 1 as no roll leaves it (ending in zeros), then a segment 2 begun after it.
+        let first = segment_path(dir.path(), 1);
+        let mut data = std::fs::read(&first).unwrap();
+        data.resize(SEGMENT_HEADER + RECORD_HEADER + 3_000 + DISK_BLOCK, 0);
+        std::fs::write(&first, &data).unwrap();
+        std::fs::write(segment_path(dir.path(), 2), &SEGMENT_MAGIC[..3]).unwrap();
+        let err = reopen(dir.path()).unwrap_err();
+        assert!(matches!(err, Error::Corrupt { .. }), "{err}");
     }
 
     #[test]
