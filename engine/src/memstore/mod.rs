@@ -41,6 +41,7 @@ use row_index::{RowIndex, Start};
 
 use crate::cell::{same_bytes, CellType, KeyView};
 use crate::read::cursor::CellCursor;
+use crate::sst::format::{get_varint, put_varint};
 use crate::Result;
 
 pub(crate) use account::MemAccount;
@@ -102,33 +103,9 @@ pub(crate) struct Pruning<'a> {
     pub oldest_reader: &'a dyn Fn() -> u64,
 }
 
-/// Appends a LEB128 varint to the arena.
-fn put_varint(out: &mut BytesMut, mut v: usize) {
-    while v >= 0x80 {
-        out.put_u8((v as u8) | 0x80);
-        v >>= 7;
-    }
-    out.put_u8(v as u8);
-}
-
 /// Bytes [`put_varint`] takes for `v`.
 fn varint_len(v: usize) -> usize {
     (usize::BITS - (v | 1).leading_zeros()).div_ceil(7) as usize
-}
-
-/// Reads a LEB128 varint the arena holds at `*pos`, advancing it.
-fn get_varint(b: &[u8], pos: &mut usize) -> usize {
-    let mut v = 0;
-    let mut shift = 0;
-    loop {
-        let byte = b[*pos];
-        *pos += 1;
-        v |= usize::from(byte & 0x7f) << shift;
-        if byte < 0x80 {
-            return v;
-        }
-        shift += 7;
-    }
 }
 
 /// One cell of an encoded item: its qualifier, its value, and where the next cell starts.
@@ -160,8 +137,9 @@ impl<'a> Encoded<'a> {
     fn cell(self, at: usize) -> EncodedCell<'a> {
         let cells = self.cells();
         let mut pos = at;
-        let qualifier_len = get_varint(cells, &mut pos);
-        let value_len = get_varint(cells, &mut pos);
+        // The arena holds what `encode` wrote: the lengths are there.
+        let mut length = || get_varint(cells, &mut pos).unwrap_or(0) as usize;
+        let (qualifier_len, value_len) = (length(), length());
         let value_at = pos + qualifier_len;
         let end = value_at + value_len;
         EncodedCell { qualifier: &cells[pos..value_at], value: &cells[value_at..end], end }
@@ -255,7 +233,7 @@ impl MemCell {
 
     /// True for an item of several cells.
     fn is_run(&self) -> bool {
-        self.part == WHOLE && self.next_at(0) < self.encoded().cells().len()
+        self.part == WHOLE && self.next_at(0) < self.end()
     }
 
     /// Offsets of the item's cells.
@@ -487,8 +465,8 @@ impl Memstore {
         arena.put_u64_le(ttl_ms.unwrap_or(0));
         arena.put_slice(first.row);
         for (key, value, _) in cells {
-            put_varint(arena, key.qualifier.len());
-            put_varint(arena, value.len());
+            put_varint(arena, key.qualifier.len() as u64);
+            put_varint(arena, value.len() as u64);
             arena.put_slice(key.qualifier);
             arena.put_slice(value);
         }

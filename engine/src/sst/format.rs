@@ -6,7 +6,7 @@
 //! block handles (offset u64, length u32 each), format version u32, CRC32C of the preceding
 //! footer bytes u32, magic u64.
 
-use bytes::Bytes;
+use bytes::{BufMut, Bytes};
 
 use crate::cell::{CellType, KeyView};
 
@@ -24,12 +24,12 @@ pub(crate) const FOOTER_LEN: usize = 52;
 pub(crate) const KEY_TAIL: usize = 17;
 
 /// Appends a LEB128 varint.
-pub(crate) fn put_varint(out: &mut Vec<u8>, mut v: u64) {
+pub(crate) fn put_varint(out: &mut impl BufMut, mut v: u64) {
     while v >= 0x80 {
-        out.push((v as u8) | 0x80);
+        out.put_u8((v as u8) | 0x80);
         v >>= 7;
     }
-    out.push(v as u8);
+    out.put_u8(v as u8);
 }
 
 /// Reads a LEB128 varint at `*pos`, advancing it; `None` if truncated or over-long.
