@@ -48,7 +48,7 @@ impl SstWriter {
         let file = fs.create_new(path).map_err(|e| Error::io(path, e))?;
         Ok(SstWriter {
             path: path.to_path_buf(),
-            out: BufWriter::with_capacity(256 * 1024, Appender(file)),
+            out: BufWriter::with_capacity(256 * 1024, Appender::new(file)),
             offset: 0,
             block: BlockBuilder::new(EntryKeys::of_version(FORMAT_VERSION)),
             block_size: family.block_size as usize,
@@ -176,7 +176,7 @@ impl SstWriter {
         let footer = Footer { index, bloom, meta, version: self.version };
         self.out.write_all(&footer.encode()).map_err(|e| Error::io(&self.path, e))?;
         self.offset += footer.encode().len() as u64;
-        let Appender(file) = self.out.into_inner().map_err(|e| Error::io(&self.path, e.into_error()))?;
+        let file = self.out.into_inner().map_err(|e| Error::io(&self.path, e.into_error()))?.into_file();
         file.sync_all().map_err(|e| Error::io(&self.path, e))?;
         Ok((self.meta, self.offset))
     }
