@@ -492,7 +492,8 @@ fn an_open_scanner_does_not_stall_writers_on_the_memory_budget() {
     let dir = tempfile::tempdir().unwrap();
     let opts = EngineOptions {
         memstore_flush_bytes: 1024 * 1024,
-        global_memstore_bytes: 1024 * 1024,
+        // Room for one round's memstore below the early-flush limit (5/8), not for three.
+        global_memstore_bytes: 2 * 1024 * 1024,
         write_stall_timeout: std::time::Duration::from_secs(1),
         auto_compact: false,
         ..EngineOptions::default()
