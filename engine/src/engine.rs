@@ -1416,6 +1416,7 @@ mod tests {
         engine.create_table_with_splits(desc, vec![Bytes::from_static(b"m")]).unwrap();
         let t = engine.table("t").unwrap();
         let inner = &engine.inner;
+        assert_eq!(inner.lower_global_limit(), (4 << 20) / 8 * 5);
         let value = vec![7u8; 1000];
         // Rows under "b" (the lower region) three times as often as under "x".
         let mut i = 0u32;

@@ -41,7 +41,7 @@ pub trait FileSystem: Send + Sync + std::fmt::Debug {
     fn lock(&self, path: &Path) -> io::Result<Box<dyn std::any::Any + Send + Sync>>;
 }
 
-/// A file being written: appends, a cut, a preallocation, and the two syncs.
+/// A file being written: appends, a cut, a preallocation, the two syncs, and a writeback hint.
 pub trait WriteFile: Send + Sync {
     /// Appends all of `buf` where the previous append ended (the start of the file at first),
     /// even if [`WriteFile::preallocate`] made the file longer.
@@ -56,8 +56,10 @@ pub trait WriteFile: Send + Sync {
     /// Appends inside that length then leave the file's size alone, so an `fdatasync` after
     /// them has no size change to commit.
     fn preallocate(&self, len: u64) -> io::Result<()>;
-    /// Starts writing `len` bytes from `offset` to the disk without waiting for them, so a
-    /// later sync finds less to write. A hint that promises no durability; by default nothing.
+    /// Asks the OS to start writing `len` (> 0) bytes from `offset` to the disk, so a later
+    /// sync finds less to write. It does not wait for the writes, though the OS may make it
+    /// wait for room in the disk's queue. A hint that promises no durability; by default
+    /// nothing.
     fn start_writeback(&self, _offset: u64, _len: u64) -> io::Result<()> {
         Ok(())
     }
@@ -105,10 +107,13 @@ impl WriteFile for OsFile {
     #[expect(unsafe_code, reason = "FFI call into the C library")]
     fn start_writeback(&self, offset: u64, len: u64) -> io::Result<()> {
         use std::os::fd::AsRawFd;
-        let (Ok(offset), Ok(len)) = (i64::try_from(offset), i64::try_from(len)) else {
+        // A length of 0 would mean "to the end of the file".
+        let (Ok(offset), Ok(len @ 1..)) = (i64::try_from(offset), i64::try_from(len)) else {
             return Ok(());
         };
         // SAFETY: a plain syscall on a descriptor this file owns; it touches no memory of ours.
+        // Without a WAIT flag it leaves the file's error state to the next fsync, which still
+        // reports a failed write.
         let rc = unsafe { libc::sync_file_range(self.0.as_raw_fd(), offset, len, libc::SYNC_FILE_RANGE_WRITE) };
         if rc == 0 {
             Ok(())
@@ -195,11 +200,15 @@ pub(crate) fn write_atomic(fs: &dyn FileSystem, path: &Path, bytes: &[u8]) -> Re
     sync_dir(fs, dir)
 }
 
-/// Every this many bytes appended, a long write starts its new bytes on their way to the disk
-/// ([`WriteFile::start_writeback`]). The fsync that ends a file, a log roll or a synced write
-/// then waits for the last step's bytes, not for all the kernel held back (it writes dirty
-/// pages out only after seconds), and the disk works while the writer encodes.
+/// Every this many bytes appended, an SSTable being written starts its new whole pages on
+/// their way to the disk ([`WriteFile::start_writeback`], as RocksDB's `bytes_per_sync`): the
+/// disk works while the flush or compaction encodes, and the fsync that ends the file finds
+/// little left, where it otherwise wrote out most of the file (the kernel starts on dirty
+/// pages only past a share of memory or after seconds).
 pub(crate) const WRITEBACK_STEP: u64 = 1 << 20;
+/// Writeback ranges end on a page boundary: a page still being appended to would be written
+/// twice, or make the next append wait for its write where the disk needs stable pages.
+const PAGE: u64 = 4096;
 
 /// A [`WriteFile`] as an [`io::Write`], for `BufWriter` (SSTables are written in many small
 /// pieces), starting writeback every [`WRITEBACK_STEP`].
@@ -223,10 +232,11 @@ impl Write for Appender {
     fn write(&mut self, data: &[u8]) -> io::Result<usize> {
         self.file.write_all(data)?;
         self.written += data.len() as u64;
-        if self.written - self.written_back >= WRITEBACK_STEP {
+        let end = self.written / PAGE * PAGE;
+        if end - self.written_back >= WRITEBACK_STEP {
             // Only a hint: a failure shows in the fsync that would have found less to write.
-            let _ = self.file.start_writeback(self.written_back, self.written - self.written_back);
-            self.written_back = self.written;
+            let _ = self.file.start_writeback(self.written_back, end - self.written_back);
+            self.written_back = end;
         }
         Ok(data.len())
     }
@@ -304,12 +314,12 @@ pub(crate) mod testing {
         }
     }
 
-    /// True if `ranges` start at `from` and each begins where the one before ended, each at
-    /// least [`WRITEBACK_STEP`] long.
-    pub(crate) fn contiguous_steps(ranges: &[(u64, u64)], from: u64) -> bool {
-        let mut at = from;
+    /// True if `ranges` start at 0, each begins where the one before ended, and each is at
+    /// least [`WRITEBACK_STEP`] long and ends on a page boundary.
+    pub(crate) fn contiguous_steps(ranges: &[(u64, u64)]) -> bool {
+        let mut at = 0;
         ranges.iter().all(|&(offset, len)| {
-            let ok = offset == at && len >= WRITEBACK_STEP;
+            let ok = offset == at && len >= WRITEBACK_STEP && (offset + len) % PAGE == 0;
             at = offset + len;
             ok
         })
@@ -334,18 +344,20 @@ mod tests {
         }
         let ranges = fs.ranges.lock().clone();
         assert_eq!(ranges.len(), 3, "{ranges:?}");
-        assert!(contiguous_steps(&ranges, 0), "{ranges:?}");
+        assert!(contiguous_steps(&ranges), "{ranges:?}");
         let file = out.into_file();
         file.sync_all().unwrap();
         assert_eq!(std::fs::read(dir.path().join("f")).unwrap().len(), 3_500_000);
     }
 
+    /// A file system may refuse the hint (the engine ignores that); the data stays as written.
     #[test]
-    fn writeback_of_a_real_file_succeeds() {
+    fn writeback_leaves_a_real_file_as_written() {
         let dir = tempfile::tempdir().unwrap();
         let file = OsFs.create_new(&dir.path().join("f")).unwrap();
         file.write_all(&[1u8; 8192]).unwrap();
-        file.start_writeback(0, 8192).unwrap();
+        let _ = file.start_writeback(0, 8192);
+        let _ = file.start_writeback(4096, 0);
         file.sync_data().unwrap();
         assert_eq!(std::fs::read(dir.path().join("f")).unwrap(), vec![1u8; 8192]);
     }

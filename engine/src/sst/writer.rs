@@ -181,3 +181,33 @@ impl SstWriter {
         Ok((self.meta, self.offset))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cell::CellType;
+    use crate::fs::testing::{contiguous_steps, WritebackLog};
+    use crate::fs::WRITEBACK_STEP;
+
+    /// A file of several MiB starts its writeback step by step as it is written, so its final
+    /// fsync finds at most the last steps' bytes still to write.
+    #[test]
+    fn a_large_file_starts_its_writeback_as_it_grows() {
+        let dir = tempfile::tempdir().unwrap();
+        let fs = WritebackLog::default();
+        let path = dir.path().join("1.sst");
+        let mut w = SstWriter::create(&fs, &path, &FamilyDescriptor::new("f")).unwrap();
+        for i in 0..30_000u32 {
+            let row = format!("row{i:08}");
+            let key =
+                KeyView { row: row.as_bytes(), qualifier: b"q", ts: 1, kind: CellType::Put, seq: u64::from(i) + 1 };
+            w.add(&key, &[7u8; 100], None).unwrap();
+        }
+        let (_, size) = w.finish().unwrap();
+        assert!(size > 3 * WRITEBACK_STEP, "{size} bytes");
+        let ranges = fs.ranges.lock().clone();
+        assert!(contiguous_steps(&ranges), "{ranges:?}");
+        let started: u64 = ranges.iter().map(|(_, len)| len).sum();
+        assert!(started + 2 * WRITEBACK_STEP > size, "{started} of {size} bytes: {ranges:?}");
+    }
+}

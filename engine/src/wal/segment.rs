@@ -9,7 +9,7 @@ use bytes::Bytes;
 use parking_lot::{Condvar, Mutex};
 
 use crate::descriptor::Durability;
-use crate::fs::{sync_dir, FileSystem, WriteFile, WRITEBACK_STEP};
+use crate::fs::{sync_dir, FileSystem, WriteFile};
 use crate::{Error, Result};
 
 const SEGMENT_MAGIC: &[u8; 8] = b"CELLRWAL";
@@ -50,8 +50,6 @@ struct Inner {
     size: u64,
     /// The segment file's length: `size` plus what is preallocated ahead of it.
     allocated: u64,
-    /// Where the writeback this segment's writes started ends (see [`WRITEBACK_STEP`]).
-    written_back: u64,
     /// AsyncWal records not yet handed to the OS.
     buf: Vec<u8>,
     next_seq: u64,
@@ -293,7 +291,6 @@ impl Wal {
                 id,
                 size: SEGMENT_HEADER as u64,
                 allocated: SEGMENT_HEADER as u64,
-                written_back: 0,
                 buf: Vec::new(),
                 next_seq: last_seq + 1,
                 written_seq: last_seq,
@@ -374,11 +371,6 @@ impl Wal {
         }
         inner.size += bytes.len() as u64;
         inner.written_seq = inner.written_seq.max(last_seq);
-        if inner.size - inner.written_back >= WRITEBACK_STEP {
-            // Only a hint: a failure shows in the sync that would have found less to write.
-            let _ = inner.file.start_writeback(inner.written_back, inner.size - inner.written_back);
-            inner.written_back = inner.size;
-        }
         if inner.size >= self.segment_limit {
             if let Err(e) = self.roll(inner) {
                 inner.failed = Some(format!("starting a new log segment failed: {e}"));
@@ -404,7 +396,6 @@ impl Wal {
         inner.id = id;
         inner.size = SEGMENT_HEADER as u64;
         inner.allocated = SEGMENT_HEADER as u64;
-        inner.written_back = 0;
         Ok(())
     }
 
@@ -616,28 +607,6 @@ mod tests {
             assert!(matches!(ending, Ending::Clean) && !records.is_empty(), "{}", closed.display());
         }
         assert_eq!(reopen(dir.path()).unwrap().len(), 40);
-    }
-
-    /// Each segment starts its appended bytes on their way to the disk every
-    /// `WRITEBACK_STEP`, counting afresh after a roll, so the roll's fsync waits for little.
-    #[test]
-    fn appends_start_writeback_step_by_step_in_each_segment() {
-        let dir = tempfile::tempdir().unwrap();
-        let fs = Arc::new(crate::fs::testing::WritebackLog::default());
-        let wal = Wal::open(fs.clone(), dir.path(), 3 * WRITEBACK_STEP, 0, |_| Ok(())).unwrap();
-        for i in 0..100u8 {
-            wal.append(1, &[i; 50_000], Durability::SyncWal).unwrap();
-        }
-        assert_eq!(wal.segment_count(), 2, "5 MB in segments of 3 MiB");
-        let ranges = fs.ranges.lock().clone();
-        // Three steps fill the first segment; the count starts again at the second's start.
-        let restart = ranges.iter().skip(1).position(|&(offset, _)| offset == 0).map_or(ranges.len(), |p| p + 1);
-        assert_eq!(restart, 3, "{ranges:?}");
-        assert!(crate::fs::testing::contiguous_steps(&ranges[..restart], 0), "{ranges:?}");
-        assert!(crate::fs::testing::contiguous_steps(&ranges[restart..], 0), "{ranges:?}");
-        assert_eq!(ranges.len(), 4, "{ranges:?}");
-        drop(wal);
-        assert_eq!(reopen(dir.path()).unwrap().len(), 100);
     }
 
     /// The second 4 KiB block (the end of record 2 and the start of record 3) never reached
