@@ -8,15 +8,21 @@ use std::sync::Arc;
 use bytes::Bytes;
 use parking_lot::{Condvar, Mutex};
 
+use super::roll::RollSync;
 use crate::descriptor::Durability;
 use crate::fs::{sync_dir, FileSystem, WriteFile};
 use crate::{Error, Result};
 
 const SEGMENT_MAGIC: &[u8; 8] = b"CELLRWAL";
-const SEGMENT_VERSION: u32 = 1;
+/// Version 2 headers name the segment before and its length; version 1 segments still read.
+const SEGMENT_VERSION: u32 = 2;
 /// Extension of the copy that replaces the last segment at recovery.
 const REWRITE: &str = "rewrite";
-const SEGMENT_HEADER: usize = 12;
+/// Magic and version: what every version's header starts with.
+const HEADER_START: usize = 12;
+/// A version 2 header: magic, version, then the previous segment's id and length (0 and 0 for
+/// none), so recovery sees a segment that a power loss cut between two records.
+const SEGMENT_HEADER: usize = HEADER_START + 16;
 const RECORD_HEADER: usize = 20;
 /// AsyncWal records are written out once this many bytes are buffered.
 const ASYNC_BUFFER: usize = 64 * 1024;
@@ -58,6 +64,8 @@ struct Inner {
     /// Closed segments: (id, highest sequence number in it).
     closed: Vec<(u64, u64)>,
     cur_max_seq: u64,
+    /// The syncs finishing the latest roll, while they may still run.
+    rolling: Option<RollSync>,
     /// Set by the first failed write or sync; the log then refuses writes. After a failed
     /// write, records buffered with it (AsyncWal) are lost while later ones could land, and
     /// after a failed fsync the kernel may have dropped the dirty pages while a retried fsync
@@ -106,18 +114,39 @@ enum Ending {
     Torn(u64),
 }
 
-fn segment_header() -> [u8; SEGMENT_HEADER] {
+/// The segment whose length a header records: (id, length in bytes).
+type Predecessor = (u64, u64);
+
+fn segment_header(previous: Option<Predecessor>) -> [u8; SEGMENT_HEADER] {
+    let (id, len) = previous.unwrap_or((0, 0));
     let mut header = [0u8; SEGMENT_HEADER];
     header[..8].copy_from_slice(SEGMENT_MAGIC);
-    header[8..].copy_from_slice(&SEGMENT_VERSION.to_le_bytes());
+    header[8..12].copy_from_slice(&SEGMENT_VERSION.to_le_bytes());
+    header[12..20].copy_from_slice(&id.to_le_bytes());
+    header[20..].copy_from_slice(&len.to_le_bytes());
     header
 }
 
-/// A segment whose creation did not finish: part of its header, then nothing or zeros.
+/// The predecessor a whole version 2 header names, if it names one.
+fn predecessor(data: &[u8]) -> Option<Predecessor> {
+    let header = data.get(..SEGMENT_HEADER)?;
+    if &header[..8] != SEGMENT_MAGIC || header[8..12] != SEGMENT_VERSION.to_le_bytes() {
+        return None;
+    }
+    let id = u64::from_le_bytes(header[12..20].try_into().ok()?);
+    let len = u64::from_le_bytes(header[20..].try_into().ok()?);
+    (id != 0).then_some((id, len))
+}
+
+/// A segment whose creation did not finish: part of its magic and version, then nothing or
+/// zeros; or all of them and part of the rest of a version 2 header.
 fn unfinished(data: &[u8]) -> bool {
-    let header = segment_header();
-    let written = data.iter().zip(&header).take_while(|(a, b)| a == b).count();
-    written < SEGMENT_HEADER && data[written..].iter().all(|&b| b == 0)
+    let start = &segment_header(None)[..HEADER_START];
+    let written = data.iter().zip(start).take_while(|(a, b)| a == b).count();
+    if written < HEADER_START {
+        return data[written..].iter().all(|&b| b == 0);
+    }
+    data.len() < SEGMENT_HEADER
 }
 
 /// Whether the damaged record at `record` shows a block that never (or only partly) reached
@@ -140,21 +169,37 @@ fn lost_block(data: &[u8], record: std::ops::Range<usize>) -> bool {
     })
 }
 
-/// Parses one segment; returns its records and how it ended, or a corruption error.
-fn parse_segment(path: &Path, data: &[u8], is_last: bool) -> Result<(Vec<WalRecord>, Ending)> {
+/// Parses one segment; returns its records and how it ended, or a corruption error. Damage
+/// that a power loss explains is a torn tail only in a segment that `may_be_torn`.
+fn parse_segment(path: &Path, data: &[u8], may_be_torn: bool) -> Result<(Vec<WalRecord>, Ending)> {
     let mut records = Vec::new();
-    if data.len() < SEGMENT_HEADER {
+    let header_whole = data.len() >= HEADER_START && &data[..8] == SEGMENT_MAGIC;
+    if !header_whole && may_be_torn && (unfinished(data) || lost_block(data, 0..HEADER_START.min(data.len()))) {
+        // A roll creates a segment without syncing it, so a power loss may keep later blocks of
+        // it and lose its header, or cut it inside the header.
+        return Ok((records, Ending::Torn(0)));
+    }
+    if data.len() < HEADER_START {
         return Err(Error::corrupt(path, 0, "WAL segment header missing"));
     }
     if &data[..8] != SEGMENT_MAGIC {
         return Err(Error::corrupt(path, 0, "bad WAL segment magic"));
     }
     let version = u32::from_le_bytes([data[8], data[9], data[10], data[11]]);
-    if version != SEGMENT_VERSION {
-        return Err(Error::corrupt(path, 8, format!("unsupported WAL version {version}")));
+    let header_len = match version {
+        1 => HEADER_START,
+        SEGMENT_VERSION => SEGMENT_HEADER,
+        _ => return Err(Error::corrupt(path, 8, format!("unsupported WAL version {version}"))),
+    };
+    if data.len() < header_len {
+        return if may_be_torn {
+            Ok((records, Ending::Torn(0)))
+        } else {
+            Err(Error::corrupt(path, 0, "WAL segment header cut short"))
+        };
     }
     let data_all = Bytes::copy_from_slice(data);
-    let mut pos = SEGMENT_HEADER;
+    let mut pos = header_len;
     while pos < data.len() {
         let rest = &data[pos..];
         let damaged =
@@ -162,7 +207,7 @@ fn parse_segment(path: &Path, data: &[u8], is_last: bool) -> Result<(Vec<WalReco
         // Everything after `pos` is zero: a preallocated or partially persisted tail.
         let zero_tail = rest.iter().all(|&b| b == 0);
         if rest.len() < RECORD_HEADER {
-            return if is_last {
+            return if may_be_torn {
                 Ok((records, Ending::Torn(pos as u64)))
             } else {
                 damaged("truncated WAL record header")
@@ -178,7 +223,7 @@ fn parse_segment(path: &Path, data: &[u8], is_last: bool) -> Result<(Vec<WalReco
         if len == 0 || len > MAX_RECORD || end > rest.len() {
             // A record that runs past the end of the last segment is a torn append.
             let runs_off_end = len <= MAX_RECORD && end > rest.len();
-            return if is_last && (runs_off_end || zero_tail || lost_block(data, spans)) {
+            return if may_be_torn && (runs_off_end || zero_tail || lost_block(data, spans)) {
                 Ok((records, Ending::Torn(pos as u64)))
             } else {
                 damaged("WAL record length is invalid")
@@ -188,7 +233,7 @@ fn parse_segment(path: &Path, data: &[u8], is_last: bool) -> Result<(Vec<WalReco
         let actual = record_crc(&rest[8..20], payload);
         if actual != crc {
             let after_zero = rest[end..].iter().all(|&b| b == 0);
-            return if is_last && (after_zero || lost_block(data, spans)) {
+            return if may_be_torn && (after_zero || lost_block(data, spans)) {
                 Ok((records, Ending::Torn(pos as u64)))
             } else {
                 damaged("WAL record checksum mismatch in the middle of the log")
@@ -199,6 +244,15 @@ fn parse_segment(path: &Path, data: &[u8], is_last: bool) -> Result<(Vec<WalReco
         pos += end;
     }
     Ok((records, Ending::Clean))
+}
+
+/// The first bytes of the segment at `path`, as many as a header takes; `None` if they cannot
+/// be read (the segment is then read whole, and fails there if it must).
+fn read_header(fs: &dyn FileSystem, path: &Path) -> Option<Vec<u8>> {
+    let mut header = vec![0; SEGMENT_HEADER];
+    let file = fs.open(path).ok()?;
+    file.read_exact_at(&mut header, 0).ok()?;
+    Some(header)
 }
 
 impl Wal {
@@ -227,10 +281,14 @@ impl Wal {
             ids.push(id);
         }
         ids.sort_unstable();
+        // A roll's fsync of the segment it closed runs beside the appends to the next (see
+        // `RollSync`), and each roll waits for the one before: a power loss can tear only the
+        // last two segments, the second-to-last with blocks of the last persisted after its
+        // tear. Older ones ended at their last record and were synced, and are read strictly.
+        let may_be_torn_from = ids.len().saturating_sub(2);
+        // Segments are created with ids one past the newest; one dropped below keeps its id.
+        let next_id = ids.last().map_or(1, |l| l + 1);
         let mut newest = None;
-        // A segment is only ever created after the one before it rolled, ending at its last
-        // record, and was synced, so that one is read strictly even when it ends up last.
-        let mut rolled = false;
         if let Some(&id) = ids.last() {
             let path = segment_path(dir, id);
             let data = fs.read(&path).map_err(|e| Error::io(&path, e))?;
@@ -239,50 +297,89 @@ impl Wal {
                 fs.remove(&path).map_err(|e| Error::io(&path, e))?;
                 sync_dir(&*fs, dir)?;
                 ids.pop();
-                rolled = true;
             } else {
                 newest = Some(data);
             }
         }
-        let mut last_seq = min_last_seq;
+        // The highest sequence number logged so far.
+        let mut logged = 0;
         let mut closed = Vec::new();
-        for (i, &id) in ids.iter().enumerate() {
+        // The last segment as rewritten: the new segment's predecessor.
+        let mut last_kept = None;
+        let mut i = 0;
+        while i < ids.len() {
+            let id = ids[i];
             let path = segment_path(dir, id);
             let read_before = if i + 1 == ids.len() { newest.take() } else { None };
             let data = match read_before {
                 Some(data) => data,
                 None => fs.read(&path).map_err(|e| Error::io(&path, e))?,
             };
-            let (records, ending) = parse_segment(&path, &data, i + 1 == ids.len() && !rolled)?;
-            let mut seg_max = 0;
+            let may_be_torn = i >= may_be_torn_from;
+            let (records, mut ending) = parse_segment(&path, &data, may_be_torn)?;
             for r in records {
-                seg_max = seg_max.max(r.first_seq + u64::from(r.count.max(1)) - 1);
+                logged = logged.max(r.first_seq + u64::from(r.count.max(1)) - 1);
                 replay(r)?;
             }
-            last_seq = last_seq.max(seg_max);
-            if i + 1 == ids.len() {
-                // The last segment may hold records a previous run handed to the OS without an
-                // fsync (SyncWal, AsyncWal, a clean close, a failed fsync). They were replayed,
-                // and new records will follow them in the next segment: make them durable
-                // first, or a power loss could keep the new segment and cut this one short.
-                // An fsync of this file cannot be trusted after one failed (the kernel may
-                // have dropped the pages), so the records go to a fresh file that replaces it.
-                // A torn tail is left out.
-                let end = match ending {
-                    Ending::Torn(at) => at as usize,
-                    Ending::Clean => data.len(),
-                };
+            let end = match ending {
+                Ending::Torn(at) => at,
+                Ending::Clean => data.len() as u64,
+            };
+            // The next segment's header says how long this one was when it rolled: a power loss
+            // can cut a segment whose roll fsync had not finished between two records.
+            let next_header = match ids.get(i + 1) {
+                Some(_) if i + 2 == ids.len() && newest.is_some() => newest.as_deref().and_then(predecessor),
+                Some(&next) => read_header(&*fs, &segment_path(dir, next)).as_deref().and_then(predecessor),
+                None => None,
+            };
+            if let Some((_, rolled_at)) = next_header.filter(|&(named, _)| named == id) {
+                if end < rolled_at && may_be_torn {
+                    ending = Ending::Torn(end);
+                } else if end != rolled_at {
+                    let why = format!("the segment ends at byte {end}, but the next one's header says {rolled_at}");
+                    return Err(Error::corrupt(&path, end, why));
+                }
+            }
+            if let (Ending::Torn(_), true) = (&ending, i + 1 < ids.len()) {
+                // A tear in the second-to-last segment: the roll's fsync had not finished, so
+                // no record after the tear was made durable by a sync or a flush, and the log
+                // ends there. The newest segment goes before the torn one is cut back, or a
+                // power loss in between would leave a gap in the log followed by records.
+                for &later in &ids[i + 1..] {
+                    let later = segment_path(dir, later);
+                    fs.remove(&later).map_err(|e| Error::io(&later, e))?;
+                }
+                sync_dir(&*fs, dir)?;
+                ids.truncate(i + 1);
+            }
+            if may_be_torn {
+                // The last two segments may hold records a previous run handed to the OS
+                // without an fsync (SyncWal, AsyncWal, a roll whose fsync had not ended or
+                // failed, a clean close, a failed fsync). They were replayed, and new records
+                // will follow them in a newer segment: make them durable first, or a power loss
+                // could keep the new segment and cut these short, and an older segment is read
+                // strictly. An fsync of such a file cannot be trusted after one failed (the
+                // kernel may have dropped the pages), so the records go to a fresh file that
+                // replaces it. A torn tail is left out.
                 let fresh = path.with_extension(REWRITE);
                 let f = fs.create_new(&fresh).map_err(|e| Error::io(&fresh, e))?;
-                f.write_all(&data[..end]).map_err(|e| Error::io(&fresh, e))?;
+                // A header the power loss took is written anew.
+                let header = segment_header(None);
+                let kept: &[u8] = if end < HEADER_START as u64 { &header } else { &data[..end as usize] };
+                last_kept = Some((id, kept.len() as u64));
+                f.write_all(kept).map_err(|e| Error::io(&fresh, e))?;
                 f.sync_all().map_err(|e| Error::io(&fresh, e))?;
                 fs.rename(&fresh, &path).map_err(|e| Error::io(&path, e))?;
                 sync_dir(&*fs, dir)?;
             }
-            closed.push((id, seg_max));
+            // The highest sequence number up to and including this segment: never below an
+            // older segment's, so an empty segment is not removed before the ones it follows.
+            closed.push((id, logged));
+            i += 1;
         }
-        let id = ids.last().map_or(1, |l| l + 1);
-        let file = Self::create_segment(&*fs, dir, id)?;
+        let last_seq = logged.max(min_last_seq);
+        let id = next_id;
+        let file = Self::create_segment(&*fs, dir, id, last_kept)?;
         Ok(Wal {
             fs,
             dir: dir.to_path_buf(),
@@ -296,6 +393,7 @@ impl Wal {
                 written_seq: last_seq,
                 closed,
                 cur_max_seq: 0,
+                rolling: None,
                 failed: None,
             }),
             synced: AtomicU64::new(last_seq),
@@ -306,10 +404,15 @@ impl Wal {
         })
     }
 
-    fn create_segment(fs: &dyn FileSystem, dir: &Path, id: u64) -> Result<Arc<dyn WriteFile>> {
+    fn create_segment(
+        fs: &dyn FileSystem,
+        dir: &Path,
+        id: u64,
+        previous: Option<Predecessor>,
+    ) -> Result<Arc<dyn WriteFile>> {
         let path = segment_path(dir, id);
         let f = fs.create_new(&path).map_err(|e| Error::io(&path, e))?;
-        f.write_all(&segment_header()).map_err(|e| Error::io(&path, e))?;
+        f.write_all(&segment_header(previous)).map_err(|e| Error::io(&path, e))?;
         f.sync_all().map_err(|e| Error::io(&path, e))?;
         sync_dir(fs, dir)?;
         Ok(f)
@@ -319,6 +422,9 @@ impl Wal {
     /// first reserved sequence number. `FsyncWal` callers must then call [`Wal::sync_to`].
     pub fn append(&self, count: u32, payload: &[u8], durability: Durability) -> Result<u64> {
         let mut inner = self.inner.lock();
+        if inner.failed.is_none() {
+            inner.failed = inner.rolling.as_ref().and_then(RollSync::failure);
+        }
         if let Some(why) = &inner.failed {
             return Err(Error::ReadOnly(why.clone()));
         }
@@ -380,19 +486,25 @@ impl Wal {
         Ok(())
     }
 
+    /// Closes the full segment and starts the next; the closed one's fsync runs on a thread
+    /// (see [`RollSync`]) while appends go on into the new one.
     fn roll(&self, inner: &mut Inner) -> Result<()> {
-        let old = segment_path(&self.dir, inner.id);
-        // Only the last segment may end in zeros (recovery reads them as its torn tail). None
+        // Only the last two segments may be torn by a power loss: the segment the previous
+        // roll closed must be durable before this roll closes another.
+        if let Some(previous) = inner.rolling.take() {
+            previous.finish()?;
+        }
+        // Only the last segments may end in zeros (recovery reads them as a torn tail). None
         // is left here: preallocation never passes the segment limit, and the write that
         // reaches it extends the file to exactly its own end.
         debug_assert_eq!(inner.allocated, inner.size, "a rolled segment ends at its last record");
-        inner.file.sync_data().map_err(|e| Error::io(&old, e))?;
         let id = inner.id + 1;
-        // Later segments must not outlive this one's unsynced tail: synced above, and the
-        // synced mark covers it.
-        let file = Self::create_segment(&*self.fs, &self.dir, id)?;
+        let path = segment_path(&self.dir, id);
+        let file = self.fs.create_new(&path).map_err(|e| Error::io(&path, e))?;
+        file.write_all(&segment_header(Some((inner.id, inner.size)))).map_err(|e| Error::io(&path, e))?;
+        let closed = std::mem::replace(&mut inner.file, file);
         inner.closed.push((inner.id, inner.cur_max_seq));
-        inner.file = file;
+        inner.rolling = Some(RollSync::start(&self.fs, &self.dir, closed, segment_path(&self.dir, inner.id)));
         inner.id = id;
         inner.size = SEGMENT_HEADER as u64;
         inner.allocated = SEGMENT_HEADER as u64;
@@ -439,7 +551,7 @@ impl Wal {
         if self.synced.load(Ordering::Acquire) >= seq {
             return Ok(());
         }
-        let (file, written, id) = {
+        let (file, written, id, rolled) = {
             let mut inner = self.inner.lock();
             if let Some(why) = &inner.failed {
                 // The caller's records are logged (perhaps applied) but cannot be made durable.
@@ -451,8 +563,14 @@ impl Wal {
                 let last = inner.cur_max_seq;
                 self.write_out(&mut inner, &buf, last)?;
             }
-            (inner.file.clone(), inner.written_seq, inner.id)
+            (inner.file.clone(), inner.written_seq, inner.id, inner.rolling.as_ref().map(RollSync::waiter))
         };
+        // Records before the current segment are durable once the latest roll's syncs are:
+        // each roll waited for the one before it.
+        if let Some(Err(e)) = rolled.map(|r| r.wait()) {
+            self.inner.lock().failed.get_or_insert_with(|| e.to_string());
+            return Err(e);
+        }
         if let Err(e) = file.sync_data() {
             let path = segment_path(&self.dir, id);
             // Never retried: after a failed fsync the kernel may have dropped the dirty pages,
@@ -476,6 +594,12 @@ impl Wal {
 
     /// Deletes closed segments whose every edit has a sequence number below `seq`.
     pub fn remove_segments_below(&self, seq: u64) -> Result<()> {
+        // Deletions never race the latest roll's fsync of a segment they might remove.
+        let rolled = self.inner.lock().rolling.as_ref().map(RollSync::waiter);
+        if let Some(Err(e)) = rolled.map(|r| r.wait()) {
+            self.inner.lock().failed.get_or_insert_with(|| e.to_string());
+            return Err(e);
+        }
         let doomed: Vec<u64> = {
             let mut inner = self.inner.lock();
             let (gone, kept): (Vec<_>, Vec<_>) = inner.closed.iter().partition(|(_, max)| *max < seq);
@@ -504,6 +628,15 @@ impl Wal {
     /// Number of segment files, including the open one.
     pub fn segment_count(&self) -> usize {
         self.inner.lock().closed.len() + 1
+    }
+}
+
+impl Drop for Wal {
+    fn drop(&mut self) {
+        // No thread outlives the log; a clean close leaves every closed segment durable.
+        if let Some(rolling) = self.inner.get_mut().rolling.take() {
+            let _ = rolling.finish();
+        }
     }
 }
 
@@ -624,18 +757,88 @@ mod tests {
         }
     }
 
-    #[test]
-    fn a_segment_followed_by_an_unfinished_one_is_read_strictly() {
-        let dir = tempfile::tempdir().unwrap();
-        let wal = Wal::open(Arc::new(crate::fs::OsFs), dir.path(), 1 << 20, 0, |_| Ok(())).unwrap();
-        wal.append(1, &[5; 3_000], Durability::SyncWal).unwrap();
-        drop(wal);
-        // Segment 1 as no roll leaves it (ending in zeros), then a segment 2 begun after it.
-        let first = segment_path(dir.path(), 1);
+    /// A whole segment with one record per payload, sequence numbers from `first_seq`.
+    fn write_segment(dir: &Path, id: u64, previous: Option<Predecessor>, first_seq: u64, payloads: &[&[u8]]) {
+        let mut data = segment_header(previous).to_vec();
+        for (seq, payload) in (first_seq..).zip(payloads) {
+            frame(seq, 1, payload, &mut data);
+        }
+        std::fs::write(segment_path(dir, id), data).unwrap();
+    }
+
+    /// Zeros the second 4 KiB block of segment 1 (written by [`five_records`]), as a power
+    /// loss before the roll's fsync may leave it: only its first record stays readable.
+    fn lose_a_block_of_the_first_segment(dir: &Path) {
+        let first = segment_path(dir, 1);
         let mut data = std::fs::read(&first).unwrap();
-        data.resize(SEGMENT_HEADER + RECORD_HEADER + 3_000 + DISK_BLOCK, 0);
+        data[DISK_BLOCK..2 * DISK_BLOCK].fill(0);
         std::fs::write(&first, &data).unwrap();
+    }
+
+    fn segment_ids(dir: &Path) -> Vec<u64> {
+        let mut ids: Vec<u64> = std::fs::read_dir(dir)
+            .unwrap()
+            .filter_map(|e| e.unwrap().file_name().to_str()?.strip_suffix(".log")?.parse().ok())
+            .collect();
+        ids.sort_unstable();
+        ids
+    }
+
+    #[test]
+    fn a_segment_followed_by_an_unfinished_one_may_be_torn() {
+        let dir = tempfile::tempdir().unwrap();
+        let records = five_records(dir.path());
+        lose_a_block_of_the_first_segment(dir.path());
+        // The roll into segment 2 created it, and the power went before its header landed.
         std::fs::write(segment_path(dir.path(), 2), &SEGMENT_MAGIC[..3]).unwrap();
+        assert_eq!(reopen(dir.path()).unwrap(), records[..1]);
+        assert_eq!(reopen(dir.path()).unwrap(), records[..1]);
+    }
+
+    #[test]
+    fn a_tear_in_the_second_to_last_segment_ends_the_log_and_drops_the_last() {
+        let dir = tempfile::tempdir().unwrap();
+        let records = five_records(dir.path());
+        lose_a_block_of_the_first_segment(dir.path());
+        // Segment 2's records reached the disk, but segment 1's fsync had not finished.
+        write_segment(dir.path(), 2, None, 6, &[b"after the tear"]);
+        assert_eq!(reopen(dir.path()).unwrap(), records[..1]);
+        // Segment 2 is gone (new segments take later ids); the log reads the same again.
+        assert!(!segment_ids(dir.path()).contains(&2), "{:?}", segment_ids(dir.path()));
+        assert_eq!(reopen(dir.path()).unwrap(), records[..1]);
+    }
+
+    #[test]
+    fn a_segment_cut_between_two_records_before_its_roll_fsync_ends_the_log() {
+        let dir = tempfile::tempdir().unwrap();
+        let records = five_records(dir.path());
+        let first = segment_path(dir.path(), 1);
+        let rolled_at = (SEGMENT_HEADER + 5 * (RECORD_HEADER + 3_000)) as u64;
+        // The roll into segment 2 recorded segment 1's length; the power loss then kept only
+        // its first two records, while segment 2's record reached the disk.
+        let cut = SEGMENT_HEADER + 2 * (RECORD_HEADER + 3_000);
+        std::fs::OpenOptions::new().write(true).open(&first).unwrap().set_len(cut as u64).unwrap();
+        write_segment(dir.path(), 2, Some((1, rolled_at)), 6, &[b"after the cut"]);
+        assert_eq!(reopen(dir.path()).unwrap(), records[..2]);
+        assert_eq!(reopen(dir.path()).unwrap(), records[..2]);
+        // The same cut in an older segment is damage.
+        let dir = tempfile::tempdir().unwrap();
+        five_records(dir.path());
+        std::fs::OpenOptions::new().write(true).open(segment_path(dir.path(), 1)).unwrap().set_len(cut as u64).unwrap();
+        write_segment(dir.path(), 2, Some((1, rolled_at)), 6, &[b"two"]);
+        write_segment(dir.path(), 3, None, 7, &[b"three"]);
+        let err = reopen(dir.path()).unwrap_err();
+        assert!(matches!(err, Error::Corrupt { .. }), "{err}");
+    }
+
+    #[test]
+    fn damage_in_an_older_segment_stays_an_error() {
+        let dir = tempfile::tempdir().unwrap();
+        five_records(dir.path());
+        lose_a_block_of_the_first_segment(dir.path());
+        // Segment 1 is third from last: the roll into segment 3 waited for its fsync.
+        write_segment(dir.path(), 2, None, 6, &[b"two"]);
+        write_segment(dir.path(), 3, None, 7, &[b"three"]);
         let err = reopen(dir.path()).unwrap_err();
         assert!(matches!(err, Error::Corrupt { .. }), "{err}");
     }
@@ -650,6 +853,158 @@ mod tests {
         std::fs::write(&path, &data).unwrap();
         let err = reopen(dir.path()).unwrap_err();
         assert!(matches!(err, Error::Corrupt { .. }), "{err}");
+    }
+
+    /// The records a power loss left, read back through a fresh log on the rebooted disk.
+    fn recover(fs: &crate::fault::FaultFs, dir: &Path) -> Vec<(u64, Vec<u8>)> {
+        let mut seen = Vec::new();
+        let wal = Wal::open(Arc::new(fs.clone()), dir, 1 << 20, 0, |r| {
+            seen.push((r.first_seq, r.payload.to_vec()));
+            Ok(())
+        });
+        wal.unwrap();
+        seen
+    }
+
+    #[test]
+    fn a_power_loss_leaves_a_prefix_that_holds_every_synced_record() {
+        let dir = Path::new("/wal");
+        for seed in 0..300 {
+            let fs = crate::fault::FaultFs::new(seed);
+            // Segments of three 4 KiB blocks: rolls every few records, and torn blocks.
+            let wal = Wal::open(Arc::new(fs.clone()), dir, 3 * DISK_BLOCK as u64, 0, |_| Ok(())).unwrap();
+            let mut written = Vec::new();
+            let mut synced = 0;
+            for _ in 0..20 + fs.random() % 60 {
+                let payload = vec![(written.len() % 251) as u8 + 1; 200 + (fs.random() % 2_500) as usize];
+                let fsync = fs.random().is_multiple_of(8);
+                let durability = if fsync { Durability::FsyncWal } else { Durability::SyncWal };
+                let seq = wal.append(1, &payload, durability).unwrap();
+                written.push((seq, payload));
+                if fsync {
+                    wal.sync_to(seq).unwrap();
+                    synced = written.len();
+                }
+            }
+            let rebooted = fs.power_loss();
+            drop(wal);
+            let found = recover(&rebooted, dir);
+            assert!(found.len() >= synced, "seed {seed}: {} records back, {synced} were synced", found.len());
+            assert!(found[..] == written[..found.len()], "seed {seed}: not a prefix of what was written");
+        }
+    }
+
+    /// A file system whose file syncs wait while `held` is set.
+    #[derive(Debug, Clone)]
+    struct HeldSyncs {
+        fs: crate::fault::FaultFs,
+        held: Arc<(parking_lot::Mutex<bool>, Condvar)>,
+    }
+
+    struct HeldFile {
+        file: Arc<dyn WriteFile>,
+        held: Arc<(parking_lot::Mutex<bool>, Condvar)>,
+    }
+
+    impl HeldFile {
+        fn wait(&self) {
+            let mut held = self.held.0.lock();
+            while *held {
+                self.held.1.wait(&mut held);
+            }
+        }
+    }
+
+    impl WriteFile for HeldFile {
+        fn write_all(&self, buf: &[u8]) -> std::io::Result<()> {
+            self.file.write_all(buf)
+        }
+        fn sync_data(&self) -> std::io::Result<()> {
+            self.wait();
+            self.file.sync_data()
+        }
+        fn sync_all(&self) -> std::io::Result<()> {
+            self.wait();
+            self.file.sync_all()
+        }
+        fn set_len(&self, len: u64) -> std::io::Result<()> {
+            self.file.set_len(len)
+        }
+        fn preallocate(&self, len: u64) -> std::io::Result<()> {
+            self.file.preallocate(len)
+        }
+    }
+
+    impl FileSystem for HeldSyncs {
+        fn create_dir_all(&self, dir: &Path) -> std::io::Result<()> {
+            self.fs.create_dir_all(dir)
+        }
+        fn list(&self, dir: &Path) -> std::io::Result<Vec<std::ffi::OsString>> {
+            self.fs.list(dir)
+        }
+        fn read(&self, path: &Path) -> std::io::Result<Vec<u8>> {
+            self.fs.read(path)
+        }
+        fn open(&self, path: &Path) -> std::io::Result<Arc<dyn crate::fs::ReadFile>> {
+            self.fs.open(path)
+        }
+        fn create_new(&self, path: &Path) -> std::io::Result<Arc<dyn WriteFile>> {
+            Ok(Arc::new(HeldFile { file: self.fs.create_new(path)?, held: self.held.clone() }))
+        }
+        fn rename(&self, from: &Path, to: &Path) -> std::io::Result<()> {
+            self.fs.rename(from, to)
+        }
+        fn remove(&self, path: &Path) -> std::io::Result<()> {
+            self.fs.remove(path)
+        }
+        fn sync_dir(&self, dir: &Path) -> std::io::Result<()> {
+            self.fs.sync_dir(dir)
+        }
+        fn lock(&self, path: &Path) -> std::io::Result<Box<dyn std::any::Any + Send + Sync>> {
+            self.fs.lock(path)
+        }
+    }
+
+    #[test]
+    fn a_roll_leaves_its_fsync_to_a_thread_that_synced_writes_wait_for() {
+        let dir = Path::new("/wal");
+        let fs = crate::fault::FaultFs::new(7);
+        let held = HeldSyncs { fs: fs.clone(), held: Arc::new((parking_lot::Mutex::new(false), Condvar::new())) };
+        let wal = Wal::open(Arc::new(held.clone()), dir, 2 * DISK_BLOCK as u64, 0, |_| Ok(())).unwrap();
+        *held.held.0.lock() = true;
+        // Three records of 3 000 bytes fill the first segment: the roll returns at once,
+        // its fsync held.
+        let written: Vec<(u64, Vec<u8>)> =
+            (1..=4u8).map(|i| (wal.append(1, &[i; 3_000], Durability::SyncWal).unwrap(), vec![i; 3_000])).collect();
+        assert_eq!(wal.segment_count(), 2);
+        std::thread::scope(|s| {
+            let synced = s.spawn(|| wal.sync_to(written[3].0));
+            std::thread::sleep(std::time::Duration::from_millis(100));
+            assert!(!synced.is_finished(), "a synced write returned before the closed segment was synced");
+            *held.held.0.lock() = false;
+            held.held.1.notify_all();
+            synced.join().unwrap().unwrap();
+        });
+        // Whatever else the power loss takes, the synced records are all there.
+        let rebooted = fs.power_loss();
+        drop(wal);
+        assert_eq!(recover(&rebooted, dir), written);
+    }
+
+    #[test]
+    fn a_failed_roll_fsync_fails_the_log() {
+        let dir = Path::new("/wal");
+        let fs = crate::fault::FaultFs::new(3);
+        let wal = Wal::open(Arc::new(fs.clone()), dir, 2 * DISK_BLOCK as u64, 0, |_| Ok(())).unwrap();
+        fs.set_rates(crate::fault::FaultRates { sync: 1.0, ..Default::default() });
+        // The third record fills the segment; the roll itself returns, its fsync fails later.
+        let seqs: Vec<u64> = (0..3).map(|_| wal.append(1, &[9; 3_000], Durability::SyncWal).unwrap()).collect();
+        assert_eq!(wal.segment_count(), 2);
+        let err = wal.sync_to(seqs[2]).unwrap_err();
+        assert!(err.to_string().contains("log roll") || err.to_string().contains("log segment"), "{err}");
+        // From then on the log refuses writes, whatever their durability.
+        let refused = wal.append(1, b"later", Durability::SyncWal).unwrap_err();
+        assert!(matches!(refused, Error::ReadOnly(_)), "{refused}");
     }
 
     #[test]
