@@ -8,7 +8,7 @@ use bytes::Bytes;
 use crate::cell::KeyView;
 use crate::descriptor::{BloomType, Compression, FamilyDescriptor};
 use crate::fs::{Appender, FileSystem};
-use crate::sst::block::{frame, BlockBuilder, EntryKeys};
+use crate::sst::block::{frame, uncompressed_frame_crc, BlockBuilder, EntryKeys};
 use crate::sst::bloom::{row_col_hash, row_hash, Bloom};
 use crate::sst::format::{encode_key, Footer, Handle, IndexBuilder, SstMeta, FORMAT_VERSION};
 use crate::sst::reader::encode_bloom_block;
@@ -132,10 +132,21 @@ impl SstWriter {
     }
 
     fn write_framed(&mut self, raw: &[u8], compression: Compression) -> Result<Handle> {
-        let framed = frame(raw, compression);
-        self.out.write_all(&framed).map_err(|e| Error::io(&self.path, e))?;
-        let handle = Handle { offset: self.offset, len: framed.len() as u32 };
-        self.offset += framed.len() as u64;
+        let len = if compression == Compression::None {
+            let crc = uncompressed_frame_crc(raw).to_le_bytes();
+            let out = &mut self.out;
+            out.write_all(&[0])
+                .and_then(|()| out.write_all(raw))
+                .and_then(|()| out.write_all(&crc))
+                .map_err(|e| Error::io(&self.path, e))?;
+            1 + raw.len() + crc.len()
+        } else {
+            let framed = frame(raw, compression);
+            self.out.write_all(&framed).map_err(|e| Error::io(&self.path, e))?;
+            framed.len()
+        };
+        let handle = Handle { offset: self.offset, len: len as u32 };
+        self.offset += len as u64;
         Ok(handle)
     }
 
@@ -147,6 +158,7 @@ impl SstWriter {
         self.last_block_key.extend_from_slice(self.block.last_key());
         let raw = self.block.finish();
         let handle = self.write_framed(&raw, self.compression)?;
+        self.block.reuse(raw);
         self.index.add(&self.last_block_key, handle);
         self.row_start = 0;
         Ok(())
