@@ -12,6 +12,10 @@
 //! 3. An fsync of the log fails. That write fails, and the engine does not trust the log
 //!    again — even when the disk recovers, writes stay refused — until a reopen replays what
 //!    the log really holds.
+//! 4. Log segments of 16 KiB roll every few dozen writes; each roll leaves the closed segment's
+//!    fsync to a thread while writes go on into the next. The power goes in the middle of it:
+//!    the events table keeps a first part of its rows, and every journal write (a synced
+//!    write waits for the rolls' fsyncs before its own) is there.
 //!
 //! What is asserted: every figure above (all journal rows kept, the events kept being a
 //! prefix, the errors' kinds, the reads, the rows after each reopen).
@@ -112,5 +116,41 @@ pub fn main() -> Result<()> {
     println!("  reopened: {} journal rows (the failed write's among them or not), writes accepted", after.len());
     assert!(after.starts_with(&(0..acknowledged).collect::<Vec<_>>()) && after.len() <= acknowledged as usize + 1);
     println!("faults injected: {:?}", fs.counts());
+
+    // 4. Power loss while log rolls' fsyncs run beside the writes.
+    let fs = FaultFs::new(11);
+    let small_segments = EngineOptions {
+        fs: Arc::new(fs.clone()),
+        flush_on_close: false,
+        wal_segment_bytes: 16 * 1024,
+        ..EngineOptions::default()
+    };
+    let engine = Engine::open(DIR, small_segments.clone())?;
+    for (table, durability) in [("journal", Durability::FsyncWal), ("events", Durability::SyncWal)] {
+        engine.create_table(TableDescriptor::new(table).family(FamilyDescriptor::new("d")).durability(durability))?;
+    }
+    // Every 20th write goes to the journal, until the last 40 writes, which are all events.
+    let (mut events_written, mut journal_written, mut events_before_last_sync) = (0, 0, 0);
+    for i in 0..640 {
+        let journal = i < 600 && i % 20 == 19;
+        if journal {
+            events_before_last_sync = events_written;
+        }
+        let (name, table) = if journal { ("journal", &mut journal_written) } else { ("events", &mut events_written) };
+        engine.table(name)?.put(Put::new(key(*table)).add("d", "v", format!("value {i} {}", "x".repeat(200))))?;
+        *table += 1;
+    }
+    let fs = fs.power_loss();
+    drop(engine);
+    let engine = Engine::open(DIR, EngineOptions { fs: Arc::new(fs.clone()), ..small_segments })?;
+    let journal = rows(&engine, "journal")?;
+    let events = rows(&engine, "events")?;
+    println!("power loss after {} writes through 16 KiB log segments:", events_written + journal_written);
+    println!("  journal (FsyncWal): {} of {journal_written} rows", journal.len());
+    println!("  events (SyncWal):   the first {} of {events_written} rows", events.len());
+    assert_eq!(journal, (0..journal_written).collect::<Vec<_>>(), "every synced write survives the rolls");
+    assert_eq!(events, (0..events.len() as u32).collect::<Vec<_>>(), "SyncWal loses at most a tail");
+    // The last journal write made every write before it durable, rolls included.
+    assert!(events.len() as u32 >= events_before_last_sync, "{} events kept", events.len());
     Ok(())
 }
