@@ -981,15 +981,11 @@ impl EngineInner {
 
     /// Writes the catalog; the caller holds `ddl`.
     pub fn persist_locked(&self) -> Result<()> {
-        // The manifest never runs ahead of the log: a flushed file holds edits up to the last
-        // sequence number, and a power loss must not keep them while losing earlier edits of
-        // other regions still only in the log's unsynced tail. Recovery stays a prefix.
-        self.wal.sync_to(self.wal.last_seq())?;
         let tables = self.tables.read();
         let mut state = CatalogState {
             tables: Vec::with_capacity(tables.len()),
             next_region_id: self.next_region_id.load(Ordering::Relaxed),
-            last_seq: self.wal.last_seq(),
+            last_seq: 0,
         };
         for t in tables.values() {
             let regions = t
@@ -1011,6 +1007,13 @@ impl EngineInner {
             state.tables.push(TableEntry { descriptor: t.descriptor(), enabled: t.is_enabled(), regions });
         }
         drop(tables);
+        // The manifest never runs ahead of the log: a file it lists holds edits up to the
+        // sequence number read here, after the regions (a flush running beside this may have
+        // swapped its file in while they were read), and a power loss must not keep them
+        // while losing earlier edits of other regions still only in the log's unsynced tail.
+        // Recovery stays a prefix.
+        state.last_seq = self.wal.last_seq();
+        self.wal.sync_to(state.last_seq)?;
         let listed = Durable::of(&state);
         let stored = state.store(&*self.opts.fs, &self.dir.join("MANIFEST"));
         let mut durable = self.durable.lock();

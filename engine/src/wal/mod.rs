@@ -3,14 +3,15 @@
 //! Each record is one batch of edits to one region, framed as
 //! `len u32 | crc32c u32 | first_seq u64 | payload`, where the CRC covers the sequence number
 //! and the payload. Segments are files `wal/<id>.log` starting with a magic and version; a
-//! version 2 header also records the previous segment's id and length. Segments are
-//! preallocated ahead of their appends, never past the segment size, so a rolled segment ends
-//! at its last record. A roll's fsync of the closed segment runs on a thread of its own
-//! ([`roll`]), so a power loss can tear the last two segments. Recovery replays every segment
-//! in order; in the last two, a damaged record, or one that a block of unsynced appends lost
-//! at a power loss explains, is a torn write, and so is a segment shorter than the next one's
-//! header records: the log ends there and a segment after it is dropped. Anything else is
-//! reported as corruption.
+//! version 2 header also records the previous segment's id and length, whether a roll created
+//! the segment, and its own CRC32C. Segments are preallocated ahead of their appends, never
+//! past the segment size, so a rolled segment ends at its last record. A roll's fsync of the
+//! closed segment runs on a thread of its own ([`roll`]), so a power loss can tear the last
+//! segment and, when a roll created that one, the segment before it. Recovery replays every
+//! segment in order; in a segment that may be torn, a damaged record or header that a block of
+//! unsynced appends lost at a power loss explains is a torn write, and so is a segment shorter
+//! than the next one's header records: the log ends there and a segment after it is dropped.
+//! Anything else is reported as corruption.
 
 mod record;
 mod roll;

@@ -69,9 +69,13 @@ impl RollSync {
         let spawned = {
             let (fs, dir, closed, closed_path, progress) =
                 (fs.clone(), dir.to_path_buf(), closed.clone(), closed_path.clone(), progress.clone());
-            std::thread::Builder::new()
-                .name("cellar-log-roll".into())
-                .spawn(move || progress.end(sync(&*fs, &dir, &*closed, &closed_path)))
+            std::thread::Builder::new().name("cellar-log-roll".into()).spawn(move || {
+                // Waiters must hear of the end even if a file system implementation panics.
+                let synced =
+                    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| sync(&*fs, &dir, &*closed, &closed_path)))
+                        .unwrap_or_else(|_| Err((closed_path.clone(), io::Error::other("the log-roll sync panicked"))));
+                progress.end(synced);
+            })
         };
         let thread = match spawned {
             Ok(thread) => Some(thread),
@@ -104,14 +108,8 @@ impl RollSync {
     /// Waits for the syncs and the thread that ran them.
     pub fn finish(mut self) -> Result<()> {
         if let Some(thread) = self.thread.take() {
-            if thread.join().is_err() {
-                // The syncs return errors rather than panic; a panic still counts as a failure.
-                let mut outcome = self.progress.outcome.lock();
-                if outcome.is_none() {
-                    *outcome = Some(Err((PathBuf::new(), io::ErrorKind::Other, "the log-roll thread panicked".into())));
-                    self.progress.failed.store(true, Ordering::Release);
-                }
-            }
+            // The thread catches a panic of the syncs and reports it as their failure.
+            let _ = thread.join();
         }
         self.waiter().wait()
     }

@@ -14,15 +14,20 @@ use crate::fs::{sync_dir, FileSystem, WriteFile};
 use crate::{Error, Result};
 
 const SEGMENT_MAGIC: &[u8; 8] = b"CELLRWAL";
-/// Version 2 headers name the segment before and its length; version 1 segments still read.
+/// Version 2 headers name the segment before and its length and carry a checksum; version 1
+/// segments still read.
 const SEGMENT_VERSION: u32 = 2;
 /// Extension of the copy that replaces the last segment at recovery.
 const REWRITE: &str = "rewrite";
 /// Magic and version: what every version's header starts with.
 const HEADER_START: usize = 12;
-/// A version 2 header: magic, version, then the previous segment's id and length (0 and 0 for
-/// none), so recovery sees a segment that a power loss cut between two records.
-const SEGMENT_HEADER: usize = HEADER_START + 16;
+/// A version 2 header: magic, version, flags, the previous segment's id and length (0 and 0 for
+/// none, so recovery sees a segment that a power loss cut between two records), and a CRC32C
+/// of the bytes before it.
+const SEGMENT_HEADER: usize = HEADER_START + 4 + 16 + 4;
+/// Header flag: a roll created the segment and left the previous one's fsync to a thread, so
+/// that one may be torn. Recovery creates segments after syncing the ones before.
+const ROLLED: u32 = 1;
 const RECORD_HEADER: usize = 20;
 /// AsyncWal records are written out once this many bytes are buffered.
 const ASYNC_BUFFER: usize = 64 * 1024;
@@ -117,31 +122,60 @@ enum Ending {
 /// The segment whose length a header records: (id, length in bytes).
 type Predecessor = (u64, u64);
 
-fn segment_header(previous: Option<Predecessor>) -> [u8; SEGMENT_HEADER] {
-    let (id, len) = previous.unwrap_or((0, 0));
-    let mut header = [0u8; SEGMENT_HEADER];
-    header[..8].copy_from_slice(SEGMENT_MAGIC);
-    header[8..12].copy_from_slice(&SEGMENT_VERSION.to_le_bytes());
-    header[12..20].copy_from_slice(&id.to_le_bytes());
-    header[20..].copy_from_slice(&len.to_le_bytes());
-    header
+/// What a whole, intact version 2 header says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Header {
+    previous: Option<Predecessor>,
+    /// See [`ROLLED`].
+    rolled: bool,
 }
 
-/// The predecessor a whole version 2 header names, if it names one.
-fn predecessor(data: &[u8]) -> Option<Predecessor> {
-    let header = data.get(..SEGMENT_HEADER)?;
-    if &header[..8] != SEGMENT_MAGIC || header[8..12] != SEGMENT_VERSION.to_le_bytes() {
-        return None;
+fn segment_header(header: Header) -> [u8; SEGMENT_HEADER] {
+    let (id, len) = header.previous.unwrap_or((0, 0));
+    let mut out = [0u8; SEGMENT_HEADER];
+    out[..8].copy_from_slice(SEGMENT_MAGIC);
+    out[8..12].copy_from_slice(&SEGMENT_VERSION.to_le_bytes());
+    out[12..16].copy_from_slice(&(if header.rolled { ROLLED } else { 0 }).to_le_bytes());
+    out[16..24].copy_from_slice(&id.to_le_bytes());
+    out[24..32].copy_from_slice(&len.to_le_bytes());
+    let crc = crc32c::crc32c(&out[..32]);
+    out[32..].copy_from_slice(&crc.to_le_bytes());
+    out
+}
+
+/// How a segment's first bytes read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum HeaderState {
+    /// A version 1 header: written by a build that synced every segment before the next.
+    Version1,
+    Whole(Header),
+    /// Cut, zeroed or damaged: a header a power loss took part of.
+    Damaged,
+}
+
+fn read_header_state(data: &[u8]) -> HeaderState {
+    let word = |at: usize| data.get(at..at + 4).and_then(|b| b.try_into().ok()).map(u32::from_le_bytes);
+    let long = |at: usize| data.get(at..at + 8).and_then(|b| b.try_into().ok()).map(u64::from_le_bytes);
+    if data.get(..8) != Some(&SEGMENT_MAGIC[..]) {
+        return HeaderState::Damaged;
     }
-    let id = u64::from_le_bytes(header[12..20].try_into().ok()?);
-    let len = u64::from_le_bytes(header[20..].try_into().ok()?);
-    (id != 0).then_some((id, len))
+    match word(8) {
+        Some(1) => HeaderState::Version1,
+        Some(SEGMENT_VERSION) if data.len() >= SEGMENT_HEADER => {
+            if word(32) != Some(crc32c::crc32c(&data[..32])) {
+                return HeaderState::Damaged;
+            }
+            let (flags, id, len) = (word(12).unwrap_or(0), long(16).unwrap_or(0), long(24).unwrap_or(0));
+            HeaderState::Whole(Header { previous: (id != 0).then_some((id, len)), rolled: flags & ROLLED != 0 })
+        }
+        _ => HeaderState::Damaged,
+    }
 }
 
 /// A segment whose creation did not finish: part of its magic and version, then nothing or
 /// zeros; or all of them and part of the rest of a version 2 header.
 fn unfinished(data: &[u8]) -> bool {
-    let start = &segment_header(None)[..HEADER_START];
+    let start = &segment_header(Header { previous: None, rolled: false })[..HEADER_START];
     let written = data.iter().zip(start).take_while(|(a, b)| a == b).count();
     if written < HEADER_START {
         return data[written..].iter().all(|&b| b == 0);
@@ -173,31 +207,27 @@ fn lost_block(data: &[u8], record: std::ops::Range<usize>) -> bool {
 /// that a power loss explains is a torn tail only in a segment that `may_be_torn`.
 fn parse_segment(path: &Path, data: &[u8], may_be_torn: bool) -> Result<(Vec<WalRecord>, Ending)> {
     let mut records = Vec::new();
-    let header_whole = data.len() >= HEADER_START && &data[..8] == SEGMENT_MAGIC;
-    if !header_whole && may_be_torn && (unfinished(data) || lost_block(data, 0..HEADER_START.min(data.len()))) {
-        // A roll creates a segment without syncing it, so a power loss may keep later blocks of
-        // it and lose its header, or cut it inside the header.
-        return Ok((records, Ending::Torn(0)));
-    }
-    if data.len() < HEADER_START {
-        return Err(Error::corrupt(path, 0, "WAL segment header missing"));
-    }
-    if &data[..8] != SEGMENT_MAGIC {
-        return Err(Error::corrupt(path, 0, "bad WAL segment magic"));
-    }
-    let version = u32::from_le_bytes([data[8], data[9], data[10], data[11]]);
-    let header_len = match version {
-        1 => HEADER_START,
-        SEGMENT_VERSION => SEGMENT_HEADER,
-        _ => return Err(Error::corrupt(path, 8, format!("unsupported WAL version {version}"))),
+    let header_len = match read_header_state(data) {
+        HeaderState::Version1 => HEADER_START,
+        HeaderState::Whole(_) => SEGMENT_HEADER,
+        // A roll creates a segment without syncing it, so a power loss may keep later blocks
+        // of it and lose, cut or tear its header.
+        HeaderState::Damaged if may_be_torn => return Ok((records, Ending::Torn(0))),
+        HeaderState::Damaged if data.len() < HEADER_START => {
+            return Err(Error::corrupt(path, 0, "WAL segment header missing"))
+        }
+        HeaderState::Damaged if &data[..8] != SEGMENT_MAGIC => {
+            return Err(Error::corrupt(path, 0, "bad WAL segment magic"))
+        }
+        HeaderState::Damaged => {
+            let version = u32::from_le_bytes([data[8], data[9], data[10], data[11]]);
+            return Err(if version == SEGMENT_VERSION {
+                Error::corrupt(path, 0, "WAL segment header damaged")
+            } else {
+                Error::corrupt(path, 8, format!("unsupported WAL version {version}"))
+            });
+        }
     };
-    if data.len() < header_len {
-        return if may_be_torn {
-            Ok((records, Ending::Torn(0)))
-        } else {
-            Err(Error::corrupt(path, 0, "WAL segment header cut short"))
-        };
-    }
     let data_all = Bytes::copy_from_slice(data);
     let mut pos = header_len;
     while pos < data.len() {
@@ -281,26 +311,37 @@ impl Wal {
             ids.push(id);
         }
         ids.sort_unstable();
-        // A roll's fsync of the segment it closed runs beside the appends to the next (see
-        // `RollSync`), and each roll waits for the one before: a power loss can tear only the
-        // last two segments, the second-to-last with blocks of the last persisted after its
-        // tear. Older ones ended at their last record and were synced, and are read strictly.
-        let may_be_torn_from = ids.len().saturating_sub(2);
         // Segments are created with ids one past the newest; one dropped below keeps its id.
         let next_id = ids.last().map_or(1, |l| l + 1);
+        // The last segment may always be torn. A roll's fsync of the segment it closed runs
+        // beside the appends to the next (see `RollSync`), and each roll waits for the one
+        // before, so the segment before the last may be torn too if a roll created the last
+        // (its header says so, or a power loss took part of its header); the last segment's
+        // blocks may then have persisted after that tear. Older segments ended at their last
+        // record and were synced, and are read strictly; so is the one before a segment that
+        // recovery or a version 1 build created, after syncing it.
         let mut newest = None;
+        let mut predecessor_may_be_torn = false;
         if let Some(&id) = ids.last() {
             let path = segment_path(dir, id);
             let data = fs.read(&path).map_err(|e| Error::io(&path, e))?;
             if unfinished(&data) {
-                // Its creation never finished, so no record went into it.
+                // Its creation never finished, so no record went into it. The segment before
+                // it is now the last.
                 fs.remove(&path).map_err(|e| Error::io(&path, e))?;
                 sync_dir(&*fs, dir)?;
                 ids.pop();
             } else {
+                let before = ids.len().checked_sub(2).map(|k| ids[k]);
+                predecessor_may_be_torn = match read_header_state(&data) {
+                    HeaderState::Version1 => false,
+                    HeaderState::Whole(h) => h.rolled && h.previous.map(|(named, _)| named) == before,
+                    HeaderState::Damaged => true,
+                };
                 newest = Some(data);
             }
         }
+        let may_be_torn_from = ids.len().saturating_sub(if predecessor_may_be_torn { 2 } else { 1 });
         // The highest sequence number logged so far.
         let mut logged = 0;
         let mut closed = Vec::new();
@@ -328,11 +369,15 @@ impl Wal {
             // The next segment's header says how long this one was when it rolled: a power loss
             // can cut a segment whose roll fsync had not finished between two records.
             let next_header = match ids.get(i + 1) {
-                Some(_) if i + 2 == ids.len() && newest.is_some() => newest.as_deref().and_then(predecessor),
-                Some(&next) => read_header(&*fs, &segment_path(dir, next)).as_deref().and_then(predecessor),
+                Some(_) if i + 2 == ids.len() && newest.is_some() => newest.as_deref().map(read_header_state),
+                Some(&next) => read_header(&*fs, &segment_path(dir, next)).as_deref().map(read_header_state),
                 None => None,
             };
-            if let Some((_, rolled_at)) = next_header.filter(|&(named, _)| named == id) {
+            let recorded = match next_header {
+                Some(HeaderState::Whole(Header { previous: Some((named, len)), .. })) if named == id => Some(len),
+                _ => None,
+            };
+            if let Some(rolled_at) = recorded {
                 if end < rolled_at && may_be_torn {
                     ending = Ending::Torn(end);
                 } else if end != rolled_at {
@@ -364,7 +409,7 @@ impl Wal {
                 let fresh = path.with_extension(REWRITE);
                 let f = fs.create_new(&fresh).map_err(|e| Error::io(&fresh, e))?;
                 // A header the power loss took is written anew.
-                let header = segment_header(None);
+                let header = segment_header(Header { previous: None, rolled: false });
                 let kept: &[u8] = if end < HEADER_START as u64 { &header } else { &data[..end as usize] };
                 last_kept = Some((id, kept.len() as u64));
                 f.write_all(kept).map_err(|e| Error::io(&fresh, e))?;
@@ -379,7 +424,7 @@ impl Wal {
         }
         let last_seq = logged.max(min_last_seq);
         let id = next_id;
-        let file = Self::create_segment(&*fs, dir, id, last_kept)?;
+        let file = Self::create_segment(&*fs, dir, id, Header { previous: last_kept, rolled: false })?;
         Ok(Wal {
             fs,
             dir: dir.to_path_buf(),
@@ -404,15 +449,11 @@ impl Wal {
         })
     }
 
-    fn create_segment(
-        fs: &dyn FileSystem,
-        dir: &Path,
-        id: u64,
-        previous: Option<Predecessor>,
-    ) -> Result<Arc<dyn WriteFile>> {
+    /// Creates segment `id` with `header` and syncs it and its directory entry.
+    fn create_segment(fs: &dyn FileSystem, dir: &Path, id: u64, header: Header) -> Result<Arc<dyn WriteFile>> {
         let path = segment_path(dir, id);
         let f = fs.create_new(&path).map_err(|e| Error::io(&path, e))?;
-        f.write_all(&segment_header(previous)).map_err(|e| Error::io(&path, e))?;
+        f.write_all(&segment_header(header)).map_err(|e| Error::io(&path, e))?;
         f.sync_all().map_err(|e| Error::io(&path, e))?;
         sync_dir(fs, dir)?;
         Ok(f)
@@ -501,7 +542,8 @@ impl Wal {
         let id = inner.id + 1;
         let path = segment_path(&self.dir, id);
         let file = self.fs.create_new(&path).map_err(|e| Error::io(&path, e))?;
-        file.write_all(&segment_header(Some((inner.id, inner.size)))).map_err(|e| Error::io(&path, e))?;
+        let header = segment_header(Header { previous: Some((inner.id, inner.size)), rolled: true });
+        file.write_all(&header).map_err(|e| Error::io(&path, e))?;
         let closed = std::mem::replace(&mut inner.file, file);
         inner.closed.push((inner.id, inner.cur_max_seq));
         inner.rolling = Some(RollSync::start(&self.fs, &self.dir, closed, segment_path(&self.dir, inner.id)));
@@ -577,6 +619,26 @@ impl Wal {
             // and a second fsync could succeed without them.
             self.inner.lock().failed = Some(format!("fsync of the log segment {} failed: {e}", path.display()));
             return Err(Error::io(path, e));
+        }
+        // A roll may have closed the segment while it was being synced. The roll's thread then
+        // fsyncs the same file, and if that fsync failed, it took the error this one would
+        // have reported: the kernel tells each failure once. So the rolls since must have
+        // succeeded too (each waits for the one before, so the latest one speaks for all).
+        let rolled_since = {
+            let inner = self.inner.lock();
+            if inner.id != id {
+                if let Some(why) = &inner.failed {
+                    let e = std::io::Error::other(format!("the log failed while this write was made durable: {why}"));
+                    return Err(Error::io(segment_path(&self.dir, id), e));
+                }
+                inner.rolling.as_ref().map(RollSync::waiter)
+            } else {
+                None
+            }
+        };
+        if let Some(Err(e)) = rolled_since.map(|r| r.wait()) {
+            self.inner.lock().failed.get_or_insert_with(|| e.to_string());
+            return Err(e);
         }
         self.synced.fetch_max(written, Ordering::AcqRel);
         Ok(())
@@ -757,9 +819,17 @@ mod tests {
         }
     }
 
+    /// The length of the segment [`five_records`] writes.
+    const FIVE_RECORDS: u64 = (SEGMENT_HEADER + 5 * (RECORD_HEADER + 3_000)) as u64;
+
+    /// The header a roll from segment `id`, `len` bytes long, gives the next segment.
+    fn rolled_from(id: u64, len: u64) -> Header {
+        Header { previous: Some((id, len)), rolled: true }
+    }
+
     /// A whole segment with one record per payload, sequence numbers from `first_seq`.
-    fn write_segment(dir: &Path, id: u64, previous: Option<Predecessor>, first_seq: u64, payloads: &[&[u8]]) {
-        let mut data = segment_header(previous).to_vec();
+    fn write_segment(dir: &Path, id: u64, header: Header, first_seq: u64, payloads: &[&[u8]]) {
+        let mut data = segment_header(header).to_vec();
         for (seq, payload) in (first_seq..).zip(payloads) {
             frame(seq, 1, payload, &mut data);
         }
@@ -801,7 +871,7 @@ mod tests {
         let records = five_records(dir.path());
         lose_a_block_of_the_first_segment(dir.path());
         // Segment 2's records reached the disk, but segment 1's fsync had not finished.
-        write_segment(dir.path(), 2, None, 6, &[b"after the tear"]);
+        write_segment(dir.path(), 2, rolled_from(1, FIVE_RECORDS), 6, &[b"after the tear"]);
         assert_eq!(reopen(dir.path()).unwrap(), records[..1]);
         // Segment 2 is gone (new segments take later ids); the log reads the same again.
         assert!(!segment_ids(dir.path()).contains(&2), "{:?}", segment_ids(dir.path()));
@@ -813,20 +883,64 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let records = five_records(dir.path());
         let first = segment_path(dir.path(), 1);
-        let rolled_at = (SEGMENT_HEADER + 5 * (RECORD_HEADER + 3_000)) as u64;
+        let rolled_at = FIVE_RECORDS;
         // The roll into segment 2 recorded segment 1's length; the power loss then kept only
         // its first two records, while segment 2's record reached the disk.
         let cut = SEGMENT_HEADER + 2 * (RECORD_HEADER + 3_000);
         std::fs::OpenOptions::new().write(true).open(&first).unwrap().set_len(cut as u64).unwrap();
-        write_segment(dir.path(), 2, Some((1, rolled_at)), 6, &[b"after the cut"]);
+        write_segment(dir.path(), 2, rolled_from(1, rolled_at), 6, &[b"after the cut"]);
         assert_eq!(reopen(dir.path()).unwrap(), records[..2]);
         assert_eq!(reopen(dir.path()).unwrap(), records[..2]);
         // The same cut in an older segment is damage.
         let dir = tempfile::tempdir().unwrap();
         five_records(dir.path());
         std::fs::OpenOptions::new().write(true).open(segment_path(dir.path(), 1)).unwrap().set_len(cut as u64).unwrap();
-        write_segment(dir.path(), 2, Some((1, rolled_at)), 6, &[b"two"]);
-        write_segment(dir.path(), 3, None, 7, &[b"three"]);
+        write_segment(dir.path(), 2, rolled_from(1, rolled_at), 6, &[b"two"]);
+        write_segment(dir.path(), 3, rolled_from(2, 0), 7, &[b"three"]);
+        let err = reopen(dir.path()).unwrap_err();
+        assert!(matches!(err, Error::Corrupt { .. }), "{err}");
+    }
+
+    #[test]
+    fn damage_before_a_segment_that_recovery_or_an_older_build_created_stays_an_error() {
+        let old_header = segment_header(Header { previous: None, rolled: false })[..HEADER_START].to_vec();
+        let mut version1 = old_header.clone();
+        version1[8..12].copy_from_slice(&1u32.to_le_bytes());
+        let recovery_made = segment_header(Header { previous: Some((1, FIVE_RECORDS)), rolled: false }).to_vec();
+        for last_header in [version1, recovery_made] {
+            let dir = tempfile::tempdir().unwrap();
+            five_records(dir.path());
+            lose_a_block_of_the_first_segment(dir.path());
+            // Segment 1 was synced before segment 2 was created, so its damage is not a tear.
+            let mut last = last_header.clone();
+            frame(6, 1, b"acknowledged", &mut last);
+            std::fs::write(segment_path(dir.path(), 2), &last).unwrap();
+            let err = reopen(dir.path()).unwrap_err();
+            assert!(matches!(err, Error::Corrupt { .. }), "{err}");
+        }
+    }
+
+    #[test]
+    fn a_damaged_header_in_the_last_segment_is_a_tear() {
+        let dir = tempfile::tempdir().unwrap();
+        let records = five_records(dir.path());
+        // Segment 2's header lost its last bytes (they read as zeros) while a record after it
+        // persisted: the header's checksum no longer matches.
+        let mut last = segment_header(rolled_from(1, FIVE_RECORDS)).to_vec();
+        last[20..].fill(0);
+        frame(6, 1, b"lost with the header", &mut last);
+        std::fs::write(segment_path(dir.path(), 2), &last).unwrap();
+        assert_eq!(reopen(dir.path()).unwrap(), records);
+        assert_eq!(reopen(dir.path()).unwrap(), records);
+        // In an older segment the same damage is reported.
+        let dir = tempfile::tempdir().unwrap();
+        five_records(dir.path());
+        let first = segment_path(dir.path(), 1);
+        let mut data = std::fs::read(&first).unwrap();
+        data[20..HEADER_START + 20].fill(0);
+        std::fs::write(&first, &data).unwrap();
+        write_segment(dir.path(), 2, rolled_from(1, FIVE_RECORDS), 6, &[b"two"]);
+        write_segment(dir.path(), 3, rolled_from(2, 0), 7, &[b"three"]);
         let err = reopen(dir.path()).unwrap_err();
         assert!(matches!(err, Error::Corrupt { .. }), "{err}");
     }
@@ -837,8 +951,8 @@ mod tests {
         five_records(dir.path());
         lose_a_block_of_the_first_segment(dir.path());
         // Segment 1 is third from last: the roll into segment 3 waited for its fsync.
-        write_segment(dir.path(), 2, None, 6, &[b"two"]);
-        write_segment(dir.path(), 3, None, 7, &[b"three"]);
+        write_segment(dir.path(), 2, rolled_from(1, FIVE_RECORDS), 6, &[b"two"]);
+        write_segment(dir.path(), 3, rolled_from(2, 0), 7, &[b"three"]);
         let err = reopen(dir.path()).unwrap_err();
         assert!(matches!(err, Error::Corrupt { .. }), "{err}");
     }
@@ -894,20 +1008,41 @@ mod tests {
         }
     }
 
-    /// A file system whose file syncs wait while `held` is set.
+    /// A file system whose file syncs wait while `held` is set (except on the roll thread, if
+    /// `roll_thread_free`).
     #[derive(Debug, Clone)]
     struct HeldSyncs {
         fs: crate::fault::FaultFs,
         held: Arc<(parking_lot::Mutex<bool>, Condvar)>,
+        roll_thread_free: bool,
+    }
+
+    impl HeldSyncs {
+        fn new(fs: &crate::fault::FaultFs, roll_thread_free: bool) -> HeldSyncs {
+            HeldSyncs {
+                fs: fs.clone(),
+                held: Arc::new((parking_lot::Mutex::new(false), Condvar::new())),
+                roll_thread_free,
+            }
+        }
+
+        fn hold(&self, held: bool) {
+            *self.held.0.lock() = held;
+            self.held.1.notify_all();
+        }
     }
 
     struct HeldFile {
         file: Arc<dyn WriteFile>,
         held: Arc<(parking_lot::Mutex<bool>, Condvar)>,
+        roll_thread_free: bool,
     }
 
     impl HeldFile {
         fn wait(&self) {
+            if self.roll_thread_free && std::thread::current().name() == Some("cellar-log-roll") {
+                return;
+            }
             let mut held = self.held.0.lock();
             while *held {
                 self.held.1.wait(&mut held);
@@ -949,7 +1084,8 @@ mod tests {
             self.fs.open(path)
         }
         fn create_new(&self, path: &Path) -> std::io::Result<Arc<dyn WriteFile>> {
-            Ok(Arc::new(HeldFile { file: self.fs.create_new(path)?, held: self.held.clone() }))
+            let file = self.fs.create_new(path)?;
+            Ok(Arc::new(HeldFile { file, held: self.held.clone(), roll_thread_free: self.roll_thread_free }))
         }
         fn rename(&self, from: &Path, to: &Path) -> std::io::Result<()> {
             self.fs.rename(from, to)
@@ -969,9 +1105,9 @@ mod tests {
     fn a_roll_leaves_its_fsync_to_a_thread_that_synced_writes_wait_for() {
         let dir = Path::new("/wal");
         let fs = crate::fault::FaultFs::new(7);
-        let held = HeldSyncs { fs: fs.clone(), held: Arc::new((parking_lot::Mutex::new(false), Condvar::new())) };
+        let held = HeldSyncs::new(&fs, false);
         let wal = Wal::open(Arc::new(held.clone()), dir, 2 * DISK_BLOCK as u64, 0, |_| Ok(())).unwrap();
-        *held.held.0.lock() = true;
+        held.hold(true);
         // Three records of 3 000 bytes fill the first segment: the roll returns at once,
         // its fsync held.
         let written: Vec<(u64, Vec<u8>)> =
@@ -981,8 +1117,7 @@ mod tests {
             let synced = s.spawn(|| wal.sync_to(written[3].0));
             std::thread::sleep(std::time::Duration::from_millis(100));
             assert!(!synced.is_finished(), "a synced write returned before the closed segment was synced");
-            *held.held.0.lock() = false;
-            held.held.1.notify_all();
+            held.hold(false);
             synced.join().unwrap().unwrap();
         });
         // Whatever else the power loss takes, the synced records are all there.
@@ -1005,6 +1140,32 @@ mod tests {
         // From then on the log refuses writes, whatever their durability.
         let refused = wal.append(1, b"later", Durability::SyncWal).unwrap_err();
         assert!(matches!(refused, Error::ReadOnly(_)), "{refused}");
+    }
+
+    #[test]
+    fn a_synced_write_whose_segment_rolled_during_its_fsync_fails_with_the_roll() {
+        let dir = Path::new("/wal");
+        let fs = crate::fault::FaultFs::new(11);
+        let held = HeldSyncs::new(&fs, true);
+        let wal = Wal::open(Arc::new(held.clone()), dir, 2 * DISK_BLOCK as u64, 0, |_| Ok(())).unwrap();
+        let synced_write = wal.append(1, &[1; 3_000], Durability::FsyncWal).unwrap();
+        held.hold(true);
+        std::thread::scope(|s| {
+            // The synced write's fsync of segment 1 waits; meanwhile other writes roll the
+            // segment, and the roll thread's fsync of it fails (taking the error report).
+            let leader = s.spawn(|| wal.sync_to(synced_write));
+            std::thread::sleep(std::time::Duration::from_millis(50));
+            fs.set_rates(crate::fault::FaultRates { sync: 1.0, ..Default::default() });
+            wal.append(1, &[2; 3_000], Durability::SyncWal).unwrap();
+            wal.append(1, &[3; 3_000], Durability::SyncWal).unwrap();
+            assert_eq!(wal.segment_count(), 2);
+            std::thread::sleep(std::time::Duration::from_millis(50));
+            fs.set_rates(crate::fault::FaultRates::default());
+            held.hold(false);
+            // Its own fsync now succeeds, but the segment's pages never reached the disk.
+            let outcome = leader.join().unwrap();
+            assert!(outcome.is_err(), "a synced write was acknowledged after its segment's fsync failed");
+        });
     }
 
     #[test]
