@@ -827,6 +827,16 @@ mod tests {
         Header { previous: Some((id, len)), rolled: true }
     }
 
+    /// Follows segment 1 (`len` bytes when it rolled) with two whole segments that rolls
+    /// created, so segment 1 is third from last and read strictly, and checks that recovery
+    /// reports its damage.
+    fn assert_reported_behind_two_rolls(dir: &Path, len: u64) {
+        write_segment(dir, 2, rolled_from(1, len), 6, &[b"two"]);
+        write_segment(dir, 3, rolled_from(2, (SEGMENT_HEADER + RECORD_HEADER + 3) as u64), 7, &[b"three"]);
+        let err = reopen(dir).unwrap_err();
+        assert!(matches!(err, Error::Corrupt { .. }), "{err}");
+    }
+
     /// A whole segment with one record per payload, sequence numbers from `first_seq`.
     fn write_segment(dir: &Path, id: u64, header: Header, first_seq: u64, payloads: &[&[u8]]) {
         let mut data = segment_header(header).to_vec();
@@ -895,10 +905,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         five_records(dir.path());
         std::fs::OpenOptions::new().write(true).open(segment_path(dir.path(), 1)).unwrap().set_len(cut as u64).unwrap();
-        write_segment(dir.path(), 2, rolled_from(1, rolled_at), 6, &[b"two"]);
-        write_segment(dir.path(), 3, rolled_from(2, 0), 7, &[b"three"]);
-        let err = reopen(dir.path()).unwrap_err();
-        assert!(matches!(err, Error::Corrupt { .. }), "{err}");
+        assert_reported_behind_two_rolls(dir.path(), rolled_at);
     }
 
     #[test]
@@ -939,10 +946,7 @@ mod tests {
         let mut data = std::fs::read(&first).unwrap();
         data[20..HEADER_START + 20].fill(0);
         std::fs::write(&first, &data).unwrap();
-        write_segment(dir.path(), 2, rolled_from(1, FIVE_RECORDS), 6, &[b"two"]);
-        write_segment(dir.path(), 3, rolled_from(2, 0), 7, &[b"three"]);
-        let err = reopen(dir.path()).unwrap_err();
-        assert!(matches!(err, Error::Corrupt { .. }), "{err}");
+        assert_reported_behind_two_rolls(dir.path(), FIVE_RECORDS);
     }
 
     #[test]
@@ -951,10 +955,7 @@ mod tests {
         five_records(dir.path());
         lose_a_block_of_the_first_segment(dir.path());
         // Segment 1 is third from last: the roll into segment 3 waited for its fsync.
-        write_segment(dir.path(), 2, rolled_from(1, FIVE_RECORDS), 6, &[b"two"]);
-        write_segment(dir.path(), 3, rolled_from(2, 0), 7, &[b"three"]);
-        let err = reopen(dir.path()).unwrap_err();
-        assert!(matches!(err, Error::Corrupt { .. }), "{err}");
+        assert_reported_behind_two_rolls(dir.path(), FIVE_RECORDS);
     }
 
     #[test]
