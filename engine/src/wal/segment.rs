@@ -149,6 +149,8 @@ enum HeaderState {
     /// A version 1 header: written by a build that synced every segment before the next.
     Version1,
     Whole(Header),
+    /// A version this build does not know (a newer build's): never taken for damage.
+    Unsupported(u32),
     /// Cut, zeroed or damaged: a header a power loss took part of.
     Damaged,
 }
@@ -168,6 +170,8 @@ fn read_header_state(data: &[u8]) -> HeaderState {
             let (flags, id, len) = (word(12).unwrap_or(0), long(16).unwrap_or(0), long(24).unwrap_or(0));
             HeaderState::Whole(Header { previous: (id != 0).then_some((id, len)), rolled: flags & ROLLED != 0 })
         }
+        // Zeros where the version goes are a header cut short.
+        Some(version) if version > SEGMENT_VERSION => HeaderState::Unsupported(version),
         _ => HeaderState::Damaged,
     }
 }
@@ -210,6 +214,9 @@ fn parse_segment(path: &Path, data: &[u8], may_be_torn: bool) -> Result<(Vec<Wal
     let header_len = match read_header_state(data) {
         HeaderState::Version1 => HEADER_START,
         HeaderState::Whole(_) => SEGMENT_HEADER,
+        HeaderState::Unsupported(version) => {
+            return Err(Error::corrupt(path, 8, format!("unsupported WAL version {version}")))
+        }
         // A roll creates a segment without syncing it, so a power loss may keep later blocks
         // of it and lose, cut or tear its header.
         HeaderState::Damaged if may_be_torn => return Ok((records, Ending::Torn(0))),
@@ -219,14 +226,7 @@ fn parse_segment(path: &Path, data: &[u8], may_be_torn: bool) -> Result<(Vec<Wal
         HeaderState::Damaged if &data[..8] != SEGMENT_MAGIC => {
             return Err(Error::corrupt(path, 0, "bad WAL segment magic"))
         }
-        HeaderState::Damaged => {
-            let version = u32::from_le_bytes([data[8], data[9], data[10], data[11]]);
-            return Err(if version == SEGMENT_VERSION {
-                Error::corrupt(path, 0, "WAL segment header damaged")
-            } else {
-                Error::corrupt(path, 8, format!("unsupported WAL version {version}"))
-            });
-        }
+        HeaderState::Damaged => return Err(Error::corrupt(path, 0, "WAL segment header damaged")),
     };
     let data_all = Bytes::copy_from_slice(data);
     let mut pos = header_len;
@@ -334,7 +334,7 @@ impl Wal {
             } else {
                 let before = ids.len().checked_sub(2).map(|k| ids[k]);
                 predecessor_may_be_torn = match read_header_state(&data) {
-                    HeaderState::Version1 => false,
+                    HeaderState::Version1 | HeaderState::Unsupported(_) => false,
                     HeaderState::Whole(h) => h.rolled && h.previous.map(|(named, _)| named) == before,
                     HeaderState::Damaged => true,
                 };
@@ -947,6 +947,20 @@ mod tests {
         data[20..HEADER_START + 20].fill(0);
         std::fs::write(&first, &data).unwrap();
         assert_reported_behind_two_rolls(dir.path(), FIVE_RECORDS);
+    }
+
+    #[test]
+    fn a_newer_builds_segment_is_refused_not_taken_for_a_tear() {
+        let dir = tempfile::tempdir().unwrap();
+        five_records(dir.path());
+        let first = segment_path(dir.path(), 1);
+        let mut data = std::fs::read(&first).unwrap();
+        data[8..12].copy_from_slice(&(SEGMENT_VERSION + 1).to_le_bytes());
+        std::fs::write(&first, &data).unwrap();
+        let err = reopen(dir.path()).unwrap_err();
+        assert!(err.to_string().contains("unsupported WAL version 3"), "{err}");
+        // Nothing was cut or rewritten.
+        assert_eq!(std::fs::read(&first).unwrap(), data);
     }
 
     #[test]
