@@ -8,7 +8,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 use parking_lot::{Condvar, Mutex};
 
-use super::roll::RollSync;
+use super::roll::{RollSync, RollWaiter};
 use crate::descriptor::Durability;
 use crate::fs::{sync_dir, FileSystem, WriteFile};
 use crate::{Error, Result};
@@ -451,11 +451,18 @@ impl Wal {
 
     /// Creates segment `id` with `header` and syncs it and its directory entry.
     fn create_segment(fs: &dyn FileSystem, dir: &Path, id: u64, header: Header) -> Result<Arc<dyn WriteFile>> {
+        let f = Self::start_segment(fs, dir, id, header)?;
+        let path = segment_path(dir, id);
+        f.sync_all().map_err(|e| Error::io(&path, e))?;
+        sync_dir(fs, dir)?;
+        Ok(f)
+    }
+
+    /// Creates segment `id` and writes `header`, without syncing either.
+    fn start_segment(fs: &dyn FileSystem, dir: &Path, id: u64, header: Header) -> Result<Arc<dyn WriteFile>> {
         let path = segment_path(dir, id);
         let f = fs.create_new(&path).map_err(|e| Error::io(&path, e))?;
         f.write_all(&segment_header(header)).map_err(|e| Error::io(&path, e))?;
-        f.sync_all().map_err(|e| Error::io(&path, e))?;
-        sync_dir(fs, dir)?;
         Ok(f)
     }
 
@@ -540,10 +547,8 @@ impl Wal {
         // reaches it extends the file to exactly its own end.
         debug_assert_eq!(inner.allocated, inner.size, "a rolled segment ends at its last record");
         let id = inner.id + 1;
-        let path = segment_path(&self.dir, id);
-        let file = self.fs.create_new(&path).map_err(|e| Error::io(&path, e))?;
-        let header = segment_header(Header { previous: Some((inner.id, inner.size)), rolled: true });
-        file.write_all(&header).map_err(|e| Error::io(&path, e))?;
+        let header = Header { previous: Some((inner.id, inner.size)), rolled: true };
+        let file = Self::start_segment(&*self.fs, &self.dir, id, header)?;
         let closed = std::mem::replace(&mut inner.file, file);
         inner.closed.push((inner.id, inner.cur_max_seq));
         inner.rolling = Some(RollSync::start(&self.fs, &self.dir, closed, segment_path(&self.dir, inner.id)));
@@ -609,10 +614,7 @@ impl Wal {
         };
         // Records before the current segment are durable once the latest roll's syncs are:
         // each roll waited for the one before it.
-        if let Some(Err(e)) = rolled.map(|r| r.wait()) {
-            self.inner.lock().failed.get_or_insert_with(|| e.to_string());
-            return Err(e);
-        }
+        self.wait_for_roll(rolled)?;
         if let Err(e) = file.sync_data() {
             let path = segment_path(&self.dir, id);
             // Never retried: after a failed fsync the kernel may have dropped the dirty pages,
@@ -636,12 +638,20 @@ impl Wal {
                 None
             }
         };
-        if let Some(Err(e)) = rolled_since.map(|r| r.wait()) {
-            self.inner.lock().failed.get_or_insert_with(|| e.to_string());
-            return Err(e);
-        }
+        self.wait_for_roll(rolled_since)?;
         self.synced.fetch_max(written, Ordering::AcqRel);
         Ok(())
+    }
+
+    /// Waits for a roll's syncs, if there is one; if they failed, fails the log too.
+    fn wait_for_roll(&self, roll: Option<RollWaiter>) -> Result<()> {
+        match roll.map(|r| r.wait()) {
+            Some(Err(e)) => {
+                self.inner.lock().failed.get_or_insert_with(|| e.to_string());
+                Err(e)
+            }
+            _ => Ok(()),
+        }
     }
 
     /// Makes the log refuse writes until the engine is reopened, for `reason`.
@@ -658,10 +668,7 @@ impl Wal {
     pub fn remove_segments_below(&self, seq: u64) -> Result<()> {
         // Deletions never race the latest roll's fsync of a segment they might remove.
         let rolled = self.inner.lock().rolling.as_ref().map(RollSync::waiter);
-        if let Some(Err(e)) = rolled.map(|r| r.wait()) {
-            self.inner.lock().failed.get_or_insert_with(|| e.to_string());
-            return Err(e);
-        }
+        self.wait_for_roll(rolled)?;
         let doomed: Vec<u64> = {
             let mut inner = self.inner.lock();
             let (gone, kept): (Vec<_>, Vec<_>) = inner.closed.iter().partition(|(_, max)| *max < seq);
@@ -706,13 +713,18 @@ impl Drop for Wal {
 mod tests {
     use super::*;
 
-    fn reopen(dir: &Path) -> Result<Vec<(u64, Vec<u8>)>> {
+    /// The records a log on `fs` holds, read back by opening it.
+    fn records_in(fs: Arc<dyn FileSystem>, dir: &Path) -> Result<Vec<(u64, Vec<u8>)>> {
         let mut seen = Vec::new();
-        Wal::open(Arc::new(crate::fs::OsFs), dir, 1 << 20, 0, |r| {
+        Wal::open(fs, dir, 1 << 20, 0, |r| {
             seen.push((r.first_seq, r.payload.to_vec()));
             Ok(())
         })?;
         Ok(seen)
+    }
+
+    fn reopen(dir: &Path) -> Result<Vec<(u64, Vec<u8>)>> {
+        records_in(Arc::new(crate::fs::OsFs), dir)
     }
 
     #[test]
@@ -910,8 +922,7 @@ mod tests {
 
     #[test]
     fn damage_before_a_segment_that_recovery_or_an_older_build_created_stays_an_error() {
-        let old_header = segment_header(Header { previous: None, rolled: false })[..HEADER_START].to_vec();
-        let mut version1 = old_header.clone();
+        let mut version1 = segment_header(Header { previous: None, rolled: false })[..HEADER_START].to_vec();
         version1[8..12].copy_from_slice(&1u32.to_le_bytes());
         let recovery_made = segment_header(Header { previous: Some((1, FIVE_RECORDS)), rolled: false }).to_vec();
         for last_header in [version1, recovery_made] {
@@ -919,7 +930,7 @@ mod tests {
             five_records(dir.path());
             lose_a_block_of_the_first_segment(dir.path());
             // Segment 1 was synced before segment 2 was created, so its damage is not a tear.
-            let mut last = last_header.clone();
+            let mut last = last_header;
             frame(6, 1, b"acknowledged", &mut last);
             std::fs::write(segment_path(dir.path(), 2), &last).unwrap();
             let err = reopen(dir.path()).unwrap_err();
@@ -986,13 +997,7 @@ mod tests {
 
     /// The records a power loss left, read back through a fresh log on the rebooted disk.
     fn recover(fs: &crate::fault::FaultFs, dir: &Path) -> Vec<(u64, Vec<u8>)> {
-        let mut seen = Vec::new();
-        let wal = Wal::open(Arc::new(fs.clone()), dir, 1 << 20, 0, |r| {
-            seen.push((r.first_seq, r.payload.to_vec()));
-            Ok(())
-        });
-        wal.unwrap();
-        seen
+        records_in(Arc::new(fs.clone()), dir).unwrap()
     }
 
     #[test]
