@@ -6,10 +6,10 @@
 //! cost meter and the decoding into the struct.
 //!
 //! On a shared VM the time of one call drifts by tens of percent between runs, more than the
-//! difference measured. So after criterion's groups a paired run settles the ratio: rounds of
-//! raw and mapped calls taking turns (the order alternating), the ratio taken per round, the
-//! two rounds of each pair (one in each order) combined by their geometric mean, and the
-//! median over pairs reported. `-- --quick` (or a `cargo test --benches` smoke run) does fewer rounds.
+//! difference measured. So after criterion's groups a paired run settles the ratio: raw and
+//! mapped calls take turns in short blocks (the order alternating) and the total times of the
+//! two sides are compared; a calibration row compares raw puts with raw puts. `-- --quick` (or
+//! a `cargo test --benches` smoke run) does fewer calls.
 
 #[path = "workloads/mod.rs"]
 mod workloads;
@@ -179,52 +179,57 @@ fn scans(c: &mut Criterion) {
     g.finish();
 }
 
-/// (Time of `n` mapped calls) / (time of `n` raw calls): the two take turns over `rounds`
-/// rounds, and the median over pairs of rounds is returned (see below).
-fn paired(rounds: usize, n: u64, mut raw: impl FnMut(u64), mut orm: impl FnMut(u64)) -> f64 {
-    let time = |f: &mut dyn FnMut(u64), round: usize| {
+/// (Time of the mapped calls) / (time of the raw calls). The two sides take turns in blocks of
+/// `block` calls (a millisecond or less), the order alternating, and the ratio is of their
+/// total times. Background flushes and compactions share the machine with the caller and
+/// slow it by several times while they run; taking turns this often bills both sides alike
+/// for them, which rounds of thousands of calls did not (a side compared with itself came
+/// out 13 % slower).
+fn paired(calls: u64, block: u64, mut raw: impl FnMut(u64), mut orm: impl FnMut(u64)) -> f64 {
+    let mut spent = [std::time::Duration::ZERO; 2];
+    let mut run = |side: usize, f: &mut dyn FnMut(u64), from: u64| {
         let started = std::time::Instant::now();
-        for i in 0..n {
-            f(i + round as u64 * n);
+        for i in from..from + block {
+            f(i);
         }
-        started.elapsed().as_secs_f64()
+        spent[side] += started.elapsed();
     };
-    let ratios: Vec<f64> = (0..rounds)
-        .map(|round| {
-            if round % 2 == 0 {
-                let r = time(&mut raw, round);
-                time(&mut orm, round) / r
-            } else {
-                let o = time(&mut orm, round);
-                o / time(&mut raw, round)
-            }
-        })
-        .collect();
-    // Whichever side runs second in a round meets a warmer (or fuller) engine; a pair of rounds
-    // in both orders cancels that out, so the figure is the median over pairs of the geometric
-    // mean of their two ratios.
-    let mut pairs: Vec<f64> = ratios.chunks_exact(2).map(|p| (p[0] * p[1]).sqrt()).collect();
-    pairs.sort_by(f64::total_cmp);
-    pairs[pairs.len() / 2]
+    for (turn, from) in (0..calls).step_by(block as usize).enumerate() {
+        if turn % 2 == 0 {
+            run(0, &mut raw, from);
+            run(1, &mut orm, from);
+        } else {
+            run(1, &mut orm, from);
+            run(0, &mut raw, from);
+        }
+    }
+    spent[1].as_secs_f64() / spent[0].as_secs_f64()
 }
 
-/// The paired ratios of every operation, printed as a table.
+/// The paired ratios of every operation, printed as a table, after a calibration: raw puts
+/// against raw puts, which a fair comparison puts at 1.00.
 fn ratios(quick: bool) {
     let f = loaded();
-    let (rounds, n) = if quick { (4, 200) } else { (22, 20_000) };
+    let calls = if quick { 800 } else { 400_000 };
     let key = |i: u64| i.wrapping_mul(0x9E37_79B9_7F4A_7C15) % ROWS;
-    // The two sides put disjoint rows: a put leaves its row in a state the next put of the
-    // row pays for (a row the memstore does not hold goes in as one run of cells, and the next
-    // write into it splits the run), so sharing rows would bill one side for the other's puts.
-    let put = paired(
-        rounds,
-        n,
-        |i| raw_put(&f.table, &person(key(2 * i))).unwrap(),
-        |i| f.people.put(&person(key(2 * i + 1))).unwrap(),
+    // The two sides put disjoint rows (even and odd) drawn from different draws of the key
+    // sequence: a put leaves its row in a state the next put of the row pays for (a row the
+    // memstore does not hold goes in as one run of cells, and the next write into it splits
+    // the run), so sharing rows would bill one side for the other's puts, and neighbouring
+    // rows written back to back would find each other's path through the memstore in cache.
+    let even = |i: u64| 2 * (key(2 * i) % (ROWS / 2));
+    let odd = |i: u64| 2 * (key(2 * i + 1) % (ROWS / 2)) + 1;
+    let calibration = paired(
+        calls / 2,
+        50,
+        |i| raw_put(&f.table, &person(even(i))).unwrap(),
+        |i| raw_put(&f.table, &person(odd(i))).unwrap(),
     );
+    let put =
+        paired(calls, 50, |i| raw_put(&f.table, &person(even(i))).unwrap(), |i| f.people.put(&person(odd(i))).unwrap());
     let get = paired(
-        rounds,
-        n,
+        calls,
+        50,
         |i| {
             let r = f.table.get(Get::new(key(i).to_be_bytes().to_vec())).unwrap();
             black_box(raw_decode(&r.row, &r.cells).unwrap());
@@ -234,8 +239,8 @@ fn ratios(quick: bool) {
         },
     );
     let many = paired(
-        rounds,
-        n / 10,
+        calls / 10,
+        5,
         |i| {
             let gets = (0..10).map(|j| Get::new(key(i * 10 + j).to_be_bytes().to_vec())).collect();
             let rows = f.table.get_many(gets).unwrap();
@@ -246,8 +251,8 @@ fn ratios(quick: bool) {
         },
     );
     let scan = paired(
-        rounds,
-        n / 100,
+        calls / 100,
+        1,
         |i| {
             black_box(raw_scan(&f.table, key(i) % (ROWS - 100)));
         },
@@ -257,14 +262,20 @@ fn ratios(quick: bool) {
         },
     );
     println!(
-        "\nmapped / raw, median over {} pairs of rounds (each side first once; geometric mean) of {n} calls \
-         (get_many: {} of 10, scan: {} of 100 rows):",
-        rounds / 2,
-        n / 10,
-        n / 100
+        "\nmapped / raw, total time of each side over {calls} calls taken in turns \
+         (get_many: {} of 10, scan: {} of 100 rows; calibration: {} raw puts a side):",
+        calls / 10,
+        calls / 100,
+        calls / 2
     );
     println!("| operation | mapped / raw |\n|---|---:|");
-    for (op, r) in [("put", put), ("get", get), ("get_many(10)", many), ("scan(100)", scan)] {
+    for (op, r) in [
+        ("put (calibration: raw / raw)", calibration),
+        ("put", put),
+        ("get", get),
+        ("get_many(10)", many),
+        ("scan(100)", scan),
+    ] {
         println!("| {op} | {r:.3} |");
     }
 }
