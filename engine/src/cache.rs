@@ -104,9 +104,11 @@ impl Shard {
 /// Cache hit and miss counts, and how the budget is used.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct CacheStats {
-    /// Lookups served from the cache.
+    /// Reads' block lookups served from the cache. One-pass reads that do not fill the cache
+    /// (compactions, copies) are not counted: they would bury the reads' hit rate under a
+    /// pass over every block of their files.
     pub hits: u64,
-    /// Lookups that had to read the file.
+    /// Reads' block lookups that had to read the file.
     pub misses: u64,
     /// Bytes of cached blocks.
     pub used_bytes: u64,
@@ -176,6 +178,13 @@ impl BlockCache {
                 None
             }
         }
+    }
+
+    /// The cached block at `offset` of `file_id`, for a one-pass read: neither counted in the
+    /// stats nor marked as used, so a compaction passing over a file keeps no block alive.
+    pub(crate) fn peek(&self, file_id: u64, offset: u64) -> Option<Arc<Block>> {
+        let key = (file_id, offset);
+        self.shard(&key).lock().map.get(&key).map(|e| e.block.clone())
     }
 
     pub(crate) fn insert(&self, file_id: u64, offset: u64, block: Arc<Block>, in_memory: bool) {
@@ -255,6 +264,29 @@ mod tests {
         assert_eq!(cache.stats().used_bytes, before - charge as u64, "the file's block is uncharged");
         cache.evict_file(1);
         assert_eq!(cache.stats().used_bytes, 0);
+    }
+
+    /// A one-pass read's lookup (`peek`) is not counted and leaves a block as unused as it
+    /// was: a block only it touched goes at the next eviction, one a read touched stays.
+    #[test]
+    fn peeks_neither_count_nor_keep_blocks() {
+        let flood = |cache: &BlockCache| {
+            for i in 1..=200 {
+                cache.insert(1, i, block(1000), false);
+            }
+        };
+        let (read, peeked) = (BlockCache::new(16 * 10_000), BlockCache::new(16 * 10_000));
+        for cache in [&read, &peeked] {
+            cache.insert(1, 0, block(1000), false);
+        }
+        assert!(read.get(1, 0, false).is_some());
+        assert!(peeked.peek(1, 0).is_some());
+        assert!(peeked.peek(1, 999).is_none());
+        assert_eq!((peeked.stats().hits, peeked.stats().misses), (0, 0), "peeks are not counted");
+        flood(&read);
+        flood(&peeked);
+        assert!(read.peek(1, 0).is_some(), "the block a read used survives a sweep");
+        assert!(peeked.peek(1, 0).is_none(), "the block only peeked at is evicted first");
     }
 
     /// Pinned file metadata takes its share of the budget from blocks, and gives it back.

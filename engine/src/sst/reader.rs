@@ -178,10 +178,16 @@ impl SstReader {
     }
 
     /// Data block `i`, from the cache or the file; a block read from the file enters the cache
-    /// if `fill_cache`.
+    /// if `fill_cache`. A read that does not fill the cache only peeks into it: its lookups
+    /// neither count in the stats nor keep blocks alive.
     fn block(&self, i: usize, fill_cache: bool) -> Result<Arc<Block>> {
         let h = self.index[i].handle;
-        if let Some(b) = self.cache.get(self.id, h.offset, self.in_memory) {
+        let cached = if fill_cache {
+            self.cache.get(self.id, h.offset, self.in_memory)
+        } else {
+            self.cache.peek(self.id, h.offset)
+        };
+        if let Some(b) = cached {
             return Ok(b);
         }
         let raw = self.read_block_bytes(h)?;
