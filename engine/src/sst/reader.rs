@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 
-use crate::cache::BlockCache;
+use crate::cache::{BlockCache, Warmth};
 use crate::cell::KeyView;
 use crate::descriptor::BloomType;
 use crate::fs::{FileSystem, ReadFile};
@@ -181,6 +181,11 @@ impl SstReader {
     /// if `fill_cache`. A read that does not fill the cache only peeks into it: its lookups
     /// neither count in the stats nor keep blocks alive.
     fn block(&self, i: usize, fill_cache: bool) -> Result<Arc<Block>> {
+        self.block_and_origin(i, fill_cache).map(|(block, _)| block)
+    }
+
+    /// As [`SstReader::block`], and whether the block came from the cache.
+    fn block_and_origin(&self, i: usize, fill_cache: bool) -> Result<(Arc<Block>, bool)> {
         let h = self.index[i].handle;
         let cached = if fill_cache {
             self.cache.get(self.id, h.offset, self.in_memory)
@@ -188,14 +193,14 @@ impl SstReader {
             self.cache.peek(self.id, h.offset)
         };
         if let Some(b) = cached {
-            return Ok(b);
+            return Ok((b, true));
         }
         let raw = self.read_block_bytes(h)?;
         let block = Arc::new(Block::parse(raw, self.keys, &self.path, h.offset)?);
         if fill_cache {
             self.cache.insert(self.id, h.offset, block.clone(), self.in_memory);
         }
-        Ok(block)
+        Ok((block, false))
     }
 
     pub fn id(&self) -> u64 {
@@ -268,14 +273,20 @@ impl SstReader {
 
     /// An unpositioned cursor: it reads nothing until the first `seek`.
     pub fn cursor(self: &Arc<Self>) -> SstCursor {
-        SstCursor { reader: self.clone(), block_idx: 0, iter: None, fill_cache: true }
+        SstCursor { reader: self.clone(), block_idx: 0, iter: None, fill_cache: true, warmth: None, warm: false }
     }
 
     /// A cursor for compactions and other one-pass reads: it uses cached blocks but does not add
     /// the blocks it reads, so rewriting files neither evicts what readers use nor grows the heap
     /// by a second cache's worth of blocks.
     pub fn one_pass_cursor(self: &Arc<Self>) -> SstCursor {
-        SstCursor { reader: self.clone(), block_idx: 0, iter: None, fill_cache: false }
+        SstCursor { reader: self.clone(), block_idx: 0, iter: None, fill_cache: false, warmth: None, warm: false }
+    }
+
+    /// A one-pass cursor for a compaction's input that raises `warmth` as it enters and leaves
+    /// blocks the cache holds (see [`Warmth`]).
+    pub fn warming_cursor(self: &Arc<Self>, warmth: Arc<Warmth>) -> SstCursor {
+        SstCursor { warmth: Some(warmth), ..self.one_pass_cursor() }
     }
 
     /// Index of the first block whose last key is `>= target`. Blocks whose row prefix is
@@ -334,6 +345,10 @@ pub(crate) struct SstCursor {
     block_idx: usize,
     iter: Option<BlockIter>,
     fill_cache: bool,
+    /// Raised on entering and leaving a cached block, for a compaction's writer.
+    warmth: Option<Arc<Warmth>>,
+    /// Whether the open block came from the cache.
+    warm: bool,
 }
 
 impl SstCursor {
@@ -341,8 +356,21 @@ impl SstCursor {
     fn open_block(&mut self, i: usize) -> Result<()> {
         self.block_idx = i;
         self.iter = None;
+        let Some(warmth) = self.warmth.as_ref() else {
+            if i < self.reader.index.len() {
+                self.iter = Some(BlockIter::new(self.reader.block(i, self.fill_cache)?));
+            }
+            return Ok(());
+        };
+        if std::mem::take(&mut self.warm) {
+            warmth.raise();
+        }
         if i < self.reader.index.len() {
-            let block = self.reader.block(i, self.fill_cache)?;
+            let (block, cached) = self.reader.block_and_origin(i, self.fill_cache)?;
+            if cached {
+                warmth.raise();
+            }
+            self.warm = cached;
             self.iter = Some(BlockIter::new(block));
         }
         Ok(())
