@@ -3,7 +3,8 @@
 //! writes) are checked in under `tests/fixtures/format-v<N>` and must keep opening with the
 //! same contents. Version 2 changed the bloom filters' layout; version 3 stores a key tail
 //! (timestamp, type, sequence) once for the cells of one put, which its fixture's rows of
-//! several columns exercise.
+//! several columns exercise; version 4 flags in the index the blocks whose last row ends in
+//! them, which its fixture's rows larger than a block (cut between their cells) exercise.
 //!
 //! Write the current version's directory (only when deliberately changing a format, with a new
 //! version number, keeping the older directories):
@@ -14,7 +15,7 @@ use std::path::{Path, PathBuf};
 use cellar_engine::*;
 
 /// The format version this build writes.
-const CURRENT: u32 = 3;
+const CURRENT: u32 = 4;
 
 fn fixture_dir(version: u32) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("tests/fixtures/format-v{version}"))
@@ -48,10 +49,24 @@ fn wide_rows(version: u32) -> Vec<MultiColumnPut> {
         .collect()
 }
 
+/// Rows of 24 columns of 60 bytes in family `none` (1 KiB blocks), each row one put, in
+/// fixtures from version 4 on: each spans two blocks or more.
+fn big_rows(version: u32) -> Vec<MultiColumnPut> {
+    if version < 4 {
+        return Vec::new();
+    }
+    (0..6u64)
+        .map(|i| {
+            let columns = (0..24).map(|q| (format!("c{q:02}"), format!("big-{i}-{q:02}-{:0>48}", i))).collect();
+            (format!("big{i}"), "none".to_string(), 7000 + i, columns)
+        })
+        .collect()
+}
+
 /// Every cell the fixture of `version` holds, sorted.
 fn expected(version: u32) -> Vec<(String, String, u64, String)> {
     let mut v = single_cells();
-    for (row, fam, ts, columns) in wide_rows(version) {
+    for (row, fam, ts, columns) in wide_rows(version).into_iter().chain(big_rows(version)) {
         v.extend(columns.into_iter().map(|(_, value)| (row.clone(), fam.clone(), ts, value)));
     }
     v.sort();
@@ -78,7 +93,7 @@ fn write_fixture(dir: &Path) {
         .unwrap();
     let t = engine.table("fixture").unwrap();
     // Before the flush below, so they reach an SSTable.
-    for (row, fam, ts, columns) in wide_rows(CURRENT) {
+    for (row, fam, ts, columns) in wide_rows(CURRENT).into_iter().chain(big_rows(CURRENT)) {
         let put = columns.into_iter().fold(Put::new(row), |p, (q, value)| p.add_at(fam.clone(), q, ts, value));
         t.put(put).unwrap();
     }
@@ -108,10 +123,15 @@ fn format_v2_fixture_still_opens() {
 
 #[test]
 fn format_v3_fixture_still_opens() {
+    assert_fixture_opens(3);
+}
+
+#[test]
+fn format_v4_fixture_still_opens() {
     if std::env::var_os("CELLAR_WRITE_FIXTURES").is_some() {
         write_fixture(&fixture_dir(CURRENT));
     }
-    assert_fixture_opens(3);
+    assert_fixture_opens(4);
 }
 
 fn assert_fixture_opens(version: u32) {
@@ -135,6 +155,12 @@ fn assert_fixture_opens(version: u32) {
     let raw: usize = t.scan(Scan::new().raw(true).start("row999")).unwrap().map(|r| r.unwrap().cells.len()).sum();
     assert_eq!(raw, 1, "the delete marker in the log replays");
     assert!(t.get(Get::new("row005").column("zstd", "q")).unwrap().value(b"zstd", b"q").is_some());
+    // Point reads of every row find all its cells, those of rows cut between blocks too.
+    for (row, fam, _, columns) in wide_rows(version).into_iter().chain(big_rows(version)) {
+        let got = t.get(Get::new(row.clone()).family(fam)).unwrap();
+        let values: Vec<String> = got.cells.iter().map(|c| String::from_utf8(c.value.to_vec()).unwrap()).collect();
+        assert_eq!(values, columns.into_iter().map(|(_, v)| v).collect::<Vec<_>>(), "{row}");
+    }
     assert_eq!(engine.describe("fixture").unwrap().get_family(b"zstd").unwrap().max_versions, 2);
 }
 

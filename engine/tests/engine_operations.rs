@@ -574,6 +574,30 @@ fn compactions_carry_the_readers_blocks_over_to_their_output() {
     assert_eq!(te.engine().cache_stats().misses, compacted.misses + 1, "a row no reader touched is not cached");
 }
 
+/// A point read of a row that ends its block reads that block alone: the index says the row
+/// ends there, so the next block is not read to find where the row ends. A row cut between
+/// blocks still reads whole.
+#[test]
+fn point_reads_of_rows_that_end_their_blocks_read_one_block() {
+    let te = TestEngine::new(1000);
+    let t = simple(&te, FamilyDescriptor::new("f").block_size(1024));
+    let rows = 400;
+    for n in 0..rows {
+        let put = (0..3).fold(Put::new(format!("r{n:04}")), |p, q| p.add("f", format!("q{q}"), format!("{n:0>40}")));
+        t.put(put).unwrap();
+    }
+    // Forty columns of 100 bytes: this row spans several blocks.
+    let wide = (0..40).fold(Put::new("r0200x"), |p, q| p.add("f", format!("w{q:02}"), vec![b'w'; 100]));
+    t.put(wide).unwrap();
+    te.engine().flush("t").unwrap();
+    for n in 0..rows {
+        assert_eq!(t.get(Get::new(format!("r{n:04}"))).unwrap().cells.len(), 3);
+    }
+    let s = te.engine().cache_stats();
+    assert_eq!(s.hits + s.misses, rows as u64, "one block per point read: {s:?}");
+    assert_eq!(t.get(Get::new("r0200x")).unwrap().cells.len(), 40);
+}
+
 /// Open files charge their indexes and blooms to the block-cache budget and give them back
 /// when they are compacted away or their table is dropped.
 #[test]

@@ -124,7 +124,7 @@ fn open_family<'a>(
                 continue;
             }
         }
-        sources.push(Source::Sst(file.cursor()));
+        sources.push(Source::Sst(if read.rows.point().is_some() { file.point_cursor() } else { file.cursor() }));
     }
     Ok(FamilyRead {
         view: FamilyView { name: store.name.clone(), desc: &store.desc, qualifiers },

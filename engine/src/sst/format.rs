@@ -2,7 +2,8 @@
 //!
 //! Key: `row_len u16 BE | row | qualifier | ts u64 BE | type u8 | seq u64 BE` (the qualifier's
 //! length is what remains). Index entry: `key_len varint | last key of block | offset varint |
-//! length varint`. Footer (fixed [`FOOTER_LEN`] bytes, little-endian): index, bloom and meta
+//! length varint`; from format version 4 the last varint is `length << 1 | row_ends`, where
+//! `row_ends` is 1 if the block's last row has no cells in the next block. Footer (fixed [`FOOTER_LEN`] bytes, little-endian): index, bloom and meta
 //! block handles (offset u64, length u32 each), format version u32, CRC32C of the preceding
 //! footer bytes u32, magic u64.
 
@@ -12,10 +13,14 @@ use crate::cell::{CellType, KeyView};
 
 /// `b"CELLARSS"` read as a little-endian u64.
 pub(crate) const MAGIC: u64 = u64::from_le_bytes(*b"CELLARSS");
-/// Current SSTable format version. Version 3 leaves out a key's tail where it repeats the
-/// previous entry's (see `block`); version 2 writes bloom filters in the cache-local layout
-/// (see `bloom`). Files of versions 1 and 2 still read.
-pub(crate) const FORMAT_VERSION: u32 = 3;
+/// Current SSTable format version. Version 4 marks in the index the blocks whose last row ends
+/// in them, so a point read of that row does not read the next block to find the row's end;
+/// version 3 leaves out a key's tail where it repeats the previous entry's (see `block`);
+/// version 2 writes bloom filters in the cache-local layout (see `bloom`). Files of versions
+/// 1 to 3 still read.
+pub(crate) const FORMAT_VERSION: u32 = 4;
+/// The first version whose index entries carry the row-end flag.
+const ROW_END_VERSION: u32 = 4;
 /// The oldest version this build reads.
 const OLDEST_FORMAT_VERSION: u32 = 1;
 /// Size of the footer.
@@ -176,22 +181,33 @@ impl SstMeta {
 pub(crate) struct IndexEntry {
     pub last_key: Bytes,
     pub handle: Handle,
+    /// The block's last row has no cells in the next block. False where unknown (files
+    /// older than format version 4), which only costs a point read a look at the next block.
+    pub row_ends: bool,
 }
 
 /// Accumulates the index block as blocks are written: entries go straight into the encoded
 /// buffer, so a writer holds no allocation per block.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(crate) struct IndexBuilder {
     count: u64,
     entries: Vec<u8>,
+    /// Whether entries carry the row-end flag (format version 4 on).
+    row_end_flags: bool,
 }
 
 impl IndexBuilder {
-    pub fn add(&mut self, last_key: &[u8], handle: Handle) {
+    /// An index in format `version`.
+    pub fn new(version: u32) -> IndexBuilder {
+        IndexBuilder { count: 0, entries: Vec::new(), row_end_flags: version >= ROW_END_VERSION }
+    }
+
+    pub fn add(&mut self, last_key: &[u8], handle: Handle, row_ends: bool) {
         put_varint(&mut self.entries, last_key.len() as u64);
         self.entries.extend_from_slice(last_key);
         put_varint(&mut self.entries, handle.offset);
-        put_varint(&mut self.entries, u64::from(handle.len));
+        let len = u64::from(handle.len);
+        put_varint(&mut self.entries, if self.row_end_flags { len << 1 | u64::from(row_ends) } else { len });
         self.count += 1;
     }
 
@@ -204,9 +220,9 @@ impl IndexBuilder {
     }
 }
 
-/// Decodes an index block. Entries' keys are slices of `buf`, so an open file holds its index
-/// in one allocation.
-pub(crate) fn decode_index(buf: &Bytes) -> Option<Vec<IndexEntry>> {
+/// Decodes an index block of a file in format `version`. Entries' keys are slices of `buf`,
+/// so an open file holds its index in one allocation.
+pub(crate) fn decode_index(buf: &Bytes, version: u32) -> Option<Vec<IndexEntry>> {
     let mut pos = 0;
     let n = get_varint(buf, &mut pos)? as usize;
     let mut out = Vec::with_capacity(n.min(1 << 20));
@@ -217,8 +233,14 @@ pub(crate) fn decode_index(buf: &Bytes) -> Option<Vec<IndexEntry>> {
         let last_key = buf.slice(pos..end);
         pos = end;
         let offset = get_varint(buf, &mut pos)?;
-        let len = u32::try_from(get_varint(buf, &mut pos)?).ok()?;
-        out.push(IndexEntry { last_key, handle: Handle { offset, len } });
+        let mut len = get_varint(buf, &mut pos)?;
+        let mut row_ends = false;
+        if version >= ROW_END_VERSION {
+            row_ends = len & 1 == 1;
+            len >>= 1;
+        }
+        let len = u32::try_from(len).ok()?;
+        out.push(IndexEntry { last_key, handle: Handle { offset, len }, row_ends });
     }
     (pos == buf.len()).then_some(out)
 }
@@ -281,12 +303,18 @@ mod tests {
         assert_eq!(SstMeta::decode(&m.encode()), Some(m));
         let mut key = Vec::new();
         encode_key(&mut key, &KeyView { row: b"r", qualifier: b"q", ts: 1, kind: CellType::Put, seq: 1 });
-        let mut idx = IndexBuilder::default();
-        idx.add(&key, Handle { offset: 0, len: 77 });
-        idx.add(&key, Handle { offset: 77, len: 5 });
-        let enc = Bytes::from(idx.finish());
-        let entry = |offset, len| IndexEntry { last_key: key.clone().into(), handle: Handle { offset, len } };
-        assert_eq!(decode_index(&enc), Some(vec![entry(0, 77), entry(77, 5)]));
-        assert_eq!(decode_index(&enc.slice(..enc.len() - 1)), None);
+        for version in [3, FORMAT_VERSION] {
+            let mut idx = IndexBuilder::new(version);
+            idx.add(&key, Handle { offset: 0, len: 77 }, true);
+            idx.add(&key, Handle { offset: 77, len: 5 }, false);
+            let enc = Bytes::from(idx.finish());
+            let entry = |offset, len, row_ends| IndexEntry {
+                last_key: key.clone().into(),
+                handle: Handle { offset, len },
+                row_ends: row_ends && version >= ROW_END_VERSION,
+            };
+            assert_eq!(decode_index(&enc, version), Some(vec![entry(0, 77, true), entry(77, 5, false)]));
+            assert_eq!(decode_index(&enc.slice(..enc.len() - 1), version), None);
+        }
     }
 }

@@ -111,7 +111,7 @@ impl SstReader {
             }
         }
         let index_raw = reader.read_block_bytes(footer.index)?;
-        reader.index = decode_index(&index_raw)
+        reader.index = decode_index(&index_raw, footer.version)
             .ok_or_else(|| Error::corrupt(path, footer.index.offset, "malformed index block"))?;
         let outside = |e: &IndexEntry| {
             let end = e.handle.offset.checked_add(u64::from(e.handle.len));
@@ -273,14 +273,29 @@ impl SstReader {
 
     /// An unpositioned cursor: it reads nothing until the first `seek`.
     pub fn cursor(self: &Arc<Self>) -> SstCursor {
-        SstCursor { reader: self.clone(), block_idx: 0, iter: None, fill_cache: true, warmth: None, warm: false }
+        SstCursor {
+            reader: self.clone(),
+            block_idx: 0,
+            iter: None,
+            fill_cache: true,
+            warmth: None,
+            warm: false,
+            point: false,
+        }
+    }
+
+    /// A cursor for a point read, which needs the cells of one row only: leaving a block whose
+    /// index entry says its last row ends there, it stops rather than read the next block to
+    /// find a cell of another row.
+    pub fn point_cursor(self: &Arc<Self>) -> SstCursor {
+        SstCursor { point: true, ..self.cursor() }
     }
 
     /// A cursor for compactions and other one-pass reads: it uses cached blocks but does not add
     /// the blocks it reads, so rewriting files neither evicts what readers use nor grows the heap
     /// by a second cache's worth of blocks.
     pub fn one_pass_cursor(self: &Arc<Self>) -> SstCursor {
-        SstCursor { reader: self.clone(), block_idx: 0, iter: None, fill_cache: false, warmth: None, warm: false }
+        SstCursor { fill_cache: false, ..self.cursor() }
     }
 
     /// A one-pass cursor for a compaction's input that raises `warmth` as it enters and leaves
@@ -349,6 +364,8 @@ pub(crate) struct SstCursor {
     warmth: Option<Arc<Warmth>>,
     /// Whether the open block came from the cache.
     warm: bool,
+    /// Reads one row (see [`SstReader::point_cursor`]).
+    point: bool,
 }
 
 impl SstCursor {
@@ -405,6 +422,12 @@ impl CellCursor for SstCursor {
         };
         it.advance()?;
         if !it.valid() {
+            // The cursor was on a cell of the row read (or of a later one): when that row
+            // ends with the block, what follows is of no use to a point read.
+            if self.point && self.reader.index[self.block_idx].row_ends {
+                self.iter = None;
+                return Ok(());
+            }
             self.load(self.block_idx + 1)?;
         }
         Ok(())

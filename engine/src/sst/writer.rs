@@ -70,7 +70,7 @@ impl SstWriter {
             bloom: family.bloom,
             hashes: Vec::new(),
             last_row: Vec::new(),
-            index: IndexBuilder::default(),
+            index: IndexBuilder::new(FORMAT_VERSION),
             first_rows: Vec::new(),
             first_row_ends: Vec::new(),
             last_block_key: Vec::new(),
@@ -96,6 +96,7 @@ impl SstWriter {
     pub fn in_version(mut self, version: u32) -> SstWriter {
         assert!(self.empty, "the version is chosen before the first cell");
         self.block = BlockBuilder::new(EntryKeys::of_version(version));
+        self.index = IndexBuilder::new(version);
         self.version = version;
         self
     }
@@ -111,7 +112,7 @@ impl SstWriter {
         let new_row = self.last_row != key.row || self.meta.cell_count == 0;
         if new_row {
             if self.block.size() >= self.block_size {
-                self.finish_block()?;
+                self.finish_block(true)?;
             }
             self.row_start = if self.block.is_empty() { 0 } else { self.block.size() };
             self.last_row.clear();
@@ -149,7 +150,8 @@ impl SstWriter {
         // stays within one and a half times its size (and a cell).
         let size = self.block.size();
         if size >= self.block_size && size - self.row_start >= self.block_size / 2 {
-            self.finish_block()?;
+            // The row may go on in the next block (unless this was its last cell).
+            self.finish_block(false)?;
         }
         Ok(())
     }
@@ -173,7 +175,8 @@ impl SstWriter {
         Ok(handle)
     }
 
-    fn finish_block(&mut self) -> Result<()> {
+    /// Writes the block and its index entry; `row_ends` if its last row has no cells after it.
+    fn finish_block(&mut self, row_ends: bool) -> Result<()> {
         if self.block.is_empty() {
             return Ok(());
         }
@@ -190,14 +193,14 @@ impl SstWriter {
             }
         }
         self.block.reuse(raw);
-        self.index.add(&self.last_block_key, handle);
+        self.index.add(&self.last_block_key, handle, row_ends);
         self.row_start = 0;
         Ok(())
     }
 
     /// Writes bloom, index, meta and footer, and syncs the file to disk.
     pub fn finish(mut self) -> Result<(SstMeta, u64)> {
-        self.finish_block()?;
+        self.finish_block(true)?;
         if self.meta.cell_count == 0 {
             self.meta.min_ts = 0;
         }
@@ -213,7 +216,7 @@ impl SstWriter {
             let encoded = encode_bloom_block(self.bloom, &Bloom::build(&self.hashes));
             self.write_framed(&encoded, Compression::None)?
         };
-        let index = std::mem::take(&mut self.index).finish();
+        let index = std::mem::replace(&mut self.index, IndexBuilder::new(self.version)).finish();
         let index = self.write_framed(&index, Compression::None)?;
         let meta = self.write_framed(&self.meta.encode(), Compression::None)?;
         let footer = Footer { index, bloom, meta, version: self.version };
