@@ -10,7 +10,7 @@
 
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use parking_lot::Mutex;
@@ -116,29 +116,6 @@ pub struct CacheStats {
     pub pinned_bytes: u64,
     /// The budget.
     pub capacity_bytes: u64,
-}
-
-/// Carries the cache's warmth from a compaction's inputs to its output. A compaction writes
-/// new files, and the blocks readers had cached belong to the files it replaces: without this,
-/// every read after it starts from a cold cache. The cursors over the inputs raise the flag
-/// when they enter and when they leave a block the cache holds, and the writer, finishing an
-/// output block, caches it if the flag went up since its previous block. The rows of a cached
-/// input block go into the output block being built as the cursor enters it, or into the one
-/// being built as it leaves it (blocks end at rows and are about the same size), so both are
-/// cached; blocks no reader had cached are not, and so do not push the readers' blocks out.
-#[derive(Debug, Default)]
-pub(crate) struct Warmth(AtomicBool);
-
-impl Warmth {
-    /// An input cursor entered or left a cached block.
-    pub fn raise(&self) {
-        self.0.store(true, Ordering::Relaxed);
-    }
-
-    /// Whether the flag went up since the last call; lowers it.
-    pub fn take(&self) -> bool {
-        self.0.swap(false, Ordering::Relaxed)
-    }
 }
 
 /// A byte-budgeted cache of decoded blocks shared by all tables.

@@ -16,7 +16,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 use parking_lot::{Mutex, MutexGuard, RwLock};
 
-use crate::cache::{BlockCache, Warmth};
+use crate::cache::BlockCache;
 use crate::cell::KeyView;
 use crate::compaction::{self, CompactionPolicy};
 use crate::descriptor::FamilyDescriptor;
@@ -109,29 +109,22 @@ impl FileContext<'_> {
     }
 
     /// Writes the retained cells of `cursor` to a new file; `None` if nothing was retained.
-    /// With `warmth` (a compaction's), the output blocks it marks go into the block cache as
-    /// they are written.
     fn write_file(
         &self,
         cursor: &mut dyn CellCursor,
         desc: &FamilyDescriptor,
         mode: Retention,
-        warmth: Option<Arc<Warmth>>,
     ) -> Result<Option<Arc<SstReader>>> {
         let id = self.allocate();
         let path = sst_path(self.sst_dir, id);
         let result = (|| {
             let mut w = SstWriter::create(self.fs, &path, desc)?;
-            if let Some(warmth) = warmth {
-                w = w.warming(warmth, self.cache.clone(), id, desc.in_memory);
-            }
             let kept = write_retained(cursor, desc, mode, &mut w)?;
             w.finish()?;
             Ok::<_, Error>(kept)
         })();
         match result {
             Ok(0) => {
-                self.cache.evict_file(id);
                 let _ = self.fs.remove(&path);
                 Ok(None)
             }
@@ -142,7 +135,6 @@ impl FileContext<'_> {
                 Ok(Some(Arc::new(reader)))
             }
             Err(e) => {
-                self.cache.evict_file(id);
                 let _ = self.fs.remove(&path);
                 Err(e)
             }
@@ -536,7 +528,7 @@ impl Region {
             if let Some(mem) = &s.frozen {
                 let mut cursor = mem.cursor(u64::MAX);
                 cursor.seek(&KeyView::first_of_row(&[]))?;
-                let file = ctx.write_file(&mut cursor, &s.desc, Retention::KeepMarkers, None)?;
+                let file = ctx.write_file(&mut cursor, &s.desc, Retention::KeepMarkers)?;
                 new_files.push((s.name.clone(), file));
             }
         }
@@ -608,13 +600,10 @@ impl Region {
             let Some(run) = self.compaction_run(&s.files, scope) else { continue };
             let mode = Self::compaction_retention(s, &run, scope, now);
             let inputs = &s.files[run];
-            // The output takes over the cached blocks' place in the cache (see `Warmth`).
-            let warmth = Arc::new(Warmth::default());
-            let cursors: Vec<Source<'_>> =
-                inputs.iter().map(|f| Source::Sst(f.warming_cursor(warmth.clone()))).collect();
+            let cursors: Vec<Source<'_>> = inputs.iter().map(|f| Source::Sst(f.one_pass_cursor())).collect();
             let mut merged = BoundedCursor::new(MergeCursor::new(cursors), self.end.clone());
             merged.seek(&KeyView::first_of_row(&self.start))?;
-            let out = ctx.write_file(&mut merged, &s.desc, mode, Some(warmth))?;
+            let out = ctx.write_file(&mut merged, &s.desc, mode)?;
             replaced.extend(inputs.iter().cloned());
             outputs.push((s.name.clone(), inputs.iter().map(|f| f.id()).collect(), out));
         }

@@ -542,38 +542,6 @@ fn compactions_leave_the_block_cache_to_readers() {
     assert!(te.engine().cache_stats().used_bytes > 0, "reads do");
 }
 
-/// A compaction caches the output blocks that hold rows whose input blocks readers had cached,
-/// so the reads after it do not start from a cold cache; the rows no reader touched stay out.
-#[test]
-fn compactions_carry_the_readers_blocks_over_to_their_output() {
-    let te = TestEngine::new(1000);
-    let t = simple(&te, FamilyDescriptor::new("f").block_size(1024));
-    let value = |round: usize, n: usize| format!("{round:03} {:0>100}", n);
-    for round in 0..3 {
-        for n in 0..2000 {
-            t.put(Put::new(format!("r{n:04}")).add("f", "q", value(round, n))).unwrap();
-        }
-        te.engine().flush("t").unwrap();
-    }
-    let read = |n: usize| {
-        let r = t.get(Get::new(format!("r{n:04}"))).unwrap();
-        assert_eq!(r.value(b"f", b"q").map(|v| v.to_vec()), Some(value(2, n).into_bytes()));
-    };
-    let hot = 700..760;
-    hot.clone().for_each(read);
-    te.engine().major_compact("t").unwrap();
-    assert_eq!(te.engine().regions("t").unwrap()[0].files, 1);
-    let compacted = te.engine().cache_stats();
-    assert!(compacted.used_bytes > 0, "{compacted:?}");
-    hot.clone().for_each(read);
-    let after_hot = te.engine().cache_stats();
-    assert_eq!(after_hot.misses, compacted.misses, "the hot rows' new blocks were cached: {after_hot:?}");
-    // A row at a block's end also looks at the next block, to see that the row ends there.
-    assert!(after_hot.hits - compacted.hits >= hot.len() as u64, "{after_hot:?}");
-    read(1500);
-    assert_eq!(te.engine().cache_stats().misses, compacted.misses + 1, "a row no reader touched is not cached");
-}
-
 /// A point read of a row that ends its block reads that block alone: the index says the row
 /// ends there, so the next block is not read to find where the row ends. A row cut between
 /// blocks still reads whole.

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 
-use crate::cache::{BlockCache, Warmth};
+use crate::cache::BlockCache;
 use crate::cell::KeyView;
 use crate::descriptor::BloomType;
 use crate::fs::{FileSystem, ReadFile};
@@ -181,11 +181,6 @@ impl SstReader {
     /// if `fill_cache`. A read that does not fill the cache only peeks into it: its lookups
     /// neither count in the stats nor keep blocks alive.
     fn block(&self, i: usize, fill_cache: bool) -> Result<Arc<Block>> {
-        self.block_and_origin(i, fill_cache).map(|(block, _)| block)
-    }
-
-    /// As [`SstReader::block`], and whether the block came from the cache.
-    fn block_and_origin(&self, i: usize, fill_cache: bool) -> Result<(Arc<Block>, bool)> {
         let h = self.index[i].handle;
         let cached = if fill_cache {
             self.cache.get(self.id, h.offset, self.in_memory)
@@ -193,14 +188,14 @@ impl SstReader {
             self.cache.peek(self.id, h.offset)
         };
         if let Some(b) = cached {
-            return Ok((b, true));
+            return Ok(b);
         }
         let raw = self.read_block_bytes(h)?;
         let block = Arc::new(Block::parse(raw, self.keys, &self.path, h.offset)?);
         if fill_cache {
             self.cache.insert(self.id, h.offset, block.clone(), self.in_memory);
         }
-        Ok((block, false))
+        Ok(block)
     }
 
     pub fn id(&self) -> u64 {
@@ -273,15 +268,7 @@ impl SstReader {
 
     /// An unpositioned cursor: it reads nothing until the first `seek`.
     pub fn cursor(self: &Arc<Self>) -> SstCursor {
-        SstCursor {
-            reader: self.clone(),
-            block_idx: 0,
-            iter: None,
-            fill_cache: true,
-            warmth: None,
-            warm: false,
-            point: false,
-        }
+        SstCursor { reader: self.clone(), block_idx: 0, iter: None, fill_cache: true, point: false }
     }
 
     /// A cursor for a point read, which needs the cells of one row only: leaving a block whose
@@ -296,12 +283,6 @@ impl SstReader {
     /// by a second cache's worth of blocks.
     pub fn one_pass_cursor(self: &Arc<Self>) -> SstCursor {
         SstCursor { fill_cache: false, ..self.cursor() }
-    }
-
-    /// A one-pass cursor for a compaction's input that raises `warmth` as it enters and leaves
-    /// blocks the cache holds (see [`Warmth`]).
-    pub fn warming_cursor(self: &Arc<Self>, warmth: Arc<Warmth>) -> SstCursor {
-        SstCursor { warmth: Some(warmth), ..self.one_pass_cursor() }
     }
 
     /// Index of the first block whose last key is `>= target`. Blocks whose row prefix is
@@ -360,10 +341,6 @@ pub(crate) struct SstCursor {
     block_idx: usize,
     iter: Option<BlockIter>,
     fill_cache: bool,
-    /// Raised on entering and leaving a cached block, for a compaction's writer.
-    warmth: Option<Arc<Warmth>>,
-    /// Whether the open block came from the cache.
-    warm: bool,
     /// Reads one row (see [`SstReader::point_cursor`]).
     point: bool,
 }
@@ -373,21 +350,8 @@ impl SstCursor {
     fn open_block(&mut self, i: usize) -> Result<()> {
         self.block_idx = i;
         self.iter = None;
-        let Some(warmth) = self.warmth.as_ref() else {
-            if i < self.reader.index.len() {
-                self.iter = Some(BlockIter::new(self.reader.block(i, self.fill_cache)?));
-            }
-            return Ok(());
-        };
-        if std::mem::take(&mut self.warm) {
-            warmth.raise();
-        }
         if i < self.reader.index.len() {
-            let (block, cached) = self.reader.block_and_origin(i, self.fill_cache)?;
-            if cached {
-                warmth.raise();
-            }
-            self.warm = cached;
+            let block = self.reader.block(i, self.fill_cache)?;
             self.iter = Some(BlockIter::new(block));
         }
         Ok(())

@@ -2,15 +2,13 @@
 
 use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 
 use bytes::Bytes;
 
-use crate::cache::{BlockCache, Warmth};
 use crate::cell::KeyView;
 use crate::descriptor::{BloomType, Compression, FamilyDescriptor};
 use crate::fs::{Appender, FileSystem};
-use crate::sst::block::{frame, uncompressed_frame_crc, Block, BlockBuilder, EntryKeys};
+use crate::sst::block::{frame, uncompressed_frame_crc, BlockBuilder, EntryKeys};
 use crate::sst::bloom::{row_col_hash, row_hash, Bloom};
 use crate::sst::format::{encode_key, Footer, Handle, IndexBuilder, SstMeta, FORMAT_VERSION};
 use crate::sst::reader::encode_bloom_block;
@@ -42,18 +40,6 @@ pub(crate) struct SstWriter {
     empty: bool,
     /// The format version the file is written in (older ones only in tests of reading them).
     version: u32,
-    /// For a compaction: where the output blocks its inputs' warmth marks are cached.
-    warm: Option<WarmOutput>,
-}
-
-/// Caches the output blocks a compaction's [`Warmth`] marks, under the new file's id, as the
-/// file's reader would find them.
-struct WarmOutput {
-    warmth: Arc<Warmth>,
-    cache: Arc<BlockCache>,
-    file_id: u64,
-    in_memory: bool,
-    path: Arc<Path>,
 }
 
 impl SstWriter {
@@ -79,16 +65,7 @@ impl SstWriter {
             key_buf: Vec::new(),
             empty: true,
             version: FORMAT_VERSION,
-            warm: None,
         })
-    }
-
-    /// Caches the blocks `warmth` marks as they are written, as blocks of file `file_id` (the
-    /// id this file will be opened under) in `cache`.
-    pub fn warming(mut self, warmth: Arc<Warmth>, cache: Arc<BlockCache>, file_id: u64, in_memory: bool) -> SstWriter {
-        let path = Arc::from(self.path.as_path());
-        self.warm = Some(WarmOutput { warmth, cache, file_id, in_memory, path });
-        self
     }
 
     /// Writes the file in an older format version: the files earlier builds left behind.
@@ -184,14 +161,6 @@ impl SstWriter {
         self.last_block_key.extend_from_slice(self.block.last_key());
         let raw = self.block.finish();
         let handle = self.write_framed(&raw, self.compression)?;
-        if let Some(w) = self.warm.as_ref().filter(|w| w.warmth.take()) {
-            // The bytes a reader would unframe at `handle`. Caching is only a head start: a
-            // block that does not parse is left for the reader to find (and report).
-            let keys = EntryKeys::of_version(self.version);
-            if let Ok(block) = Block::parse(Bytes::copy_from_slice(&raw), keys, &w.path, handle.offset) {
-                w.cache.insert(w.file_id, handle.offset, Arc::new(block), w.in_memory);
-            }
-        }
         self.block.reuse(raw);
         self.index.add(&self.last_block_key, handle, row_ends);
         self.row_start = 0;
