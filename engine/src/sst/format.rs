@@ -3,9 +3,9 @@
 //! Key: `row_len u16 BE | row | qualifier | ts u64 BE | type u8 | seq u64 BE` (the qualifier's
 //! length is what remains). Index entry: `key_len varint | last key of block | offset varint |
 //! length varint`; from format version 4 the last varint is `length << 1 | row_ends`, where
-//! `row_ends` is 1 if the block's last row has no cells in the next block. Footer (fixed [`FOOTER_LEN`] bytes, little-endian): index, bloom and meta
-//! block handles (offset u64, length u32 each), format version u32, CRC32C of the preceding
-//! footer bytes u32, magic u64.
+//! `row_ends` is 1 if the block's last row has no cells in the next block. Footer (fixed
+//! [`FOOTER_LEN`] bytes, little-endian): index, bloom and meta block handles (offset u64,
+//! length u32 each), format version u32, CRC32C of the preceding footer bytes u32, magic u64.
 
 use bytes::{BufMut, Bytes};
 
