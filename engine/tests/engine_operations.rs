@@ -652,3 +652,49 @@ fn check_and_mutate_batches_report_bad_entries_alone() {
     assert!(matches!(results[3], Ok(false)), "the second claim of `a` sees the first");
     assert_eq!(rows(&t, Scan::new()), ["a"]);
 }
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig { cases: 24, ..Default::default() })]
+
+    /// A point read of any row returns what a scan of that row returns: rows smaller than a
+    /// block and rows cut between blocks, rows that end their block, rows spread over several
+    /// files by later writes, before and after a major compaction.
+    #[test]
+    fn point_reads_match_scans_of_the_row(
+        rows in proptest::collection::vec((1usize..24, 1usize..160), 1..50),
+        rewrites in proptest::collection::vec((0usize..50, 1usize..24), 0..20),
+        flush_every in 3usize..30,
+    ) {
+        let te = TestEngine::new(1000);
+        let t = simple(&te, FamilyDescriptor::new("f").block_size(1024).max_versions(2));
+        let key = |i: usize| format!("row{i:03}");
+        let put = |i: usize, columns: usize, len: usize, tag: u8| {
+            let p = (0..columns).fold(Put::new(key(i)), |p, c| p.add("f", format!("c{c:02}"), vec![tag; len]));
+            t.put(p).unwrap();
+        };
+        for (i, &(columns, len)) in rows.iter().enumerate() {
+            put(i, columns, len, b'a');
+            if i % flush_every == flush_every - 1 {
+                te.engine().flush("t").unwrap();
+            }
+        }
+        te.engine().flush("t").unwrap();
+        for &(i, columns) in &rewrites {
+            put(i % rows.len(), columns, 40, b'b');
+        }
+        te.engine().flush("t").unwrap();
+        let check = || {
+            for i in 0..rows.len() {
+                let got = cells(&t.get(Get::new(key(i))).unwrap());
+                let scanned: Vec<_> = t.scan(Scan::new().start(key(i)).limit(1)).unwrap().map(|r| r.unwrap()).collect();
+                proptest::prop_assert_eq!(scanned.len(), 1);
+                proptest::prop_assert_eq!(&got, &cells(&scanned[0]), "row {}", i);
+                proptest::prop_assert!(!got.is_empty());
+            }
+            Ok(())
+        };
+        check()?;
+        te.engine().major_compact("t").unwrap();
+        check()?;
+    }
+}
