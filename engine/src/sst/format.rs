@@ -233,12 +233,8 @@ pub(crate) fn decode_index(buf: &Bytes, version: u32) -> Option<Vec<IndexEntry>>
         let last_key = buf.slice(pos..end);
         pos = end;
         let offset = get_varint(buf, &mut pos)?;
-        let mut len = get_varint(buf, &mut pos)?;
-        let mut row_ends = false;
-        if version >= ROW_END_VERSION {
-            row_ends = len & 1 == 1;
-            len >>= 1;
-        }
+        let field = get_varint(buf, &mut pos)?;
+        let (len, row_ends) = if version >= ROW_END_VERSION { (field >> 1, field & 1 == 1) } else { (field, false) };
         let len = u32::try_from(len).ok()?;
         out.push(IndexEntry { last_key, handle: Handle { offset, len }, row_ends });
     }
