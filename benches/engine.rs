@@ -105,13 +105,15 @@ fn scans(c: &mut Criterion) {
     g.finish();
 }
 
-/// A table of four files holding 5 000 rows of ten 100-byte cells each, the rows of all four
-/// interleaved in key order (as flushes of random writes leave them); background compactions off.
-fn four_files(rng: &mut Rng) -> (tempfile::TempDir, Engine) {
+/// A table of four files holding 5 000 rows of ten 100-byte cells each in blocks of
+/// `block_size` bytes, the rows of all four interleaved in key order (as flushes of random
+/// writes leave them); background compactions off.
+fn four_files(rng: &mut Rng, block_size: u32) -> (tempfile::TempDir, Engine) {
     const FILE_ROWS: u64 = 5_000;
     let dir = tempfile::tempdir().unwrap();
     let engine = Engine::open(dir.path(), EngineOptions { auto_compact: false, ..EngineOptions::default() }).unwrap();
-    engine.create_table(TableDescriptor::new("bench").family(FamilyDescriptor::new("f"))).unwrap();
+    let family = FamilyDescriptor::new("f").block_size(block_size);
+    engine.create_table(TableDescriptor::new("bench").family(family)).unwrap();
     let table = engine.table("bench").unwrap();
     let value = vec![b'v'; 100];
     for _ in 0..4 {
@@ -134,12 +136,21 @@ fn merges(c: &mut Criterion) {
     g.throughput(Throughput::Elements(4 * 5_000 * 10));
     g.bench_function("compact", |b| {
         b.iter_batched(
-            || four_files(&mut rng),
+            || four_files(&mut rng, FamilyDescriptor::new("f").block_size),
             |(_dir, engine)| engine.compact("bench").unwrap(),
             BatchSize::PerIteration,
         )
     });
-    let (_dir, engine) = four_files(&mut rng);
+    // The block size the peer harness gives every engine: a compaction then reads ten times
+    // as many blocks.
+    g.bench_function("compact_4k_blocks", |b| {
+        b.iter_batched(
+            || four_files(&mut rng, 4096),
+            |(_dir, engine)| engine.compact("bench").unwrap(),
+            BatchSize::PerIteration,
+        )
+    });
+    let (_dir, engine) = four_files(&mut rng, FamilyDescriptor::new("f").block_size);
     let table = engine.table("bench").unwrap();
     g.bench_function("scan", |b| {
         b.iter(|| {

@@ -176,12 +176,12 @@ pub(crate) fn frame(raw: &[u8], compression: Compression) -> Vec<u8> {
 }
 
 /// Checks a framed block's checksum and returns its uncompressed payload; an uncompressed
-/// block keeps the buffer it was read into (no copy).
-pub(crate) fn unframe_owned(framed: Vec<u8>, path: &Path, offset: u64) -> Result<Bytes> {
+/// block keeps the buffer it was read into (no copy), which may hold other blocks too.
+pub(crate) fn unframe_shared(framed: Bytes, path: &Path, offset: u64) -> Result<Bytes> {
     if framed.len() >= 5 && framed[0] == 0 {
         check_frame(&framed, path, offset)?;
         let end = framed.len() - 4;
-        return Ok(Bytes::from(framed).slice(1..end));
+        return Ok(framed.slice(1..end));
     }
     unframe(&framed, path, offset).map(Bytes::from)
 }
@@ -679,12 +679,16 @@ mod tests {
         for c in [Compression::None, Compression::Lz4, Compression::Zstd] {
             let mut framed = frame(&raw, c);
             assert_eq!(unframe(&framed, Path::new("f"), 9).unwrap(), raw);
-            assert_eq!(unframe_owned(framed.clone(), Path::new("f"), 9).unwrap(), raw, "kept or decoded, the same");
+            assert_eq!(
+                unframe_shared(Bytes::from(framed.clone()), Path::new("f"), 9).unwrap(),
+                raw,
+                "kept or decoded, the same"
+            );
             let mid = framed.len() / 2;
             framed[mid] ^= 0x40;
             let err = unframe(&framed, Path::new("f"), 9).unwrap_err();
             assert!(matches!(err, Error::Corrupt { offset: 9, .. }), "{err}");
-            let err = unframe_owned(framed, Path::new("f"), 9).unwrap_err();
+            let err = unframe_shared(Bytes::from(framed), Path::new("f"), 9).unwrap_err();
             assert!(matches!(err, Error::Corrupt { offset: 9, .. }), "{err}");
         }
     }

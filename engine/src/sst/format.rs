@@ -82,6 +82,13 @@ pub(crate) struct Handle {
     pub len: u32,
 }
 
+impl Handle {
+    /// Where the block ends in the file.
+    pub fn end(self) -> u64 {
+        self.offset + u64::from(self.len)
+    }
+}
+
 /// The footer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Footer {

@@ -11,7 +11,7 @@ use crate::cell::KeyView;
 use crate::descriptor::BloomType;
 use crate::fs::{FileSystem, ReadFile};
 use crate::read::cursor::CellCursor;
-use crate::sst::block::{unframe_owned, Block, BlockIter, EntryKeys};
+use crate::sst::block::{unframe_shared, Block, BlockIter, EntryKeys};
 use crate::sst::bloom::{row_col_hash, row_hash, Bloom};
 use crate::sst::format::{decode_index, decode_key, Footer, Handle, IndexEntry, SstMeta, FOOTER_LEN};
 use crate::{Error, Result};
@@ -174,7 +174,34 @@ impl SstReader {
     fn read_block_bytes(&self, h: Handle) -> Result<Bytes> {
         let mut buf = vec![0u8; h.len as usize];
         self.file.read_exact_at(&mut buf, h.offset).map_err(|e| Error::io(&*self.path, e))?;
-        unframe_owned(buf, &self.path, h.offset)
+        unframe_shared(Bytes::from(buf), &self.path, h.offset)
+    }
+
+    /// Data blocks from `i` on, read with one call: as many adjacent blocks as fit in
+    /// [`READ_AHEAD`] (block `i` at least).
+    fn read_ahead(&self, i: usize) -> Result<ReadAhead> {
+        let first = self.index[i].handle;
+        let mut end = i + 1;
+        let mut until = first.end();
+        while let Some(next) = self.index.get(end).map(|e| e.handle) {
+            if next.offset != until || next.end() - first.offset > READ_AHEAD {
+                break;
+            }
+            until = next.end();
+            end += 1;
+        }
+        let mut buf = vec![0u8; (until - first.offset) as usize];
+        self.file.read_exact_at(&mut buf, first.offset).map_err(|e| Error::io(&*self.path, e))?;
+        Ok(ReadAhead { blocks: i..end, offset: first.offset, bytes: Bytes::from(buf) })
+    }
+
+    /// Data block `i`, which `ahead` holds: its checksum checked, its bytes shared with it.
+    fn block_read_ahead(&self, ahead: &ReadAhead, i: usize) -> Result<Arc<Block>> {
+        let h = self.index[i].handle;
+        let start = (h.offset - ahead.offset) as usize;
+        let framed = ahead.bytes.slice(start..start + h.len as usize);
+        let raw = unframe_shared(framed, &self.path, h.offset)?;
+        Ok(Arc::new(Block::parse(raw, self.keys, &self.path, h.offset)?))
     }
 
     /// Data block `i`, from the cache or the file; a block read from the file enters the cache
@@ -268,7 +295,7 @@ impl SstReader {
 
     /// An unpositioned cursor: it reads nothing until the first `seek`.
     pub fn cursor(self: &Arc<Self>) -> SstCursor {
-        SstCursor { reader: self.clone(), block_idx: 0, iter: None, fill_cache: true, point: false }
+        SstCursor { reader: self.clone(), block_idx: 0, iter: None, fill_cache: true, point: false, ahead: None }
     }
 
     /// A cursor for a point read, which needs the cells of one row only: leaving a block whose
@@ -321,6 +348,21 @@ impl SstReader {
 /// Spacing of [`SstReader`]'s prefix samples.
 const SAMPLE: usize = 64;
 
+/// Bytes a one-pass cursor reads at once as it moves on from block to block (a compaction's
+/// inputs, read front to back): one read of many blocks instead of one for each, as RocksDB's
+/// compaction readahead does. With 4 KiB blocks a read call costs about as much again as
+/// copying the block, so the call per block was half of what reading an input cost.
+const READ_AHEAD: u64 = 512 * 1024;
+
+/// Adjacent data blocks read with one call, for a cursor passing through them.
+struct ReadAhead {
+    /// The blocks' numbers.
+    blocks: std::ops::Range<usize>,
+    /// Where in the file the first begins.
+    offset: u64,
+    bytes: Bytes,
+}
+
 /// A row's first 8 bytes as a big-endian number, zero-padded: `row_prefix(a) < row_prefix(b)`
 /// implies `a < b`, and `a < b` implies `row_prefix(a) <= row_prefix(b)`.
 fn row_prefix(row: &[u8]) -> u64 {
@@ -343,6 +385,8 @@ pub(crate) struct SstCursor {
     fill_cache: bool,
     /// Reads one row (see [`SstReader::point_cursor`]).
     point: bool,
+    /// The blocks a one-pass cursor read ahead (see [`READ_AHEAD`]).
+    ahead: Option<ReadAhead>,
 }
 
 impl SstCursor {
@@ -362,6 +406,29 @@ impl SstCursor {
         self.open_block(i)?;
         if let Some(it) = self.iter.as_mut() {
             it.seek_to_first()?;
+        }
+        Ok(())
+    }
+
+    /// [`SstCursor::load`] for the block after the current one. A one-pass cursor takes it
+    /// from the blocks it read ahead, reading the next stretch when it has passed them; a seek
+    /// still reads one block (a one-pass cursor may seek only to look at one key).
+    fn load_next(&mut self) -> Result<()> {
+        let i = self.block_idx + 1;
+        if self.fill_cache || i >= self.reader.index.len() {
+            return self.load(i);
+        }
+        self.block_idx = i;
+        self.iter = None;
+        if !self.ahead.as_ref().is_some_and(|a| a.blocks.contains(&i)) {
+            // The stretch passed is freed before the next is read.
+            self.ahead = None;
+            self.ahead = Some(self.reader.read_ahead(i)?);
+        }
+        if let Some(ahead) = &self.ahead {
+            let mut it = BlockIter::new(self.reader.block_read_ahead(ahead, i)?);
+            it.seek_to_first()?;
+            self.iter = Some(it);
         }
         Ok(())
     }
@@ -392,7 +459,7 @@ impl CellCursor for SstCursor {
                 self.iter = None;
                 return Ok(());
             }
-            self.load(self.block_idx + 1)?;
+            self.load_next()?;
         }
         Ok(())
     }
@@ -624,6 +691,81 @@ mod tests {
                 cur.seek(&KeyView::first_of_row(&row)).unwrap();
                 assert_eq!(cur.key().map(|k| (k.row.to_vec(), k.qualifier.to_vec())), Some((row, b"field0".to_vec())));
             }
+        }
+    }
+
+    /// A file read through it counts its read calls.
+    struct CountedReads {
+        file: Arc<dyn ReadFile>,
+        calls: Arc<std::sync::atomic::AtomicUsize>,
+    }
+
+    impl ReadFile for CountedReads {
+        fn read_exact_at(&self, buf: &mut [u8], offset: u64) -> std::io::Result<()> {
+            self.calls.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            self.file.read_exact_at(buf, offset)
+        }
+        fn size(&self) -> std::io::Result<u64> {
+            self.file.size()
+        }
+    }
+
+    /// Opens `path` with its data-block reads counted.
+    fn open_counted(path: &Path) -> (Arc<SstReader>, Arc<std::sync::atomic::AtomicUsize>) {
+        let mut reader = SstReader::open(&crate::fs::OsFs, path, 1, Arc::new(BlockCache::new(1 << 20)), false).unwrap();
+        let calls = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        reader.file = Arc::new(CountedReads { file: reader.file.clone(), calls: calls.clone() });
+        (Arc::new(reader), calls)
+    }
+
+    /// Every cell from a seek to the start on, as (row, value).
+    fn read_all(mut cur: SstCursor) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
+        cur.seek(&KeyView::first_of_row(b""))?;
+        let mut cells = Vec::new();
+        while let Some(k) = cur.key() {
+            cells.push((k.row.to_vec(), cur.value().to_vec()));
+            cur.next()?;
+        }
+        Ok(cells)
+    }
+
+    /// A compaction's pass over a file of 4 KiB blocks reads them a stretch at a time, and
+    /// still checks each block: it returns what a cached read returns, and a damaged block
+    /// in the middle of a stretch fails the pass with the block's offset.
+    #[test]
+    fn a_one_pass_read_takes_blocks_a_stretch_at_a_time_and_checks_each() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("1.sst");
+        let family = FamilyDescriptor::new("f").block_size(4096);
+        let mut w = SstWriter::create(&crate::fs::OsFs, &path, &family).unwrap();
+        for n in 0..24_000u64 {
+            let row = format!("user{n:08}");
+            let key = KeyView { row: row.as_bytes(), qualifier: b"q", ts: 1, kind: CellType::Put, seq: n + 1 };
+            w.add(&key, format!("value {n:>90}").as_bytes(), None).unwrap();
+        }
+        w.finish().unwrap();
+
+        let (reader, calls) = open_counted(&path);
+        let blocks = reader.index.len();
+        assert!(blocks > 3 * (READ_AHEAD / 4096) as usize, "{blocks} blocks span several stretches");
+        let cached = read_all(reader.cursor()).unwrap();
+        assert_eq!(cached.len(), 24_000);
+        assert_eq!(calls.swap(0, std::sync::atomic::Ordering::Relaxed), blocks, "a cached read: a call per block");
+        assert_eq!(read_all(reader.one_pass_cursor()).unwrap(), cached);
+        let stretches = calls.load(std::sync::atomic::Ordering::Relaxed);
+        // The seek reads the first block (here from the cache); the rest come in stretches.
+        let expected = (reader.index.last().unwrap().handle.offset as usize).div_ceil(READ_AHEAD as usize);
+        assert!(stretches <= expected + 1, "{stretches} reads for {blocks} blocks, about {expected} expected");
+
+        // Damage one byte of a block well inside the second stretch.
+        let victim = reader.index[blocks / 2].handle;
+        let mut bytes = std::fs::read(&path).unwrap();
+        bytes[(victim.offset + u64::from(victim.len) / 2) as usize] ^= 0x40;
+        std::fs::write(&path, &bytes).unwrap();
+        let (damaged, _) = open_counted(&path);
+        match read_all(damaged.one_pass_cursor()) {
+            Err(Error::Corrupt { offset, .. }) => assert_eq!(offset, victim.offset),
+            other => panic!("expected the damaged block to fail the read, got {:?}", other.map(|c| c.len())),
         }
     }
 }
