@@ -190,6 +190,32 @@ fn ten_cell_rows(c: &mut Criterion) {
         })
     });
     g.finish();
+
+    // A flush of 20 000 such rows (about 23 MB of cells) to a file of 4 KiB blocks: the
+    // memstore walked in key order, its items in the order they were inserted.
+    const FLUSHED: u64 = 20_000;
+    let mut g = c.benchmark_group("flush_ten_cell_rows");
+    g.sample_size(10);
+    g.throughput(Throughput::Elements(FLUSHED));
+    g.bench_function("flush", |b| {
+        b.iter_batched(
+            || {
+                let dir = tempfile::tempdir().unwrap();
+                let engine = Engine::open(dir.path(), EngineOptions::default()).unwrap();
+                let family = FamilyDescriptor::new("f").block_size(4096);
+                let table = TableDescriptor::new("bench").family(family).durability(Durability::SkipWal);
+                engine.create_table(table).unwrap();
+                let table = engine.table("bench").unwrap();
+                for _ in 0..FLUSHED {
+                    table.put(record(rng.next_u64())).unwrap();
+                }
+                (dir, engine)
+            },
+            |(_dir, engine)| engine.flush("bench").unwrap(),
+            BatchSize::PerIteration,
+        )
+    });
+    g.finish();
 }
 
 criterion_group!(benches, puts, gets, scans, merges, ten_cell_rows);

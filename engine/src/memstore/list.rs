@@ -53,6 +53,25 @@ pub(crate) type Tag = [u64; 3];
 /// `a < b`. Items with equal tags are ordered by `Ord` alone.
 pub(crate) trait Tagged: Ord {
     fn tag(&self) -> Tag;
+
+    /// Starts loading what reading the item will touch beyond the item itself (see
+    /// [`prefetch`]); nothing by default.
+    fn prefetch(&self) {}
+}
+
+/// Asks the CPU to start loading the cache line holding `p` and returns at once. Only a hint:
+/// it reads nothing into the program and never faults, whatever `p` points at.
+#[inline]
+pub(crate) fn prefetch<T>(p: *const T) {
+    #[cfg(target_arch = "x86_64")]
+    #[expect(unsafe_code, reason = "the prefetch instruction has no safe wrapper")]
+    // SAFETY: PREFETCHT0 only hints at an address: it does not dereference `p` for the program,
+    // cannot fault on any address, and changes no memory.
+    unsafe {
+        std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(p.cast());
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = p;
 }
 
 /// What a search hop reads, in one cache line. Written by the writer before it publishes the
@@ -265,6 +284,24 @@ impl<'a, T: Tagged> Entry<'a, T> {
     /// caller that looks for more entries like this one can stop without touching their items.
     pub fn next_tag(&self) -> Option<Tag> {
         self.list.nodes.get(self.node.next[0].load(AtomicOrdering::Acquire)).map(Node::tag)
+    }
+
+    /// Starts loading what a walk forward from here reads next: the next entry's item's own
+    /// bytes ([`Tagged::prefetch`]), and the node and item of the entry after that. A walk
+    /// that calls this at every entry finds each entry's node, item and bytes loaded by the
+    /// steps before, where each would otherwise be a cache miss that waits on the one before
+    /// it (the list is ordered by key, its nodes and items by insertion). It reads the next
+    /// entry's node and item, which the step before asked for.
+    pub fn prefetch_ahead(&self) {
+        let Some(next) = self.next() else { return };
+        next.item.prefetch();
+        let after = next.node.next[0].load(AtomicOrdering::Acquire);
+        if let Some(node) = self.list.nodes.get(after) {
+            prefetch(node);
+        }
+        if let Some(slot) = self.list.items.get(after) {
+            prefetch(slot);
+        }
     }
 
     /// The entry before this one: a search, the list links forward only.
