@@ -748,6 +748,7 @@ mod tests {
         let (reader, calls) = open_counted(&path);
         let blocks = reader.index.len();
         assert!(blocks > 3 * (READ_AHEAD / 4096) as usize, "{blocks} blocks span several stretches");
+        assert!(reader.index[blocks / 2].handle.offset > READ_AHEAD, "the damaged block lies past the first stretch");
         let cached = read_all(reader.cursor()).unwrap();
         assert_eq!(cached.len(), 24_000);
         assert_eq!(calls.swap(0, std::sync::atomic::Ordering::Relaxed), blocks, "a cached read: a call per block");
@@ -757,7 +758,7 @@ mod tests {
         let expected = (reader.index.last().unwrap().handle.offset as usize).div_ceil(READ_AHEAD as usize);
         assert!(stretches <= expected + 1, "{stretches} reads for {blocks} blocks, about {expected} expected");
 
-        // Damage one byte of a block well inside the second stretch.
+        // Damage one byte of a block in the middle of the file, past the first stretch.
         let victim = reader.index[blocks / 2].handle;
         let mut bytes = std::fs::read(&path).unwrap();
         bytes[(victim.offset + u64::from(victim.len) / 2) as usize] ^= 0x40;
