@@ -1,7 +1,7 @@
 //! Engine micro-benchmarks with 100-byte values: random puts, random gets served from the block
 //! cache, short (10-row) scans, owned and visited in place, the merge of four files by a
-//! compaction and by a scan, and ten-cell rows inserted and read back from the memstore. Run
-//! with `cargo bench --bench engine`.
+//! compaction (in 64 KiB and in 4 KiB blocks) and by a scan, and ten-cell rows inserted, read
+//! back from the memstore and flushed. Run with `cargo bench --bench engine`.
 
 #[path = "workloads/mod.rs"]
 mod workloads;
