@@ -83,7 +83,9 @@ pub(crate) struct Handle {
 }
 
 impl Handle {
-    /// Where the block ends in the file.
+    /// Where the block ends in the file. For the handles of an open file, which
+    /// `SstReader::open` checked to end inside it (a handle read from disk is checked with
+    /// `checked_add` there, before it is trusted).
     pub fn end(self) -> u64 {
         self.offset + u64::from(self.len)
     }

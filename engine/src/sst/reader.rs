@@ -390,45 +390,41 @@ pub(crate) struct SstCursor {
 }
 
 impl SstCursor {
-    /// Opens block `i` (or goes past the end) without positioning inside it.
-    fn open_block(&mut self, i: usize) -> Result<()> {
+    /// Opens block `i` (or goes past the end) without positioning inside it. `onward`: the
+    /// cursor moves on from the block before, so a one-pass cursor takes the block from the
+    /// stretch it read ahead (reading the next stretch once it has passed that one); a seek
+    /// reads one block (a one-pass cursor may seek only to look at one key).
+    fn open_block(&mut self, i: usize, onward: bool) -> Result<()> {
         self.block_idx = i;
         self.iter = None;
-        if i < self.reader.index.len() {
-            let block = self.reader.block(i, self.fill_cache)?;
-            self.iter = Some(BlockIter::new(block));
+        if i >= self.reader.index.len() {
+            return Ok(());
         }
+        let block = if onward && !self.fill_cache {
+            if !self.ahead.as_ref().is_some_and(|a| a.blocks.contains(&i)) {
+                // The stretch passed is freed before the next is read.
+                self.ahead = None;
+            }
+            let ahead = match self.ahead.take() {
+                Some(ahead) => ahead,
+                None => self.reader.read_ahead(i)?,
+            };
+            let block = self.reader.block_read_ahead(&ahead, i);
+            self.ahead = Some(ahead);
+            block?
+        } else {
+            self.reader.block(i, self.fill_cache)?
+        };
+        self.iter = Some(BlockIter::new(block));
         Ok(())
     }
 
-    /// Moves to the first entry of block `i` (or past the end).
-    fn load(&mut self, i: usize) -> Result<()> {
-        self.open_block(i)?;
+    /// Moves to the first entry of block `i` (or past the end); `onward` as for
+    /// [`SstCursor::open_block`].
+    fn load(&mut self, i: usize, onward: bool) -> Result<()> {
+        self.open_block(i, onward)?;
         if let Some(it) = self.iter.as_mut() {
             it.seek_to_first()?;
-        }
-        Ok(())
-    }
-
-    /// [`SstCursor::load`] for the block after the current one. A one-pass cursor takes it
-    /// from the blocks it read ahead, reading the next stretch when it has passed them; a seek
-    /// still reads one block (a one-pass cursor may seek only to look at one key).
-    fn load_next(&mut self) -> Result<()> {
-        let i = self.block_idx + 1;
-        if self.fill_cache || i >= self.reader.index.len() {
-            return self.load(i);
-        }
-        self.block_idx = i;
-        self.iter = None;
-        if !self.ahead.as_ref().is_some_and(|a| a.blocks.contains(&i)) {
-            // The stretch passed is freed before the next is read.
-            self.ahead = None;
-            self.ahead = Some(self.reader.read_ahead(i)?);
-        }
-        if let Some(ahead) = &self.ahead {
-            let mut it = BlockIter::new(self.reader.block_read_ahead(ahead, i)?);
-            it.seek_to_first()?;
-            self.iter = Some(it);
         }
         Ok(())
     }
@@ -459,7 +455,7 @@ impl CellCursor for SstCursor {
                 self.iter = None;
                 return Ok(());
             }
-            self.load_next()?;
+            self.load(self.block_idx + 1, true)?;
         }
         Ok(())
     }
@@ -470,11 +466,11 @@ impl CellCursor for SstCursor {
 
     fn seek(&mut self, target: &KeyView<'_>) -> Result<()> {
         let i = self.reader.find_block(target);
-        self.open_block(i)?;
+        self.open_block(i, false)?;
         if let Some(it) = self.iter.as_mut() {
             it.seek(target)?;
             if !it.valid() {
-                self.load(i + 1)?;
+                self.load(i + 1, false)?;
             }
         }
         Ok(())
