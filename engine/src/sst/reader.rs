@@ -177,14 +177,21 @@ impl SstReader {
         unframe_shared(Bytes::from(buf), &self.path, h.offset)
     }
 
-    /// Data blocks from `i` on, read with one call: as many adjacent blocks as fit in
-    /// [`READ_AHEAD`] (block `i` at least).
-    fn read_ahead(&self, i: usize) -> Result<ReadAhead> {
+    /// Data block `i`, read from the file.
+    fn read_block(&self, i: usize) -> Result<Arc<Block>> {
+        let h = self.index[i].handle;
+        let raw = self.read_block_bytes(h)?;
+        Ok(Arc::new(Block::parse(raw, self.keys, &self.path, h.offset)?))
+    }
+
+    /// Data blocks from `i` on, read with one call: the adjacent blocks that start within
+    /// `limit` bytes of block `i`'s start.
+    fn read_ahead(&self, i: usize, limit: u64) -> Result<ReadAhead> {
         let first = self.index[i].handle;
         let mut end = i + 1;
         let mut until = first.end();
         while let Some(next) = self.index.get(end).map(|e| e.handle) {
-            if next.offset != until || next.end() - first.offset > READ_AHEAD {
+            if next.offset != until || next.offset - first.offset >= limit {
                 break;
             }
             until = next.end();
@@ -195,13 +202,26 @@ impl SstReader {
         Ok(ReadAhead { blocks: i..end, offset: first.offset, bytes: Bytes::from(buf) })
     }
 
-    /// Data block `i`, which `ahead` holds: its checksum checked, its bytes shared with it.
-    fn block_read_ahead(&self, ahead: &ReadAhead, i: usize) -> Result<Arc<Block>> {
+    /// Data block `i`, which `ahead` holds, its checksum checked. With `own`, the block gets
+    /// bytes of its own, as a block entering the cache must: sharing the stretch's would keep
+    /// all of it alive for as long as the block stays cached.
+    fn block_read_ahead(&self, ahead: &ReadAhead, i: usize, own: bool) -> Result<Arc<Block>> {
         let h = self.index[i].handle;
         let start = (h.offset - ahead.offset) as usize;
         let framed = ahead.bytes.slice(start..start + h.len as usize);
+        let framed = if own { Bytes::copy_from_slice(&framed) } else { framed };
         let raw = unframe_shared(framed, &self.path, h.offset)?;
         Ok(Arc::new(Block::parse(raw, self.keys, &self.path, h.offset)?))
+    }
+
+    /// Data block `i` if the cache holds it (the lookup counts in the stats).
+    fn cached(&self, i: usize) -> Option<Arc<Block>> {
+        self.cache.get(self.id, self.index[i].handle.offset, self.in_memory)
+    }
+
+    /// Adds data block `i` to the cache.
+    fn keep(&self, i: usize, block: &Arc<Block>) {
+        self.cache.insert(self.id, self.index[i].handle.offset, block.clone(), self.in_memory);
     }
 
     /// Data block `i`, from the cache or the file; a block read from the file enters the cache
@@ -209,18 +229,13 @@ impl SstReader {
     /// neither count in the stats nor keep blocks alive.
     fn block(&self, i: usize, fill_cache: bool) -> Result<Arc<Block>> {
         let h = self.index[i].handle;
-        let cached = if fill_cache {
-            self.cache.get(self.id, h.offset, self.in_memory)
-        } else {
-            self.cache.peek(self.id, h.offset)
-        };
+        let cached = if fill_cache { self.cached(i) } else { self.cache.peek(self.id, h.offset) };
         if let Some(b) = cached {
             return Ok(b);
         }
-        let raw = self.read_block_bytes(h)?;
-        let block = Arc::new(Block::parse(raw, self.keys, &self.path, h.offset)?);
+        let block = self.read_block(i)?;
         if fill_cache {
-            self.cache.insert(self.id, h.offset, block.clone(), self.in_memory);
+            self.keep(i, &block);
         }
         Ok(block)
     }
@@ -295,7 +310,15 @@ impl SstReader {
 
     /// An unpositioned cursor: it reads nothing until the first `seek`.
     pub fn cursor(self: &Arc<Self>) -> SstCursor {
-        SstCursor { reader: self.clone(), block_idx: 0, iter: None, fill_cache: true, point: false, ahead: None }
+        SstCursor {
+            reader: self.clone(),
+            block_idx: 0,
+            iter: None,
+            fill_cache: true,
+            point: false,
+            ahead: None,
+            file_reads: 0,
+        }
     }
 
     /// A cursor for a point read, which needs the cells of one row only: leaving a block whose
@@ -354,6 +377,22 @@ const SAMPLE: usize = 64;
 /// copying the block, so the call per block was half of what reading an input cost.
 const READ_AHEAD: u64 = 512 * 1024;
 
+/// A scan's read-ahead, as RocksDB's automatic readahead for iterators: once a scan moving on
+/// from block to block has read [`SCAN_AHEAD_AFTER`] blocks from a file, it reads adjacent blocks
+/// with one call, [`SCAN_AHEAD_FIRST`] bytes at first and twice as many each time after, up to
+/// [`SCAN_AHEAD_MAX`]. A short scan reads little it does not use; a long one makes a call per
+/// 64 blocks rather than one per block.
+const SCAN_AHEAD_AFTER: u32 = 2;
+const SCAN_AHEAD_FIRST: u64 = 8 * 1024;
+const SCAN_AHEAD_MAX: u64 = 256 * 1024;
+
+/// How many bytes a scan reads at once for its `reads`th read from the file in a row (counted
+/// from 1): one block up to [`SCAN_AHEAD_AFTER`], then a stretch that doubles.
+fn scan_ahead_bytes(reads: u32) -> Option<u64> {
+    let doublings = reads.checked_sub(SCAN_AHEAD_AFTER + 1)?;
+    Some(SCAN_AHEAD_FIRST.checked_shl(doublings).map_or(SCAN_AHEAD_MAX, |b| b.min(SCAN_AHEAD_MAX)))
+}
+
 /// Adjacent data blocks read with one call, for a cursor passing through them.
 struct ReadAhead {
     /// The blocks' numbers.
@@ -385,38 +424,77 @@ pub(crate) struct SstCursor {
     fill_cache: bool,
     /// Reads one row (see [`SstReader::point_cursor`]).
     point: bool,
-    /// The blocks a one-pass cursor read ahead (see [`READ_AHEAD`]).
+    /// The blocks read ahead: by a one-pass cursor (see [`READ_AHEAD`]) or a scan (see
+    /// [`SCAN_AHEAD_AFTER`]).
     ahead: Option<ReadAhead>,
+    /// A scan's reads from the file in a row while moving on (see [`SCAN_AHEAD_AFTER`]).
+    file_reads: u32,
 }
 
 impl SstCursor {
     /// Opens block `i` (or goes past the end) without positioning inside it. `onward`: the
     /// cursor moves on from the block before, so a one-pass cursor takes the block from the
-    /// stretch it read ahead (reading the next stretch once it has passed that one); a seek
-    /// reads one block (a one-pass cursor may seek only to look at one key).
+    /// stretch it read ahead (reading the next stretch once it has passed that one), and a
+    /// scan may read ahead (see [`SCAN_AHEAD_AFTER`]); a seek reads one block (a one-pass
+    /// cursor may seek only to look at one key).
     fn open_block(&mut self, i: usize, onward: bool) -> Result<()> {
-        self.block_idx = i;
+        let before = std::mem::replace(&mut self.block_idx, i);
         self.iter = None;
         if i >= self.reader.index.len() {
             return Ok(());
         }
-        let block = if onward && !self.fill_cache {
-            if !self.ahead.as_ref().is_some_and(|a| a.blocks.contains(&i)) {
-                // The stretch passed is freed before the next is read.
-                self.ahead = None;
-            }
-            let ahead = match self.ahead.take() {
-                Some(ahead) => ahead,
-                None => self.reader.read_ahead(i)?,
-            };
-            let block = self.reader.block_read_ahead(&ahead, i);
-            self.ahead = Some(ahead);
-            block?
+        let block = if !self.fill_cache && onward {
+            self.block_in_stretch(i, READ_AHEAD, false)?
+        } else if self.fill_cache && !self.point {
+            // A seek to the block after the current one, or to one read ahead, continues the
+            // scan's run of reads; any other seek starts a new one.
+            let continues = onward || i == before + 1 || self.ahead.as_ref().is_some_and(|a| a.blocks.contains(&i));
+            self.scan_block(i, continues)?
         } else {
             self.reader.block(i, self.fill_cache)?
         };
         self.iter = Some(BlockIter::new(block));
         Ok(())
+    }
+
+    /// Block `i` for a scan: from the cache, else from the stretch read ahead, else from the
+    /// file, as one block or as a stretch from it (see [`scan_ahead_bytes`]). A block read
+    /// from the file enters the cache.
+    fn scan_block(&mut self, i: usize, continues: bool) -> Result<Arc<Block>> {
+        if !continues {
+            self.file_reads = 0;
+            self.ahead = None;
+        }
+        if let Some(block) = self.reader.cached(i) {
+            return Ok(block);
+        }
+        let block = if self.ahead.as_ref().is_some_and(|a| a.blocks.contains(&i)) {
+            self.block_in_stretch(i, SCAN_AHEAD_MAX, true)?
+        } else {
+            self.file_reads = self.file_reads.saturating_add(1);
+            match scan_ahead_bytes(self.file_reads) {
+                Some(limit) => self.block_in_stretch(i, limit, true)?,
+                None => self.reader.read_block(i)?,
+            }
+        };
+        self.reader.keep(i, &block);
+        Ok(block)
+    }
+
+    /// Block `i` from the stretch read ahead, reading a new stretch of up to `limit` bytes
+    /// from it on if the one held does not hold it (the stretch passed is freed before the
+    /// next is read); `own` as for [`SstReader::block_read_ahead`].
+    fn block_in_stretch(&mut self, i: usize, limit: u64, own: bool) -> Result<Arc<Block>> {
+        if !self.ahead.as_ref().is_some_and(|a| a.blocks.contains(&i)) {
+            self.ahead = None;
+        }
+        let ahead = match self.ahead.take() {
+            Some(ahead) => ahead,
+            None => self.reader.read_ahead(i, limit)?,
+        };
+        let block = self.reader.block_read_ahead(&ahead, i, own);
+        self.ahead = Some(ahead);
+        block
     }
 
     /// Moves to the first entry of block `i` (or past the end); `onward` as for
@@ -707,8 +785,9 @@ mod tests {
     }
 
     /// Opens `path` with its data-block reads counted.
-    fn open_counted(path: &Path) -> (Arc<SstReader>, Arc<std::sync::atomic::AtomicUsize>) {
-        let mut reader = SstReader::open(&crate::fs::OsFs, path, 1, Arc::new(BlockCache::new(1 << 20)), false).unwrap();
+    fn open_counted(path: &Path, cache_bytes: usize) -> (Arc<SstReader>, Arc<std::sync::atomic::AtomicUsize>) {
+        let cache = Arc::new(BlockCache::new(cache_bytes));
+        let mut reader = SstReader::open(&crate::fs::OsFs, path, 1, cache, false).unwrap();
         let calls = Arc::new(std::sync::atomic::AtomicUsize::new(0));
         reader.file = Arc::new(CountedReads { file: reader.file.clone(), calls: calls.clone() });
         (Arc::new(reader), calls)
@@ -725,13 +804,9 @@ mod tests {
         Ok(cells)
     }
 
-    /// A compaction's pass over a file of 4 KiB blocks reads them a stretch at a time, and
-    /// still checks each block: it returns what a cached read returns, and a damaged block
-    /// in the middle of a stretch fails the pass with the block's offset.
-    #[test]
-    fn a_one_pass_read_takes_blocks_a_stretch_at_a_time_and_checks_each() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("1.sst");
+    /// A file of 24 000 cells of about 100 bytes in 4 KiB blocks (600 blocks and more).
+    fn four_kib_blocks(dir: &Path) -> PathBuf {
+        let path = dir.join("1.sst");
         let family = FamilyDescriptor::new("f").block_size(4096);
         let mut w = SstWriter::create(&crate::fs::OsFs, &path, &family).unwrap();
         for n in 0..24_000u64 {
@@ -740,29 +815,115 @@ mod tests {
             w.add(&key, format!("value {n:>90}").as_bytes(), None).unwrap();
         }
         w.finish().unwrap();
+        path
+    }
 
-        let (reader, calls) = open_counted(&path);
+    /// Flips a bit in the middle of block `i` of the file at `path`; returns the block's offset.
+    fn damage_block(path: &Path, reader: &SstReader, i: usize) -> u64 {
+        let victim = reader.index[i].handle;
+        let mut bytes = std::fs::read(path).unwrap();
+        bytes[(victim.offset + u64::from(victim.len) / 2) as usize] ^= 0x40;
+        std::fs::write(path, &bytes).unwrap();
+        victim.offset
+    }
+
+    /// A compaction's pass over a file of 4 KiB blocks reads them a stretch at a time, and
+    /// still checks each block: it returns what a cached read returns, and a damaged block
+    /// in the middle of a stretch fails the pass with the block's offset.
+    #[test]
+    fn a_one_pass_read_takes_blocks_a_stretch_at_a_time_and_checks_each() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = four_kib_blocks(dir.path());
+        let (reader, calls) = open_counted(&path, 1 << 20);
         let blocks = reader.index.len();
         assert!(blocks > 3 * (READ_AHEAD / 4096) as usize, "{blocks} blocks span several stretches");
         assert!(reader.index[blocks / 2].handle.offset > READ_AHEAD, "the damaged block lies past the first stretch");
         let cached = read_all(reader.cursor()).unwrap();
         assert_eq!(cached.len(), 24_000);
-        assert_eq!(calls.swap(0, std::sync::atomic::Ordering::Relaxed), blocks, "a cached read: a call per block");
+        calls.store(0, std::sync::atomic::Ordering::Relaxed);
         assert_eq!(read_all(reader.one_pass_cursor()).unwrap(), cached);
         let stretches = calls.load(std::sync::atomic::Ordering::Relaxed);
         // The seek reads the first block (here from the cache); the rest come in stretches.
         let expected = (reader.index.last().unwrap().handle.offset as usize).div_ceil(READ_AHEAD as usize);
         assert!(stretches <= expected + 1, "{stretches} reads for {blocks} blocks, about {expected} expected");
 
-        // Damage one byte of a block in the middle of the file, past the first stretch.
-        let victim = reader.index[blocks / 2].handle;
-        let mut bytes = std::fs::read(&path).unwrap();
-        bytes[(victim.offset + u64::from(victim.len) / 2) as usize] ^= 0x40;
-        std::fs::write(&path, &bytes).unwrap();
-        let (damaged, _) = open_counted(&path);
+        let offset = damage_block(&path, &reader, blocks / 2);
+        let (damaged, _) = open_counted(&path, 1 << 20);
         match read_all(damaged.one_pass_cursor()) {
-            Err(Error::Corrupt { offset, .. }) => assert_eq!(offset, victim.offset),
+            Err(Error::Corrupt { offset: at, .. }) => assert_eq!(at, offset),
             other => panic!("expected the damaged block to fail the read, got {:?}", other.map(|c| c.len())),
+        }
+    }
+
+    /// A scan reads its first two blocks from a file one at a time, then stretches that double
+    /// up to [`SCAN_AHEAD_MAX`]; every block it reads enters the cache with bytes of its own,
+    /// a seek elsewhere starts over, and a damaged block inside a stretch fails the scan.
+    #[test]
+    fn a_scan_reads_ahead_once_it_has_read_two_blocks_in_a_row() {
+        use std::sync::atomic::Ordering::Relaxed;
+        let dir = tempfile::tempdir().unwrap();
+        let path = four_kib_blocks(dir.path());
+        let (reader, calls) = open_counted(&path, 64 << 20);
+        let blocks = reader.index.len();
+        let expected = read_all(reader.one_pass_cursor()).unwrap();
+        calls.store(0, Relaxed);
+
+        // The cell under the cursor, then on to the next.
+        let step = |cur: &mut SstCursor, cells: &mut Vec<(Vec<u8>, Vec<u8>)>| {
+            let k = cur.key().expect("a cell");
+            cells.push((k.row.to_vec(), cur.value().to_vec()));
+            cur.next().unwrap();
+        };
+        let mut scanned = Vec::new();
+        let mut cur = reader.cursor();
+        cur.seek(&KeyView::first_of_row(b"")).unwrap();
+        // A short scan reads only the blocks it passes through, one call each.
+        while cur.block_idx < 1 {
+            step(&mut cur, &mut scanned);
+        }
+        assert_eq!(calls.load(Relaxed), 2);
+        assert!(cur.ahead.is_none());
+        // The third read takes up to 8 KiB, the next twice as much, and so on.
+        while cur.block_idx < 2 {
+            step(&mut cur, &mut scanned);
+        }
+        assert_eq!(calls.load(Relaxed), 3);
+        let stretch = cur.ahead.as_ref().expect("a stretch read ahead");
+        assert_eq!(stretch.blocks.start, 2);
+        assert_eq!(stretch.blocks.len(), 2, "two 4 KiB blocks start within 8 KiB");
+        assert!(reader.index[stretch.blocks.end - 1].handle.offset - stretch.offset < SCAN_AHEAD_FIRST);
+        // The block entered the cache with bytes of its own, not a slice of the stretch.
+        let mut it = BlockIter::new(reader.cached(2).expect("the block read ahead is cached"));
+        it.seek_to_first().unwrap();
+        assert!(!stretch.bytes.as_ptr_range().contains(&it.value().as_ptr()));
+        while cur.key().is_some() {
+            step(&mut cur, &mut scanned);
+        }
+        assert_eq!(scanned, expected, "the scan returns what a one-pass read does");
+        let reads = calls.swap(0, Relaxed);
+        let file_bytes = reader.index.last().unwrap().handle.end();
+        let at_most = 2 + 6 + file_bytes.div_ceil(SCAN_AHEAD_MAX) as usize;
+        assert!(reads <= at_most, "{reads} reads for {blocks} blocks, at most {at_most} expected");
+        // Every block entered the cache: a second scan reads nothing from the file.
+        assert_eq!(read_all(reader.cursor()).unwrap(), expected);
+        assert_eq!(calls.load(Relaxed), 0);
+
+        // A seek elsewhere starts over with one block at a time.
+        let (fresh, calls) = open_counted(&path, 64 << 20);
+        let mut cur = fresh.cursor();
+        cur.seek(&KeyView::first_of_row(b"user00012000")).unwrap();
+        let start = cur.block_idx;
+        while cur.block_idx < start + 1 {
+            cur.next().unwrap();
+        }
+        assert_eq!(calls.load(Relaxed), 2);
+        assert!(cur.ahead.is_none());
+
+        let offset = damage_block(&path, &reader, blocks / 2);
+        let (damaged, _) = open_counted(&path, 64 << 20);
+        match read_all(damaged.cursor()) {
+            Err(Error::Corrupt { offset: at, .. }) => assert_eq!(at, offset),
+            other => panic!("expected the damaged block to fail the scan, got {:?}", other.map(|c| c.len())),
         }
     }
 }
