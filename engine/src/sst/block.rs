@@ -23,7 +23,7 @@ use bytes::Bytes;
 
 use crate::cell::{CellType, KeyView};
 use crate::descriptor::Compression;
-use crate::sst::format::{decode_key, get_varint, put_varint, KEY_TAIL};
+use crate::sst::format::{decode_key, get_varint, put_varint, shared_prefix_len, KEY_TAIL};
 use crate::{Error, Result};
 
 /// Entries between full keys.
@@ -72,7 +72,7 @@ impl BlockBuilder {
         if restart {
             self.restarts.push(self.buf.len() as u32);
         }
-        let common = if restart { 0 } else { key.iter().zip(&self.last_key).take_while(|(a, b)| a == b).count() };
+        let common = if restart { 0 } else { shared_prefix_len(key, &self.last_key) };
         // The key bytes stored are `key[shared..end]`.
         let (prefix, shared, end) = match self.keys {
             EntryKeys::WholeTails => (common, common, key.len()),

@@ -51,6 +51,24 @@ pub(crate) fn get_varint(buf: &[u8], pos: &mut usize) -> Option<u64> {
     None
 }
 
+/// How many leading bytes `a` and `b` share. Compares eight bytes at a time: every cell a
+/// block takes is measured against the key before it, and byte by byte that was a twentieth
+/// of a flush's work.
+pub(crate) fn shared_prefix_len(a: &[u8], b: &[u8]) -> usize {
+    let (words_a, _) = a.as_chunks::<8>();
+    let (words_b, _) = b.as_chunks::<8>();
+    let mut n = 0;
+    for (x, y) in words_a.iter().zip(words_b) {
+        let differ = u64::from_le_bytes(*x) ^ u64::from_le_bytes(*y);
+        if differ != 0 {
+            // Little-endian: the first differing byte holds the lowest set bit.
+            return n + (differ.trailing_zeros() / 8) as usize;
+        }
+        n += 8;
+    }
+    n + a[n..].iter().zip(&b[n..]).take_while(|(x, y)| x == y).count()
+}
+
 /// Appends the encoded form of `k`.
 pub(crate) fn encode_key(out: &mut Vec<u8>, k: &KeyView<'_>) {
     out.extend_from_slice(&(k.row.len() as u16).to_be_bytes());
@@ -253,6 +271,21 @@ pub(crate) fn decode_index(buf: &Bytes, version: u32) -> Option<Vec<IndexEntry>>
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn shared_prefix_len_counts_the_leading_bytes_two_keys_share() {
+        let key = b"user0001234567890:field3\x00\x01".to_vec();
+        for cut in 0..=key.len() {
+            assert_eq!(shared_prefix_len(&key, &key[..cut]), cut);
+            assert_eq!(shared_prefix_len(&key[..cut], &key), cut);
+            for at in 0..cut {
+                let mut other = key[..cut].to_vec();
+                other[at] ^= 0x10;
+                assert_eq!(shared_prefix_len(&key, &other), at, "first difference at {at} of {cut}");
+            }
+        }
+        assert_eq!(shared_prefix_len(b"", b"abc"), 0);
+    }
     use proptest::prelude::*;
 
     proptest! {

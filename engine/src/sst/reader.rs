@@ -13,7 +13,9 @@ use crate::fs::{FileSystem, ReadFile};
 use crate::read::cursor::CellCursor;
 use crate::sst::block::{unframe_shared, Block, BlockIter, EntryKeys};
 use crate::sst::bloom::{row_col_hash, row_hash, Bloom};
-use crate::sst::format::{decode_index, decode_key, Footer, Handle, IndexEntry, SstMeta, FOOTER_LEN};
+use crate::sst::format::{
+    decode_index, decode_key, shared_prefix_len, Footer, Handle, IndexEntry, SstMeta, FOOTER_LEN,
+};
 use crate::{Error, Result};
 
 /// The first and last rows of a file.
@@ -127,7 +129,7 @@ impl SstReader {
             .zip(decode_key(&reader.meta.last_key))
             .map(|(f, l)| (f.row.into(), l.row.into()));
         reader.shared_prefix = reader.row_span().map_or(Box::default(), |(first, last)| {
-            let n = first.iter().zip(last).take_while(|(a, b)| a == b).count();
+            let n = shared_prefix_len(first, last);
             first[..n].into()
         });
         let shared = &reader.shared_prefix;
