@@ -11,7 +11,7 @@ use crate::cell::KeyView;
 use crate::descriptor::BloomType;
 use crate::fs::{FileSystem, ReadFile};
 use crate::read::cursor::CellCursor;
-use crate::sst::block::{unframe_shared, Block, BlockIter, EntryKeys};
+use crate::sst::block::{unframe, unframe_shared, Block, BlockIter, EntryKeys};
 use crate::sst::bloom::{row_col_hash, row_hash, Bloom};
 use crate::sst::format::{
     decode_index, decode_key, shared_prefix_len, Footer, Handle, IndexEntry, SstMeta, FOOTER_LEN,
@@ -211,8 +211,11 @@ impl SstReader {
         let h = self.index[i].handle;
         let start = (h.offset - ahead.offset) as usize;
         let framed = ahead.bytes.slice(start..start + h.len as usize);
-        let framed = if own { Bytes::copy_from_slice(&framed) } else { framed };
-        let raw = unframe_shared(framed, &self.path, h.offset)?;
+        let raw = if own {
+            Bytes::from(unframe(&framed, &self.path, h.offset)?)
+        } else {
+            unframe_shared(framed, &self.path, h.offset)?
+        };
         Ok(Arc::new(Block::parse(raw, self.keys, &self.path, h.offset)?))
     }
 
@@ -450,7 +453,7 @@ impl SstCursor {
         } else if self.fill_cache && !self.point {
             // A seek to the block after the current one, or to one read ahead, continues the
             // scan's run of reads; any other seek starts a new one.
-            let continues = onward || i == before + 1 || self.ahead.as_ref().is_some_and(|a| a.blocks.contains(&i));
+            let continues = onward || i == before + 1 || self.holds_ahead(i);
             self.scan_block(i, continues)?
         } else {
             self.reader.block(i, self.fill_cache)?
@@ -470,14 +473,13 @@ impl SstCursor {
         if let Some(block) = self.reader.cached(i) {
             return Ok(block);
         }
-        let block = if self.ahead.as_ref().is_some_and(|a| a.blocks.contains(&i)) {
-            self.block_in_stretch(i, SCAN_AHEAD_MAX, true)?
-        } else {
+        if !self.holds_ahead(i) {
             self.file_reads = self.file_reads.saturating_add(1);
-            match scan_ahead_bytes(self.file_reads) {
-                Some(limit) => self.block_in_stretch(i, limit, true)?,
-                None => self.reader.read_block(i)?,
-            }
+        }
+        // A stretch is held only after enough reads in a row to have read it.
+        let block = match scan_ahead_bytes(self.file_reads) {
+            Some(limit) => self.block_in_stretch(i, limit, true)?,
+            None => self.reader.read_block(i)?,
         };
         self.reader.keep(i, &block);
         Ok(block)
@@ -487,7 +489,7 @@ impl SstCursor {
     /// from it on if the one held does not hold it (the stretch passed is freed before the
     /// next is read); `own` as for [`SstReader::block_read_ahead`].
     fn block_in_stretch(&mut self, i: usize, limit: u64, own: bool) -> Result<Arc<Block>> {
-        if !self.ahead.as_ref().is_some_and(|a| a.blocks.contains(&i)) {
+        if !self.holds_ahead(i) {
             self.ahead = None;
         }
         let ahead = match self.ahead.take() {
@@ -497,6 +499,11 @@ impl SstCursor {
         let block = self.reader.block_read_ahead(&ahead, i, own);
         self.ahead = Some(ahead);
         block
+    }
+
+    /// True if the stretch read ahead holds block `i`.
+    fn holds_ahead(&self, i: usize) -> bool {
+        self.ahead.as_ref().is_some_and(|a| a.blocks.contains(&i))
     }
 
     /// Moves to the first entry of block `i` (or past the end); `onward` as for
