@@ -271,6 +271,7 @@ pub(crate) fn decode_index(buf: &Bytes, version: u32) -> Option<Vec<IndexEntry>>
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
 
     #[test]
     fn shared_prefix_len_counts_the_leading_bytes_two_keys_share() {
@@ -286,7 +287,6 @@ mod tests {
         }
         assert_eq!(shared_prefix_len(b"", b"abc"), 0);
     }
-    use proptest::prelude::*;
 
     proptest! {
         #[test]

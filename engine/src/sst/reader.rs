@@ -395,7 +395,8 @@ const SCAN_AHEAD_MAX: u64 = 256 * 1024;
 /// from 1): one block up to [`SCAN_AHEAD_AFTER`], then a stretch that doubles.
 fn scan_ahead_bytes(reads: u32) -> Option<u64> {
     let doublings = reads.checked_sub(SCAN_AHEAD_AFTER + 1)?;
-    Some(SCAN_AHEAD_FIRST.checked_shl(doublings).map_or(SCAN_AHEAD_MAX, |b| b.min(SCAN_AHEAD_MAX)))
+    // Sixteen doublings pass the maximum by far; a larger shift would push the bits out.
+    Some((SCAN_AHEAD_FIRST << doublings.min(16)).min(SCAN_AHEAD_MAX))
 }
 
 /// Adjacent data blocks read with one call, for a cursor passing through them.
@@ -836,6 +837,26 @@ mod tests {
         victim.offset
     }
 
+    /// Fails unless `read` failed on the damaged block at `offset`.
+    fn assert_fails_at(read: Result<Vec<(Vec<u8>, Vec<u8>)>>, offset: u64) {
+        match read {
+            Err(Error::Corrupt { offset: at, .. }) => assert_eq!(at, offset),
+            other => panic!("expected the damaged block to fail the read, got {:?}", other.map(|c| c.len())),
+        }
+    }
+
+    /// The stretch a long scan reads grows to its maximum and stays there, however long the scan.
+    #[test]
+    fn a_scans_stretch_doubles_to_its_maximum_and_stays_there() {
+        assert_eq!(scan_ahead_bytes(SCAN_AHEAD_AFTER), None);
+        assert_eq!(scan_ahead_bytes(SCAN_AHEAD_AFTER + 1), Some(SCAN_AHEAD_FIRST));
+        assert_eq!(scan_ahead_bytes(SCAN_AHEAD_AFTER + 2), Some(2 * SCAN_AHEAD_FIRST));
+        for reads in SCAN_AHEAD_AFTER + 6..10_000 {
+            assert_eq!(scan_ahead_bytes(reads), Some(SCAN_AHEAD_MAX), "read {reads}");
+        }
+        assert_eq!(scan_ahead_bytes(u32::MAX), Some(SCAN_AHEAD_MAX));
+    }
+
     /// A compaction's pass over a file of 4 KiB blocks reads them a stretch at a time, and
     /// still checks each block: it returns what a cached read returns, and a damaged block
     /// in the middle of a stretch fails the pass with the block's offset.
@@ -858,10 +879,7 @@ mod tests {
 
         let offset = damage_block(&path, &reader, blocks / 2);
         let (damaged, _) = open_counted(&path, 1 << 20);
-        match read_all(damaged.one_pass_cursor()) {
-            Err(Error::Corrupt { offset: at, .. }) => assert_eq!(at, offset),
-            other => panic!("expected the damaged block to fail the read, got {:?}", other.map(|c| c.len())),
-        }
+        assert_fails_at(read_all(damaged.one_pass_cursor()), offset);
     }
 
     /// A scan reads its first two blocks from a file one at a time, then stretches that double
@@ -930,9 +948,6 @@ mod tests {
 
         let offset = damage_block(&path, &reader, blocks / 2);
         let (damaged, _) = open_counted(&path, 64 << 20);
-        match read_all(damaged.cursor()) {
-            Err(Error::Corrupt { offset: at, .. }) => assert_eq!(at, offset),
-            other => panic!("expected the damaged block to fail the scan, got {:?}", other.map(|c| c.len())),
-        }
+        assert_fails_at(read_all(damaged.cursor()), offset);
     }
 }
