@@ -15,8 +15,8 @@ pub const FIELD_LEN: usize = 100;
 
 /// What a workload needs from a store.
 pub trait Store {
-    /// Writes a whole record (insert or load).
-    fn insert(&self, key: &[u8], fields: &[Vec<u8>]);
+    /// Writes a whole record (insert or load); the store takes the field values.
+    fn insert(&self, key: &[u8], fields: Vec<Vec<u8>>);
     /// Reads a whole record; returns whether it exists.
     fn read(&self, key: &[u8]) -> bool;
     /// Replaces one field of a record.
@@ -188,7 +188,7 @@ impl Ycsb {
 /// Loads `records` YCSB records.
 pub fn ycsb_load(store: &dyn Store, records: u64) {
     for n in 0..records {
-        store.insert(&ycsb_key(n), &ycsb_fields(n, 0));
+        store.insert(&ycsb_key(n), ycsb_fields(n, 0));
     }
     store.settle();
 }
@@ -269,7 +269,7 @@ impl YcsbRunner {
     }
 
     fn insert(&mut self, store: &dyn Store) {
-        store.insert(&ycsb_key(self.count), &ycsb_fields(self.count, 0));
+        store.insert(&ycsb_key(self.count), ycsb_fields(self.count, 0));
         self.count += 1;
     }
 }
@@ -320,10 +320,12 @@ pub mod cellar_store {
     }
 
     impl super::Store for CellarStore {
-        fn insert(&self, key: &[u8], fields: &[Vec<u8>]) {
-            let mut p = Put::new(key.to_vec());
+        /// One put of the record's ten cells, built with room for all of them and taking the
+        /// values as they are.
+        fn insert(&self, key: &[u8], fields: Vec<Vec<u8>>) {
+            let mut p = Put::with_capacity(key.to_vec(), fields.len());
             for (name, v) in FIELD_NAMES.iter().zip(fields) {
-                p = p.add("f", *name, v.clone());
+                p = p.add("f", *name, v);
             }
             self.table.put(p).expect("insert");
         }

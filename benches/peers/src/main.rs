@@ -70,8 +70,8 @@ impl Rocks {
 }
 
 impl Store for Rocks {
-    fn insert(&self, key: &[u8], fields: &[Vec<u8>]) {
-        self.0.put(key, record_value(fields)).expect("put");
+    fn insert(&self, key: &[u8], fields: Vec<Vec<u8>>) {
+        self.0.put(key, record_value(&fields)).expect("put");
     }
     fn read(&self, key: &[u8]) -> bool {
         self.0.get_pinned(key).expect("get").is_some()
@@ -135,8 +135,8 @@ impl Fjall {
 }
 
 impl Store for Fjall {
-    fn insert(&self, key: &[u8], fields: &[Vec<u8>]) {
-        self.write(key, record_value(fields));
+    fn insert(&self, key: &[u8], fields: Vec<Vec<u8>>) {
+        self.write(key, record_value(&fields));
     }
     fn read(&self, key: &[u8]) -> bool {
         self.ks.get(key).expect("get").is_some()
@@ -263,7 +263,7 @@ impl Counted<'_> {
 }
 
 impl Store for Counted<'_> {
-    fn insert(&self, key: &[u8], fields: &[Vec<u8>]) {
+    fn insert(&self, key: &[u8], fields: Vec<Vec<u8>>) {
         self.add(key.len() + fields.iter().map(Vec::len).sum::<usize>());
         self.inner.insert(key, fields);
     }
