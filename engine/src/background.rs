@@ -1,7 +1,13 @@
 //! Background maintenance: a small pool of worker threads running flushes, compactions and
-//! splits that writers request, and writing buffered AsyncWal records out when idle.
+//! splits that writers request, and writing buffered AsyncWal records out when idle; and a
+//! thread of its own writing the catalog after them.
 //!
-//! Requests are deduplicated per (region, kind). Workers hold only a weak reference to the
+//! Requests are deduplicated per (region, kind). A flush or compaction changes its region's
+//! files in memory and hands the catalog write, the log trim and the deletion of replaced
+//! files to the catalog thread, which serves every request made while it wrote with one
+//! write. A worker is then free for the next flush at once: a catalog write waits for the
+//! log's fsync, which on a busy disk takes up to seconds, and writers waiting for memory
+//! would otherwise wait for it too. Workers hold only a weak reference to the
 //! engine; the [`Lifeline`] shared by every user handle stops and joins them when the last
 //! handle goes, flushes the memstores, and so closing an engine releases its directory at once.
 
@@ -14,6 +20,7 @@ use std::time::Duration;
 use parking_lot::{Condvar, Mutex};
 
 use crate::engine::EngineInner;
+use crate::sst::SstReader;
 
 /// What a worker does to one region.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -51,9 +58,31 @@ pub(crate) struct Background {
     /// Signals writers waiting on back-pressure that a task finished.
     progress: Condvar,
     stop: AtomicBool,
+    /// Set once the workers have stopped: the catalog thread makes the writes they asked for
+    /// and stops too.
+    catalog_stop: AtomicBool,
     /// The latest failure of each kind of task, until a task of that kind succeeds: what a
     /// write that waited in vain reports ([`crate::Error::RegionTooBusy`]).
     failures: Mutex<HashMap<TaskKind, String>>,
+    catalog: Mutex<CatalogWork>,
+    /// Signals the catalog thread that a write is wanted (or that it should stop).
+    catalog_wanted: Condvar,
+    /// No catalog thread runs: workers write the catalog themselves.
+    catalog_inline: AtomicBool,
+}
+
+/// The catalog writes flushes and compactions asked for.
+#[derive(Default)]
+struct CatalogWork {
+    /// Files changed since the last catalog write began.
+    wanted: bool,
+    /// A catalog write is under way.
+    running: bool,
+    /// Files compactions replaced: deleted after the next catalog write that succeeds, when
+    /// no manifest on disk may list them.
+    replaced: Vec<Arc<SstReader>>,
+    /// Why the latest catalog write failed, until one succeeds.
+    failure: Option<String>,
 }
 
 impl Background {
@@ -72,11 +101,56 @@ impl Background {
         self.progress.wait_for(&mut q, timeout);
     }
 
-    /// Wakes writers waiting on back-pressure before the task that relieved it has finished
-    /// (a flush gives its memstore's memory back before it persists the catalog).
-    pub fn progress_made(&self) {
+    /// Asks for a catalog write, after which `replaced` (a compaction's inputs, already out of
+    /// their region) are deleted. Without a catalog thread, the caller writes it now.
+    pub fn request_catalog(&self, engine: &EngineInner, replaced: Vec<Arc<SstReader>>) -> crate::Result<()> {
+        if self.catalog_inline.load(Ordering::Acquire) {
+            return engine.write_catalog(&replaced);
+        }
+        let mut c = self.catalog.lock();
+        c.wanted = true;
+        c.replaced.extend(replaced);
+        self.catalog_wanted.notify_one();
+        Ok(())
+    }
+
+    /// Waits until a catalog write is wanted and takes it: the files to delete after it.
+    /// `None` once the workers have stopped and nothing is wanted.
+    fn next_catalog(&self) -> Option<Vec<Arc<SstReader>>> {
+        let mut c = self.catalog.lock();
+        loop {
+            if c.wanted {
+                c.wanted = false;
+                c.running = true;
+                return Some(std::mem::take(&mut c.replaced));
+            }
+            if self.catalog_stop.load(Ordering::Acquire) {
+                return None;
+            }
+            self.catalog_wanted.wait(&mut c);
+        }
+    }
+
+    /// Notes how a catalog write ended. A failed one is tried again when the next flush or
+    /// compaction asks, as a failed task is; its files wait for that write.
+    fn catalog_done(&self, outcome: crate::Result<()>, replaced: Vec<Arc<SstReader>>) {
+        let mut c = self.catalog.lock();
+        c.running = false;
+        match outcome {
+            Ok(()) => c.failure = None,
+            Err(e) => {
+                c.failure = Some(format!("the last catalog write failed: {e}"));
+                c.replaced.extend(replaced);
+            }
+        }
+        drop(c);
         let _q = self.queue.lock();
         self.progress.notify_all();
+    }
+
+    /// Why the latest catalog write failed, if none has succeeded since.
+    pub fn catalog_failure(&self) -> Option<String> {
+        self.catalog.lock().failure.clone()
     }
 
     /// Notes how a task ended: a failure is kept until a task of its kind succeeds.
@@ -102,10 +176,14 @@ impl Background {
         self.failures.lock().get(&kind).cloned()
     }
 
-    /// True when nothing is queued or running.
+    /// True when no task and no catalog write is queued or running.
     pub fn idle(&self) -> bool {
-        let q = self.queue.lock();
-        q.tasks.is_empty() && q.running == 0
+        let tasks_idle = {
+            let q = self.queue.lock();
+            q.tasks.is_empty() && q.running == 0
+        };
+        let c = self.catalog.lock();
+        tasks_idle && !c.wanted && !c.running
     }
 
     fn next(&self) -> Option<Task> {
@@ -157,6 +235,7 @@ pub(crate) struct Lifeline {
     engine: Weak<EngineInner>,
     background: Arc<Background>,
     workers: Mutex<Vec<JoinHandle<()>>>,
+    catalog: Mutex<Option<JoinHandle<()>>>,
 }
 
 impl Lifeline {
@@ -180,7 +259,25 @@ impl Lifeline {
                     .ok()
             })
             .collect();
-        Lifeline { engine: Arc::downgrade(engine), background, workers: Mutex::new(workers) }
+        let catalog = {
+            let weak: Weak<EngineInner> = Arc::downgrade(engine);
+            let bg = background.clone();
+            let nice = engine.opts.background_nice;
+            std::thread::Builder::new()
+                .name("cellar-catalog".into())
+                .spawn(move || {
+                    lower_priority(nice);
+                    catalog_writer(&weak, &bg)
+                })
+                .ok()
+        };
+        background.catalog_inline.store(catalog.is_none(), Ordering::Release);
+        Lifeline {
+            engine: Arc::downgrade(engine),
+            background,
+            workers: Mutex::new(workers),
+            catalog: Mutex::new(catalog),
+        }
     }
 }
 
@@ -190,6 +287,15 @@ impl Drop for Lifeline {
         self.background.work.notify_all();
         for w in self.workers.lock().drain(..) {
             let _ = w.join();
+        }
+        // After the workers: it makes the catalog writes their last tasks asked for.
+        {
+            let _c = self.background.catalog.lock();
+            self.background.catalog_stop.store(true, Ordering::Release);
+            self.background.catalog_wanted.notify_all();
+        }
+        if let Some(catalog) = self.catalog.lock().take() {
+            let _ = catalog.join();
         }
         if let Some(engine) = self.engine.upgrade() {
             if engine.opts.flush_on_close {
@@ -235,6 +341,17 @@ fn worker(engine: &Weak<EngineInner>, bg: &Background) {
             let _ = engine.wal.flush_buffer();
         }
         bg.done(&task, !idle_tick);
+    }
+}
+
+/// The catalog thread: writes the catalog whenever flushes or compactions ask.
+fn catalog_writer(engine: &Weak<EngineInner>, bg: &Background) {
+    while let Some(replaced) = bg.next_catalog() {
+        let outcome = match engine.upgrade() {
+            Some(engine) => engine.write_catalog(&replaced),
+            None => Ok(()),
+        };
+        bg.catalog_done(outcome, replaced);
     }
 }
 

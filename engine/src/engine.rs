@@ -70,7 +70,8 @@ pub struct EngineOptions {
     /// Longest a write waits for background work before failing with
     /// [`Error::RegionTooBusy`] (default 60 s).
     pub write_stall_timeout: Duration,
-    /// Background worker threads for flushes, compactions and splits (default 2).
+    /// Background worker threads for flushes, compactions and splits (default 2). One more
+    /// thread writes the catalog after background flushes and compactions.
     pub background_threads: usize,
     /// Niceness the background threads add to their own on Linux (default 5; at most 19).
     /// When flushes and compactions compete with the application's threads for a core, they
@@ -836,6 +837,7 @@ impl EngineInner {
                 } else {
                     flush_failure().or_else(compaction_failure)
                 };
+                let cause = cause.or_else(|| self.background.catalog_failure());
                 return Err(Error::RegionTooBusy { region: region.id, waited_ms, cause });
             }
             self.background.wait_for_progress(Duration::from_millis(50));
@@ -942,14 +944,10 @@ impl EngineInner {
         let Ok(state) = self.table_state(&task.table) else { return Ok(()) };
         let Some(region) = state.regions().into_iter().find(|r| r.id == task.region) else { return Ok(()) };
         match task.kind {
+            // The catalog write follows on the catalog thread (see `background`).
             TaskKind::Flush => {
                 if self.flush_region(&region)? {
-                    // The memstore's memory is back: writers waiting for it need not wait for
-                    // the catalog write, the log trim and the heap's trim too.
-                    self.background.progress_made();
-                    let _ddl = self.ddl.lock();
-                    self.persist_locked()?;
-                    self.trim_wal()?;
+                    self.background.request_catalog(self, Vec::new())?;
                 }
             }
             TaskKind::Compact => {
@@ -957,9 +955,7 @@ impl EngineInner {
                 let replaced =
                     region.compact(&self.file_context(), CompactionScope::Selected(&self.compaction_policy()), now)?;
                 if !replaced.is_empty() {
-                    let _ddl = self.ddl.lock();
-                    self.persist_locked()?;
-                    self.delete_files(replaced.into_iter());
+                    self.background.request_catalog(self, replaced)?;
                 }
             }
             TaskKind::Split => {
@@ -977,6 +973,15 @@ impl EngineInner {
         }
         self.request_follow_ups(&task.table, &state, &region);
         Ok(())
+    }
+
+    /// The catalog write background flushes and compactions ask for: persists the catalog,
+    /// deletes `replaced` files no manifest on disk lists any more and trims the log.
+    pub fn write_catalog(&self, replaced: &[Arc<SstReader>]) -> Result<()> {
+        let _ddl = self.ddl.lock();
+        self.persist_locked()?;
+        self.delete_files(replaced.iter().cloned());
+        self.trim_wal()
     }
 
     /// Writes the catalog; the caller holds `ddl`.
