@@ -30,6 +30,10 @@ use crate::table::{Table, TableState};
 use crate::wal::{decode_batch, Wal};
 use crate::{Error, Result};
 
+/// A split flushes a region again before it stops the region's writes while the region holds
+/// more than this.
+const SMALL_FLUSH_BYTES: usize = 4 * 1024 * 1024;
+
 /// Tuning knobs of an engine.
 #[derive(Debug, Clone)]
 pub struct EngineOptions {
@@ -1041,9 +1045,17 @@ impl EngineInner {
         if at.as_ref().is_some_and(|at| !inside(at)) {
             return Err(Error::invalid("split key", "must lie strictly inside the region"));
         }
-        // Flush while writes continue, so the flush under the write lock below is short.
+        // Flush while writes continue, so the flush under the write lock below is short: again
+        // while the writes that arrived during a flush are more than a small flush (HBase
+        // flushes before closing a region for the same reason), twice more at most.
         self.wal.flush_buffer()?;
-        let flushed = region.flush_maintained(&ctx)?;
+        let mut flushed = region.flush_maintained(&ctx)?;
+        for _ in 0..2 {
+            if region.memstore_size() <= SMALL_FLUSH_BYTES {
+                break;
+            }
+            flushed |= region.flush_maintained(&ctx)?;
+        }
         let policy = state.descriptor().split_policy;
         let at = match at {
             Some(at) if policy == SplitPolicy::MidKey => Some(at),
@@ -1059,6 +1071,9 @@ impl EngineInner {
             }
             return Ok(false);
         };
+        // The catalog write under the lock syncs the log too: only what arrives from here on is
+        // left for it.
+        self.wal.sync_to(self.wal.last_seq())?;
         let _w = region.write_lock.lock();
         region.flush_write_locked(&ctx)?;
         let ids =
