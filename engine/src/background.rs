@@ -351,7 +351,13 @@ fn catalog_writer(engine: &Weak<EngineInner>, bg: &Background) {
             Some(engine) => engine.write_catalog(&replaced),
             None => Ok(()),
         };
+        let deleted = outcome.is_ok() && !replaced.is_empty();
         bg.catalog_done(outcome, replaced);
+        if deleted {
+            // The deleted files' readers and cached blocks were the last of a compaction's
+            // memory, freed here rather than on the worker that trimmed after it; see `heap`.
+            crate::heap::release_free_memory();
+        }
     }
 }
 
