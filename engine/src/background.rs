@@ -64,6 +64,7 @@ pub(crate) struct Background {
     /// The latest failure of each kind of task, until a task of that kind succeeds: what a
     /// write that waited in vain reports ([`crate::Error::RegionTooBusy`]).
     failures: Mutex<HashMap<TaskKind, String>>,
+    /// The catalog writes asked for, and how the last one ended.
     catalog: Mutex<CatalogWork>,
     /// Signals the catalog thread that a write is wanted (or that it should stop).
     catalog_wanted: Condvar,
@@ -74,7 +75,7 @@ pub(crate) struct Background {
 /// The catalog writes flushes and compactions asked for.
 #[derive(Default)]
 struct CatalogWork {
-    /// Files changed since the last catalog write began.
+    /// A flush or compaction changed files since the last catalog write began.
     wanted: bool,
     /// A catalog write is under way.
     running: bool,

@@ -107,6 +107,15 @@ fn options(fs: Arc<GatedFs>) -> EngineOptions {
     }
 }
 
+/// An engine on `fs` in `dir` with table `t`, and its options.
+fn open(dir: &Path, fs: &Arc<GatedFs>) -> (Engine, Table, EngineOptions) {
+    let opts = options(fs.clone());
+    let engine = Engine::open(dir, opts.clone()).unwrap();
+    engine.create_table(TableDescriptor::new("t").family(FamilyDescriptor::new("f"))).unwrap();
+    let table = engine.table("t").unwrap();
+    (engine, table, opts)
+}
+
 /// Puts rows `from..to`, each a 1000-byte value.
 fn put_rows(table: &Table, from: u32, to: u32) {
     for i in from..to {
@@ -129,10 +138,7 @@ fn reopen_and_check(dir: &Path, opts: EngineOptions, rows: u32) {
 fn flushes_and_writers_go_on_while_a_catalog_write_hangs() {
     let dir = tempfile::tempdir().unwrap();
     let fs = Arc::new(GatedFs::default());
-    let opts = options(fs.clone());
-    let engine = Engine::open(dir.path(), opts.clone()).unwrap();
-    engine.create_table(TableDescriptor::new("t").family(FamilyDescriptor::new("f"))).unwrap();
-    let table = engine.table("t").unwrap();
+    let (engine, table, opts) = open(dir.path(), &fs);
     let before = fs.installed();
     let _open_on_exit = OpenOnDrop(fs.clone());
 
@@ -163,10 +169,7 @@ fn flushes_and_writers_go_on_while_a_catalog_write_hangs() {
 fn a_failed_catalog_write_is_made_by_the_next_flush() {
     let dir = tempfile::tempdir().unwrap();
     let fs = Arc::new(GatedFs::default());
-    let opts = options(fs.clone());
-    let engine = Engine::open(dir.path(), opts.clone()).unwrap();
-    engine.create_table(TableDescriptor::new("t").family(FamilyDescriptor::new("f"))).unwrap();
-    let table = engine.table("t").unwrap();
+    let (engine, table, opts) = open(dir.path(), &fs);
     let before = fs.installed();
 
     // Every catalog write fails while the first flushes go through: the writes succeed, and the
