@@ -21,7 +21,7 @@ use crate::compaction::CompactionPolicy;
 use crate::descriptor::{FamilyDescriptor, TableDescriptor};
 use crate::fs::{sync_dir, FileSystem, OsFs};
 use crate::memstore::MemAccount;
-use crate::region::{CompactionScope, FileContext, Region};
+use crate::region::{CompactionScope, FileContext, FrozenFiles, Region};
 use crate::split::check_split_keys;
 use crate::split_policy::SplitPolicy;
 use crate::sst::reader::sst_path;
@@ -45,7 +45,9 @@ pub struct EngineOptions {
     /// fill (resident meanwhile; memstores and pool together stay within
     /// `global_memstore_bytes`).
     pub memstore_flush_bytes: usize,
-    /// WAL segments roll at this size (default 64 MiB).
+    /// WAL segments roll at this size (default 64 MiB). A flush of every region rolls the log
+    /// too, and a segment it started rolls by size only at four times this (the next such
+    /// flush closes it first, and the segment is then deleted without being synced).
     pub wal_segment_bytes: u64,
     /// When more WAL segments than this exist, every region is flushed so old ones can go.
     pub max_wal_segments: usize,
@@ -177,6 +179,35 @@ pub(crate) struct EngineInner {
     early_flush_requested: AtomicBool,
     pub background: Arc<Background>,
     _lock: Box<dyn std::any::Any + Send + Sync>,
+}
+
+/// A flush of every region is declined when a region holding data holds less than this
+/// fraction of the largest memstore: it would write a tiny file. Regions are then flushed one
+/// at a time, and their catalog writes sync the log.
+const ATOMIC_FLUSH_SPREAD: usize = 16;
+
+/// Longest a flush of every region waits for a catalog write or a split to finish before it
+/// flushes one region instead.
+const ATOMIC_FLUSH_DDL_WAIT: Duration = Duration::from_millis(250);
+
+/// Who asks for [`EngineInner::flush_every_region`].
+#[derive(Clone, Copy)]
+enum FlushAsk<'a> {
+    /// The background, for memory or the log: only while a flush is due, and only when the
+    /// memstores holding data are of a size.
+    Background,
+    /// [`Engine::flush`] of this table: only when no other table's region holds data.
+    Table(&'a str),
+}
+
+/// What [`EngineInner::flush_every_region`] did.
+enum EveryRegion {
+    /// Every region was frozen at one sequence number and written; these are the regions.
+    Flushed(Vec<(String, Arc<Region>)>),
+    /// No flush is due any more.
+    NotDue,
+    /// Flush one region instead.
+    Declined,
 }
 
 /// What the manifest on disk lists: its files and each region's flushed sequence number.
@@ -587,8 +618,16 @@ impl Engine {
     /// [`Error::TableNotFound`], I/O errors.
     pub fn flush(&self, table: &str) -> Result<()> {
         let state = self.inner.table_state(table)?;
-        let _ddl = self.inner.ddl.lock();
-        self.inner.flush_regions_locked(state.regions())?;
+        // The table's regions at one sequence number when no other table holds data: its
+        // catalog write then syncs no log.
+        if let EveryRegion::Flushed(_) = self.inner.flush_every_region(FlushAsk::Table(table))? {
+            let _ddl = self.inner.ddl.lock();
+            self.inner.persist_locked()?;
+            self.inner.trim_wal()?;
+        } else {
+            let _ddl = self.inner.ddl.lock();
+            self.inner.flush_regions_locked(state.regions())?;
+        }
         // As after a background flush: the new files may make a compaction or a split due.
         for r in state.regions() {
             self.inner.request_follow_ups(table, &state, &r);
@@ -950,6 +989,19 @@ impl EngineInner {
         match task.kind {
             // The catalog write follows on the catalog thread (see `background`).
             TaskKind::Flush => {
+                match self.flush_every_region(FlushAsk::Background)? {
+                    EveryRegion::Flushed(flushed) => {
+                        self.background.request_catalog(self, Vec::new())?;
+                        for (table, r) in flushed {
+                            if let Ok(state) = self.table_state(&table) {
+                                self.request_follow_ups(&table, &state, &r);
+                            }
+                        }
+                        return Ok(());
+                    }
+                    EveryRegion::NotDue => return Ok(()),
+                    EveryRegion::Declined => {}
+                }
                 if self.flush_region(&region)? {
                     self.background.request_catalog(self, Vec::new())?;
                 }
@@ -979,6 +1031,130 @@ impl EngineInner {
         Ok(())
     }
 
+    /// A flush of every region at one sequence number, as RocksDB's atomic flush does across
+    /// column families, for the background: every region's files then hold exactly the
+    /// writes up to that number, so the catalog write after it syncs no log (see
+    /// [`EngineInner::persist_locked`]). The log rolls at that number too, and once the
+    /// catalog names the flush's files, the segment the roll closed is deleted without ever
+    /// being synced: rows that never wait in a memstore for long are not written to the disk
+    /// twice.
+    ///
+    /// Declined, for a flush of one region instead, when a catalog write or a split holds
+    /// `ddl` for long (for the background), when another table holds data (for
+    /// [`Engine::flush`]), when a failed flush left memstores frozen
+    /// (their writes are older) or when a region holds less than 1/[`ATOMIC_FLUSH_SPREAD`] of
+    /// the largest memstore (it would write a tiny file). Not due when no memstore and no log
+    /// limit asks for a flush any more: another flush ran since this one was asked for.
+    fn flush_every_region(&self, asked: FlushAsk<'_>) -> Result<EveryRegion> {
+        // A catalog write holds `ddl`: one that hangs on a sick disk must not hold up the
+        // flushes writers wait for.
+        let ddl = match asked {
+            FlushAsk::Background => self.ddl.try_lock_for(ATOMIC_FLUSH_DDL_WAIT),
+            FlushAsk::Table(_) => Some(self.ddl.lock()),
+        };
+        let Some(ddl) = ddl else {
+            return Ok(EveryRegion::Declined);
+        };
+        let mut regions: Vec<(String, Arc<Region>)> = Vec::new();
+        for (name, t) in self.tables.read().iter() {
+            regions.extend(t.regions().into_iter().map(|r| (name.clone(), r)));
+        }
+        // Taken in one order by the only code that holds more than one; `ddl` keeps splits
+        // and schema changes (which take a region's maintenance locks after `ddl`) out.
+        regions.sort_by_key(|(_, r)| r.id);
+        let flushing: Vec<_> = regions.iter().map(|(_, r)| r.flushing.lock()).collect();
+        if regions.iter().any(|(_, r)| r.has_frozen()) {
+            return Ok(EveryRegion::Declined);
+        }
+        let sizes: Vec<usize> = regions.iter().map(|(_, r)| r.memstore_size()).collect();
+        match asked {
+            FlushAsk::Background => {
+                let due = sizes.iter().any(|&size| size > self.opts.memstore_flush_bytes)
+                    || self.memstore_memory.held() > self.lower_global_limit()
+                    || self.wal.segment_count() > self.opts.max_wal_segments;
+                if !due {
+                    return Ok(EveryRegion::NotDue);
+                }
+                let largest = sizes.iter().copied().max().unwrap_or(0);
+                if sizes.iter().any(|&size| size > 0 && size < largest / ATOMIC_FLUSH_SPREAD) {
+                    return Ok(EveryRegion::Declined);
+                }
+            }
+            FlushAsk::Table(table) => {
+                if regions.iter().zip(&sizes).any(|((name, _), &size)| name != table && size > 0) {
+                    return Ok(EveryRegion::Declined);
+                }
+            }
+        }
+        // The roll below must not wait for the previous one's fsync while writers wait.
+        self.wal.settle_closed()?;
+        let (seq, frozen, rolled) = {
+            let _gate = self.apply_gate.write();
+            let seq = self.wal.last_seq();
+            let frozen: Vec<bool> = regions.iter().map(|(_, r)| r.freeze_at(seq)).collect();
+            (seq, frozen, self.wal.roll_for_flush())
+        };
+        drop(ddl);
+        let to_write: Vec<&Arc<Region>> =
+            regions.iter().zip(&frozen).filter(|(_, &froze)| froze).map(|((_, r), _)| r).collect();
+        let mut written = Ok(());
+        let mut files = Vec::new();
+        for (r, file) in self.write_frozen_files(&to_write) {
+            match file {
+                Ok(f) => files.push((r, f)),
+                Err(e) => {
+                    // What it froze stays frozen: the next flush of the region retries it.
+                    r.forget_flush_ask();
+                    written = written.and(Err(e));
+                }
+            }
+        }
+        {
+            // Installed together under `ddl` (where it can be had soon): a catalog write then
+            // finds every region's new files or none, and needs no log sync either way. Never
+            // waited for without a bound: this holds `flushing` locks, which come after `ddl`,
+            // and the next flush of every region may hold `ddl` waiting for them.
+            let _ddl = self.ddl.try_lock_for(ATOMIC_FLUSH_DDL_WAIT);
+            for (r, f) in files {
+                r.install_frozen(f, seq);
+            }
+        }
+        drop(flushing);
+        rolled?;
+        written?;
+        Ok(EveryRegion::Flushed(regions))
+    }
+
+    /// Writes the frozen memstores of `regions` on as many threads as there are background
+    /// workers: the writes that arrive meanwhile wait once they fill what the frozen memstores
+    /// left of the global budget, so the flush of every region takes about as long as a
+    /// flush of one.
+    fn write_frozen_files<'r>(&self, regions: &[&'r Arc<Region>]) -> Vec<(&'r Arc<Region>, Result<FrozenFiles>)> {
+        let ctx = self.file_context();
+        let lanes = self.opts.background_threads.clamp(1, regions.len().max(1));
+        let lane = |i: usize| -> Vec<(&'r Arc<Region>, Result<FrozenFiles>)> {
+            regions.iter().skip(i).step_by(lanes).map(|&r| (r, r.write_frozen_files(&ctx))).collect()
+        };
+        std::thread::scope(|s| {
+            // Threads started here inherit the worker's lowered priority.
+            let others: Vec<_> = (1..lanes)
+                .map(|i| std::thread::Builder::new().name("cellar-flush".into()).spawn_scoped(s, move || lane(i)))
+                .collect();
+            let mut written = lane(0);
+            for (i, other) in others.into_iter().enumerate() {
+                match other {
+                    Ok(thread) => written.extend(thread.join().unwrap_or_else(|_| {
+                        // Their memstores stay frozen, for the next flush to retry.
+                        let panicked = || Error::io(&self.sst_dir, std::io::Error::other("a flush thread panicked"));
+                        regions.iter().skip(i + 1).step_by(lanes).map(|&r| (r, Err(panicked()))).collect()
+                    })),
+                    Err(_) => written.extend(lane(i + 1)),
+                }
+            }
+            written
+        })
+    }
+
     /// The catalog write background flushes and compactions ask for: persists the catalog,
     /// deletes `replaced` files no manifest on disk lists any more and trims the log.
     pub fn write_catalog(&self, replaced: &[Arc<SstReader>]) -> Result<()> {
@@ -1000,29 +1176,38 @@ impl EngineInner {
             let regions = t
                 .regions()
                 .iter()
-                .map(|r| RegionEntry {
-                    id: r.id,
-                    start: r.start.to_vec(),
-                    end: r.end.to_vec(),
-                    flushed_seq: r.flushed_seq(),
-                    files: r
-                        .stores()
+                .map(|r| {
+                    // Files and flushed sequence number from one snapshot.
+                    let stores = r.stores();
+                    let files = stores
                         .families
                         .iter()
                         .flat_map(|s| s.files.iter().map(|f| FileEntry { family: s.desc.name.clone(), id: f.id() }))
-                        .collect(),
+                        .collect();
+                    RegionEntry {
+                        id: r.id,
+                        start: r.start.to_vec(),
+                        end: r.end.to_vec(),
+                        flushed_seq: stores.flushed_seq,
+                        files,
+                    }
                 })
                 .collect();
             state.tables.push(TableEntry { descriptor: t.descriptor(), enabled: t.is_enabled(), regions });
         }
         drop(tables);
-        // The manifest never runs ahead of the log: a file it lists holds edits up to the
-        // sequence number read here, after the regions (a flush running beside this may have
-        // swapped its file in while they were read), and a power loss must not keep them
-        // while losing earlier edits of other regions still only in the log's unsynced tail.
-        // Recovery stays a prefix.
+        // Recovery must stay a prefix of the writes: a power loss must not keep a listed file's
+        // writes while losing earlier writes of another region still only in the log's
+        // unsynced tail. When every region's files hold exactly the writes up to one sequence
+        // number (after a flush of every region), no region's file runs ahead of another's
+        // log, whatever part of the log survives. Otherwise the log is synced first, up to the
+        // sequence number read here, after the regions.
+        let mut flushed = state.tables.iter().flat_map(|t| &t.regions).map(|r| r.flushed_seq);
+        let uniform = flushed.next().is_none_or(|first| flushed.all(|seq| seq == first));
         state.last_seq = self.wal.last_seq();
-        self.wal.sync_to(state.last_seq)?;
+        if !uniform {
+            self.wal.sync_to(state.last_seq)?;
+        }
         let listed = Durable::of(&state);
         let stored = state.store(&*self.opts.fs, &self.dir.join("MANIFEST"));
         let mut durable = self.durable.lock();
@@ -1422,10 +1607,10 @@ mod tests {
         }
     }
 
-    /// Past 5/8 of the global budget, a write has the region with the largest memstore
-    /// flushed, though no region reached its own flush size.
-    #[test]
-    fn writes_past_the_lower_global_limit_flush_the_largest_region() {
+    /// Writes to two regions until all memstores together pass 5/8 of a 4 MiB budget (no
+    /// region near its own flush size), `every` of them to the upper one, and returns the file
+    /// count of each region once the background is idle, after checking every row.
+    fn files_after_the_lower_global_limit(every: u32) -> Vec<usize> {
         let dir = tempfile::tempdir().unwrap();
         let opts = EngineOptions {
             memstore_flush_bytes: 64 << 20,
@@ -1441,20 +1626,31 @@ mod tests {
         let inner = &engine.inner;
         assert_eq!(inner.lower_global_limit(), (4 << 20) / 8 * 5);
         let value = vec![7u8; 1000];
-        // Rows under "b" (the lower region) three times as often as under "x".
+        let prefix = |i: u32| if i % every == every - 1 { "x" } else { "b" };
         let mut i = 0u32;
         while inner.memstore_memory.held() <= inner.lower_global_limit() {
-            let prefix = if i % 4 == 3 { "x" } else { "b" };
-            t.put(Put::new(format!("{prefix}{i:06}")).add("f", "v", value.clone())).unwrap();
+            t.put(Put::new(format!("{}{i:06}", prefix(i))).add("f", "v", value.clone())).unwrap();
             i += 1;
         }
         assert!(inner.memstore_memory.held() <= inner.opts.global_memstore_bytes, "no write reached the limit");
         assert!(engine.wait_idle(Duration::from_secs(30)));
-        let files: Vec<usize> = engine.regions("t").unwrap().iter().map(|r| r.files).collect();
-        assert_eq!(files, vec![1, 0], "the lower region, the larger, was flushed alone");
         for j in 0..i {
-            let prefix = if j % 4 == 3 { "x" } else { "b" };
-            assert!(!t.get(Get::new(format!("{prefix}{j:06}"))).unwrap().is_empty());
+            assert!(!t.get(Get::new(format!("{}{j:06}", prefix(j)))).unwrap().is_empty());
         }
+        engine.regions("t").unwrap().iter().map(|r| r.files).collect()
+    }
+
+    /// Past 5/8 of the global budget, a write has a flush run, though no region reached its
+    /// own flush size: of every region at once while their memstores are of a size.
+    #[test]
+    fn writes_past_the_lower_global_limit_flush_every_region() {
+        assert_eq!(files_after_the_lower_global_limit(4), vec![1, 1]);
+    }
+
+    /// A region holding a sliver of the memstores would write a tiny file: the largest region
+    /// is flushed alone.
+    #[test]
+    fn a_sliver_of_a_memstore_is_left_out_and_the_largest_region_flushed_alone() {
+        assert_eq!(files_after_the_lower_global_limit(40), vec![1, 0]);
     }
 }

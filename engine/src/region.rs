@@ -56,10 +56,17 @@ impl Store {
     }
 }
 
+/// SSTables written from a region's frozen memstores, by family (`None`: the memstore held
+/// nothing to keep), not yet in its stores.
+pub(crate) struct FrozenFiles(Vec<(Bytes, Option<Arc<SstReader>>)>);
+
 /// The published state of a region's families, sorted by family name.
-#[derive(Clone, Default)]
+#[derive(Clone)]
 pub(crate) struct RegionStores {
     pub families: Vec<Store>,
+    /// Every write up to this sequence number is in the files; none after it is. Kept with
+    /// the files, so a catalog write reads both from one snapshot.
+    pub flushed_seq: u64,
 }
 
 impl RegionStores {
@@ -162,7 +169,6 @@ pub(crate) struct Region {
     visible_seq: AtomicU64,
     /// Odd while a write spanning several regions publishes (see [`Region::publish_together`]).
     publishing: AtomicU64,
-    flushed_seq: AtomicU64,
     /// The sequence number the frozen memstores hold writes up to, while there are any.
     frozen_seq: AtomicU64,
     /// Set once the region has been split: writers that routed here re-route.
@@ -195,7 +201,8 @@ impl Region {
         flushed_seq: u64,
         account: &Arc<MemAccount>,
     ) -> Region {
-        let mut stores = RegionStores { families: families.iter().map(|d| Store::new(d.clone(), account)).collect() };
+        let mut stores =
+            RegionStores { families: families.iter().map(|d| Store::new(d.clone(), account)).collect(), flushed_seq };
         for (s, f) in stores.families.iter_mut().zip(files) {
             s.files = f;
         }
@@ -209,7 +216,6 @@ impl Region {
             flush_asked: AtomicBool::new(false),
             visible_seq: AtomicU64::new(flushed_seq),
             publishing: AtomicU64::new(0),
-            flushed_seq: AtomicU64::new(flushed_seq),
             frozen_seq: AtomicU64::new(0),
             retired: AtomicBool::new(false),
             stores: RwLock::new(Arc::new(stores)),
@@ -279,7 +285,7 @@ impl Region {
     }
 
     pub fn flushed_seq(&self) -> u64 {
-        self.flushed_seq.load(Ordering::Acquire)
+        self.stores().flushed_seq
     }
 
     /// What writers have published up to; for writers holding the write lock (readers take
@@ -519,11 +525,50 @@ impl Region {
         Some(seq)
     }
 
-    /// Writes the frozen memstores to SSTables and swaps them in; the caller holds
-    /// `flushing`.
-    fn write_frozen(&self, ctx: &FileContext<'_>, frozen_seq: u64) -> Result<()> {
+    /// True if memstores are frozen: a flush is writing them, or one that failed left them.
+    pub fn has_frozen(&self) -> bool {
+        self.stores().families.iter().any(|s| s.frozen.is_some())
+    }
+
+    /// Freezes the region for a flush of every region at `seq`. The caller holds this
+    /// region's `flushing`, no memstore of it is frozen, and every writer is held off with
+    /// every write up to `seq` applied, so the active memstores hold exactly this region's
+    /// writes after its files. Moves them to `frozen` and returns true (the caller writes them
+    /// with [`Region::write_frozen`]); if they are empty, records that the files hold
+    /// every write up to `seq` and returns false.
+    pub fn freeze_at(&self, seq: u64) -> bool {
+        let mut guard = self.stores.write();
+        self.flush_asked.store(false, Ordering::Release);
+        let mut next = (**guard).clone();
+        let mut any = false;
+        for s in &mut next.families {
+            if s.frozen.is_none() && !s.active.is_empty() {
+                s.frozen = Some(std::mem::replace(&mut s.active, Arc::new(Memstore::new(&self.account))));
+                any = true;
+            }
+        }
+        if any {
+            self.frozen_seq.store(seq, Ordering::Release);
+        } else {
+            next.flushed_seq = next.flushed_seq.max(seq);
+        }
+        *guard = Arc::new(next);
+        any
+    }
+
+    /// Writes the frozen memstores to SSTables and swaps them in, the files then holding every
+    /// write up to `frozen_seq`; the caller holds `flushing`.
+    pub fn write_frozen(&self, ctx: &FileContext<'_>, frozen_seq: u64) -> Result<()> {
+        let files = self.write_frozen_files(ctx)?;
+        self.install_frozen(files, frozen_seq);
+        Ok(())
+    }
+
+    /// Writes the frozen memstores to SSTables, for [`Region::install_frozen`]; the caller
+    /// holds `flushing` until it has installed them.
+    pub fn write_frozen_files(&self, ctx: &FileContext<'_>) -> Result<FrozenFiles> {
         let frozen = self.stores();
-        let mut new_files: Vec<(Bytes, Option<Arc<SstReader>>)> = Vec::new();
+        let mut new_files = Vec::new();
         for s in &frozen.families {
             if let Some(mem) = &s.frozen {
                 let mut cursor = mem.cursor(u64::MAX);
@@ -532,6 +577,12 @@ impl Region {
                 new_files.push((s.name.clone(), file));
             }
         }
+        Ok(FrozenFiles(new_files))
+    }
+
+    /// Swaps in the files written from the frozen memstores, which go; the files then hold
+    /// every write up to `frozen_seq`.
+    pub fn install_frozen(&self, FrozenFiles(new_files): FrozenFiles, frozen_seq: u64) {
         let mut guard = self.stores.write();
         let mut next = (**guard).clone();
         for s in &mut next.families {
@@ -544,9 +595,8 @@ impl Region {
                 }
             }
         }
+        next.flushed_seq = next.flushed_seq.max(frozen_seq);
         *guard = Arc::new(next);
-        self.flushed_seq.fetch_max(frozen_seq, Ordering::AcqRel);
-        Ok(())
     }
 
     /// Writes every memstore to a new SSTable and swaps it in. Returns true if anything was
@@ -672,7 +722,7 @@ impl Region {
         let _m = self.maintenance();
         let _w = self.write_lock.lock();
         let mut guard = self.stores.write();
-        let mut next = RegionStores::default();
+        let mut next = RegionStores { families: Vec::new(), flushed_seq: guard.flushed_seq };
         for desc in families {
             let store = match guard.family(desc.name.as_bytes()) {
                 Some(existing) => Store { desc: desc.clone(), ..existing.clone() },

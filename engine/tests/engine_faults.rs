@@ -477,3 +477,50 @@ fn concurrent_fsync_writers_lose_no_acknowledged_write() {
         drop(engine);
     }
 }
+
+/// A flush of every region at one sequence number (here `Engine::flush` of the only table)
+/// lists its files without syncing the log: the segment it closed is removed without ever
+/// reaching the disk. A power loss right after keeps every flushed row and a prefix of the
+/// writes after the flush.
+#[test]
+fn a_flush_of_every_region_lists_its_files_without_syncing_the_log() {
+    let fs = FaultFs::new(21);
+    fs.start_trace();
+    let engine = Engine::open(ROOT, EngineOptions { memstore_flush_bytes: 1 << 20, ..options(&fs) }).unwrap();
+    let desc = TableDescriptor::new("t").family(FamilyDescriptor::new("f"));
+    engine.create_table_with_splits(desc, vec![key(KEYS / 2).into()]).unwrap();
+    let t = engine.table("t").unwrap();
+    for k in 0..KEYS {
+        t.put(Put::new(key(k)).add("f", "q", format!("before-{k}"))).unwrap();
+    }
+    let from = fs.trace().len();
+    engine.flush("t").unwrap();
+    let trace = fs.trace();
+    let segments: Vec<String> = trace
+        .iter()
+        .filter_map(|l| l.strip_prefix("create /db/wal/").and_then(|l| l.split(" = inode ").nth(1)))
+        .map(str::to_string)
+        .collect();
+    assert!(!segments.is_empty());
+    let log_syncs: Vec<&String> = trace[from..]
+        .iter()
+        .filter(|l| segments.iter().any(|inode| l.starts_with(&format!("sync inode {inode}:"))))
+        .collect();
+    assert!(log_syncs.is_empty(), "the flush synced the log: {log_syncs:?}");
+    assert_eq!(engine.wal_segments(), 1, "the segment the flush closed is gone");
+    for k in 0..KEYS {
+        t.put(Put::new(key(k)).add("f", "q", format!("after-{k}"))).unwrap();
+    }
+    let fs = fs.power_loss();
+    drop((t, engine));
+    let engine = Engine::open(ROOT, options(&fs)).unwrap();
+    let t = engine.table("t").unwrap();
+    let values: Vec<String> = (0..KEYS)
+        .map(|k| {
+            let got = t.get(Get::new(key(k))).unwrap();
+            String::from_utf8(got.value(b"f", b"q").expect("a flushed row survives").to_vec()).unwrap()
+        })
+        .collect();
+    let kept = values.iter().take_while(|v| v.starts_with("after-")).count();
+    assert!(values[kept..].iter().all(|v| v.starts_with("before-")), "no prefix of the writes: {values:?}");
+}

@@ -5,8 +5,10 @@
 //! and the payload. Segments are files `wal/<id>.log` starting with a magic and version; a
 //! version 2 header also records the previous segment's id and length, whether a roll created
 //! the segment, and its own CRC32C. Segments are preallocated ahead of their appends, never
-//! past the segment size, so a rolled segment ends at its last record. A roll's fsync of the
-//! closed segment runs on a thread of its own ([`roll`]), so a power loss can tear the last
+//! past the segment size, so a rolled segment ends at its last record (a segment closed
+//! earlier, at a flush of every region, is cut back to it). A roll's fsync of the closed
+//! segment runs on a thread of its own ([`roll`]), or, at a flush of every region, waits until
+//! something needs it (the segment is usually deleted first), so a power loss can tear the last
 //! segment and, when a roll created that one, the segment before it. Recovery replays every
 //! segment in order; in a segment that may be torn, a damaged record or header that a block of
 //! unsynced appends lost at a power loss explains is a torn write, and so is a segment shorter

@@ -6,9 +6,14 @@
 //! one (up to a segment of page cache to write out) and the directory that names the new one.
 //! Until that is done, a power loss may tear the closed segment while blocks of the new one
 //! persist; recovery then ends the log at the tear and drops the new segment (see
-//! [`super::segment`]). Whatever makes records durable — a synced write, a catalog write —
-//! waits for the roll's syncs first, and a roll waits for the one before it, so only the last
+//! [`super::segment`]). Whatever makes records durable — a synced write, a catalog write that
+//! syncs the log — waits for the roll's syncs first, and a roll waits for the one before it, so only the last
 //! two segments can be torn.
+//!
+//! A roll at a flush of every region defers the syncs instead: the closed segment holds only
+//! records the flush is writing to files, so once the catalog names those files the segment is
+//! deleted, and its pages need never reach the disk. The syncs start only when something needs
+//! them first (a synced write, the next roll, a close).
 
 use std::io;
 use std::path::{Path, PathBuf};
@@ -54,18 +59,72 @@ fn sync(
     fs.sync_dir(dir).map_err(|e| (dir.to_path_buf(), e))
 }
 
-/// One roll's syncs under way (or over).
+/// A roll's syncs not started yet: what they will sync.
+struct Deferred {
+    fs: Arc<dyn FileSystem>,
+    dir: PathBuf,
+    closed: Arc<dyn WriteFile>,
+    closed_path: PathBuf,
+}
+
+/// One roll's syncs: deferred, under way or over.
 pub(super) struct RollSync {
     progress: Arc<Progress>,
     thread: Option<JoinHandle<()>>,
+    /// Set while the syncs wait for something to need them.
+    deferred: Option<Deferred>,
+    /// The id of the segment the roll closed.
+    closed_id: u64,
 }
 
 impl RollSync {
-    /// Starts syncing `closed` (the segment at `closed_path`) and then `dir` on a thread. If no
-    /// thread can be started, they run here before this returns.
-    pub fn start(fs: &Arc<dyn FileSystem>, dir: &Path, closed: Arc<dyn WriteFile>, closed_path: PathBuf) -> RollSync {
+    /// Starts syncing `closed` (segment `closed_id`, at `closed_path`) and then `dir` on a
+    /// thread. If no thread can be started, they run here before this returns.
+    pub fn start(
+        fs: &Arc<dyn FileSystem>,
+        dir: &Path,
+        closed: Arc<dyn WriteFile>,
+        (closed_id, closed_path): (u64, PathBuf),
+    ) -> RollSync {
+        let mut roll = RollSync::defer(fs, dir, closed, (closed_id, closed_path));
+        roll.begin();
+        roll
+    }
+
+    /// The syncs of a roll, left until [`RollSync::waiter`] or [`RollSync::finish`] needs them,
+    /// or until [`RollSync::cancel_if_removed`] finds their segment deleted.
+    pub fn defer(
+        fs: &Arc<dyn FileSystem>,
+        dir: &Path,
+        closed: Arc<dyn WriteFile>,
+        (closed_id, closed_path): (u64, PathBuf),
+    ) -> RollSync {
         let progress =
             Arc::new(Progress { failed: AtomicBool::new(false), outcome: Mutex::new(None), ended: Condvar::new() });
+        let deferred = Deferred { fs: fs.clone(), dir: dir.to_path_buf(), closed, closed_path };
+        RollSync { progress, thread: None, deferred: Some(deferred), closed_id }
+    }
+
+    /// True while the syncs wait for something to need them.
+    pub fn is_deferred(&self) -> bool {
+        self.deferred.is_some()
+    }
+
+    /// Drops deferred syncs whose segment is among `removed`: a deleted segment needs none.
+    /// The caller has synced the directory after the deletion, which also made the entry of
+    /// the segment after it durable. Returns the roll back otherwise.
+    pub fn cancel_if_removed(self, removed: &[u64]) -> Option<RollSync> {
+        if self.deferred.is_some() && removed.contains(&self.closed_id) {
+            self.progress.end(Ok(()));
+            return None;
+        }
+        Some(self)
+    }
+
+    /// Starts deferred syncs on a thread; nothing if they have started.
+    fn begin(&mut self) {
+        let Some(Deferred { fs, dir, closed, closed_path }) = self.deferred.take() else { return };
+        let progress = self.progress.clone();
         let spawned = {
             let (fs, dir, closed, closed_path, progress) =
                 (fs.clone(), dir.to_path_buf(), closed.clone(), closed_path.clone(), progress.clone());
@@ -77,14 +136,13 @@ impl RollSync {
                 progress.end(synced);
             })
         };
-        let thread = match spawned {
+        self.thread = match spawned {
             Ok(thread) => Some(thread),
             Err(_) => {
-                progress.end(sync(&**fs, dir, &*closed, &closed_path));
+                progress.end(sync(&*fs, &dir, &*closed, &closed_path));
                 None
             }
         };
-        RollSync { progress, thread }
     }
 
     /// Why the syncs failed, if they have ended in a failure; does not wait.
@@ -100,13 +158,18 @@ impl RollSync {
         }
     }
 
-    /// A handle that waits for the syncs from wherever the roll is not owned.
-    pub fn waiter(&self) -> RollWaiter {
+    /// A handle that waits for the syncs from wherever the roll is not owned; starts them if
+    /// they were deferred.
+    pub fn waiter(&mut self) -> RollWaiter {
+        self.begin();
         RollWaiter(self.progress.clone())
     }
 
-    /// Waits for the syncs and the thread that ran them.
+    /// Waits for the syncs and the thread that ran them; runs deferred ones here.
     pub fn finish(mut self) -> Result<()> {
+        if let Some(Deferred { fs, dir, closed, closed_path }) = self.deferred.take() {
+            self.progress.end(sync(&*fs, &dir, &*closed, &closed_path));
+        }
         if let Some(thread) = self.thread.take() {
             // The thread catches a panic of the syncs and reports it as their failure.
             let _ = thread.join();

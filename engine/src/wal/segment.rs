@@ -39,11 +39,23 @@ const MAX_RECORD: usize = 256 * 1024 * 1024;
 /// synced writes).
 const PREALLOCATE_FIRST: u64 = 1 << 20;
 const PREALLOCATE_LARGEST: u64 = 16 << 20;
+/// A segment a flush of every region started rolls by size only at this many times the
+/// segment limit: the next such flush closes it, and its sync can wait until the catalog
+/// write after that flush deletes it. A roll by size in between would have to sync it.
+const FLUSH_ROLLED_LIMIT: u64 = 4;
 /// The unit in which unsynced appends to a preallocated segment reach the disk: any of these
 /// blocks may be lost at a power loss while later ones persist.
 const DISK_BLOCK: usize = 4096;
 /// The unit a disk writes atomically: a block may be torn between its sectors.
 const SECTOR: usize = 512;
+
+/// Why a roll failed.
+enum Roll {
+    /// The new segment could not be made; the current one is as it was and takes appends.
+    NotStarted(Error),
+    /// The previous roll's syncs or cutting the current segment back failed.
+    Failed(Error),
+}
 
 /// A record read back during recovery.
 #[derive(Debug)]
@@ -69,8 +81,11 @@ struct Inner {
     /// Closed segments: (id, highest sequence number in it).
     closed: Vec<(u64, u64)>,
     cur_max_seq: u64,
-    /// The syncs finishing the latest roll, while they may still run.
+    /// The syncs finishing the latest roll, while they may still run or wait to be needed.
     rolling: Option<RollSync>,
+    /// A flush of every region started the segment ([`Wal::roll_for_flush`]): the next flush
+    /// closes it, so it rolls by size only once it is [`FLUSH_ROLLED_LIMIT`] times the limit.
+    flush_rolled: bool,
     /// Set by the first failed write or sync; the log then refuses writes. After a failed
     /// write, records buffered with it (AsyncWal) are lost while later ones could land, and
     /// after a failed fsync the kernel may have dropped the dirty pages while a retried fsync
@@ -439,6 +454,7 @@ impl Wal {
                 closed,
                 cur_max_seq: 0,
                 rolling: None,
+                flush_rolled: false,
                 failed: None,
             }),
             synced: AtomicU64::new(last_seq),
@@ -507,9 +523,10 @@ impl Wal {
     fn write_out(&self, inner: &mut Inner, bytes: &[u8], last_seq: u64) -> Result<()> {
         let before = inner.size;
         let end = before + bytes.len() as u64;
+        let limit = self.roll_size(inner);
         if end > inner.allocated {
             let step = inner.allocated.clamp(PREALLOCATE_FIRST, PREALLOCATE_LARGEST);
-            let len = (inner.allocated + step).min(self.segment_limit).max(end);
+            let len = (inner.allocated + step).min(limit).max(end);
             if let Err(e) = inner.file.preallocate(len) {
                 let path = segment_path(&self.dir, inner.id);
                 inner.failed = Some(format!("preallocating the log segment {} failed: {e}", path.display()));
@@ -525,8 +542,8 @@ impl Wal {
         }
         inner.size += bytes.len() as u64;
         inner.written_seq = inner.written_seq.max(last_seq);
-        if inner.size >= self.segment_limit {
-            if let Err(e) = self.roll(inner) {
+        if inner.size >= limit {
+            if let Err(Roll::NotStarted(e) | Roll::Failed(e)) = self.roll(inner, false) {
                 inner.failed = Some(format!("starting a new log segment failed: {e}"));
                 return Err(e);
             }
@@ -534,28 +551,93 @@ impl Wal {
         Ok(())
     }
 
-    /// Closes the full segment and starts the next; the closed one's fsync runs on a thread
-    /// (see [`RollSync`]) while appends go on into the new one.
-    fn roll(&self, inner: &mut Inner) -> Result<()> {
+    /// The size at which the current segment rolls.
+    fn roll_size(&self, inner: &Inner) -> u64 {
+        if inner.flush_rolled {
+            self.segment_limit.saturating_mul(FLUSH_ROLLED_LIMIT)
+        } else {
+            self.segment_limit
+        }
+    }
+
+    /// Closes the current segment and starts the next. The closed one's fsync runs on a
+    /// thread (see [`RollSync`]) while appends go on into the new one, or, with `defer`, waits
+    /// until something needs it.
+    fn roll(&self, inner: &mut Inner, defer: bool) -> std::result::Result<(), Roll> {
         // Only the last two segments may be torn by a power loss: the segment the previous
         // roll closed must be durable before this roll closes another.
         if let Some(previous) = inner.rolling.take() {
-            previous.finish()?;
+            previous.finish().map_err(Roll::Failed)?;
         }
-        // Only the last segments may end in zeros (recovery reads them as a torn tail). None
-        // is left here: preallocation never passes the segment limit, and the write that
-        // reaches it extends the file to exactly its own end.
-        debug_assert_eq!(inner.allocated, inner.size, "a rolled segment ends at its last record");
         let id = inner.id + 1;
         let header = Header { previous: Some((inner.id, inner.size)), rolled: true };
-        let file = Self::start_segment(&*self.fs, &self.dir, id, header)?;
+        let file = Self::start_segment(&*self.fs, &self.dir, id, header).map_err(|e| {
+            // Best effort: a file left half made would be in the way of the next roll.
+            let _ = self.fs.remove(&segment_path(&self.dir, id));
+            Roll::NotStarted(e)
+        })?;
+        // Only the last segments may end in zeros (recovery reads them as a torn tail). None
+        // is left here: preallocation never passes the roll size, and the write that reaches
+        // it extends the file to exactly its own end; a roll before that cuts the file back to
+        // its last record (made durable with the records, by the closed segment's fdatasync).
+        let path = segment_path(&self.dir, inner.id);
+        if inner.allocated != inner.size {
+            inner.file.set_len(inner.size).map_err(|e| Roll::Failed(Error::io(&path, e)))?;
+            inner.allocated = inner.size;
+        }
         let closed = std::mem::replace(&mut inner.file, file);
         inner.closed.push((inner.id, inner.cur_max_seq));
-        inner.rolling = Some(RollSync::start(&self.fs, &self.dir, closed, segment_path(&self.dir, inner.id)));
+        let closed = (closed, (inner.id, path));
+        inner.rolling = Some(if defer {
+            RollSync::defer(&self.fs, &self.dir, closed.0, closed.1)
+        } else {
+            RollSync::start(&self.fs, &self.dir, closed.0, closed.1)
+        });
         inner.id = id;
         inner.size = SEGMENT_HEADER as u64;
         inner.allocated = SEGMENT_HEADER as u64;
+        inner.flush_rolled = defer;
         Ok(())
+    }
+
+    /// Makes the segment the latest roll closed durable, if it is not: a flush of every region
+    /// calls this before it stops the writers to roll the log ([`Wal::roll_for_flush`]), so
+    /// that roll has no fsync to wait for.
+    pub fn settle_closed(&self) -> Result<()> {
+        let rolled = self.inner.lock().rolling.as_mut().map(RollSync::waiter);
+        self.wait_for_roll(rolled)
+    }
+
+    /// Closes the current segment at a flush of every region, the caller holding the writers
+    /// off: the closed segment holds exactly the records that flush writes to files. Its fsync
+    /// is deferred until something needs it, and once the catalog names the flush's files the
+    /// segment is deleted unsynced. Nothing happens if no record was logged since the last
+    /// roll.
+    pub fn roll_for_flush(&self) -> Result<()> {
+        let mut inner = self.inner.lock();
+        if let Some(why) = &inner.failed {
+            return Err(Error::ReadOnly(why.clone()));
+        }
+        if !inner.buf.is_empty() {
+            let buf = std::mem::take(&mut inner.buf);
+            let last = inner.cur_max_seq;
+            self.write_out(&mut inner, &buf, last)?;
+        }
+        if inner.size == SEGMENT_HEADER as u64 {
+            inner.flush_rolled = true;
+            return Ok(());
+        }
+        let rolled = self.roll(&mut inner, true);
+        match rolled {
+            // No new segment (a full disk): appends go on in this one, which a later flush
+            // closes. Nothing about the log changed.
+            Err(Roll::NotStarted(_)) => Ok(()),
+            Err(Roll::Failed(e)) => {
+                inner.failed = Some(format!("closing a log segment failed: {e}"));
+                Err(e)
+            }
+            Ok(()) => Ok(()),
+        }
     }
 
     /// Writes buffered AsyncWal records to the OS.
@@ -610,7 +692,7 @@ impl Wal {
                 let last = inner.cur_max_seq;
                 self.write_out(&mut inner, &buf, last)?;
             }
-            (inner.file.clone(), inner.written_seq, inner.id, inner.rolling.as_ref().map(RollSync::waiter))
+            (inner.file.clone(), inner.written_seq, inner.id, inner.rolling.as_mut().map(RollSync::waiter))
         };
         // Records before the current segment are durable once the latest roll's syncs are:
         // each roll waited for the one before it.
@@ -627,13 +709,13 @@ impl Wal {
         // have reported: the kernel tells each failure once. So the rolls since must have
         // succeeded too (each waits for the one before, so the latest one speaks for all).
         let rolled_since = {
-            let inner = self.inner.lock();
+            let mut inner = self.inner.lock();
             if inner.id != id {
                 if let Some(why) = &inner.failed {
                     let e = std::io::Error::other(format!("the log failed while this write was made durable: {why}"));
                     return Err(Error::io(segment_path(&self.dir, id), e));
                 }
-                inner.rolling.as_ref().map(RollSync::waiter)
+                inner.rolling.as_mut().map(RollSync::waiter)
             } else {
                 None
             }
@@ -666,27 +748,44 @@ impl Wal {
 
     /// Deletes closed segments whose every edit has a sequence number below `seq`.
     pub fn remove_segments_below(&self, seq: u64) -> Result<()> {
-        // Deletions never race the latest roll's fsync of a segment they might remove.
-        let rolled = self.inner.lock().rolling.as_ref().map(RollSync::waiter);
+        // Deletions never race the latest roll's fsync of a segment they might remove; deferred
+        // syncs of a segment they remove are dropped instead, once the removal is durable.
+        let rolled = self.inner.lock().rolling.as_mut().filter(|r| !r.is_deferred()).map(RollSync::waiter);
         self.wait_for_roll(rolled)?;
-        let doomed: Vec<u64> = {
+        let doomed: Vec<(u64, u64)> = {
             let mut inner = self.inner.lock();
             let (gone, kept): (Vec<_>, Vec<_>) = inner.closed.iter().partition(|(_, max)| *max < seq);
             inner.closed = kept;
-            gone.into_iter().map(|(id, _)| id).collect()
+            gone
         };
-        for id in &doomed {
-            let path = segment_path(&self.dir, *id);
+        let mut removed = Vec::new();
+        let mut failed = None;
+        for &(id, _) in &doomed {
+            let path = segment_path(&self.dir, id);
             match self.fs.remove(&path) {
-                Ok(()) => {}
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-                Err(e) => return Err(Error::io(path, e)),
+                Ok(()) => removed.push(id),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => removed.push(id),
+                Err(e) => {
+                    failed = Some(Error::io(path, e));
+                    break;
+                }
             }
         }
-        if !doomed.is_empty() {
-            sync_dir(&*self.fs, &self.dir)?;
+        let synced = if removed.is_empty() { Ok(()) } else { sync_dir(&*self.fs, &self.dir) };
+        let mut inner = self.inner.lock();
+        // Segments still there stay listed (the oldest ones), for the next trim. A segment
+        // whose removal may not last keeps its deferred syncs: should it come back after a
+        // power loss, it must not come back torn in front of newer segments.
+        let mut closed: Vec<(u64, u64)> = doomed.into_iter().filter(|(id, _)| !removed.contains(id)).collect();
+        closed.append(&mut inner.closed);
+        inner.closed = closed;
+        if synced.is_ok() {
+            inner.rolling = inner.rolling.take().and_then(|r| r.cancel_if_removed(&removed));
         }
-        Ok(())
+        match failed {
+            Some(e) => Err(e),
+            None => synced,
+        }
     }
 
     /// The last sequence number handed out.
@@ -1200,5 +1299,68 @@ mod tests {
         drop(wal);
         let seqs: Vec<u64> = reopen(dir.path()).unwrap().into_iter().map(|(s, _)| s).collect();
         assert!(seqs.iter().all(|&s| s >= 5) && seqs.contains(&10), "{seqs:?}");
+    }
+
+    /// The inode a [`crate::fault::FaultFs`] trace says `path` was created as, and the number
+    /// of syncs of it the trace shows.
+    fn syncs_in_trace(trace: &[String], path: &Path) -> usize {
+        let created = format!("create {} = inode ", path.display());
+        let inode = trace.iter().find_map(|l| l.strip_prefix(&created)).expect("the segment's creation is traced");
+        trace.iter().filter(|l| l.starts_with(&format!("sync inode {inode}:"))).count()
+    }
+
+    /// A segment closed at a flush of every region is synced only when something needs it:
+    /// removed once the flush's files are listed, its records never reach the disk; a synced
+    /// write after the roll makes them durable first.
+    #[test]
+    fn a_segment_closed_for_a_flush_is_synced_only_when_needed() {
+        let dir = Path::new("/wal");
+        for synced_write in [false, true] {
+            let fs = crate::fault::FaultFs::new(5);
+            fs.start_trace();
+            let wal = Wal::open(Arc::new(fs.clone()), dir, 1 << 20, 0, |_| Ok(())).unwrap();
+            let flushed = wal.append(1, &[1; 3_000], Durability::SyncWal).unwrap();
+            wal.roll_for_flush().unwrap();
+            assert_eq!(wal.segment_count(), 2);
+            let after = wal.append(1, &[2; 3_000], Durability::SyncWal).unwrap();
+            if synced_write {
+                wal.sync_to(after).unwrap();
+            }
+            wal.remove_segments_below(flushed + 1).unwrap();
+            assert_eq!(wal.segment_count(), 1);
+            // Its header was synced when the log was opened; its record only for the write.
+            let syncs = syncs_in_trace(&fs.trace(), &segment_path(dir, 1));
+            assert_eq!(syncs, if synced_write { 2 } else { 1 }, "synced write: {synced_write}");
+            drop(wal);
+            assert_eq!(records_in(Arc::new(fs), dir).unwrap(), vec![(after, vec![2; 3_000])]);
+        }
+    }
+
+    /// After a roll at a flush, the segment rolls by size only at four times the limit: the
+    /// next flush closes it, and a roll in between would have to sync the one before. After
+    /// a roll by size, the limit is back.
+    #[test]
+    fn a_segment_a_flush_started_rolls_by_size_late() {
+        let dir = Path::new("/wal");
+        let fs = crate::fault::FaultFs::new(6);
+        let limit = 4 * DISK_BLOCK;
+        let wal = Wal::open(Arc::new(fs.clone()), dir, limit as u64, 0, |_| Ok(())).unwrap();
+        let appends_until_roll = |segments: usize| {
+            let mut appended = 0;
+            while wal.segment_count() == segments {
+                wal.append(1, &[7; 1_000], Durability::SyncWal).unwrap();
+                appended += 1;
+            }
+            appended
+        };
+        wal.append(1, &[7; 1_000], Durability::SyncWal).unwrap();
+        wal.roll_for_flush().unwrap();
+        assert_eq!(wal.segment_count(), 2);
+        let late = appends_until_roll(2);
+        assert!(late * 1_000 >= 4 * limit - 1_000, "rolled after {late} KB");
+        let on_time = appends_until_roll(3);
+        assert!(on_time * 1_000 < limit + 1_000, "rolled after {on_time} KB");
+        drop(wal);
+        assert_eq!(records_in(Arc::new(fs), dir).unwrap().len(), 1 + late + on_time);
     }
 }
