@@ -587,11 +587,11 @@ impl Wal {
         }
         let closed = std::mem::replace(&mut inner.file, file);
         inner.closed.push((inner.id, inner.cur_max_seq));
-        let closed = (closed, (inner.id, path));
+        let named = (inner.id, path);
         inner.rolling = Some(if defer {
-            RollSync::defer(&self.fs, &self.dir, closed.0, closed.1)
+            RollSync::defer(&self.fs, &self.dir, closed, named)
         } else {
-            RollSync::start(&self.fs, &self.dir, closed.0, closed.1)
+            RollSync::start(&self.fs, &self.dir, closed, named)
         });
         inner.id = id;
         inner.size = SEGMENT_HEADER as u64;
