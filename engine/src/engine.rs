@@ -1099,7 +1099,7 @@ impl EngineInner {
             regions.iter().zip(&frozen).filter(|(_, &froze)| froze).map(|((_, r), _)| r).collect();
         let mut written = Ok(());
         let mut files = Vec::new();
-        for (r, file) in self.write_frozen_files(&to_write) {
+        for (r, file) in self.write_frozen_in_lanes(&to_write) {
             match file {
                 Ok(f) => files.push((r, f)),
                 Err(e) => {
@@ -1129,7 +1129,7 @@ impl EngineInner {
     /// workers: the writes that arrive meanwhile wait once they fill what the frozen memstores
     /// left of the global budget, so the flush of every region takes about as long as a
     /// flush of one.
-    fn write_frozen_files<'r>(&self, regions: &[&'r Arc<Region>]) -> Vec<(&'r Arc<Region>, Result<FrozenFiles>)> {
+    fn write_frozen_in_lanes<'r>(&self, regions: &[&'r Arc<Region>]) -> Vec<(&'r Arc<Region>, Result<FrozenFiles>)> {
         let ctx = self.file_context();
         let lanes = self.opts.background_threads.clamp(1, regions.len().max(1));
         let lane = |i: usize| -> Vec<(&'r Arc<Region>, Result<FrozenFiles>)> {

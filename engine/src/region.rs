@@ -509,20 +509,24 @@ impl Region {
             return Some(self.frozen_seq.load(Ordering::Acquire));
         }
         let mut next = (**guard).clone();
-        let mut any = false;
-        for s in &mut next.families {
-            if s.frozen.is_none() && !s.active.is_empty() {
-                s.frozen = Some(std::mem::replace(&mut s.active, Arc::new(Memstore::new(&self.account))));
-            }
-            any |= s.frozen.is_some();
-        }
-        if !any {
+        if !self.freeze_active(&mut next) {
             return None;
         }
         *guard = Arc::new(next);
         let seq = self.visible_seq.load(Ordering::Acquire);
         self.frozen_seq.store(seq, Ordering::Release);
         Some(seq)
+    }
+
+    /// Moves the non-empty active memstores of `next` (which holds none frozen) to `frozen`;
+    /// true if it moved any.
+    fn freeze_active(&self, next: &mut RegionStores) -> bool {
+        let mut any = false;
+        for s in next.families.iter_mut().filter(|s| !s.active.is_empty()) {
+            s.frozen = Some(std::mem::replace(&mut s.active, Arc::new(Memstore::new(&self.account))));
+            any = true;
+        }
+        any
     }
 
     /// True if memstores are frozen: a flush is writing them, or one that failed left them.
@@ -534,19 +538,13 @@ impl Region {
     /// region's `flushing`, no memstore of it is frozen, and every writer is held off with
     /// every write up to `seq` applied, so the active memstores hold exactly this region's
     /// writes after its files. Moves them to `frozen` and returns true (the caller writes them
-    /// with [`Region::write_frozen`]); if they are empty, records that the files hold
-    /// every write up to `seq` and returns false.
+    /// with [`Region::write_frozen_files`] and [`Region::install_frozen`]); if they are empty,
+    /// records that the files hold every write up to `seq` and returns false.
     pub fn freeze_at(&self, seq: u64) -> bool {
         let mut guard = self.stores.write();
         self.flush_asked.store(false, Ordering::Release);
         let mut next = (**guard).clone();
-        let mut any = false;
-        for s in &mut next.families {
-            if s.frozen.is_none() && !s.active.is_empty() {
-                s.frozen = Some(std::mem::replace(&mut s.active, Arc::new(Memstore::new(&self.account))));
-                any = true;
-            }
-        }
+        let any = self.freeze_active(&mut next);
         if any {
             self.frozen_seq.store(seq, Ordering::Release);
         } else {
@@ -558,7 +556,7 @@ impl Region {
 
     /// Writes the frozen memstores to SSTables and swaps them in, the files then holding every
     /// write up to `frozen_seq`; the caller holds `flushing`.
-    pub fn write_frozen(&self, ctx: &FileContext<'_>, frozen_seq: u64) -> Result<()> {
+    fn write_frozen(&self, ctx: &FileContext<'_>, frozen_seq: u64) -> Result<()> {
         let files = self.write_frozen_files(ctx)?;
         self.install_frozen(files, frozen_seq);
         Ok(())
