@@ -72,11 +72,16 @@ pub(crate) fn read_row_family(
     let mut col: Option<ColumnState> = None;
     // Columns that returned a cell, for the window's column cap.
     let mut returned_columns = 0usize;
+    // What skipping the last column found the cursor on, so its cell is not compared again.
+    let mut landed = Landed::Unknown;
     while let Some(k) = cur.key() {
-        if !same_bytes(k.row, buf.row()) {
+        let was = std::mem::replace(&mut landed, Landed::Unknown);
+        if was == Landed::Unknown && !same_bytes(k.row, buf.row()) {
             break;
         }
-        if col.as_ref().is_none_or(|c| !same_bytes(buf.bytes(c.qualifier.clone()), k.qualifier)) {
+        let new_column = was == Landed::NextColumn
+            || col.as_ref().is_none_or(|c| !same_bytes(buf.bytes(c.qualifier.clone()), k.qualifier));
+        if new_column {
             if col.as_ref().is_some_and(|c| c.returned > 0) {
                 returned_columns += 1;
             }
@@ -134,7 +139,10 @@ pub(crate) fn read_row_family(
             || (!p.raw && (c.surviving >= fam.desc.max_versions || c.returned >= p.max_versions));
         if column_done {
             let qualifier = c.qualifier.clone();
-            skip_column(cur, buf.row(), buf.bytes(qualifier))?;
+            landed = skip_column(cur, buf.row(), buf.bytes(qualifier))?;
+            if landed == Landed::OtherRow {
+                break;
+            }
         } else {
             cur.next()?;
         }
@@ -145,15 +153,31 @@ pub(crate) fn read_row_family(
 /// Cells stepped over one by one before a skip turns into a seek (seeks cost more per call).
 const STEPS_BEFORE_SEEK: usize = 4;
 
+/// Where [`skip_column`] left the cursor, as far as it looked.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Landed {
+    /// Not looked at (after a seek).
+    Unknown,
+    /// On a later column of the same row.
+    NextColumn,
+    /// Past the row (or at the end).
+    OtherRow,
+}
+
 /// Moves `cur` past every remaining cell of column `qualifier` in `row`.
-fn skip_column(cur: &mut dyn CellCursor, row: &[u8], qualifier: &[u8]) -> Result<()> {
+fn skip_column(cur: &mut dyn CellCursor, row: &[u8], qualifier: &[u8]) -> Result<Landed> {
     for _ in 0..STEPS_BEFORE_SEEK {
         cur.next()?;
-        if !cur.key().is_some_and(|k| same_bytes(k.row, row) && same_bytes(k.qualifier, qualifier)) {
-            return Ok(());
+        let Some(k) = cur.key() else { return Ok(Landed::OtherRow) };
+        if !same_bytes(k.row, row) {
+            return Ok(Landed::OtherRow);
+        }
+        if !same_bytes(k.qualifier, qualifier) {
+            return Ok(Landed::NextColumn);
         }
     }
     // The qualifier followed by a zero byte is the next possible column.
     let next_column = [qualifier, &[0u8]].concat();
-    cur.seek_forward(&KeyView::first_of_column(row, &next_column))
+    cur.seek_forward(&KeyView::first_of_column(row, &next_column))?;
+    Ok(Landed::Unknown)
 }
