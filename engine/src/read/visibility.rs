@@ -164,7 +164,8 @@ enum Landed {
     OtherRow,
 }
 
-/// Moves `cur` past every remaining cell of column `qualifier` in `row`.
+/// Moves `cur` past every remaining cell of column `qualifier` in `row`, and says where it
+/// landed as far as it looked.
 fn skip_column(cur: &mut dyn CellCursor, row: &[u8], qualifier: &[u8]) -> Result<Landed> {
     for _ in 0..STEPS_BEFORE_SEEK {
         cur.next()?;
