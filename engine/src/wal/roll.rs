@@ -78,21 +78,10 @@ pub(super) struct RollSync {
 }
 
 impl RollSync {
-    /// Starts syncing `closed` (segment `closed_id`, at `closed_path`) and then `dir` on a
-    /// thread. If no thread can be started, they run here before this returns.
-    pub fn start(
-        fs: &Arc<dyn FileSystem>,
-        dir: &Path,
-        closed: Arc<dyn WriteFile>,
-        (closed_id, closed_path): (u64, PathBuf),
-    ) -> RollSync {
-        let mut roll = RollSync::defer(fs, dir, closed, (closed_id, closed_path));
-        roll.begin();
-        roll
-    }
-
-    /// The syncs of a roll, left until [`RollSync::waiter`] or [`RollSync::finish`] needs them,
-    /// or until [`RollSync::cancel_if_removed`] finds their segment deleted.
+    /// The syncs of a roll: of `closed` (segment `closed_id`, at `closed_path`), then of `dir`.
+    /// They wait until [`RollSync::begin`] starts them, [`RollSync::waiter`] or
+    /// [`RollSync::finish`] needs them, or [`RollSync::cancel_if_removed`] finds their segment
+    /// deleted.
     pub fn defer(
         fs: &Arc<dyn FileSystem>,
         dir: &Path,
@@ -121,8 +110,9 @@ impl RollSync {
         Some(self)
     }
 
-    /// Starts deferred syncs on a thread; nothing if they have started.
-    fn begin(&mut self) {
+    /// Starts deferred syncs on a thread; nothing if they have started. If no thread can be
+    /// started, they run here before this returns.
+    pub fn begin(&mut self) {
         let Some(Deferred { fs, dir, closed, closed_path }) = self.deferred.take() else { return };
         let progress = self.progress.clone();
         let spawned = {

@@ -588,11 +588,11 @@ impl Wal {
         let closed = std::mem::replace(&mut inner.file, file);
         inner.closed.push((inner.id, inner.cur_max_seq));
         let named = (inner.id, path);
-        inner.rolling = Some(if defer {
-            RollSync::defer(&self.fs, &self.dir, closed, named)
-        } else {
-            RollSync::start(&self.fs, &self.dir, closed, named)
-        });
+        let mut rolling = RollSync::defer(&self.fs, &self.dir, closed, named);
+        if !defer {
+            rolling.begin();
+        }
+        inner.rolling = Some(rolling);
         inner.id = id;
         inner.size = SEGMENT_HEADER as u64;
         inner.allocated = SEGMENT_HEADER as u64;
