@@ -751,14 +751,17 @@ impl<'a> MemCursor<'a> {
 }
 
 impl CellCursor for MemCursor<'_> {
+    #[inline]
     fn key(&self) -> Option<KeyView<'_>> {
         self.current().map(|item| item.view_at(self.at))
     }
 
+    #[inline]
     fn value(&self) -> &[u8] {
         self.current().map_or(&[], |item| item.value_at(self.at))
     }
 
+    #[inline]
     fn ttl_ms(&self) -> Option<u64> {
         self.current().and_then(|item| item.encoded().ttl_ms())
     }

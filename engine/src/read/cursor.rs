@@ -21,8 +21,8 @@ pub(crate) trait CellCursor {
     fn ttl_ms(&self) -> Option<u64>;
     /// Advances to the next cell.
     fn next(&mut self) -> Result<()>;
-    /// True if the current cell is known, without comparing keys, to be in the row of the
-    /// cell the last [`CellCursor::next`] moved from. False when that is not known, and after
+    /// True if there is a current cell and it is known, without comparing keys, to be in the
+    /// row of the cell the last [`CellCursor::next`] moved from. False when that is not known, and after
     /// a seek.
     fn same_row(&self) -> bool {
         false
@@ -56,18 +56,22 @@ macro_rules! each_source {
 }
 
 impl CellCursor for Source<'_> {
+    #[inline]
     fn key(&self) -> Option<KeyView<'_>> {
         each_source!(self, c => c.key())
     }
+    #[inline]
     fn value(&self) -> &[u8] {
         each_source!(self, c => c.value())
     }
+    #[inline]
     fn ttl_ms(&self) -> Option<u64> {
         each_source!(self, c => c.ttl_ms())
     }
     fn next(&mut self) -> Result<()> {
         each_source!(self, c => c.next())
     }
+    #[inline]
     fn same_row(&self) -> bool {
         each_source!(self, c => c.same_row())
     }
@@ -129,11 +133,12 @@ impl<'a> MergeCursor<'a> {
     /// have not moved, so the runner-up still leads them.
     fn still_first(&mut self, i: usize) -> bool {
         let source = &self.sources[i];
-        let Some(k) = source.key() else { return false };
-        // Still in the row that was found below the runner-up: still first.
+        // Still in the row that was found below the runner-up: still first (a source in the
+        // same row has a current cell, so this needs no key).
         if self.ahead_by_row && source.same_row() {
             return true;
         }
+        let Some(k) = source.key() else { return false };
         let Some(r) = self.runner_up else { return true };
         let Some(rk) = self.sources[r].key() else { return true };
         match cmp_bytes(k.row, rk.row) {
@@ -155,14 +160,17 @@ impl<'a> MergeCursor<'a> {
 }
 
 impl CellCursor for MergeCursor<'_> {
+    #[inline]
     fn key(&self) -> Option<KeyView<'_>> {
         self.current.and_then(|i| self.sources[i].key())
     }
 
+    #[inline]
     fn value(&self) -> &[u8] {
         self.current.map_or(&[], |i| self.sources[i].value())
     }
 
+    #[inline]
     fn ttl_ms(&self) -> Option<u64> {
         self.current.and_then(|i| self.sources[i].ttl_ms())
     }
@@ -180,6 +188,7 @@ impl CellCursor for MergeCursor<'_> {
         Ok(())
     }
 
+    #[inline]
     fn same_row(&self) -> bool {
         self.same_row
     }
@@ -233,14 +242,17 @@ impl<C: CellCursor> BoundedCursor<C> {
 }
 
 impl<C: CellCursor> CellCursor for BoundedCursor<C> {
+    #[inline]
     fn key(&self) -> Option<KeyView<'_>> {
         self.inner.key().filter(|k| self.end.is_empty() || k.row < self.end.as_ref())
     }
 
+    #[inline]
     fn value(&self) -> &[u8] {
         self.inner.value()
     }
 
+    #[inline]
     fn ttl_ms(&self) -> Option<u64> {
         self.inner.ttl_ms()
     }

@@ -57,8 +57,8 @@ struct ColumnState {
 ///
 /// Columns outside `window` are sought past rather than read. Family-wide delete markers sit
 /// at the empty qualifier, before every column, so they are always read.
-pub(crate) fn read_row_family(
-    cur: &mut dyn CellCursor,
+pub(crate) fn read_row_family<C: CellCursor + ?Sized>(
+    cur: &mut C,
     family: usize,
     fam: &FamilyView<'_>,
     p: &ReadParams,
@@ -76,7 +76,7 @@ pub(crate) fn read_row_family(
     let mut landed = Landed::Unknown;
     while let Some(k) = cur.key() {
         let was = std::mem::replace(&mut landed, Landed::Unknown);
-        if was == Landed::Unknown && !same_bytes(k.row, buf.row()) {
+        if was == Landed::Unknown && !cur.same_row() && !same_bytes(k.row, buf.row()) {
             break;
         }
         let new_column = was == Landed::NextColumn
@@ -166,11 +166,11 @@ enum Landed {
 
 /// Moves `cur` past every remaining cell of column `qualifier` in `row`, and says where it
 /// landed as far as it looked.
-fn skip_column(cur: &mut dyn CellCursor, row: &[u8], qualifier: &[u8]) -> Result<Landed> {
+fn skip_column<C: CellCursor + ?Sized>(cur: &mut C, row: &[u8], qualifier: &[u8]) -> Result<Landed> {
     for _ in 0..STEPS_BEFORE_SEEK {
         cur.next()?;
         let Some(k) = cur.key() else { return Ok(Landed::OtherRow) };
-        if !same_bytes(k.row, row) {
+        if !cur.same_row() && !same_bytes(k.row, row) {
             return Ok(Landed::OtherRow);
         }
         if !same_bytes(k.qualifier, qualifier) {

@@ -317,6 +317,7 @@ impl BlockIter {
         }
     }
 
+    #[inline]
     pub fn valid(&self) -> bool {
         self.valid
     }
@@ -326,6 +327,7 @@ impl BlockIter {
     }
 
     /// The current key (meaningful while [`BlockIter::valid`]; empty parts otherwise).
+    #[inline]
     pub fn key_view(&self) -> KeyView<'_> {
         let tail = self.key.len().saturating_sub(KEY_TAIL);
         KeyView {
@@ -337,16 +339,19 @@ impl BlockIter {
         }
     }
 
+    #[inline]
     pub fn value(&self) -> &[u8] {
         &self.block.data[self.value_at..self.value_at + self.value_len]
     }
 
+    #[inline]
     pub fn ttl_ms(&self) -> Option<u64> {
         self.ttl_ms
     }
 
     /// True if the last [`BlockIter::advance`] moved within one row (always false after a
     /// seek, which may land anywhere).
+    #[inline]
     pub fn same_row(&self) -> bool {
         self.same_row
     }
@@ -392,10 +397,15 @@ impl BlockIter {
         if let Some(tail) = repeated {
             self.key.extend_from_slice(&tail);
         }
-        let Some(k) = decode_key(&self.key) else {
-            return Err(self.corrupt("malformed key"));
-        };
-        (self.row_end, self.ts, self.kind, self.seq) = (2 + k.row.len(), k.ts, k.kind, k.seq);
+        // Another column of the same put (the row within the shared prefix, the tail repeated)
+        // leaves the row, timestamp, type and sequence as they were: only the qualifier moved.
+        let same_put = repeated.is_some() && self.same_row;
+        if !same_put {
+            let Some(k) = decode_key(&self.key) else {
+                return Err(self.corrupt("malformed key"));
+            };
+            (self.row_end, self.ts, self.kind, self.seq) = (2 + k.row.len(), k.ts, k.kind, k.seq);
+        }
         self.value_at = pos + unshared;
         self.value_len = value_len;
         self.ttl_ms = if ttl == 0 { None } else { Some(ttl - 1) };
@@ -592,6 +602,39 @@ mod tests {
         let kept =
             (0..keys.len()).filter(|&i| i % RESTART_INTERVAL == 0 || tail(&keys[i]) != tail(&keys[i - 1])).count();
         assert!(sizes[0] - sizes[1] >= KEY_TAIL * (keys.len() - kept), "{sizes:?}");
+    }
+
+    /// Cells of different rows may share a tail (one timestamp, type and sequence: a bulk
+    /// write, or sequences a compaction no longer needs). Each entry still reads as its own
+    /// row, though its tail is left out.
+    #[test]
+    fn rows_sharing_a_tail_keep_their_own_rows() {
+        // Rows of growing length ("k", "kz", "kzz", ...), three columns each, one tail.
+        let keys: Vec<Vec<u8>> = (0..40)
+            .flat_map(|len| {
+                let row = [&b"k"[..], &vec![b'z'; len]].concat();
+                (0..3u8).map(move |q| {
+                    let mut out = Vec::new();
+                    encode_key(
+                        &mut out,
+                        &KeyView { row: &row, qualifier: &[b'q', q], ts: 7, kind: CellType::Put, seq: 9 },
+                    );
+                    out
+                })
+            })
+            .collect();
+        let mut b = BlockBuilder::new(EntryKeys::SharedTails);
+        for (i, key) in keys.iter().enumerate() {
+            b.add(key, &[i as u8], None);
+        }
+        let mut it = BlockIter::new(parse(b.finish(), EntryKeys::SharedTails));
+        it.seek_to_first().unwrap();
+        for (i, key) in keys.iter().enumerate() {
+            assert_eq!(it.key_view(), decode_key(key).unwrap(), "entry {i}");
+            assert_eq!(it.same_row(), i % 3 != 0 && i % RESTART_INTERVAL != 0, "entry {i}");
+            it.advance().unwrap();
+        }
+        assert!(!it.valid());
     }
 
     /// Keys whose common prefix runs past the end of one key's row and qualifier into the

@@ -519,14 +519,17 @@ impl SstCursor {
 }
 
 impl CellCursor for SstCursor {
+    #[inline]
     fn key(&self) -> Option<KeyView<'_>> {
         self.iter.as_ref().filter(|it| it.valid()).map(BlockIter::key_view)
     }
 
+    #[inline]
     fn value(&self) -> &[u8] {
         self.iter.as_ref().map_or(&[], BlockIter::value)
     }
 
+    #[inline]
     fn ttl_ms(&self) -> Option<u64> {
         self.iter.as_ref().and_then(BlockIter::ttl_ms)
     }
@@ -548,6 +551,7 @@ impl CellCursor for SstCursor {
         Ok(())
     }
 
+    #[inline]
     fn same_row(&self) -> bool {
         self.iter.as_ref().is_some_and(|it| it.valid() && it.same_row())
     }
