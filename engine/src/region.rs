@@ -116,9 +116,9 @@ impl FileContext<'_> {
     }
 
     /// Writes the retained cells of `cursor` to a new file; `None` if nothing was retained.
-    fn write_file(
+    fn write_file<C: CellCursor + ?Sized>(
         &self,
-        cursor: &mut dyn CellCursor,
+        cursor: &mut C,
         desc: &FamilyDescriptor,
         mode: Retention,
     ) -> Result<Option<Arc<SstReader>>> {

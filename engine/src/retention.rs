@@ -44,8 +44,8 @@ struct Column {
 }
 
 /// Copies the cells of `cursor` that `mode` retains into `out`; returns how many were kept.
-pub(crate) fn copy_retained(
-    cursor: &mut dyn CellCursor,
+pub(crate) fn copy_retained<C: CellCursor + ?Sized>(
+    cursor: &mut C,
     desc: &FamilyDescriptor,
     mode: Retention,
     out: &mut impl FnMut(&KeyView<'_>, &[u8], Option<u64>) -> Result<()>,
@@ -103,8 +103,8 @@ pub(crate) fn copy_retained(
 }
 
 /// Copies retained cells into a new SSTable at `writer`.
-pub(crate) fn write_retained(
-    cursor: &mut dyn CellCursor,
+pub(crate) fn write_retained<C: CellCursor + ?Sized>(
+    cursor: &mut C,
     desc: &FamilyDescriptor,
     mode: Retention,
     writer: &mut SstWriter,
