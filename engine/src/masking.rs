@@ -39,12 +39,14 @@ pub(crate) struct DeleteTracker {
 
 impl DeleteTracker {
     /// Forgets every marker: a new row begins.
+    #[inline]
     pub fn start_row(&mut self) {
         self.family.clear();
         self.column.clear();
     }
 
     /// Forgets column markers: a new column begins.
+    #[inline]
     pub fn start_column(&mut self) {
         self.column.clear();
     }
@@ -62,6 +64,7 @@ impl DeleteTracker {
     ///
     /// The ceiling implements KEEP_DELETED_CELLS time-range reads: markers at or after the
     /// read's upper time bound are ignored. Pass `u64::MAX` to apply every marker.
+    #[inline]
     pub fn masks(&self, ts: u64, seq: u64, marker_ts_ceiling: u64) -> bool {
         let applies = |m: &&Marker| m.ts < marker_ts_ceiling || marker_ts_ceiling == u64::MAX;
         self.family.iter().filter(applies).any(|m| m.masks(ts, seq))
@@ -71,6 +74,7 @@ impl DeleteTracker {
 
 /// True if a cell written at `ts` with an optional cell TTL is expired at `now` under a family
 /// TTL. A cell TTL cannot extend a family TTL.
+#[inline]
 pub(crate) fn is_expired(ts: u64, cell_ttl_ms: Option<u64>, family_ttl_ms: Option<u64>, now: u64) -> bool {
     let ttl = match (cell_ttl_ms, family_ttl_ms) {
         (None, None) => return false,
