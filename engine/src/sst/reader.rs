@@ -202,7 +202,12 @@ impl SstReader {
             end += 1;
         }
         let len = (until - first.offset) as usize;
-        let mut buf = spare.unwrap_or_default();
+        // A spare too small (a scan's stretches grow) would be copied as it grew: a new
+        // buffer then, zeroed by the allocator.
+        let mut buf = match spare {
+            Some(spare) if spare.capacity() >= len => spare,
+            _ => BytesMut::zeroed(len),
+        };
         if buf.len() >= len {
             buf.truncate(len);
         } else {
