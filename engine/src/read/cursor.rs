@@ -22,8 +22,8 @@ pub(crate) trait CellCursor {
     /// Advances to the next cell.
     fn next(&mut self) -> Result<()>;
     /// True if there is a current cell and it is known, without comparing keys, to be in the
-    /// row of the cell the last [`CellCursor::next`] moved from. False when that is not known, and after
-    /// a seek.
+    /// row of the cell the last [`CellCursor::next`] moved from. False when that is not known,
+    /// and after a seek.
     fn same_row(&self) -> bool {
         false
     }

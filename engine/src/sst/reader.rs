@@ -208,11 +208,7 @@ impl SstReader {
             Some(spare) if spare.capacity() >= len => spare,
             _ => BytesMut::zeroed(len),
         };
-        if buf.len() >= len {
-            buf.truncate(len);
-        } else {
-            buf.resize(len, 0);
-        }
+        buf.resize(len, 0);
         self.file.read_exact_at(&mut buf, first.offset).map_err(|e| Error::io(&*self.path, e))?;
         Ok(ReadAhead { blocks: i..end, offset: first.offset, bytes: buf.freeze() })
     }
@@ -500,8 +496,8 @@ impl SstCursor {
     }
 
     /// Block `i` from the stretch read ahead, reading a new stretch of up to `limit` bytes
-    /// from it on if the one held does not hold it (the stretch passed is freed before the
-    /// next is read); `own` as for [`SstReader::block_read_ahead`].
+    /// from it on if the one held does not hold it (into the buffer of the stretch passed,
+    /// when nothing holds that any more); `own` as for [`SstReader::block_read_ahead`].
     fn block_in_stretch(&mut self, i: usize, limit: u64, own: bool) -> Result<Arc<Block>> {
         let ahead = match self.ahead.take() {
             Some(ahead) if ahead.blocks.contains(&i) => ahead,
