@@ -312,6 +312,46 @@ fn dir_bytes(dir: &Path) -> u64 {
         .sum()
 }
 
+/// CPU seconds from `/proc`: the whole process's (every thread, user and system), and the
+/// calling thread's time on a CPU and time runnable but waiting for one. Set beside a
+/// workload's wall time, they split it into the workload thread's own work, its waits, and
+/// what the engine's background threads spend meanwhile.
+#[derive(Debug, Clone, Copy, Default)]
+struct CpuTimes {
+    process: f64,
+    thread: f64,
+    thread_runnable: f64,
+}
+
+impl CpuTimes {
+    /// Zeros where `/proc` cannot be read.
+    fn now() -> CpuTimes {
+        // SAFETY: sysconf only reads a system constant.
+        let ticks = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
+        // utime and stime are the 14th and 15th fields; the command name before them may hold
+        // spaces, so count from the `)` that ends it.
+        let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+        let after_name: Vec<&str> = stat.rsplit(')').next().unwrap_or_default().split_whitespace().collect();
+        let field = |i: usize| after_name.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
+        // schedstat: nanoseconds on a CPU, nanoseconds waiting on a run queue, time slices.
+        let sched = std::fs::read_to_string("/proc/thread-self/schedstat").unwrap_or_default();
+        let ns: Vec<f64> = sched.split_whitespace().filter_map(|v| v.parse().ok()).collect();
+        CpuTimes {
+            process: (field(11) + field(12)) / ticks,
+            thread: ns.first().copied().unwrap_or(0.0) / 1e9,
+            thread_runnable: ns.get(1).copied().unwrap_or(0.0) / 1e9,
+        }
+    }
+
+    fn since(&self, earlier: &CpuTimes) -> CpuTimes {
+        CpuTimes {
+            process: self.process - earlier.process,
+            thread: self.thread - earlier.thread,
+            thread_runnable: self.thread_runnable - earlier.thread_runnable,
+        }
+    }
+}
+
 fn peak_rss_kib() -> u64 {
     rss_kib("VmHWM:")
 }
@@ -343,10 +383,19 @@ fn heap_summary() -> String {
 /// Runs every workload on one engine, printing `RESULT name ops_per_sec` lines.
 fn child(engine: &str, dir: &Path, records: u64, ops: u64) {
     let run = |name: &str, n: u64, s: &dyn Store, f: &mut dyn FnMut()| {
+        let before = CpuTimes::now();
         let t = Instant::now();
         f();
         let secs = t.elapsed().as_secs_f64();
         println!("RESULT {name}\t{:.0}", n as f64 / secs);
+        if std::env::var_os("PEERS_TRACE_CPU").is_some() {
+            let spent = CpuTimes::now().since(&before);
+            eprintln!(
+                "{engine} {name}: {secs:.2} s wall; process CPU {:.2} s; workload thread CPU {:.2} s, \
+                 {:.2} s waiting for a CPU",
+                spent.process, spent.thread, spent.thread_runnable
+            );
+        }
         if std::env::var_os("PEERS_TRACE_RSS").is_some() {
             eprintln!(
                 "{engine} after {name}: {} MiB resident, {} MiB peak; {}; {}",
@@ -367,10 +416,10 @@ fn child(engine: &str, dir: &Path, records: u64, ops: u64) {
             other => panic!("unknown engine {other}"),
         }
     };
-    // `PEERS_ONLY=ycsb-c` (a name prefix) runs just the matching workloads, after what they
-    // need, for profiling one of them.
+    // `PEERS_ONLY=ycsb-c` (a name prefix; several, comma-separated) runs just the matching
+    // workloads, after what they need, for profiling one of them.
     let only = std::env::var("PEERS_ONLY").ok();
-    let wanted = |name: &str| only.as_deref().is_none_or(|o| name.starts_with(o));
+    let wanted = |name: &str| only.as_deref().is_none_or(|o| o.split(',').any(|o| name.starts_with(o)));
     if ["fillrandom", "readrandom", "seekrandom"].iter().any(|n| wanted(n)) {
         let s = open("bench");
         run("fillrandom", records, &*s, &mut || workloads::fill_random(&*s, records));
