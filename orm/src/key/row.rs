@@ -41,12 +41,16 @@ impl RowKey {
     /// rows; `None` for a key of nothing but `0xFF` bytes, which nothing follows.
     pub(crate) fn group_end(&self) -> Option<RowKey> {
         let body = super::prefix_end(&self.body)?;
-        Some(RowKey { salt: self.salt, body, partition_len: self.partition_len })
+        // The successor drops trailing 0xFF bytes and increments the byte before them. If that
+        // byte lies inside the partition parts, the end is in another partition: it no longer
+        // reaches past partition parts of its own, and its salt (the group's) fixes no bucket.
+        let partition_len = self.partition_len.filter(|&n| body.len() > n);
+        Some(RowKey { salt: self.salt, body, partition_len })
     }
 
     /// The encoded partition parts, if the key has any and reaches past them.
     pub(crate) fn partition(&self) -> Option<&[u8]> {
-        self.partition_len.filter(|&n| n > 0).map(|n| &self.body[..n])
+        self.partition_len.filter(|&n| n > 0).and_then(|n| self.body.get(..n))
     }
 
     /// A prefix that ends right after `schema`'s record-type byte, cut back to the partition
