@@ -176,9 +176,9 @@ fn a_key_of_nothing_but_0xff_bytes_is_the_last_key_of_every_range(db: Db) {
     orders.put(&first).unwrap();
     orders.put(&last).unwrap();
     let k = DescOrderKey::from((u64::MAX, 0));
-    assert_eq!(orders.scan().range(k.clone()..=k.clone()).to_vec().unwrap(), [last.clone()]);
+    assert_eq!(orders.scan().range(k.clone()..=k.clone()).to_vec().unwrap(), std::slice::from_ref(&last));
     assert_eq!(orders.scan().range(..=k.clone()).to_vec().unwrap(), [first.clone(), last.clone()]);
-    assert_eq!(orders.scan().range(k.clone()..).reverse().to_vec().unwrap(), [last.clone()]);
+    assert_eq!(orders.scan().range(k.clone()..).reverse().to_vec().unwrap(), std::slice::from_ref(&last));
     assert_eq!(orders.scan().range((Bound::Excluded(k.clone()), Bound::Unbounded)).to_vec().unwrap(), []);
     assert_eq!(orders.scan().range((Bound::Excluded(k), Bound::Unbounded)).reverse().to_vec().unwrap(), []);
     let entities = db.repo::<Desc>().unwrap();
