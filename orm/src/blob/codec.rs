@@ -80,14 +80,23 @@ impl Codec {
         }
     }
 
-    /// Deserializes a payload this codec wrote; bytes left over are an error.
+    /// Deserializes a payload this codec wrote; bytes left over are an error. A length prefix
+    /// the payload cannot back (a string of 2^40 bytes) is an error before anything that size
+    /// is allocated: no payload makes a decode allocate more than a small multiple of its
+    /// own length.
     ///
     /// # Errors
-    /// [`BlobError::Decode`].
+    /// [`BlobError::Decode`], also for a payload above [`MAX_PAYLOAD`].
     pub fn decode<T: DeserializeOwned>(self, payload: &[u8]) -> Result<T, BlobError> {
         let failed = |reason: String| BlobError::Decode { codec: self.name(), reason };
+        if payload.len() > MAX_PAYLOAD {
+            return Err(failed(format!("{} bytes is more than a blob holds ({MAX_PAYLOAD})", payload.len())));
+        }
         match self {
             Codec::MessagePack => {
+                // rmp-serde reads a string or binary of a stated length only as far as the
+                // payload goes, and serde preallocates sequences and maps cautiously: a hostile
+                // length cannot allocate more than the payload holds.
                 let mut input = payload;
                 let value = rmp_serde::from_read(&mut input).map_err(|e| failed(e.to_string()))?;
                 match input.len() {
@@ -96,17 +105,50 @@ impl Codec {
                 }
             }
             Codec::Bincode => {
-                let (value, used) = bincode::serde::decode_from_slice(payload, bincode::config::standard())
-                    .map_err(|e| failed(e.to_string()))?;
+                let (value, used) = bincode_decode(payload).map_err(|e| match e {
+                    bincode::error::DecodeError::LimitExceeded => {
+                        failed(format!("a length claims more than the payload's {} bytes hold", payload.len()))
+                    }
+                    e => failed(e.to_string()),
+                })?;
                 match payload.len() - used {
                     0 => Ok(value),
                     n => Err(failed(format!("{n} bytes after the value"))),
                 }
             }
+            // JSON states no lengths; serde_json allocates as it reads and limits nesting.
             Codec::Json => serde_json::from_slice(payload).map_err(|e| failed(e.to_string())),
             Codec::NodeTree => Err(failed("the node tree holds aggregates, not serde values".into())),
         }
     }
+}
+
+/// Bytes of limit a bincode decode may claim per payload byte. bincode counts a string's or
+/// byte buffer's length against its limit before allocating it, and each number at its size
+/// in memory: at most 16 bytes (an `i128` or `u128`) from one encoded byte. A payload that
+/// decodes never claims more than this many times its length.
+const BINCODE_CLAIM_PER_BYTE: usize = 16;
+
+/// Decodes a bincode payload under a limit derived from its length: the smallest of a few
+/// fixed limits (bincode takes its limit as a const generic) that is at least
+/// [`BINCODE_CLAIM_PER_BYTE`] times the payload. Every value the payload can hold fits; a
+/// length prefix past it is refused before its allocation, which without a limit aborts the
+/// process (2^40 bytes) or panics (`u64::MAX`).
+fn bincode_decode<T: DeserializeOwned>(payload: &[u8]) -> Result<(T, usize), bincode::error::DecodeError> {
+    let claim = payload.len().saturating_mul(BINCODE_CLAIM_PER_BYTE);
+    macro_rules! smallest_limit {
+        ($($limit:expr),*) => {$(
+            if claim <= $limit {
+                let config = bincode::config::standard().with_limit::<{ $limit }>();
+                return bincode::serde::decode_from_slice(payload, config);
+            }
+        )*};
+    }
+    // Steps of 4: the limit is at most 4 times the claim (and at least 4 KiB).
+    smallest_limit!(1 << 12, 1 << 14, 1 << 16, 1 << 18, 1 << 20, 1 << 22, 1 << 24, 1 << 26, 1 << 28, 1 << 30);
+    // `Codec::decode` refuses payloads above MAX_PAYLOAD, so this covers the rest.
+    const LARGEST: usize = MAX_PAYLOAD.saturating_mul(BINCODE_CLAIM_PER_BYTE);
+    bincode::serde::decode_from_slice(payload, bincode::config::standard().with_limit::<LARGEST>())
 }
 
 /// How a blob's payload is compressed.
@@ -176,13 +218,31 @@ impl Compression {
                 lz4_flex::block::decompress_size_prepended(stored).map_err(|e| failed(e.to_string()))
             }
             Compression::Zstd(_) => {
-                let decoder = zstd::stream::read::Decoder::new(stored).map_err(|e| failed(e.to_string()))?;
-                let mut out = Vec::new();
-                decoder.take(MAX_PAYLOAD as u64 + 1).read_to_end(&mut out).map_err(|e| failed(e.to_string()))?;
-                if out.len() > MAX_PAYLOAD {
-                    return Err(failed(format!("decompresses to more than {MAX_PAYLOAD} bytes")));
+                // A frame states its decompressed size (Cellar's always do): one above the
+                // maximum is refused before anything is decompressed.
+                if let Ok(Some(size)) = zstd::zstd_safe::get_frame_content_size(stored) {
+                    if size > MAX_PAYLOAD as u64 {
+                        return Err(failed(format!("claims {size} bytes decompressed, more than {MAX_PAYLOAD}")));
+                    }
                 }
-                Ok(out)
+                let mut decoder = zstd::stream::read::Decoder::new(stored).map_err(|e| failed(e.to_string()))?;
+                // The output grows with what the frame really produces, up to the maximum; an
+                // allocation that fails on the way is an error, not an abort.
+                let mut out = Vec::new();
+                let mut chunk = vec![0u8; 64 * 1024];
+                loop {
+                    let n = match decoder.read(&mut chunk) {
+                        Ok(0) => return Ok(out),
+                        Ok(n) => n,
+                        Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                        Err(e) => return Err(failed(e.to_string())),
+                    };
+                    if out.len() + n > MAX_PAYLOAD {
+                        return Err(failed(format!("decompresses to more than {MAX_PAYLOAD} bytes")));
+                    }
+                    out.try_reserve(n).map_err(|e| failed(e.to_string()))?;
+                    out.extend_from_slice(&chunk[..n]);
+                }
             }
         }
     }

@@ -165,3 +165,213 @@ proptest! {
         prop_assert!(decode::<Order>(&cell[..cut], tag()).is_err());
     }
 }
+
+/// A header-version-1 cell around `payload` with a valid checksum (version 1 checksums the
+/// payload alone), as an older build wrote them.
+fn v1_cell(codec: Codec, flags: u8, payload: &[u8]) -> Vec<u8> {
+    let mut cell = Vec::new();
+    cell.extend_from_slice(&BLOB_MAGIC);
+    cell.extend_from_slice(&[1, codec.id(), flags, 0]);
+    cell.extend_from_slice(&1u32.to_be_bytes());
+    cell.extend_from_slice(&tag().to_be_bytes());
+    cell.extend_from_slice(&(payload.len() as u32).to_be_bytes());
+    cell.extend_from_slice(&crc32c::crc32c(payload).to_be_bytes());
+    cell.extend_from_slice(payload);
+    cell
+}
+
+/// A bincode `u64` length prefix (standard configuration: varint, little-endian).
+fn bincode_len(n: u64) -> Vec<u8> {
+    match n {
+        0..=250 => vec![n as u8],
+        251..=0xFFFF => [&[251][..], &(n as u16).to_le_bytes()].concat(),
+        0x1_0000..=0xFFFF_FFFF => [&[252][..], &(n as u32).to_le_bytes()].concat(),
+        _ => [&[253][..], &n.to_le_bytes()].concat(),
+    }
+}
+
+#[test]
+fn a_bincode_string_length_past_the_payload_is_an_error_not_an_abort() {
+    for len in [1u64 << 40, u64::MAX] {
+        // `Order { id: 42, customer: <len bytes>, .. }` with three bytes of the customer.
+        let payload = [&[42][..], &bincode_len(len), b"ada"].concat();
+        let err = decode::<Order>(&v1_cell(Codec::Bincode, 0, &payload), tag()).unwrap_err();
+        assert!(matches!(err, BlobError::Decode { codec: "bincode", .. }), "{len}: {err}");
+    }
+}
+
+#[test]
+fn bincode_limits_admit_the_densest_values() {
+    // A zero `u128` is one byte that bincode counts as 16: the most a payload byte can claim.
+    for n in [0, 1, 255, 256, 4095, 65_536] {
+        for value in [0u128, u128::MAX] {
+            let values = vec![value; n];
+            let cell = encode(&values, &BlobFormat::new(1, Codec::Bincode), tag()).unwrap();
+            assert_eq!(decode::<Vec<u128>>(&cell, tag()).unwrap().1, values, "{n} of {value}");
+        }
+    }
+}
+
+/// A length prefix no payload backs: a fixed hostile value, or `extra` bytes more than follow.
+#[derive(Debug, Clone, Copy)]
+enum Hostile {
+    Fixed(u64),
+    PastEnd(u16),
+}
+
+impl Hostile {
+    /// The length stated in front of `follow` bytes: always more than follow.
+    fn len(self, follow: usize) -> u64 {
+        let past = follow as u64 + 1;
+        match self {
+            Hostile::Fixed(n) => n.max(past),
+            Hostile::PastEnd(extra) => past + u64::from(extra),
+        }
+    }
+}
+
+fn hostile() -> impl Strategy<Value = Hostile> {
+    prop_oneof![
+        prop::sample::select(vec![1 << 32, 1 << 40, u64::MAX, u64::from(u32::MAX), MAX_PAYLOAD as u64 + 1])
+            .prop_map(Hostile::Fixed),
+        any::<u64>().prop_map(Hostile::Fixed),
+        (0u16..4).prop_map(Hostile::PastEnd),
+    ]
+}
+
+/// A MessagePack `str 32` or `bin 32` header (lengths above `u32::MAX` saturate).
+fn msgpack_len(marker: u8, n: u64) -> Vec<u8> {
+    [&[marker][..], &u32::try_from(n).unwrap_or(u32::MAX).to_be_bytes()].concat()
+}
+
+fn fixstr(s: &str) -> Vec<u8> {
+    [&[0xA0 | s.len() as u8][..], s.as_bytes()].concat()
+}
+
+/// Encodes a stated length in a codec's framing.
+type LengthPrefix = fn(u64) -> Vec<u8>;
+
+/// An `Order` payload in `codec` with a hostile length at field `at` (the customer, the line
+/// count, a line's sku, the note, or the whole map), cut off after a few bytes.
+fn hostile_payload(codec: Codec, at: usize, len: Hostile) -> Vec<u8> {
+    let (head, prefix, tail): (Vec<u8>, LengthPrefix, Vec<u8>) = match codec {
+        Codec::Bincode => match at % 4 {
+            0 => (vec![42], bincode_len, b"ada".to_vec()),
+            1 => ([&[42, 3][..], b"ada"].concat(), bincode_len, [&[3][..], b"sku", &[1]].concat()),
+            2 => ([&[42, 3][..], b"ada", &[1]].concat(), bincode_len, [&b"sku"[..], &[1]].concat()),
+            _ => ([&[42, 3][..], b"ada", &[0, 1]].concat(), bincode_len, b"x".to_vec()),
+        },
+        Codec::MessagePack => {
+            let start = [&[0x84][..], &fixstr("id"), &[42], &fixstr("customer")].concat();
+            let lines = [&start[..], &fixstr("ada"), &fixstr("lines")].concat();
+            match at {
+                0 => (start, |n| msgpack_len(0xDB, n), b"ada".to_vec()),
+                1 => (start, |n| msgpack_len(0xC6, n), b"ada".to_vec()),
+                2 => (lines, |n| msgpack_len(0xDD, n), [&[0x92][..], &fixstr("sku"), &[1]].concat()),
+                3 => {
+                    let sku = [&lines[..], &[0x91, 0x92]].concat();
+                    (sku, |n| msgpack_len(0xDB, n), [&b"sku"[..], &[1]].concat())
+                }
+                _ => (Vec::new(), |n| msgpack_len(0xDF, n), start[1..].to_vec()),
+            }
+        }
+        // JSON states no lengths: the nearest things are a value that never ends and nesting
+        // that never closes.
+        _ => {
+            let n = len.len(0);
+            let text = match at % 3 {
+                0 => format!(r#"{{"id":{n},"customer":"ada"#),
+                1 => format!(r#"{{"id":{n},"customer":"ada","lines":{}"#, "[".repeat(4096)),
+                _ => format!(r#"{{"id":{n}{}"#, "0".repeat(1 + (n % 512) as usize)),
+            };
+            return text.into_bytes();
+        }
+    };
+    [head, prefix(len.len(tail.len())), tail].concat()
+}
+
+/// A cell around `payload` with a valid checksum, compressed as `compression` says, in header
+/// version 1 or 2.
+fn cell_around(codec: Codec, compression: Compression, v1: bool, payload: &[u8]) -> Vec<u8> {
+    let stored = compression.compress(payload).unwrap();
+    let flags = BlobHeader::flags_for(compression);
+    if v1 {
+        v1_cell(codec, flags, &stored)
+    } else {
+        v2_cell(codec, flags, &stored)
+    }
+}
+
+/// A header-version-2 cell around `stored` (stored as it is, whatever `flags` say) with a
+/// valid checksum, written by the crate's own header writer.
+fn v2_cell(codec: Codec, flags: u8, stored: &[u8]) -> Vec<u8> {
+    let header = BlobHeader {
+        header_version: HEADER_VERSION,
+        codec: codec.id(),
+        flags,
+        schema_version: 1,
+        type_tag: tag(),
+        payload_len: stored.len() as u32,
+        checksum: 0,
+    };
+    let mut cell = Vec::new();
+    header.write(&mut cell, stored);
+    cell.extend_from_slice(stored);
+    cell
+}
+
+/// A zstd frame of one raw block holding `body`, whose header states `content_size`.
+fn zstd_frame(content_size: u64, body: &[u8]) -> Vec<u8> {
+    let mut frame = vec![0x28, 0xB5, 0x2F, 0xFD];
+    // Eight-byte content size, single segment (no window descriptor).
+    frame.push(0b1110_0000);
+    frame.extend_from_slice(&content_size.to_le_bytes());
+    // Last block, raw, `body.len()` bytes.
+    let block = 1 | (body.len() as u32) << 3;
+    frame.extend_from_slice(&block.to_le_bytes()[..3]);
+    frame.extend_from_slice(body);
+    frame
+}
+
+#[test]
+fn hostile_decompressed_sizes_are_errors() {
+    let payload = Codec::Bincode.encode(&order(3)).unwrap();
+    let (lz4, zstd) = (BlobHeader::flags_for(Compression::Lz4), BlobHeader::flags_for(Compression::Zstd(3)));
+    let read = |flags: u8, stored: &[u8]| decode::<Order>(&v2_cell(Codec::Bincode, flags, stored), tag());
+    let block = Compression::Lz4.compress(&payload).unwrap().split_off(4);
+    // Above the maximum, or above what an LZ4 block of this size can expand to.
+    for size in [u32::MAX, MAX_PAYLOAD as u32 + 1, (block.len() as u32 + 4) * 255 + 1] {
+        let err = read(lz4, &[&size.to_le_bytes()[..], &block].concat());
+        assert!(matches!(err, Err(BlobError::Compression { compression: "lz4", .. })), "lz4 claiming {size}: {err:?}");
+    }
+    // A zstd frame stating more than the maximum, or one byte more than it holds.
+    for size in [1 << 40, u64::MAX - 1, MAX_PAYLOAD as u64 + 1, payload.len() as u64 + 1] {
+        let err = read(zstd, &zstd_frame(size, &payload));
+        assert!(
+            matches!(err, Err(BlobError::Compression { compression: "zstd", .. })),
+            "zstd claiming {size}: {err:?}"
+        );
+    }
+    // The same frame stating its true size reads.
+    assert_eq!(read(zstd, &zstd_frame(payload.len() as u64, &payload)).unwrap().1, order(3));
+}
+
+proptest! {
+    /// A payload with a length prefix past its end — 2^32, 2^40, `u64::MAX`, one byte too
+    /// many — behind a valid header and checksum, in every codec, compression and header
+    /// version, is a decode error: never an abort, a panic or a large allocation.
+    #[test]
+    fn hostile_length_prefixes_are_decode_errors(codec in 0..CODECS.len(), at in 0..5usize, len in hostile(),
+                                                 compression in 0..COMPRESSIONS.len(), v1 in any::<bool>()) {
+        let codec = CODECS[codec];
+        let payload = hostile_payload(codec, at, len);
+        let cell = cell_around(codec, COMPRESSIONS[compression], v1, &payload);
+        let result = decode::<Order>(&cell, tag());
+        prop_assert!(
+            matches!(result, Err(BlobError::Decode { .. })),
+            "{:?} at {} {:?}: {:?}", codec, at, len, result
+        );
+        let versioned = versioned::decode_version::<Order>("Order", 1, codec, &payload);
+        prop_assert!(versioned.is_err());
+    }
+}
