@@ -153,3 +153,32 @@ fn aggregate_blobs_of_the_first_layout_still_read() {
     let cell = stored.cells.iter().find(|c| c.qualifier.as_ref() == b"b").unwrap();
     assert_eq!(blob::read_header(&cell.value).unwrap().header_version, blob::HEADER_VERSION);
 }
+
+#[test]
+fn no_damaged_byte_of_a_first_layout_blob_is_read_as_a_value() {
+    // Header version 1's checksum covers the payload alone: byte 7 (reserved, 0 from every
+    // writer) is the read's own check, the codec and schema version the aggregate's.
+    let cell = fixture_bytes("aggregate_order_header_v1.blob");
+    assert_eq!((cell[4], cell[7]), (1, 0));
+    for found in [1u8, 0x80, 0xFF] {
+        let mut damaged = cell.clone();
+        damaged[7] = found;
+        let err = blob::open(&damaged, tag()).unwrap_err();
+        assert_eq!(err, blob::BlobError::Reserved { found });
+        assert!(err.to_string().contains("reserved byte is"), "{err}");
+    }
+    let db = Db::open_temporary().unwrap();
+    let orders = db.aggregates::<common::orders::blob::Order>().unwrap();
+    let key = [7u64.to_be_bytes(), 9u64.to_be_bytes()].concat();
+    common::raw::put_blob_row(&db, "orders_b", key.clone(), cell.clone());
+    assert!(orders.get((7, 9)).unwrap().is_some());
+    for at in 0..cell.len() {
+        for flip in [1u8, 2, 4, 8, 16, 32, 64, 128, 0xFF] {
+            let mut damaged = cell.clone();
+            damaged[at] ^= flip;
+            common::raw::put_blob_row(&db, "orders_b", key.clone(), damaged);
+            let read = orders.get((7, 9));
+            assert!(read.is_err(), "byte {at} ^ {flip:#04x} read as a value: {read:?}");
+        }
+    }
+}

@@ -15,7 +15,8 @@
 //!
 //! Header version 1 is the same layout with the checksum over the payload alone; it is still
 //! read. Version 2 covers the header too, so a damaged schema version or codec id is caught
-//! rather than read as another version.
+//! rather than read as another version. A read refuses a reserved byte other than 0 in either
+//! version (every writer left it 0; version 1's checksum does not cover it).
 
 use super::{BlobError, Codec, Compression};
 

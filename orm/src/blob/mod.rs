@@ -43,6 +43,13 @@ pub enum BlobError {
         /// The stored header version.
         version: u8,
     },
+    /// The reserved header byte (7) is not 0, as every writer left it: the header is damaged
+    /// (header version 1's checksum does not cover it).
+    #[error("blob header's reserved byte is {found:#04x}, not 0: the header is damaged")]
+    Reserved {
+        /// The stored byte.
+        found: u8,
+    },
     /// A codec id this build does not know.
     #[error("blob codec {codec} is not known to this build")]
     UnknownCodec {
@@ -180,9 +187,9 @@ pub fn seal(format: &BlobFormat, type_tag: u32, payload: &[u8]) -> Result<Vec<u8
     Ok(out)
 }
 
-/// Checks a blob cell — magic, header version, codec, flags, type, length, checksum — and
-/// returns its header and decompressed payload. Any schema version passes: the caller
-/// decides what it can read.
+/// Checks a blob cell — magic, header version, codec, flags, reserved byte, type, length,
+/// checksum — and returns its header and decompressed payload. Any schema version passes:
+/// the caller decides what it can read.
 ///
 /// # Errors
 /// The [`BlobError`] naming the first thing wrong.
@@ -193,6 +200,11 @@ pub fn open(cell: &[u8], type_tag: u32) -> Result<(BlobHeader, Vec<u8>), BlobErr
     }
     header.codec()?;
     let compression = header.compression()?;
+    // Every writer left byte 7 zero; header version 1's checksum does not cover it, so a
+    // damaged one is caught here or not at all.
+    if cell[7] != 0 {
+        return Err(BlobError::Reserved { found: cell[7] });
+    }
     if header.type_tag != type_tag {
         return Err(BlobError::TypeMismatch { expected: type_tag, found: header.type_tag });
     }
