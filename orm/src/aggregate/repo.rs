@@ -268,11 +268,19 @@ impl<A: Aggregate> AggregateRepository<A> {
         key: &A::Key,
         mut change: impl FnMut(Option<Node>) -> Result<Option<Node>>,
     ) -> Result<()> {
+        self.rewrite(key, |prefix, old| change(rows::from_rows(&self.shape, prefix, old)?))
+    }
+
+    /// Read-modify-write of one aggregate's rows: `change` gets the aggregate's prefix and
+    /// stored rows and returns what should be. A change that does not look at what is stored
+    /// (a `put`, a `delete`) never decodes it, so stored rows that do not form an aggregate
+    /// (a child whose parent row is missing) can still be replaced or deleted: the difference
+    /// is taken from the rows, whatever they hold.
+    fn rewrite(&self, key: &A::Key, mut change: impl FnMut(&Bytes, &RowSet) -> Result<Option<Node>>) -> Result<()> {
         let (root, prefix) = self.locate(key)?;
         for _ in 0..MAX_ATTEMPTS {
             let old = self.read(&root, &prefix)?;
-            let current = rows::from_rows(&self.shape, &prefix, &old)?;
-            let mut next = change(current)?;
+            let mut next = change(&prefix, &old)?;
             if let Some(n) = &mut next {
                 rows::sort_children(&self.shape, 0, n)?;
             }
@@ -288,9 +296,13 @@ impl<A: Aggregate> AggregateRepository<A> {
                 Some(n) => rows::to_rows(&self.shape, n)?,
                 None => RowSet::new(),
             };
-            let generation = old.get(&(0, root.clone())).and_then(|cells| generation_of(cells));
-            let unchanged =
-                if old.is_empty() { new.is_empty() } else { diff(&without_generation(&old, &root), &new).is_empty() };
+            let root_row = (0, root.clone());
+            let generation = old.get(&root_row).and_then(|cells| generation_of(cells));
+            // A root row with no cell but its generation is compared without any: whether it
+            // exists is a change of its own (a bare aggregate created or deleted; a root row
+            // missing under its children).
+            let unchanged = old.contains_key(&root_row) == new.contains_key(&root_row)
+                && diff(&without_generation(&old, &root), &new).is_empty();
             if unchanged {
                 // Nothing changes: no write, no new generation.
                 return Ok(());
@@ -331,14 +343,15 @@ impl<A: Aggregate> AggregateRepository<A> {
     }
 
     /// Writes an aggregate, replacing whatever was stored under its key: children that are
-    /// no longer there are removed, unchanged rows are not rewritten.
+    /// no longer there are removed, unchanged rows are not rewritten. What is stored is not
+    /// decoded, so a put also replaces rows that do not form a valid aggregate.
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] for two children with one key in a collection;
     /// [`Error::Contended`] if other writers keep winning; encoding and store errors.
     pub fn put(&self, aggregate: &A) -> Result<()> {
         let node = aggregate.to_node()?;
-        self.modify(&aggregate.key(), |_| Ok(Some(node.clone())))
+        self.rewrite(&aggregate.key(), |_, _| Ok(Some(node.clone())))
     }
 
     /// Reads a whole aggregate; children come back in key order.
@@ -475,12 +488,13 @@ impl<A: Aggregate> AggregateRepository<A> {
         Ok(rows.into_iter().flatten().next().is_some())
     }
 
-    /// Deletes an aggregate: every row of it, at once.
+    /// Deletes an aggregate: every row of it, at once, whether or not they form a valid
+    /// aggregate.
     ///
     /// # Errors
     /// [`Error::Contended`]; key encoding and store errors.
     pub fn delete(&self, key: impl Into<A::Key>) -> Result<()> {
-        self.modify(&key.into(), |_| Ok(None))
+        self.rewrite(&key.into(), |_, _| Ok(None))
     }
 
     /// A scan over aggregates in root-key order, each read whole.

@@ -9,8 +9,9 @@ use std::collections::BTreeMap;
 
 use bytes::Bytes;
 
-use super::shape::{key_len, Shape, INTERNAL};
+use super::shape::{default_family, key_len, Shape, INTERNAL};
 use super::{blob, Node, Strategy};
+use crate::entity::Schema;
 use crate::repo::printable;
 use crate::store::{Row, StoredCell};
 use crate::{Error, Result};
@@ -26,6 +27,9 @@ const COPIED_KEY: &[u8] = &[INTERNAL, b'k'];
 const COPY_PREFIX: &[u8] = &[INTERNAL, b'^'];
 /// Qualifier of the blob cell.
 pub(crate) const BLOB: &[u8] = b"b";
+/// Qualifier of the empty marker cell of a part with nothing else to store, as entities have:
+/// a row exists only through its cells, and no field maps to the empty qualifier.
+const MARKER: &[u8] = b"";
 
 /// The aggregate prefix of a root row key: the key without its record-type byte.
 pub(crate) fn prefix_of(shape: &Shape, root_key: &[u8]) -> Bytes {
@@ -33,8 +37,9 @@ pub(crate) fn prefix_of(shape: &Shape, root_key: &[u8]) -> Bytes {
     Bytes::copy_from_slice(&root_key[..root_key.len().saturating_sub(cut)])
 }
 
+/// Cellar's own cells: the generation, copies, and the marker.
 fn is_internal(c: &StoredCell) -> bool {
-    c.qualifier.first() == Some(&INTERNAL)
+    c.qualifier.first() == Some(&INTERNAL) || c.qualifier == MARKER
 }
 
 fn user_cells(cells: &[StoredCell]) -> Vec<StoredCell> {
@@ -49,13 +54,31 @@ fn decode_error(shape: &Shape, row: &[u8], reason: String) -> Error {
     Error::Decode { table: shape.root.table, row: printable(row), column: None, reason }
 }
 
-fn insert(shape: &Shape, rows: &mut RowSet, slot: usize, key: Bytes, cells: Vec<StoredCell>, what: &str) -> Result<()> {
+/// Adds the row of one part, `schema` its own; a part with no cell gets the marker cell in its
+/// default family, so that it is stored (and its children have their parent) however sparse.
+fn insert(
+    shape: &Shape,
+    rows: &mut RowSet,
+    slot: usize,
+    key: Bytes,
+    mut cells: Vec<StoredCell>,
+    schema: &Schema,
+) -> Result<()> {
+    if cells.is_empty() {
+        cells.push(StoredCell {
+            family: Bytes::from_static(default_family(schema).as_bytes()),
+            qualifier: Bytes::from_static(MARKER),
+            timestamp: 0,
+            value: Bytes::new(),
+        });
+    }
     if rows.insert((slot, key.clone()), cells).is_some() {
         return Err(Error::InvalidArgument {
             arg: "aggregate",
             reason: format!(
-                "{} holds two {what} with the same key (row {}); keys are unique within a collection",
+                "{} holds two {} with the same key (row {}); keys are unique within a collection",
                 shape.root.entity,
+                schema.entity,
                 printable(&key)
             ),
         });
@@ -136,7 +159,7 @@ fn path_rows(shape: &Shape, prefix: &[u8], level: usize, node: &Node, path: &[u8
                 Strategy::Normalized => (child_level, concat(&[prefix, &child_path])),
                 _ => (0, concat(&[prefix, &[l.record_type], &child_path])),
             };
-            insert(shape, rows, slot, key, child.row.cells.clone(), l.schema.entity)?;
+            insert(shape, rows, slot, key, child.row.cells.clone(), l.schema)?;
             path_rows(shape, prefix, child_level, child, &child_path, rows)?;
         }
     }
@@ -156,7 +179,7 @@ fn denormalized_rows(shape: &Shape, prefix: &[u8], root: &Node, rows: &mut RowSe
             let own_key = concat(&[prefix, &[l.record_type], &middle.row.key]);
             let children = middle.children.first().map(Vec::as_slice).unwrap_or_default();
             let Some(leaf) = leaf.filter(|_| !children.is_empty()) else {
-                insert(shape, rows, 0, own_key, middle.row.cells.clone(), l.schema.entity)?;
+                insert(shape, rows, 0, own_key, middle.row.cells.clone(), l.schema)?;
                 continue;
             };
             for child in children {
