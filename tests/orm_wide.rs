@@ -375,3 +375,64 @@ proptest! {
         prop_assert_eq!(spec.key_of::<f64>(&spec.qualifier(&af).unwrap()).unwrap().map(f64::to_bits), Some(af.to_bits()));
     }
 }
+
+/// Maps keyed by strings: the empty key encodes as the empty qualifier, `"\0…"` keys as
+/// qualifiers of zero bytes.
+#[derive(Entity, Debug, Clone, PartialEq)]
+#[cellar(table = "tagged")]
+struct Tagged {
+    #[cellar(key)]
+    id: u32,
+    #[cellar(columns(family = "e"))]
+    labels: BTreeMap<String, i64>,
+    #[cellar(columns(family = "g", lazy))]
+    tags: BTreeMap<String, i64>,
+}
+
+on_every_backend! {
+fn the_empty_key_is_an_entry_like_any_other(db: Db) {
+    let repo = db.repo::<Tagged>().unwrap();
+    let map = |entries: &[(&str, i64)]| entries.iter().map(|(k, v)| (k.to_string(), *v)).collect::<BTreeMap<_, _>>();
+    let entries = [("", 0), ("\0", 1), ("\0z", 2), ("a", 3), ("b", 4), ("c", 5)];
+    repo.put(&Tagged { id: 1, labels: map(&[("", 1), ("a", 2)]), tags: map(&entries) }).unwrap();
+    let tags = repo.wide(1, Tagged::TAGS).unwrap();
+    let s = |k: &str| k.to_string();
+    let list = |entries: &[(&str, i64)]| entries.iter().map(|(k, v)| (k.to_string(), *v)).collect::<Vec<_>>();
+
+    assert_eq!(tags.get(&s("b")).unwrap(), Some(4));
+    assert_eq!(tags.get(&s("")).unwrap(), Some(0));
+    assert_eq!(tags.get(&s("\0")).unwrap(), Some(1));
+    assert_eq!(tags.get(&s("bb")).unwrap(), None);
+    assert_eq!(tags.after(&s("a"), 1).unwrap(), list(&[("b", 4)]));
+    assert_eq!(tags.after(&s(""), 2).unwrap(), list(&[("\0", 1), ("\0z", 2)]));
+    assert_eq!(tags.after(&s("\0z"), 10).unwrap(), list(&[("a", 3), ("b", 4), ("c", 5)]));
+    assert_eq!(tags.between(&s("a"), &s("c"), None).unwrap(), list(&[("a", 3), ("b", 4)]));
+    assert_eq!(tags.between(&s("a"), &s("c"), Some(1)).unwrap(), list(&[("a", 3)]));
+    assert_eq!(tags.between(&s(""), &s("a"), Some(2)).unwrap(), list(&[("", 0), ("\0", 1)]));
+    assert_eq!(tags.range(s("b").., Some(1)).unwrap(), list(&[("b", 4)]));
+    assert_eq!(tags.range(s("\0")..=s("a"), Some(2)).unwrap(), list(&[("\0", 1), ("\0z", 2)]));
+    assert_eq!(tags.range(..s("\0z"), None).unwrap(), list(&[("", 0), ("\0", 1)]));
+    assert_eq!(tags.range(..s(""), None).unwrap(), list(&[]), "nothing sorts before the empty key");
+    assert_eq!(tags.first(2).unwrap(), list(&[("", 0), ("\0", 1)]));
+    assert_eq!(tags.last(2).unwrap(), list(&[("b", 4), ("c", 5)]));
+    assert_eq!(tags.page(2, 2).unwrap(), list(&[("\0z", 2), ("a", 3)]));
+    assert_eq!(tags.count().unwrap(), 6);
+    assert_eq!(tags.all().unwrap(), list(&entries));
+
+    // Deleting the empty key removes that entry only.
+    tags.delete(&s("")).unwrap();
+    assert_eq!(tags.get(&s("")).unwrap(), None);
+    assert_eq!(tags.first(1).unwrap(), list(&[("\0", 1)]));
+    assert_eq!(tags.after(&s("a"), 1).unwrap(), list(&[("b", 4)]));
+    assert_eq!(tags.count().unwrap(), 5);
+
+    // An eager map holding the empty key is replaced whole, and read with the entity.
+    assert_eq!(repo.get(1).unwrap().unwrap().labels, map(&[("", 1), ("a", 2)]));
+    repo.put(&Tagged { id: 1, labels: map(&[("", 3), ("b", 4)]), tags: BTreeMap::new() }).unwrap();
+    assert_eq!(repo.get(1).unwrap().unwrap(), Tagged { id: 1, labels: map(&[("", 3), ("b", 4)]), tags: BTreeMap::new() });
+    let labels = repo.wide(1, Tagged::LABELS).unwrap();
+    assert_eq!(labels.after(&s(""), 1).unwrap(), list(&[("b", 4)]));
+    assert_eq!(labels.get(&s("b")).unwrap(), Some(4));
+    assert_eq!(tags.count().unwrap(), 5, "a put leaves a lazy map's entries");
+}
+}

@@ -1,9 +1,9 @@
 //! The embedded engine and Cloud Bigtable (its emulator) give the same answers: random
-//! sequences of puts, deletes (of columns, families and rows), increments, check-and-mutates,
-//! version reads and scans (with limits, reversed, of every column, of some families, or of a
-//! slice of one family's columns) run on both stores through the `Store` trait, and every
-//! result must match. Each store must also lend (`read_rows_with`, `scan_cursor`) exactly the
-//! rows it returns.
+//! sequences of puts (of one column or several of a row), deletes (of columns, families and
+//! rows), increments, check-and-mutates, version reads and scans (with limits, reversed, of
+//! every column, of some families, or of a slice of one family's columns) run on both stores
+//! through the `Store` trait, and every result must match. Each store must also lend
+//! (`read_rows_with`, `scan_cursor`) exactly the rows it returns.
 //!
 //! Writes carry explicit timestamps (a store's own clock would differ between the two), all in
 //! the recent past; increments stamp their cells with the store's clock, so counter cells are
@@ -24,13 +24,16 @@ use proptest::prelude::*;
 
 const TABLE: &str = "diff";
 const ROWS: &[&str] = &["a", "b", "ba", "c", "d"];
-const QUALIFIERS: &[&str] = &["q1", "q2", "q3", "q4"];
+/// With the empty qualifier (where the embedded engine also keeps family delete markers) and
+/// qualifiers that start with a zero byte, which sort right after it.
+const QUALIFIERS: &[&str] = &["", "\0", "\0q", "q1", "q2", "q3", "q4"];
 /// `d` keeps 3 versions, `e` one, `t` two for an hour, `c` holds counters.
 const FAMILIES: &[(&str, u32, Option<u64>)] = &[("c", 1, None), ("d", 3, None), ("e", 1, None), ("t", 2, Some(3600))];
 
 #[derive(Debug, Clone)]
 enum Op {
     Put { row: usize, family: usize, qualifier: usize, value: Vec<u8>, ts: u64 },
+    PutColumns { row: usize, family: usize, qualifiers: Vec<usize>, value: Vec<u8>, ts: u64 },
     DeleteColumn { row: usize, family: usize, qualifier: usize },
     DeleteRow { row: usize },
     DeleteFamily { row: usize, family: usize },
@@ -95,11 +98,15 @@ fn value() -> impl Strategy<Value = Vec<u8>> {
 fn op() -> impl Strategy<Value = Op> {
     let row = 0..ROWS.len();
     let family = 1..FAMILIES.len();
-    let qualifier = 0..QUALIFIERS.len();
+    // Often the empty qualifier, so rows hold it next to the columns a slice reads.
+    let qualifier = prop_oneof![1 => Just(0usize), 3 => 0..QUALIFIERS.len()];
     let ts = 0u64..20;
     prop_oneof![
         6 => (row.clone(), 0..FAMILIES.len(), qualifier.clone(), value(), ts.clone())
             .prop_map(|(row, family, qualifier, value, ts)| Op::Put { row, family, qualifier, value, ts }),
+        // Several columns of one family in one row mutation: rows wide enough for slices.
+        2 => (row.clone(), family.clone(), prop::collection::vec(qualifier.clone(), 1..5), value(), ts.clone())
+            .prop_map(|(row, family, qualifiers, value, ts)| Op::PutColumns { row, family, qualifiers, value, ts }),
         1 => (row.clone(), family.clone(), qualifier.clone())
             .prop_map(|(row, family, qualifier)| Op::DeleteColumn { row, family, qualifier }),
         1 => row.clone().prop_map(|row| Op::DeleteRow { row }),
@@ -182,6 +189,10 @@ fn run(store: &dyn Store, op: &Op, base: u64) -> Answer {
                 )
                 .map(|()| Answer::Done),
         ),
+        Op::PutColumns { row, family, qualifiers, value, ts } => {
+            let mutations = qualifiers.iter().map(|q| put(*family, *q, value, base + ts)).collect();
+            answer(store.mutate(TABLE, vec![RowMutation { row: key(*row), mutations }]).map(|()| Answer::Done))
+        }
         Op::DeleteColumn { row, family, qualifier } => {
             let m = CellMutation::DeleteColumn {
                 family: Bytes::from_static(FAMILIES[*family].0.as_bytes()),

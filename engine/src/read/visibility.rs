@@ -46,6 +46,9 @@ struct ColumnState {
     /// Where the qualifier sits in the row buffer.
     qualifier: std::ops::Range<usize>,
     selected: bool,
+    /// Inside the read's column window; only the empty qualifier's column is read outside it
+    /// (for its family markers).
+    in_window: bool,
     last_put_ts: Option<u64>,
     surviving: u32,
     returned: u32,
@@ -56,7 +59,8 @@ struct ColumnState {
 /// Leaves `cur` after the row.
 ///
 /// Columns outside `window` are sought past rather than read. Family-wide delete markers sit
-/// at the empty qualifier, before every column, so they are always read.
+/// at the empty qualifier, before every column, so that column is always read to its end; puts
+/// there are a column like any other, left out when outside the window.
 pub(crate) fn read_row_family<C: CellCursor + ?Sized>(
     cur: &mut C,
     family: usize,
@@ -82,15 +86,24 @@ pub(crate) fn read_row_family<C: CellCursor + ?Sized>(
         let new_column = was == Landed::NextColumn
             || col.as_ref().is_none_or(|c| !same_bytes(buf.bytes(c.qualifier.clone()), k.qualifier));
         if new_column {
-            if col.as_ref().is_some_and(|c| c.returned > 0) {
+            // Taken, so a seek below leaves no column behind to be counted twice.
+            if col.take().is_some_and(|c| c.returned > 0) {
                 returned_columns += 1;
             }
-            if !k.qualifier.is_empty() && !window.is_whole() {
+            let mut in_window = true;
+            if !window.is_whole() {
                 if let Some(start) = window.start.as_ref().filter(|s| k.qualifier < s.as_ref()) {
-                    let start = start.clone();
-                    cur.seek_forward(&KeyView::first_of_column(buf.row(), &start))?;
-                    continue;
+                    if k.qualifier.is_empty() {
+                        // The family markers here mask the window's columns: read them, return
+                        // nothing of the column.
+                        in_window = false;
+                    } else {
+                        let start = start.clone();
+                        cur.seek_forward(&KeyView::first_of_column(buf.row(), &start))?;
+                        continue;
+                    }
                 }
+                // Nothing of the row is returned from here on, so no marker is needed either.
                 if window.past_stop(k.qualifier) || window.columns.is_some_and(|cap| returned_columns >= cap) {
                     let next_row = [buf.row(), &[0u8]].concat();
                     cur.seek_forward(&KeyView::first_of_row(&next_row))?;
@@ -98,14 +111,14 @@ pub(crate) fn read_row_family<C: CellCursor + ?Sized>(
                 }
             }
             tracker.start_column();
-            let selected = fam.selects(k.qualifier);
+            let selected = in_window && fam.selects(k.qualifier);
             let qualifier = buf.push_bytes(k.qualifier);
-            col = Some(ColumnState { qualifier, selected, last_put_ts: None, surviving: 0, returned: 0 });
+            col = Some(ColumnState { qualifier, selected, in_window, last_put_ts: None, surviving: 0, returned: 0 });
         }
         let Some(c) = col.as_mut() else { break };
         let mut emitted: Option<(CellType, &[u8])> = None;
         if p.raw {
-            let family_marker_shown = k.kind.is_family_delete() && fam.qualifiers.is_none();
+            let family_marker_shown = k.kind.is_family_delete() && fam.qualifiers.is_none() && c.in_window;
             if (c.selected || family_marker_shown) && p.time_range.contains(k.ts) {
                 if k.kind.is_delete() {
                     emitted = Some((k.kind, &[]));
@@ -134,9 +147,10 @@ pub(crate) fn read_row_family<C: CellCursor + ?Sized>(
         }
         // Once a column can yield nothing more (or is not asked for), jump past its remaining
         // versions instead of reading them: a hot row may hold thousands of obsolete versions
-        // until its memstore is flushed.
-        let column_done = (!c.selected && !c.qualifier.is_empty())
-            || (!p.raw && (c.surviving >= fam.desc.max_versions || c.returned >= p.max_versions));
+        // until its memstore is flushed. Not the empty qualifier's: family markers older than
+        // its newest puts sort among its later versions.
+        let column_done = !c.qualifier.is_empty()
+            && (!c.selected || (!p.raw && (c.surviving >= fam.desc.max_versions || c.returned >= p.max_versions)));
         if column_done {
             let qualifier = c.qualifier.clone();
             landed = skip_column(cur, buf.row(), buf.bytes(qualifier))?;
