@@ -14,7 +14,7 @@ use cellar::orm::index::BackfillProgress;
 use cellar::orm::Error;
 use cellar::prelude::*;
 use common::hooked::{Call, Hooked};
-use common::people::{person, Person};
+use common::people::{person, Person, PersonKey};
 
 fn ids(people: &[Person]) -> Vec<u32> {
     people.iter().map(|p| p.id).collect()
@@ -396,7 +396,12 @@ fn a_backfill_reports_unique_violations_and_leaves_the_index_unbuilt(db: Db) {
     let report = people.build_index(Person::BY_EMAIL).run().unwrap();
     assert!(!report.built);
     assert_eq!(report.violations.len(), 1, "{report:?}");
-    assert!(report.violations[0].row.contains("\\x00\\x00\\x00\\x04"), "{report:?}");
+    // Named by the entity's key, as the application knows it, not by row bytes.
+    let violation = &report.violations[0];
+    assert_eq!(violation.row, format!("{:?}", PersonKey { id: 4 }), "{report:?}");
+    assert_eq!(violation.row, "PersonKey { id: 4 }");
+    assert!(violation.reason.contains("by_email") && violation.reason.contains("3@example.com"), "{violation}");
+    assert_eq!(violation.to_string(), format!("PersonKey {{ id: 4 }}: {}", violation.reason));
     assert!(matches!(
         people.index(Person::BY_EMAIL).get("3@example.com".to_string()),
         Err(Error::IndexNotReady { .. })

@@ -5,7 +5,7 @@
 
 use bytes::Bytes;
 
-use super::{is_other_record_type, write_many, Change, Index};
+use super::{write_many, Change, Index};
 use crate::entity::Entity;
 use crate::jobs::Checkpoint;
 use crate::repo::{printable, Repository};
@@ -29,10 +29,18 @@ pub struct BackfillProgress {
 /// Two entities with one value of a unique index: the second was left out of the index.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Violation {
-    /// The row left out, printable.
+    /// The entity left out: its key as `Debug` prints it (`PersonKey { id: 4 }`), or its row
+    /// key, printable, if the row's key does not decode.
     pub row: String,
     /// Why.
     pub reason: String,
+}
+
+impl std::fmt::Display for Violation {
+    /// `<key>: <reason>`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {}", self.row, self.reason)
+    }
 }
 
 /// What a backfill did.
@@ -102,9 +110,11 @@ impl<'a, E: Entity> Backfill<'a, E> {
         for row in store.scan(schema.table, &ScanSpec { start, ..ScanSpec::default() })? {
             let row = row?;
             read += 1;
-            // Rows of the table's other record types are not this entity's.
-            if !is_other_record_type::<E>(&row) {
-                stretch.push(row.key.clone());
+            match E::key_from_row(&row) {
+                // Rows of the table's other record types are not this entity's.
+                Err(e) if e.other_record_type => {}
+                // The key names the row in a violation (a hashed part needs the row's columns).
+                key => stretch.push((row.key.clone(), key.ok())),
             }
             last = row.key;
             if read.is_multiple_of(CHECKPOINT_EVERY) {
@@ -144,16 +154,18 @@ impl<'a, E: Entity> Backfill<'a, E> {
         Ok(())
     }
 
-    /// Writes the entries of a stretch of rows, all at once.
-    fn rebuild(&self, rows: Vec<Bytes>, report: &mut BackfillReport) -> Result<()> {
+    /// Writes the entries of a stretch of rows (each with its entity's key, if it decodes), all
+    /// at once.
+    fn rebuild(&self, rows: Vec<(Bytes, Option<E::Key>)>, report: &mut BackfillReport) -> Result<()> {
         report.rows += rows.len() as u64;
-        let writes = rows.iter().map(|row| (row.clone(), Change::Rebuild(self.position))).collect();
-        for (row, result) in rows.iter().zip(write_many(self.repo.store(), &E::SCHEMA, writes)?) {
+        let writes = rows.iter().map(|(row, _)| (row.clone(), Change::Rebuild(self.position))).collect();
+        for ((row, key), result) in rows.iter().zip(write_many(self.repo.store(), &E::SCHEMA, writes)?) {
             match result {
                 Ok(true) => report.indexed += 1,
                 Ok(false) => {}
                 Err(e @ Error::UniqueViolation { .. }) => {
-                    report.violations.push(Violation { row: printable(row), reason: e.to_string() })
+                    let row = key.as_ref().map_or_else(|| printable(row), |k| format!("{k:?}"));
+                    report.violations.push(Violation { row, reason: e.to_string() })
                 }
                 Err(e) => return Err(e),
             }
