@@ -5,8 +5,7 @@ use std::sync::Mutex;
 
 use bytes::Bytes;
 use cellar::orm::store::{
-    Commit, Condition, EmbeddedStore, Guarantees, ReadSpec, Row, RowCheck, RowMutation, RowStream, ScanSpec, Store,
-    TableSpec,
+    Commit, Condition, Guarantees, ReadSpec, Row, RowCheck, RowMutation, RowStream, ScanSpec, Store, TableSpec,
 };
 use cellar::orm::Result;
 
@@ -21,9 +20,10 @@ type Hook = Box<dyn FnOnce() + Send>;
 /// Picks the call the hook runs before: its kind and table.
 type When = Box<dyn Fn(Call, &str) -> bool + Send + Sync>;
 
-/// The embedded store, with a hook run before the first call `when` accepts.
+/// A store (the embedded one, or a wrapper of it), with a hook run before the first call
+/// `when` accepts.
 pub struct Hooked {
-    inner: EmbeddedStore,
+    inner: Box<dyn Store>,
     when: When,
     hook: Mutex<Option<Hook>>,
 }
@@ -31,11 +31,11 @@ pub struct Hooked {
 impl Hooked {
     /// `hook` runs once, before the first call (kind, table) that `when` accepts.
     pub fn new(
-        inner: EmbeddedStore,
+        inner: impl Store + 'static,
         when: impl Fn(Call, &str) -> bool + Send + Sync + 'static,
         hook: impl FnOnce() + Send + 'static,
     ) -> Self {
-        Hooked { inner, when: Box::new(when), hook: Mutex::new(Some(Box::new(hook))) }
+        Hooked { inner: Box::new(inner), when: Box::new(when), hook: Mutex::new(Some(Box::new(hook))) }
     }
 
     fn before(&self, call: Call, table: &str) {

@@ -16,7 +16,7 @@ use super::{Change, Index, IndexedWrite};
 use crate::entity::Entity;
 use crate::repo::{printable, Repository};
 use crate::store::{CellMutation, ReadSpec, Row, RowMutation, ScanSpec};
-use crate::{Error, Result};
+use crate::{writer, Error, Result};
 
 /// Rows checked per batch of reads of the other side.
 const BATCH: usize = 256;
@@ -42,8 +42,14 @@ pub struct VerifyReport {
     pub violations: u64,
     /// Problems fixed (repair only).
     pub repaired: u64,
+    /// Problems repair tried and could not fix (repair only): an entry whose unique value
+    /// another entity's entry holds, perhaps a write still in flight.
+    pub unfixed: u64,
     /// The first problems, by row, for the report.
     pub examples: Vec<String>,
+    /// Why each of the first [`VerifyReport::unfixed`] problems was not fixed: the row, and
+    /// what stood in the way.
+    pub unfixed_reasons: Vec<String>,
 }
 
 impl VerifyReport {
@@ -65,6 +71,7 @@ impl fmt::Display for VerifyReport {
             ("unverified entries", self.unverified),
             ("unique violations", self.violations),
             ("repaired", self.repaired),
+            ("not repaired", self.unfixed),
         ];
         writeln!(f, "index {}", self.index)?;
         for (what, n) in rows {
@@ -72,6 +79,9 @@ impl fmt::Display for VerifyReport {
         }
         for example in &self.examples {
             writeln!(f, "  - {example}")?;
+        }
+        for reason in &self.unfixed_reasons {
+            writeln!(f, "  ! {reason}")?;
         }
         Ok(())
     }
@@ -97,7 +107,9 @@ impl<E: Entity> Repository<E> {
 impl<E: Entity> Verify<'_, E> {
     /// Fixes what verification finds: missing and outdated entries rebuilt, stale ones
     /// deleted, abandoned unverified ones settled. Unique violations are reported only: which
-    /// entity keeps the value is the application's call.
+    /// entity keeps the value is the application's call. An entry whose unique value another
+    /// entity's entry took meanwhile stays as it is, counted in [`VerifyReport::unfixed`] with
+    /// the holder and why its hold stands (a write in flight, or a unique violation).
     pub fn repair(mut self) -> Self {
         self.repair = true;
         self
@@ -145,7 +157,9 @@ impl<E: Entity> Verify<'_, E> {
         }
     }
 
-    fn rebuild(&self, row: &Bytes, report: &mut VerifyReport) -> Result<()> {
+    /// Rebuilds the entry `want` of data row `row` (a `problem`: missing or outdated); counts
+    /// it repaired, or unfixed with the reason.
+    fn rebuild(&self, row: &Bytes, want: &entry::Entry, problem: &str, report: &mut VerifyReport) -> Result<()> {
         if !self.repair {
             return Ok(());
         }
@@ -158,10 +172,38 @@ impl<E: Entity> Verify<'_, E> {
         };
         match write.run() {
             Ok(_) => report.repaired += 1,
-            Err(Error::UniqueViolation { .. }) => {}
+            Err(Error::UniqueViolation { index, value, .. }) => {
+                // Another entity's entry took the value since this pass read the index.
+                let holder = self.holder_of(want)?;
+                report.unfixed += 1;
+                if report.unfixed_reasons.len() < MAX_EXAMPLES {
+                    report.unfixed_reasons.push(format!(
+                        "{problem}: entry of row {} not rebuilt: value {value} of index `{index}` is {holder}",
+                        printable(row)
+                    ));
+                }
+            }
             Err(e) => return Err(e),
         }
         Ok(())
+    }
+
+    /// Who holds the index row `want` would have taken, and why it stands, for a report.
+    fn holder_of(&self, want: &entry::Entry) -> Result<String> {
+        let store = self.repo.store();
+        let table = super::index_table(E::SCHEMA.table);
+        let rows = store.read_rows(&table, std::slice::from_ref(&want.key), &ReadSpec::default())?;
+        let Some(holder) = rows.into_iter().flatten().next().as_ref().and_then(entry::parse_row) else {
+            return Ok("taken by a write that has since let it go (repair again)".to_string());
+        };
+        let why = match holder.state {
+            State::Verified => "its entity holds the value: a unique violation",
+            State::Unverified { owner, deadline_ms } if !writer::gone(owner, deadline_ms, store.guarantees()) => {
+                "a write in flight: repair again once it is done"
+            }
+            State::Unverified { .. } => "a write that did not finish, whose entity holds the value",
+        };
+        Ok(format!("held by row {} ({why})", printable(&holder.primary)))
     }
 
     fn check_data(&self, rows: Vec<Row>, report: &mut VerifyReport) -> Result<()> {
@@ -175,7 +217,7 @@ impl<E: Entity> Verify<'_, E> {
                 None => {
                     report.missing += 1;
                     Self::note(report, format!("missing: entry of row {}", printable(row)));
-                    self.rebuild(row, report)?;
+                    self.rebuild(row, want, "missing", report)?;
                 }
                 Some(have) if have.primary != want.primary => {
                     // A unique value another entity holds in the index.
@@ -195,7 +237,7 @@ impl<E: Entity> Verify<'_, E> {
                 Some(have) if !entry::matches(&have, want) => {
                     report.outdated += 1;
                     Self::note(report, format!("outdated: entry of row {}", printable(row)));
-                    self.rebuild(row, report)?;
+                    self.rebuild(row, want, "outdated", report)?;
                 }
                 Some(_) => {}
             }
