@@ -138,7 +138,7 @@ fn parts_with_only_none_columns_round_trip_in_every_strategy(db: Db) {
         let bag = sparse_bag!(m, 1);
         bags.put(&bag).unwrap();
         assert_eq!(bags.get(1).unwrap(), Some(bag.clone()), "{}", m::TABLE);
-        assert_eq!(bags.scan().to_vec().unwrap(), [bag.clone()], "{}", m::TABLE);
+        assert_eq!(bags.scan().to_vec().unwrap(), std::slice::from_ref(&bag), "{}", m::TABLE);
         assert_eq!(bags.get_to_depth(1, 2).unwrap().unwrap().shelves.len(), 3, "{}", m::TABLE);
         let shelves = bags.children(1, m::Bag::SHELVES);
         assert_eq!(shelves.list().unwrap(), Some(bag.shelves.clone()), "{}", m::TABLE);
