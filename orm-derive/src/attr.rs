@@ -108,6 +108,8 @@ pub struct FamilyAttr {
     pub name: String,
     pub max_versions: Option<u32>,
     pub ttl: Option<u64>,
+    /// Where `ttl` was written.
+    pub ttl_span: Option<Span>,
     pub span: Option<Span>,
 }
 
@@ -378,7 +380,10 @@ pub fn parse(ctx: &mut Ctx, input: &DeriveInput, kind: Kind) -> Option<EntityAtt
             sym::FAMILY => entity.family = lit_str(ctx, &value_expr(&meta)?).map(|s| s.value()).unwrap_or_default(),
             sym::RECORD_TYPE => entity.record_type = lit_int(ctx, &value_expr(&meta)?, "record_type (0 to 255)"),
             sym::MAX_VERSIONS => default_family.max_versions = lit_int(ctx, &value_expr(&meta)?, "max_versions"),
-            sym::TTL => default_family.ttl = lit_int(ctx, &value_expr(&meta)?, "ttl (seconds)"),
+            sym::TTL => {
+                default_family.ttl = lit_int(ctx, &value_expr(&meta)?, "ttl (seconds)");
+                default_family.ttl_span = Some(meta.path.span());
+            }
             sym::SALT => {
                 let span = meta.path.span();
                 let (mut buckets, mut random) = (None, false);
@@ -426,7 +431,10 @@ pub fn parse(ctx: &mut Ctx, input: &DeriveInput, kind: Kind) -> Option<EntityAtt
                             fam.name = lit_str(ctx, &value_expr(&inner)?).map(|s| s.value()).unwrap_or_default()
                         }
                         sym::MAX_VERSIONS => fam.max_versions = lit_int(ctx, &value_expr(&inner)?, "max_versions"),
-                        sym::TTL => fam.ttl = lit_int(ctx, &value_expr(&inner)?, "ttl (seconds)"),
+                        sym::TTL => {
+                            fam.ttl = lit_int(ctx, &value_expr(&inner)?, "ttl (seconds)");
+                            fam.ttl_span = Some(inner.path.span());
+                        }
                         other => ctx.error(inner.path.span(), format!("unknown family option `{other}`")),
                     }
                     Ok(())

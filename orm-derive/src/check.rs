@@ -202,6 +202,7 @@ fn check_kind(ctx: &mut Ctx, e: &EntityAttr) {
             if let Some(salt) = e.salt.as_ref().filter(|s| matches!(s.value, SaltAttr::Random { .. })) {
                 ctx.error(salt.span, "an aggregate cannot take a random salt: its rows must be found again");
             }
+            check_aggregate_ttl(ctx, e);
             // Only typed strategies put record-type bytes in their rows; elsewhere one would be ignored.
             let untyped = e.strategy.as_ref().filter(|s| matches!(s.value.as_str(), "normalized" | "blob"));
             if let Some(s) = untyped {
@@ -458,6 +459,36 @@ fn check_index_fields(ctx: &mut Ctx, e: &EntityAttr, index: &IndexAttr) {
                 format!(
                     "index `{name}`: `{ident}` lives in a family with a {ttl} s TTL: its cells expire without a \
                      write, and the index would keep answering for them"
+                ),
+            );
+        }
+    }
+}
+
+/// A TTL expires cells one by one, by the time each was written. Only a `blob` aggregate is
+/// written whole every time (one cell beside its generation, put together), so only it expires
+/// whole; the other strategies write the cells that changed, and a TTL would tear them apart:
+/// a read after some expired would see a version never written, or miss required columns.
+fn check_aggregate_ttl(ctx: &mut Ctx, e: &EntityAttr) {
+    let strategy = e.strategy.as_ref().map_or("single_table", |s| s.value.as_str());
+    for fam in &e.families {
+        let (Some(ttl), Some(span)) = (fam.ttl, fam.ttl_span) else { continue };
+        if strategy != "blob" {
+            ctx.error(
+                span,
+                format!(
+                    "a `{strategy}` aggregate cannot take a TTL: its writes put only the cells that change, so a {ttl} s \
+                     TTL would expire an aggregate cell by cell, into versions never written; only `blob` \
+                     aggregates, written whole into one cell, take one"
+                ),
+            );
+        } else if fam.name != e.family {
+            ctx.error(
+                span,
+                format!(
+                    "a `blob` aggregate is one cell in the root's default family `{}`: set `ttl` on the root, \
+                     not on family `{}`",
+                    e.family, fam.name
                 ),
             );
         }

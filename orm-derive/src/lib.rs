@@ -86,7 +86,9 @@ pub fn derive_record(input: TokenStream) -> TokenStream {
 /// and a compile-time check that the strategy can hold the tree.
 ///
 /// Takes the struct attributes of [`macro@Entity`] (but no counters, versions or random
-/// salts) and `strategy = "normalized" | "single_table" | "denormalized" | "blob"` (default
+/// salts, and `ttl` only under `blob`, the one strategy that writes an aggregate whole and so
+/// expires it whole) and
+/// `strategy = "normalized" | "single_table" | "denormalized" | "blob"` (default
 /// `single_table`). Every key part — `partition` or `key` — is part of the aggregate's key
 /// prefix, which every row of the aggregate starts with. `record_type = N` overrides the root's
 /// record type (default 1; typed strategies only).

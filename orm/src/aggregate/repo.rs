@@ -173,6 +173,15 @@ fn without_generation(rows: &RowSet, root: &Bytes) -> RowSet {
     rows
 }
 
+/// `set` without the root row's blob cell, the row itself kept: a difference taken from it
+/// always puts the blob, and still deletes the row.
+fn without_blob(mut set: RowSet, root: &Bytes) -> RowSet {
+    if let Some(cells) = set.get_mut(&(0, root.clone())) {
+        cells.retain(|c| c.qualifier != rows::BLOB);
+    }
+    set
+}
+
 /// Mutations turning the stored rows `old` into `new`, per table slot: rows that went are
 /// deleted, changed and new cells put, cells that went deleted; untouched rows are left alone.
 pub(super) fn diff(old: &RowSet, new: &RowSet) -> Vec<(usize, RowMutation)> {
@@ -315,6 +324,10 @@ impl<A: Aggregate> AggregateRepository<A> {
                     value: new_generation(),
                 });
             }
+            // A blob write puts the blob again with the new generation even when only other
+            // cells of its row change: under a TTL the two then expire together, never leaving
+            // a generation without its blob.
+            let old = if self.shape.strategy == Strategy::Blob { without_blob(old, &root) } else { old };
             let done = if self.atomic {
                 self.write_atomic(&root, generation, &old, &new)?
             } else {
