@@ -116,6 +116,14 @@ pub(crate) struct ColumnWindow {
     pub limit: Option<usize>,
 }
 
+impl ColumnWindow {
+    /// Whether trimming can leave a row the server sent without cells (it then is no row):
+    /// only an offset can, a limit keeps at least one column (a limit of 0 reads nothing).
+    pub(crate) fn can_empty_rows(self) -> bool {
+        self.skip > 0
+    }
+}
+
 /// The whole filter of a read: the columns it selects, then [`read_filter`] over their
 /// families, then (for a slice) the per-row offset and limit and the values stripped. A
 /// slice's offset and limit are sent as cell offset and limit only when each column yields one
@@ -259,6 +267,26 @@ mod tests {
                 start_timestamp_micros: 90_001_000,
                 end_timestamp_micros: 0
             }))));
+    }
+
+    #[test]
+    fn only_a_column_offset_trims_a_row_to_nothing() {
+        use crate::store::{Row, StoredCell};
+        let cell = |q: &'static str, timestamp| StoredCell {
+            family: Bytes::from_static(b"d"),
+            qualifier: Bytes::from_static(q.as_bytes()),
+            timestamp,
+            value: Bytes::new(),
+        };
+        // Two versions of one column.
+        let row = Row { key: Bytes::from_static(b"r"), cells: vec![cell("q", 2), cell("q", 1)] };
+        for (skip, limit, kept) in [(0, Some(1), 2), (0, None, 2), (1, None, 0), (1, Some(1), 0)] {
+            let window = ColumnWindow { skip, limit };
+            let mut trimmed = row.clone();
+            trim_columns(&mut trimmed, window);
+            assert_eq!(trimmed.cells.len(), kept, "{window:?}");
+            assert_eq!(window.can_empty_rows(), kept == 0, "{window:?}");
+        }
     }
 
     #[test]

@@ -645,12 +645,20 @@ struct Rows {
     rx: mpsc::Receiver<Result<Row>>,
     /// Columns per row to keep, for slices Bigtable could not select itself.
     window: Option<filters::ColumnWindow>,
+    /// Rows still to return, for a scan's limit: counted here, after trimming, because rows
+    /// trimming empties are not returned.
+    left: Option<usize>,
 }
 
 impl Iterator for Rows {
     type Item = Result<Row>;
 
     fn next(&mut self) -> Option<Result<Row>> {
+        if self.left == Some(0) {
+            // The read may go on past the limit (no server limit): stop it.
+            self.rx.close();
+            return None;
+        }
         loop {
             let mut row = wait(self.rx.recv());
             if let (Some(Ok(row)), Some(window)) = (&mut row, self.window) {
@@ -658,6 +666,9 @@ impl Iterator for Rows {
                 if row.cells.is_empty() {
                     continue;
                 }
+            }
+            if let (Some(Ok(_)), Some(left)) = (&row, &mut self.left) {
+                *left -= 1;
             }
             return row;
         }
@@ -824,7 +835,7 @@ impl Store for BigtableStore {
         let (tx, rx) = mpsc::channel(SCAN_BUFFER);
         self.start_read(table, request, tx)?;
         let mut found = HashMap::new();
-        for row in (Rows { rx, window }) {
+        for row in (Rows { rx, window, left: None }) {
             let row = row?;
             found.insert(row.key.clone(), row);
         }
@@ -842,12 +853,17 @@ impl Store for BigtableStore {
         };
         let limit = spec.limit.map_or(0, |n| i64::try_from(n).unwrap_or(i64::MAX));
         let rows = pb::RowSet { row_keys: Vec::new(), row_ranges: vec![range] };
-        let (request, window) = self.read_request(table, rows, &spec.read, limit, spec.reverse)?;
+        // The server counts the rows it sends, before they are trimmed: when trimming can drop
+        // a row, a server limit would end the scan short, so the limit is the client's alone.
+        let (mut request, window) = self.read_request(table, rows, &spec.read, 0, spec.reverse)?;
+        if !window.is_some_and(filters::ColumnWindow::can_empty_rows) {
+            request.rows_limit = limit;
+        }
         let (tx, rx) = mpsc::channel(SCAN_BUFFER);
         // The read starts now, before the first row is asked for: scans opened one after the
         // other (salt buckets) run at the same time.
         self.start_read(table, request, tx)?;
-        Ok(Box::new(Rows { rx, window }))
+        Ok(Box::new(Rows { rx, window, left: spec.limit }))
     }
 
     fn check_and_mutate(&self, table: &str, condition: Condition, mutation: RowMutation) -> Result<bool> {
