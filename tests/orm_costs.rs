@@ -200,6 +200,29 @@ fn deletes_counters_and_conditional_writes_follow_the_rules() {
 }
 
 #[test]
+fn a_put_of_a_versioned_entity_reads_its_version_in_the_same_round_trip() {
+    let db = Db::open_temporary().unwrap();
+    let accounts = db.repo::<Account>().unwrap();
+    let acc = Account { id: 7, city: Some("Oslo".into()), orders: 0, version: 0 };
+    // The version read and the write are one call on the embedded engine: the city "Oslo"
+    // (4), the version field as the entity holds it and the next version (8 each).
+    let written = Costs {
+        group_mutates: 1,
+        rows_written: 1,
+        cells_written: 3,
+        bytes_written: cell_bytes(4) + 2 * cell_bytes(8),
+        ..Costs::default()
+    };
+    let ((), costs) = db.measure(|| accounts.put(&acc).unwrap());
+    assert_eq!(costs, written);
+    // Over a stored account it reads the version cell alone.
+    let ((), costs) = db.measure(|| accounts.put(&acc).unwrap());
+    assert_eq!(costs, Costs { rows_read: 1, cells_read: 1, bytes_read: cell_bytes(8), ..written });
+    assert_eq!(costs.round_trips(), 1);
+    assert_eq!(accounts.get(7).unwrap().unwrap().version, 2);
+}
+
+#[test]
 fn measure_returns_only_the_closures_costs_and_costs_accumulate() {
     let db = Db::open_temporary().unwrap();
     let items = db.repo::<Item>().unwrap();

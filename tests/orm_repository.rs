@@ -86,7 +86,8 @@ fn put_get_delete_and_optional_fields(db: Db) {
     let customers = db.repo::<Customer>().unwrap();
     let mut ada = customer(1, "Ada");
     customers.put(&ada).unwrap();
-    assert_eq!(customers.get(1).unwrap(), Some(ada.clone()));
+    // Stored as given, but for the version: a first write stores version 1.
+    assert_eq!(customers.get(1).unwrap(), Some(Customer { version: 1, ..ada.clone() }));
     assert!(customers.exists(1).unwrap());
     assert!(!customers.exists(2).unwrap());
     // None removes the stored cell rather than leaving the old city behind.
@@ -174,19 +175,63 @@ fn counters_and_optimistic_versions(db: Db) {
     assert_eq!(ada.version, 1);
     assert_eq!(customers.increment(1, Customer::ORDERS, 2).unwrap(), 2);
     assert_eq!(customers.increment(1, Customer::ORDERS, 3).unwrap(), 5);
-    // A put leaves the counter alone.
+    // A put leaves the counter alone, and moves the version on.
     customers.put(&ada).unwrap();
     let mut stale = customers.get(1).unwrap().unwrap();
-    assert_eq!((stale.orders, stale.version), (5, 1));
+    assert_eq!((stale.orders, stale.version), (5, 2));
     let mut fresh = stale.clone();
     fresh.name = "Ada L.".into();
     customers.save(&mut fresh).unwrap();
     stale.name = "lost update".into();
-    assert!(matches!(customers.save(&mut stale), Err(Error::VersionConflict { expected: 1, .. })));
+    assert!(matches!(customers.save(&mut stale), Err(Error::VersionConflict { expected: 2, .. })));
     assert_eq!(customers.get(1).unwrap().unwrap().name, "Ada L.");
     let mut new = customer(7, "New");
     new.version = 3;
     assert!(matches!(customers.save(&mut new), Err(Error::VersionConflict { .. })), "version 3 of a missing row");
+}
+}
+
+on_every_backend! {
+fn a_put_moves_the_version_on_so_a_save_of_an_earlier_read_fails(db: Db) {
+    let customers = db.repo::<Customer>().unwrap();
+    let version = |id: u64| customers.get(id).unwrap().unwrap().version;
+    let mut ada = customer(1, "Ada");
+    customers.save(&mut ada).unwrap();
+    let mut read = customers.get(1).unwrap().unwrap();
+    assert_eq!(read.version, 1);
+    // Another writer puts the customer from a copy of the same read: the version still moves
+    // on, so the save of the earlier read cannot overwrite the put.
+    let mut other = read.clone();
+    other.name = "Ada, put".into();
+    customers.put(&other).unwrap();
+    assert_eq!(version(1), 2);
+    read.name = "lost update".into();
+    assert!(matches!(customers.save(&mut read), Err(Error::VersionConflict { expected: 1, .. })));
+    assert_eq!(customers.get(1).unwrap().unwrap().name, "Ada, put");
+    // A put of a copy that holds version 0 (built, not read) never takes the version back:
+    // a save holding 0, which means "no such customer yet", still fails over the stored one.
+    customers.put(&customer(1, "Ada, rebuilt")).unwrap();
+    assert_eq!(version(1), 3);
+    let mut fresh = customer(1, "Ada, created twice");
+    assert!(matches!(customers.save(&mut fresh), Err(Error::VersionConflict { expected: 0, .. })));
+    // Nor does one holding a version ahead of the stored one set it.
+    let mut ahead = customer(1, "Ada, ahead");
+    ahead.version = 100;
+    customers.put(&ahead).unwrap();
+    assert_eq!(version(1), 4);
+    assert!(matches!(customers.save(&mut ahead), Err(Error::VersionConflict { expected: 100, .. })));
+    // The first put of a customer stores version 1, as a first save does.
+    customers.put(&customer(2, "Bea")).unwrap();
+    assert_eq!(version(2), 1);
+    assert!(matches!(customers.save(&mut customer(2, "Bea again")), Err(Error::VersionConflict { .. })));
+    // put_many follows the same rule, row by row.
+    customers.put_many(&[customer(1, "Ada, batch"), customer(2, "Bea, batch"), customer(3, "Cy")]).unwrap();
+    assert_eq!((version(1), version(2), version(3)), (5, 2, 1));
+    // A save of a read made after the puts goes through, and moves on by one.
+    let mut latest = customers.get(1).unwrap().unwrap();
+    latest.name = "Ada, saved".into();
+    customers.save(&mut latest).unwrap();
+    assert_eq!((latest.version, version(1)), (6, 6));
 }
 }
 

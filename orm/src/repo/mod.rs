@@ -13,7 +13,7 @@ pub use query::{Cursor, EntityIter, Page, Query, Skipped};
 use crate::entity::{ColumnKind, ColumnSpec, Entity, FieldError};
 use crate::index::{write_many, Change, IndexedWrite, Statuses};
 use crate::key::{KeyError, RowKey};
-use crate::store::{CellMutation, Condition, LentRow, ReadSpec, Row, RowMutation, Store};
+use crate::store::{CellMutation, ColumnSlice, Columns, Commit, Condition, LentRow, ReadSpec, Row, RowMutation, Store};
 use crate::value::ColumnValue;
 use crate::{Error, Result};
 use names::SubstitutedNames;
@@ -253,10 +253,22 @@ impl<E: Entity> Repository<E> {
     /// An entity with no field to store (only key parts, every field `None`, or only lazy maps)
     /// is written as an empty marker cell with the empty qualifier, so that it exists.
     ///
+    /// The `#[cellar(version)]` field, if the entity has one, is not written as given: a put
+    /// stores the stored version + 1 (1 for a new entity), as a [`Repository::save`] does, so
+    /// a version never goes back and a save of a read made before the put fails with
+    /// [`Error::VersionConflict`]. `entity` is not changed: read it again for its new version.
+    /// That takes a read of the stored version: within the same call on the embedded engine
+    /// (for an entity without indexes), one round trip more otherwise. A put of an entity
+    /// without a version field is one write, as before.
+    ///
     /// # Errors
-    /// Key or value encoding errors; store errors.
+    /// Key or value encoding errors; [`Error::Decode`] for a stored version that is not one;
+    /// [`Error::Contended`] if other writers keep moving the version; store errors.
     pub fn put(&self, entity: &E) -> Result<()> {
         let m = self.mutation(entity, None)?;
+        if let Some(col) = E::SCHEMA.version_column() {
+            return self.put_versioned(vec![m], col);
+        }
         if self.indexed() {
             return self.write_indexed(m.row, Change::Put(m.mutations), None);
         }
@@ -267,6 +279,10 @@ impl<E: Entity> Repository<E> {
     /// of the index protocol goes to the store once for all of them; an entity a unique index
     /// refuses is left out, the others are written.
     ///
+    /// Each entity's version moves on as with [`Repository::put`]: without indexes, one read
+    /// of the stored versions and one batch of conditional writes; with indexes, the entities
+    /// are written one at a time.
+    ///
     /// # Errors
     /// As [`Repository::put`]; nothing is written if an entity does not encode; the first
     /// entity's error (a [`Error::UniqueViolation`]) once the others are written.
@@ -274,6 +290,9 @@ impl<E: Entity> Repository<E> {
         let rows = entities.into_iter().map(|e| self.mutation(e, None)).collect::<Result<Vec<_>>>()?;
         if rows.is_empty() {
             return Ok(());
+        }
+        if let Some(col) = E::SCHEMA.version_column() {
+            return self.put_versioned(rows, col);
         }
         if self.indexed() {
             // Each step of the index protocol for all rows at once.
@@ -283,8 +302,95 @@ impl<E: Entity> Repository<E> {
         self.store.mutate(self.table(), rows)
     }
 
+    /// Writes entity rows `rows` (each entity's cells, its version field as given among them)
+    /// each with a put of its stored version + 1 after them, on condition that the stored
+    /// version is still the one read: a put moves the version on as a save does, and never
+    /// takes it back.
+    fn put_versioned(&self, rows: Vec<RowMutation>, col: &'static ColumnSpec) -> Result<()> {
+        if self.indexed() {
+            // The batched index protocol checks no versions: one write at a time, each failure
+            // of an entity kept for after the others, as a batch would.
+            let mut first = None;
+            for m in rows {
+                match self.put_indexed_versioned(m, col) {
+                    Err(e @ (Error::UniqueViolation { .. } | Error::Contended { .. })) => {
+                        first.get_or_insert(e);
+                    }
+                    other => other?,
+                }
+            }
+            return first.map_or(Ok(()), Err);
+        }
+        if let ([m], true) = (&rows[..], self.store.guarantees().atomic_commits) {
+            return self.put_versioned_held(m, col);
+        }
+        let mut pending = rows;
+        for _ in 0..PUT_ATTEMPTS {
+            let keys: Vec<Bytes> = pending.iter().map(|m| m.row.clone()).collect();
+            let found = self.store.read_rows(self.table(), &keys, &version_read(col))?;
+            let writes = pending
+                .iter()
+                .zip(&found)
+                .map(|(m, row)| {
+                    let (stored, raw) = stored_version::<E>(row.as_ref(), col, &m.row)?;
+                    let write = RowMutation { row: m.row.clone(), mutations: next_version(&m.mutations, col, stored)? };
+                    Ok((version_is(col, raw), write))
+                })
+                .collect::<Result<Vec<_>>>()?;
+            let applied = self.store.check_and_mutate_many(self.table(), writes)?;
+            // Another write moved a version since the read: those rows go again.
+            pending = pending.into_iter().zip(applied).filter(|(_, applied)| !applied).map(|(m, _)| m).collect();
+            if pending.is_empty() {
+                return Ok(());
+            }
+        }
+        Err(Error::Contended { entity: E::SCHEMA.entity, row: printable(&pending[0].row), attempts: PUT_ATTEMPTS })
+    }
+
+    /// [`Repository::put_versioned`] of one row on a store with atomic commits: the version
+    /// read and the write in one call, the row held in between.
+    fn put_versioned_held(&self, m: &RowMutation, col: &'static ColumnSpec) -> Result<()> {
+        for _ in 0..PUT_ATTEMPTS {
+            let mut failed = None;
+            let applied = self.store.read_and_commit(self.table(), &m.row, &version_read(col), &mut |row| {
+                let mutations = stored_version::<E>(row, col, &m.row)
+                    .and_then(|(stored, _)| next_version(&m.mutations, col, stored))
+                    .map_err(|e| failed = Some(e))
+                    .ok()?;
+                let mut commit = Commit::default();
+                commit.row(E::SCHEMA.table, RowMutation { row: m.row.clone(), mutations });
+                Some(commit)
+            })?;
+            if let Some(e) = failed {
+                return Err(e);
+            }
+            if applied == Some(true) {
+                return Ok(());
+            }
+        }
+        Err(Error::Contended { entity: E::SCHEMA.entity, row: printable(&m.row), attempts: PUT_ATTEMPTS })
+    }
+
+    /// [`Repository::put_versioned`] of one row of an entity with indexes: the index protocol
+    /// checks the version read, as for a save.
+    fn put_indexed_versioned(&self, m: RowMutation, col: &'static ColumnSpec) -> Result<()> {
+        for _ in 0..PUT_ATTEMPTS {
+            let found = self.store.read_rows(self.table(), std::slice::from_ref(&m.row), &version_read(col))?;
+            let (stored, _) = stored_version::<E>(found.first().and_then(Option::as_ref), col, &m.row)?;
+            let change = Change::Put(next_version(&m.mutations, col, stored)?);
+            match self.write_indexed(m.row.clone(), change, Some((stored, col))) {
+                // Another write moved the version since the read: read it again.
+                Err(Error::VersionConflict { .. }) => continue,
+                other => return other,
+            }
+        }
+        Err(Error::Contended { entity: E::SCHEMA.entity, row: printable(&m.row), attempts: PUT_ATTEMPTS })
+    }
+
     /// Writes `entity` only if the stored version is the one it was read at (absent for
-    /// version 0), and moves it to the next version.
+    /// version 0), and moves it to the next version. Every write of the entity moves the
+    /// version on — a put too (see [`Repository::put`]) — so a save fails if anything wrote the
+    /// entity since it was read.
     ///
     /// # Errors
     /// [`Error::VersionConflict`] if another writer got there first; [`Error::InvalidArgument`]
@@ -523,4 +629,61 @@ impl<E: Entity> Repository<E> {
 
 pub(crate) fn decode_error(table: &'static str, row: &[u8], e: FieldError) -> Error {
     Error::Decode { table, row: printable(row), column: e.column, reason: e.reason }
+}
+
+/// Attempts of a put before it gives up on a version other writers keep moving.
+const PUT_ATTEMPTS: u32 = 64;
+
+/// A read of the version column `col` alone.
+fn version_read(col: &'static ColumnSpec) -> ReadSpec {
+    let mut to = col.qualifier.as_bytes().to_vec();
+    to.push(0);
+    let slice = ColumnSlice {
+        family: Bytes::from_static(col.family.as_bytes()),
+        from: Some(Bytes::from_static(col.qualifier.as_bytes())),
+        to: Some(to.into()),
+        offset: 0,
+        limit: Some(1),
+        keys_only: false,
+    };
+    ReadSpec { columns: Columns::Slice(slice), ..ReadSpec::default() }
+}
+
+/// The version `row` (of entity `E`, row key `key`) stores — 0 without one — and the cell's
+/// bytes, for a condition that it is still there.
+fn stored_version<E: Entity>(row: Option<&Row>, col: &'static ColumnSpec, key: &[u8]) -> Result<(u64, Option<Bytes>)> {
+    let Some(raw) = row.and_then(|r| r.value(col.family, col.qualifier)) else { return Ok((0, None)) };
+    let version = u64::from_bytes(raw).map_err(|e| Error::Decode {
+        table: E::SCHEMA.table,
+        row: printable(key),
+        column: Some(format!("{}:{}", col.family, col.qualifier)),
+        reason: e.to_string(),
+    })?;
+    Ok((version, Some(Bytes::copy_from_slice(raw))))
+}
+
+/// `mutations` and a put of the version after `stored` (the last put of the column wins).
+fn next_version(mutations: &[CellMutation], col: &'static ColumnSpec, stored: u64) -> Result<Vec<CellMutation>> {
+    let next = stored
+        .checked_add(1)
+        .ok_or(Error::InvalidArgument { arg: "entity", reason: "version counter is exhausted".into() })?;
+    let mut out = Vec::with_capacity(mutations.len() + 1);
+    out.extend_from_slice(mutations);
+    out.push(CellMutation::Put {
+        family: Bytes::from_static(col.family.as_bytes()),
+        qualifier: Bytes::from_static(col.qualifier.as_bytes()),
+        value: next.to_bytes().into(),
+        timestamp: None,
+    });
+    Ok(out)
+}
+
+/// A condition that the version cell still holds `raw` (absent: still absent).
+fn version_is(col: &'static ColumnSpec, raw: Option<Bytes>) -> Condition {
+    let family = Bytes::from_static(col.family.as_bytes());
+    let qualifier = Bytes::from_static(col.qualifier.as_bytes());
+    match raw {
+        Some(value) => Condition::Equals { family, qualifier, value },
+        None => Condition::Absent { family, qualifier },
+    }
 }
