@@ -85,7 +85,9 @@ fn a_repair_blocked_by_a_write_in_flight_says_which_row_holds_the_value_and_why(
     assert_eq!((report.missing, report.repaired, report.unfixed), (1, 0, 1), "{report}");
     assert_eq!(
         report.unfixed_reasons,
-        [r"missing: entry of row \x00\x00\x00\x01 not rebuilt: value p1@example.com of index `by_email` is held by row \x00\x00\x00\x02 (a write in flight: repair again once it is done)"],
+        [
+            r"missing: entry of row \x00\x00\x00\x01 not rebuilt: value p1@example.com of index `by_email` is held by row \x00\x00\x00\x02 (a write in flight: repair again once it is done)"
+        ],
         "{report}"
     );
     let shown = report.to_string();
@@ -112,7 +114,9 @@ fn a_repair_blocked_by_another_entity_holding_the_value_names_it() {
     assert_eq!((report.missing, report.repaired, report.unfixed), (1, 0, 1), "{report}");
     assert_eq!(
         report.unfixed_reasons,
-        [r"missing: entry of row \x00\x00\x00\x01 not rebuilt: value p1@example.com of index `by_email` is held by row \x00\x00\x00\x02 (its entity holds the value: a unique violation)"],
+        [
+            r"missing: entry of row \x00\x00\x00\x01 not rebuilt: value p1@example.com of index `by_email` is held by row \x00\x00\x00\x02 (its entity holds the value: a unique violation)"
+        ],
         "{report}"
     );
     assert!(!report.is_clean());
