@@ -30,6 +30,12 @@ pub mod value;
 pub mod wide;
 mod writer;
 
+/// Test-only machinery (feature `test-util`): a clock that runs ahead or behind.
+#[cfg(feature = "test-util")]
+pub mod testing {
+    pub use crate::writer::skew_clock;
+}
+
 pub use advice::Advice;
 pub use aggregate::{Aggregate, AggregateRepository, Part};
 pub use db::Db;

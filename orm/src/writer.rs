@@ -12,7 +12,7 @@
 
 use std::collections::HashSet;
 use std::hash::{BuildHasher, Hasher};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::OnceLock;
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -20,9 +20,24 @@ use parking_lot::Mutex;
 
 use crate::store::Guarantees;
 
-/// Milliseconds since the Unix epoch.
+/// How far this process's clock is shifted from the system's, in milliseconds: zero, but for
+/// tests of a writer whose clock runs ahead or behind (see [`skew_clock`]).
+static SKEW_MS: AtomicI64 = AtomicI64::new(0);
+
+/// Milliseconds since the Unix epoch, on this process's clock: leases and client-stamped
+/// writes read it.
 pub(crate) fn now_ms() -> u64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
+    let wall = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64);
+    wall.saturating_add_signed(SKEW_MS.load(Ordering::Relaxed))
+}
+
+/// Shifts this process's clock by `offset_ms` (negative: behind), as a machine whose clock is
+/// wrong would see it: lease deadlines and client timestamps follow it. For tests of what a
+/// skewed clock may change (when another process takes over a write) and may not (whether an
+/// answer is right).
+#[cfg(feature = "test-util")]
+pub fn skew_clock(offset_ms: i64) {
+    SKEW_MS.store(offset_ms, Ordering::Relaxed);
 }
 
 /// This process among all that write the store: random per process.

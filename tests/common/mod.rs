@@ -7,6 +7,7 @@ pub mod faulty;
 pub mod hooked;
 pub mod notes;
 pub mod orders;
+pub mod pausing;
 pub mod people;
 pub mod proxy;
 pub mod raw;

@@ -54,6 +54,13 @@ pub fn check_index_queries(people: &Repository<Person>, context: &str) {
         assert_eq!(keys, want, "{context}: by_city_age keys {city}");
         let got: Vec<u32> = by_city.scan().prefix((city.to_string(),)).to_vec().unwrap().iter().map(|p| p.id).collect();
         assert_eq!(got, want, "{context}: by_city_age {city}");
+        // Covered reads answer from the index rows' copies: they must be the data's.
+        for entry in by_city.scan().prefix((city.to_string(),)).entries().unwrap() {
+            let data = stored.iter().find(|p| p.id == entry.key.id).expect("a key the scan returned");
+            let copies = (entry.get::<String>("city").unwrap(), entry.get::<u8>("age").unwrap());
+            assert_eq!(copies, (data.city.clone(), data.age), "{context}: by_city_age copies of {}", data.id);
+            assert_eq!(entry.get::<String>("name").unwrap(), data.name, "{context}: by_city_age copies");
+        }
     }
     for tag in ["t0", "t1"] {
         let want: Vec<u32> = stored.iter().filter(|p| p.tag.as_deref() == Some(tag)).map(|p| p.id).collect();

@@ -126,7 +126,7 @@ fn commit_chunks<'a>(
         let mut index_rows = std::collections::HashSet::new();
         let mut changed = Vec::with_capacity(chunk.len());
         for ((_, p), old) in chunk.iter().zip(&olds) {
-            if old.is_none() && matches!(p.write.change, Change::Delete) {
+            if p.write.nothing_to_do(old.as_ref()) {
                 changed.push(Some(false)); // Nothing to delete: no part in the commit.
                 continue;
             }
@@ -151,7 +151,7 @@ fn run_batch(store: &dyn Store, schema: &'static Schema, batch: &mut [(usize, Pe
     let keys: Vec<Bytes> = batch.iter().map(|(_, p)| p.write.row.clone()).collect();
     let olds = store.read_rows(schema.table, &keys, &schema.read_spec())?;
     for ((_, p), old) in batch.iter_mut().zip(olds) {
-        if old.is_none() && matches!(p.write.change, Change::Delete | Change::Rebuild(_)) {
+        if p.write.nothing_to_do(old.as_ref()) {
             continue; // Nothing to write: no plan.
         }
         if old.as_ref().is_some_and(|r| p.write.needs_stamp(r)) {

@@ -92,7 +92,7 @@ impl IndexedWrite<'_> {
                 settled = Err(e);
                 return None;
             }
-            if old.is_none() && matches!(self.change, Change::Delete) {
+            if self.nothing_to_do(old) {
                 settled = Ok(Some(false));
                 return None;
             }

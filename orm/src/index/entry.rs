@@ -11,7 +11,7 @@ use bytes::{BufMut, Bytes};
 
 use crate::entity::{ColumnSpec, Schema};
 use crate::index::IndexSpec;
-use crate::store::{CellMutation, FamilySpec, Row, RowMutation, TableSpec};
+use crate::store::{CellMutation, Condition, FamilySpec, LentRow, Row, RowMutation, TableSpec};
 
 /// The family of index rows.
 pub(crate) const FAMILY: &str = "i";
@@ -24,7 +24,49 @@ const TOKEN_STR: &str = "\x00i";
 
 /// The write token of a data row of `schema`, if it has one.
 pub(crate) fn write_token<'r>(schema: &Schema, row: &'r Row) -> Option<&'r [u8]> {
-    row.value(schema.families.first().map_or("d", |f| f.name), TOKEN_STR)
+    row.value(default_family(schema), TOKEN_STR)
+}
+
+fn default_family(schema: &Schema) -> &'static str {
+    schema.families.first().map_or("d", |f| f.name)
+}
+
+/// A condition that holds while the data row still has the write token it had when read as
+/// `row` (no token, when read without one or not at all).
+pub(crate) fn token_condition(schema: &Schema, row: Option<&Row>) -> Condition {
+    let family = Bytes::from_static(default_family(schema).as_bytes());
+    let qualifier = Bytes::from_static(TOKEN);
+    match row.and_then(|r| write_token(schema, r)) {
+        Some(token) => Condition::Equals { family, qualifier, value: Bytes::copy_from_slice(token) },
+        None => Condition::Absent { family, qualifier },
+    }
+}
+
+/// A put of a new write token, stamped when it applies: the token is the row's fence, and
+/// its visible value must be the last one written whatever the writers' clocks say.
+pub(crate) fn put_token(schema: &Schema, token: u64) -> CellMutation {
+    CellMutation::PutAtApply {
+        family: Bytes::from_static(default_family(schema).as_bytes()),
+        qualifier: Bytes::from_static(TOKEN),
+        value: Bytes::copy_from_slice(&token.to_be_bytes()),
+    }
+}
+
+/// True if `row`, a data row of an entity with indexes, holds nothing but its write token: a
+/// *tombstone*, which a delete of the entity (or a reader fencing an abandoned write, see
+/// `fence`) leaves so that a write planned against an earlier state of the row can never
+/// commit. The entity does not exist.
+pub(crate) fn is_tombstone(schema: &Schema, row: LentRow<'_>) -> bool {
+    if schema.indexes.is_empty() {
+        return false;
+    }
+    let family = default_family(schema).as_bytes();
+    row.cells().all(|c| c.qualifier == TOKEN && c.family == family)
+}
+
+/// `row` as an entity's row: `None` for a tombstone (see [`is_tombstone`]).
+pub(crate) fn live<'r>(schema: &Schema, row: Option<&'r Row>) -> Option<&'r Row> {
+    row.filter(|r| !is_tombstone(schema, r.lend()))
 }
 
 /// Every row of `index`, in key order.

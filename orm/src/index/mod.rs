@@ -16,6 +16,7 @@ mod backfill;
 mod batch;
 mod commit;
 mod entry;
+mod fence;
 mod read;
 mod status;
 mod verify;
@@ -28,6 +29,7 @@ use crate::value::Column;
 
 pub use backfill::{Backfill, BackfillProgress, BackfillReport, Violation, CHECKPOINT_EVERY};
 pub(crate) use batch::write_many;
+pub(crate) use entry::is_tombstone;
 pub use read::{IndexEntry, IndexQuery, IndexReader};
 pub(crate) use status::Statuses;
 pub use status::STATUS_TABLE;

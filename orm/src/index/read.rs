@@ -4,12 +4,13 @@
 //! A verified index row is trusted; an unverified one (a write in flight, or left by a crash)
 //! is checked against its data row: it counts only if the data row's values imply it. When the
 //! writer that left it is gone, the reader settles it for good — verifies it, or deletes it —
-//! with a check-and-mutate on the state it read. Entity reads read the data rows anyway, and
-//! check verified rows too.
+//! with a check-and-mutate on the state it read, after fencing the data row (see `fence`).
+//! Entity reads read the data rows anyway, and check verified rows too.
 
 use bytes::Bytes;
 
 use super::entry::{self, Entry, IndexRow, State};
+use super::fence::{self, Fenced};
 use super::{Index, IndexValue, PrefixOf};
 use crate::entity::Entity;
 use crate::key::prefix_end;
@@ -137,16 +138,16 @@ impl<E: Entity, V: IndexValue> IndexReader<E, V> {
             }
             let implied = row.as_ref().and_then(|r| entry::entry_of_row(schema, r, position));
             let holds = implied.as_ref().is_some_and(|e| e.key == index_row.key);
-            settle.extend(entry::settle_abandoned(schema, &index_row, implied.as_ref(), repo.store().guarantees()));
+            if let Some(s) = entry::settle_abandoned(schema, &index_row, implied.as_ref(), repo.store().guarantees()) {
+                settle.push(Fenced::new(schema, index_row.primary.clone(), row.as_ref(), s));
+            }
             if holds {
                 hits.push(Hit { index_row, data: row, entry: implied });
             }
         }
-        if !settle.is_empty() {
-            // Best effort: the answer stands either way, and a later reader settles what this
-            // one could not. A failed write must not fail a read.
-            let _ = repo.store().check_and_mutate_many(&super::index_table(schema.table), settle);
-        }
+        // Best effort: the answer stands either way, and a later reader settles what this one
+        // could not. A failed write must not fail a read.
+        let _ = fence::settle(repo.store(), schema, settle);
         Ok(hits)
     }
 

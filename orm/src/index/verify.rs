@@ -12,6 +12,7 @@ use std::fmt;
 use bytes::Bytes;
 
 use super::entry::{self, IndexRow, State};
+use super::fence::{self, Fenced};
 use super::{Change, Index, IndexedWrite};
 use crate::entity::Entity;
 use crate::repo::{printable, Repository};
@@ -127,7 +128,7 @@ impl<E: Entity> Verify<'_, E> {
         let mut batch = Vec::new();
         for row in store.scan(schema.table, &ScanSpec::default())? {
             let row = row?;
-            if super::is_other_record_type::<E>(&row) {
+            if super::is_other_record_type::<E>(&row) || entry::is_tombstone(schema, row.lend()) {
                 continue;
             }
             report.data_rows += 1;
@@ -258,6 +259,7 @@ impl<E: Entity> Verify<'_, E> {
         let primaries: Vec<Bytes> = parsed.iter().filter_map(|(_, p)| p.as_ref().map(|p| p.primary.clone())).collect();
         let mut data = store.read_rows(schema.table, &primaries, &schema.read_spec())?.into_iter();
         let mut fixes = Vec::new();
+        let mut fenced = Vec::new();
         for (raw, parsed) in parsed {
             let raw_state = raw.value(entry::FAMILY, "s").map(Bytes::copy_from_slice);
             let Some(index_row) = parsed else {
@@ -275,7 +277,9 @@ impl<E: Entity> Verify<'_, E> {
             if index_row.state != State::Verified {
                 report.unverified += 1;
                 Self::note(report, format!("unverified: index row {}", printable(&index_row.key)));
-                fixes.extend(entry::settle_abandoned(schema, &index_row, implied.as_ref(), store.guarantees()));
+                if let Some(s) = entry::settle_abandoned(schema, &index_row, implied.as_ref(), store.guarantees()) {
+                    fenced.push(Fenced::new(schema, index_row.primary.clone(), data_row.as_ref(), s));
+                }
             } else if !holds {
                 report.stale += 1;
                 Self::note(
@@ -291,6 +295,9 @@ impl<E: Entity> Verify<'_, E> {
         if self.repair && !fixes.is_empty() {
             let applied = store.check_and_mutate_many(&super::index_table(schema.table), fixes)?;
             report.repaired += applied.iter().filter(|&&a| a).count() as u64;
+        }
+        if self.repair {
+            report.repaired += fence::settle(store, schema, fenced)? as u64;
         }
         Ok(())
     }

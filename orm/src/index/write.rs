@@ -15,10 +15,18 @@
 //! A crash between any two steps leaves only unverified rows, which readers check against the
 //! data row (see `read`): an index read never returns an entity that does not hold the value,
 //! and never misses one that does.
+//!
+//! A writer that only stalled — past its lease, on a shared store — is the same to readers as
+//! one that crashed, and they settle its marks. They fence its data row first (see `fence`),
+//! so its step 3 fails and it starts over from a fresh read: what they settled stays right.
+//! For the fence to hold, a row that existed never becomes absent again: a delete leaves the
+//! write token behind (a tombstone, which entity reads skip), and the data write stamps its
+//! cells when it applies, so the visible token is always the last one written.
 
 use bytes::Bytes;
 
 use super::entry::{self, Entry, IndexRow, State};
+use super::fence;
 use crate::entity::{ColumnSpec, Schema};
 use crate::repo::printable;
 use crate::store::{CellMutation, Condition, ReadSpec, Row, RowMutation, Store};
@@ -40,6 +48,16 @@ pub(crate) enum Change {
     Delete,
     /// Changes no data: writes the entry of index `.0` the stored row implies (a backfill).
     Rebuild(usize),
+}
+
+/// What stands behind another entity's claim on a unique value.
+enum Holder {
+    /// The claim stands.
+    Keeps,
+    /// The claim may be taken back.
+    Gone,
+    /// The holder's data row changed while it was checked.
+    Moved,
 }
 
 /// Whose row a slow claim took.
@@ -74,17 +92,16 @@ impl IndexedWrite<'_> {
         super::index_table(self.schema.table)
     }
 
-    pub(super) fn default_family(&self) -> &'static str {
-        self.schema.families.first().map_or("d", |f| f.name)
+    /// The condition of the data write: the row still has the write token it had when read as
+    /// `old` (a tombstone's included).
+    pub(super) fn token_condition(&self, old: Option<&Row>) -> Condition {
+        entry::token_condition(self.schema, old)
     }
 
-    pub(super) fn token_condition(&self, old: Option<&Row>) -> Condition {
-        let family = Bytes::from_static(self.default_family().as_bytes());
-        let qualifier = Bytes::from_static(entry::TOKEN);
-        match old.and_then(|r| entry::write_token(self.schema, r)) {
-            Some(token) => Condition::Equals { family, qualifier, value: Bytes::copy_from_slice(token) },
-            None => Condition::Absent { family, qualifier },
-        }
+    /// True if this write has nothing to do on the data row read as `old`: a delete or a
+    /// rebuild of an entity that does not exist (no row, or a tombstone).
+    pub(super) fn nothing_to_do(&self, old: Option<&Row>) -> bool {
+        entry::live(self.schema, old).is_none() && matches!(self.change, Change::Delete | Change::Rebuild(_))
     }
 
     /// The entries the new values imply.
@@ -122,7 +139,7 @@ impl IndexedWrite<'_> {
     }
 
     pub(super) fn plan(&self, old: Option<&Row>, new: &[Option<Entry>]) -> Plan {
-        let old: Vec<Option<Entry>> = match old {
+        let old: Vec<Option<Entry>> = match entry::live(self.schema, old) {
             Some(row) => entry::entries_of_row(self.schema, row),
             None => vec![None; new.len()],
         };
@@ -179,7 +196,7 @@ impl IndexedWrite<'_> {
                 self.store.read_rows(self.schema.table, std::slice::from_ref(&self.row), &self.schema.read_spec())?;
             let old = old.into_iter().flatten().next();
             self.check_version(old.as_ref())?;
-            if old.is_none() && matches!(self.change, Change::Delete | Change::Rebuild(_)) {
+            if self.nothing_to_do(old.as_ref()) {
                 return Ok(false);
             }
             if let Some(row) = old.as_ref().filter(|r| self.needs_stamp(r)) {
@@ -223,37 +240,38 @@ impl IndexedWrite<'_> {
             qualifier: cell.qualifier.clone(),
             value: cell.value.clone(),
         };
-        let token = CellMutation::Put {
-            family: Bytes::from_static(self.default_family().as_bytes()),
-            qualifier: Bytes::from_static(entry::TOKEN),
-            value: Bytes::copy_from_slice(&writer::token().to_be_bytes()),
-            timestamp: None,
-        };
-        let m = RowMutation { row: self.row.clone(), mutations: vec![token] };
+        let m = RowMutation { row: self.row.clone(), mutations: vec![entry::put_token(self.schema, writer::token())] };
         // Either way the next attempt reads the row again.
         self.store.check_and_mutate(self.schema.table, still_there, m)?;
         Ok(())
     }
 
-    /// The data row's mutation: the change and a new write token.
+    /// The data row's mutation: the change and a new write token. A delete leaves the token
+    /// (a tombstone, see [`entry::is_tombstone`]): a row that existed never reads as absent
+    /// again, so a write planned against its absence, long ago, cannot commit over it.
+    ///
+    /// Cells without a timestamp are stamped when the write applies: the protocol reasons in
+    /// the order writes apply, and a writer whose clock runs behind must not write values
+    /// that sort below those it replaces. (The data write is a check-and-mutate, never
+    /// replayed, so a server timestamp cannot write a version twice.)
     pub(super) fn data_mutation(&self, token: u64) -> RowMutation {
         let mut mutations = Vec::with_capacity(match &self.change {
             Change::Put(m) => m.len() + 1,
-            _ => 1,
+            _ => 2,
         });
         match &self.change {
-            Change::Put(m) => mutations.extend_from_slice(m),
+            Change::Put(m) => mutations.extend(m.iter().map(|m| match m {
+                CellMutation::Put { family, qualifier, value, timestamp: None } => CellMutation::PutAtApply {
+                    family: family.clone(),
+                    qualifier: qualifier.clone(),
+                    value: value.clone(),
+                },
+                other => other.clone(),
+            })),
             Change::Delete => mutations.push(CellMutation::DeleteRow),
             Change::Rebuild(_) => {}
         }
-        if !matches!(self.change, Change::Delete) {
-            mutations.push(CellMutation::Put {
-                family: Bytes::from_static(self.default_family().as_bytes()),
-                qualifier: Bytes::from_static(entry::TOKEN),
-                value: Bytes::copy_from_slice(&token.to_be_bytes()),
-                timestamp: None,
-            });
-        }
+        mutations.push(entry::put_token(self.schema, token));
         RowMutation { row: self.row.clone(), mutations }
     }
 
@@ -395,7 +413,12 @@ impl IndexedWrite<'_> {
             let holder = entry::parse_row(&row);
             let reclaimable = match &holder {
                 Some(h) if h.primary == addition.primary => true,
-                Some(h) => !self.holder_keeps(addition, h)?,
+                Some(h) => match self.holder(addition, h)? {
+                    Holder::Keeps => false,
+                    Holder::Gone => true,
+                    // Its data row changed meanwhile: look again.
+                    Holder::Moved => continue,
+                },
                 // Damaged: no entity can be found through it.
                 None => true,
             };
@@ -414,22 +437,31 @@ impl IndexedWrite<'_> {
         Err(Error::Contended { entity: self.schema.entity, row: printable(&addition.key), attempts: ATTEMPTS })
     }
 
-    /// True if another row's claim `holder` on `addition`'s value stands: its writer may still
-    /// be at work, or its data row holds the value.
-    fn holder_keeps(&self, addition: &Entry, holder: &IndexRow) -> Result<bool> {
-        if let State::Unverified { owner, deadline_ms } = holder.state {
-            if !writer::gone(owner, deadline_ms, self.store.guarantees()) {
-                return Ok(true);
+    /// Whether another row's claim `holder` on `addition`'s value stands: its writer may still
+    /// be at work, or its data row holds the value. A claim whose writer is taken for gone is
+    /// released only once its data row is fenced (see `fence`): a writer that only stalled
+    /// must not commit the value after this write has taken it.
+    fn holder(&self, addition: &Entry, holder: &IndexRow) -> Result<Holder> {
+        let unverified = match holder.state {
+            State::Unverified { owner, deadline_ms } => {
+                if !writer::gone(owner, deadline_ms, self.store.guarantees()) {
+                    return Ok(Holder::Keeps);
+                }
+                true
             }
-        }
+            State::Verified => false,
+        };
         let rows =
             self.store.read_rows(self.schema.table, std::slice::from_ref(&holder.primary), &self.schema.read_spec())?;
-        Ok(rows
-            .into_iter()
-            .flatten()
-            .next()
-            .and_then(|row| entry::key_of_row(self.schema, &row, addition.index))
-            .is_some_and(|k| k == addition.key))
+        let data = rows.into_iter().flatten().next();
+        let holds = data.as_ref().and_then(|row| entry::key_of_row(self.schema, row, addition.index));
+        if holds.is_some_and(|k| k == addition.key) {
+            return Ok(Holder::Keeps);
+        }
+        if unverified && !fence::fence_row(self.store, self.schema, &holder.primary, data.as_ref())? {
+            return Ok(Holder::Moved);
+        }
+        Ok(Holder::Gone)
     }
 
     /// Takes back additions this write marked (all but those whose key the old values still

@@ -233,7 +233,7 @@ impl<E: Entity> Repository<E> {
     fn read_one(&self, key: impl Into<E::Key>, read: &ReadSpec) -> Result<Option<Row>> {
         let Some(key) = self.read_key(&key.into())? else { return Ok(None) };
         let rows = self.store.read_rows(self.table(), &key.into_candidates(), read)?;
-        Ok(rows.into_iter().flatten().next())
+        Ok(rows.into_iter().flatten().find(|r| !crate::index::is_tombstone(&E::SCHEMA, r.lend())))
     }
 
     pub(crate) fn decode(&self, row: LentRow<'_>, as_of: u64) -> Result<E> {
@@ -444,6 +444,7 @@ impl<E: Entity> Repository<E> {
     /// Decodes `row`, the `i`-th row read, into `slot` unless an earlier row of the entity
     /// filled it.
     fn decode_first(&self, slot: &mut Option<Result<Decoded<E>>>, i: usize, row: Option<LentRow<'_>>) {
+        let row = row.filter(|r| !crate::index::is_tombstone(&E::SCHEMA, *r));
         if let (None, Some(row)) = (&slot, row) {
             *slot = Some(self.decode_read(row).map(|(entity, stale)| (i, entity, stale)));
         }

@@ -90,6 +90,8 @@ struct Target<T> {
     /// Resolves substituted key parts.
     names: Arc<SubstitutedNames>,
     decode: fn(LentRow<'_>, &dyn Names) -> std::result::Result<T, FieldError>,
+    /// True for a deleted entity's tombstone (see `crate::index`), which the scan skips.
+    tombstone: fn(LentRow<'_>) -> bool,
 }
 
 /// A scan being set up. Build it with [`Repository::scan`] or [`Records::scan`], then
@@ -126,10 +128,12 @@ impl<E: Entity> Repository<E> {
             table: schema.table,
             salt: schema.salt,
             own,
-            mixed: schema.record_type.is_some(),
+            // Rows the scan skips may lie in range: other record types, tombstones.
+            mixed: schema.record_type.is_some() || !schema.indexes.is_empty(),
             columns: schema.read_columns(),
             names: self.names.clone(),
             decode: |row, names| E::from_row_in(row, u64::MAX, names),
+            tombstone: |row| crate::index::is_tombstone(&E::SCHEMA, row),
         };
         Query::new(&*self.store, target)
     }
@@ -149,6 +153,7 @@ impl<R: Record> Records<R> {
             columns: crate::store::Columns::All,
             names: Arc::default(),
             decode: |row, _| R::from_row(row),
+            tombstone: |row| R::MEMBERS.iter().any(|m| crate::index::is_tombstone(m, row)),
         };
         Query::new(&*self.store, target)
     }
@@ -232,6 +237,7 @@ impl<'a, T> Query<'a, T> {
             columns: schema.read_columns(),
             names: Arc::default(),
             decode: |_, _| Ok(()),
+            tombstone: |_| false,
         };
         Query::new(store, target)
     }
@@ -574,6 +580,9 @@ impl<E> EntityIter<'_, E> {
         while self.left > 0 {
             let next = self.next_stream()?;
             let read = self.take_head(next, |iter, row| {
+                if (iter.target.tombstone)(row) {
+                    return Read::Skipped;
+                }
                 let names = iter.target.names.reading();
                 match (iter.target.decode)(row, &names) {
                     Ok(e) => {
@@ -583,7 +592,7 @@ impl<E> EntityIter<'_, E> {
                         }
                         Read::Entity(e)
                     }
-                    Err(e) if e.other_record_type => Read::OtherType,
+                    Err(e) if e.other_record_type => Read::Skipped,
                     // A store error while resolving a substituted part is the scan's error,
                     // not the row's.
                     Err(e) => match names.take_failure() {
@@ -600,7 +609,7 @@ impl<E> EntityIter<'_, E> {
                     self.left -= 1;
                     return Some(Ok(e));
                 }
-                Ok(Read::OtherType) => {}
+                Ok(Read::Skipped) => {}
                 Ok(Read::Unreadable(row, e)) => {
                     if let Some(e) = self.set_aside(&row, e) {
                         return Some(Err(e));
@@ -615,8 +624,8 @@ impl<E> EntityIter<'_, E> {
 /// What became of a row an entity scan read.
 enum Read<E> {
     Entity(E),
-    /// A row of another record type, skipped.
-    OtherType,
+    /// A row of another record type, or a tombstone: skipped.
+    Skipped,
     /// A row that does not decode: its key and why.
     Unreadable(Vec<u8>, Error),
     /// The scan itself failed.

@@ -30,7 +30,6 @@ use std::collections::HashMap;
 use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
 use googleapis_tonic_google_bigtable_admin_v2::google::bigtable::admin::v2 as admin;
@@ -94,8 +93,7 @@ impl std::fmt::Debug for BigtableStore {
 /// the process, so a wall clock stepped backwards cannot hide a write behind an older one.
 fn now_ms() -> u64 {
     static LATEST: AtomicU64 = AtomicU64::new(0);
-    let wall =
-        SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+    let wall = crate::writer::now_ms();
     LATEST.fetch_max(wall, Ordering::Relaxed).max(wall)
 }
 
