@@ -111,11 +111,15 @@ macro_rules! sparse_bag {
 }
 
 /// Every row of every table of a strategy's bag, as (table, row key).
+/// The rows of `tables` that hold aggregate data (tombstones left on a shared store are not).
 fn stored_rows(db: &Db, tables: &[String]) -> Vec<(String, Bytes)> {
     let mut rows = Vec::new();
     for table in tables {
         for row in db.store().scan(table, &ScanSpec::default()).unwrap() {
-            rows.push((table.clone(), row.unwrap().key));
+            let row = row.unwrap();
+            if common::raw::holds_aggregate_data(&row) {
+                rows.push((table.clone(), row.key));
+            }
         }
     }
     rows

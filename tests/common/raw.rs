@@ -24,3 +24,10 @@ pub fn put_cells(db: &Db, table: &str, row: Vec<u8>, cells: &[(&'static [u8], Ve
 pub fn put_blob_row(db: &Db, table: &str, row: Vec<u8>, blob: Vec<u8>) {
     put_cells(db, table, row, &[(b"b", blob), (b"\x00g", vec![1; 8])]);
 }
+
+/// True if `row`, a row of an aggregate's table, holds aggregate data: not a tombstone, which
+/// a delete leaves on a shared store (a row with only its fence `\x00w`, or a root with only
+/// a deleted generation: `\x00g` of 9 bytes).
+pub fn holds_aggregate_data(row: &cellar::orm::store::Row) -> bool {
+    !row.cells.iter().all(|c| &c.qualifier[..] == b"\x00w" || (&c.qualifier[..] == b"\x00g" && c.value.len() == 9))
+}

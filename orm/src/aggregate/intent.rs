@@ -23,12 +23,24 @@
 //! within it. An intent of this process is taken over once its writer is no longer running,
 //! and never while it runs, however long it stalls. On a store only this process writes
 //! ([`Guarantees::single_process`], the embedded engine), an intent of another instance was
-//! left by a process that has exited, and is taken over at once — so there no call of a
-//! deposed writer can land after a later write. On a store shared by several processes, the
-//! liveness of another process's writer cannot be seen, and it holds a lease instead ([`LEASE`]
-//! by default): readers take over once it has passed, and a writer whose lease has passed stops
-//! before its next store call. There the protocol assumes no single store call stalls longer
-//! than the lease.
+//! left by a process that has exited, and is taken over at once. On a store shared by several
+//! processes, the liveness of another process's writer cannot be seen, and it holds a lease
+//! instead ([`LEASE`] by default): readers take over once it has passed.
+//!
+//! There a lease decides only *when* others take over, never whether the result is right: a
+//! writer that only stalled (a pause, a slow network, a clock that runs behind) may wake up
+//! and send its row writes after others rolled its intent forward and later writes followed.
+//! So on a shared store every row but the root carries a *fence*: a cell holding the token of
+//! the write that last changed it. An intent records each row's fence as its write read it,
+//! and rolling it forward writes each row (and its new fence) only while the fence is still
+//! that one. Whoever applies a row first — the writer, or a reader that took over — moves its
+//! fence, so a late copy of the same write, and any write planned before it, finds the fence
+//! moved and changes nothing. For the fences to hold, a row that existed never reads as
+//! absent again: a deleted row keeps its fence alone (a tombstone), and a deleted aggregate
+//! keeps its root row with a *deleted* generation, so a write planned against an absent
+//! aggregate cannot start over a deleted one. Readers skip tombstones ([`rows::live`]).
+//! Every cell these writes put is stamped when it applies, so a clock that runs behind cannot
+//! hide a write under the one it replaces.
 //!
 //! [`Guarantees::single_process`]: crate::store::Guarantees::single_process
 
@@ -38,7 +50,8 @@ use bytes::Bytes;
 
 use super::blob::{get_bytes, get_len, get_varint, put_bytes, put_varint};
 use super::repo::{diff, generation_of};
-use super::rows::{RowSet, GENERATION};
+use super::rows::{self, RowSet, DELETED_LEN, FENCE, GENERATION};
+use super::shape::default_family;
 use super::{Aggregate, AggregateRepository, Strategy};
 use crate::key::prefix_end;
 use crate::repo::printable;
@@ -64,7 +77,16 @@ struct Intent {
     root: Vec<CellMutation>,
     /// Every other row's mutation, by table slot.
     rows: Vec<(usize, RowMutation)>,
+    /// Written on a shared store: each other row is written only while its fence is still
+    /// the one the write read (see the module docs).
+    fenced: bool,
+    /// Fenced: each other row's fence as the write read it (`None`: none), in the order of
+    /// `rows`.
+    priors: Vec<Option<Bytes>>,
 }
+
+/// The deadline's top bit, set in a fenced intent: its rows carry their fences as read.
+const FENCED: u64 = 1 << 63;
 
 fn put_mutations(out: &mut Vec<u8>, mutations: &[CellMutation]) {
     put_varint(out, mutations.len() as u64);
@@ -123,19 +145,25 @@ fn get_mutations(input: &mut &[u8]) -> std::result::Result<Vec<CellMutation>, St
     Ok(out)
 }
 
-/// The pending state: new token, deadline, owner, then the intent.
+/// The pending state: new token, deadline (its top bit set when fenced), owner, then the
+/// intent: the root's mutations, and every other row's slot, key, mutations and — fenced —
+/// fence as read (empty for none).
 fn encode_pending(token: &[u8], intent: &Intent) -> Bytes {
     let mut out = Vec::with_capacity(64);
     out.extend_from_slice(token);
-    out.extend_from_slice(&intent.deadline_ms.to_be_bytes());
+    let fenced = intent.fenced;
+    out.extend_from_slice(&(intent.deadline_ms | if fenced { FENCED } else { 0 }).to_be_bytes());
     out.extend_from_slice(&intent.owner.0.to_be_bytes());
     out.extend_from_slice(&intent.owner.1.to_be_bytes());
     put_mutations(&mut out, &intent.root);
     put_varint(&mut out, intent.rows.len() as u64);
-    for (slot, m) in &intent.rows {
+    for (i, (slot, m)) in intent.rows.iter().enumerate() {
         put_varint(&mut out, *slot as u64);
         put_bytes(&mut out, &m.row);
         put_mutations(&mut out, &m.mutations);
+        if fenced {
+            put_bytes(&mut out, intent.priors.get(i).cloned().flatten().as_deref().unwrap_or_default());
+        }
     }
     out.into()
 }
@@ -145,20 +173,25 @@ fn decode_pending(value: &[u8]) -> std::result::Result<Intent, String> {
         let bytes = value.get(at..at + 8).ok_or("pending generation is truncated")?;
         Ok(u64::from_be_bytes(bytes.try_into().map_err(|_| "pending generation is truncated")?))
     };
-    let (deadline_ms, owner) = (word(TOKEN_LEN)?, (word(TOKEN_LEN + 8)?, word(TOKEN_LEN + 16)?));
+    let (deadline, owner) = (word(TOKEN_LEN)?, (word(TOKEN_LEN + 8)?, word(TOKEN_LEN + 16)?));
+    let fenced = deadline & FENCED != 0;
     let mut input = &value[TOKEN_LEN + 24..];
     let root = get_mutations(&mut input)?;
     let n = get_len(&mut input)?;
     let mut rows = Vec::with_capacity(n);
+    let mut priors = Vec::new();
     for _ in 0..n {
         let slot = get_varint(&mut input)? as usize;
         let row = get_bytes(&mut input)?;
         rows.push((slot, RowMutation { row, mutations: get_mutations(&mut input)? }));
+        if fenced {
+            priors.push(Some(get_bytes(&mut input)?).filter(|p| !p.is_empty()));
+        }
     }
     if !input.is_empty() {
         return Err("bytes after the intent".into());
     }
-    Ok(Intent { deadline_ms, owner, root, rows })
+    Ok(Intent { deadline_ms: deadline & !FENCED, owner, root, rows, fenced, priors })
 }
 
 fn generation_condition<A>(repo: &AggregateRepository<A>, value: Option<Bytes>) -> Condition {
@@ -172,33 +205,50 @@ fn generation_condition<A>(repo: &AggregateRepository<A>, value: Option<Bytes>) 
 
 /// Writes `old` → `new` through an intent; false if another writer changed the aggregate
 /// since it was read (the caller reads again and retries).
+///
+/// `stored` holds the rows as read, fences and tombstones included; `old` the aggregate they
+/// hold (see [`rows::live`]).
 pub(super) fn write<A: Aggregate>(
     repo: &AggregateRepository<A>,
     root: &Bytes,
     generation: Option<Bytes>,
+    stored: &RowSet,
     old: &RowSet,
     new: &RowSet,
 ) -> Result<bool> {
+    let fenced = !repo.store.guarantees().single_process;
     let (mut root_changes, rows): (Vec<_>, Vec<_>) =
         diff(old, new).into_iter().partition(|(slot, m)| *slot == 0 && m.row == *root);
-    let root_mutations = root_changes.pop().map(|(_, m)| m.mutations).unwrap_or_default();
+    let mut root_mutations = root_changes.pop().map(|(_, m)| m.mutations).unwrap_or_default();
+    // The new token is the generation the root's own mutation puts; a delete draws one.
+    let token = root_mutations
+        .iter()
+        .find_map(|m| match m {
+            CellMutation::PutAtApply { qualifier, value, .. } if qualifier.as_ref() == GENERATION => {
+                Some(value.clone())
+            }
+            _ => None,
+        })
+        .unwrap_or_else(|| Bytes::copy_from_slice(&writer::token().to_be_bytes()));
+    if fenced && !new.contains_key(&(0, root.clone())) {
+        // A deleted aggregate keeps its root row as a tombstone: its generation never reads
+        // as absent again, so a write planned before the delete cannot start over it.
+        root_mutations.push(generation_put(repo, [&token[..], &[0]].concat().into()));
+    }
     let table = repo.table(0).to_string();
     let condition = generation_condition(repo, generation);
     if rows.is_empty() {
         let m = RowMutation { row: root.clone(), mutations: root_mutations };
         return repo.store.check_and_mutate(&table, condition, m);
     }
-    // The new token is the generation the root's own mutation puts (none when deleting).
-    let token = root_mutations
-        .iter()
-        .find_map(|m| match m {
-            CellMutation::Put { qualifier, value, .. } if qualifier.as_ref() == GENERATION => Some(value.clone()),
-            _ => None,
-        })
-        .unwrap_or_else(|| Bytes::from_static(&[0; TOKEN_LEN]));
+    let priors = if fenced {
+        rows.iter().map(|(slot, m)| stored.get(&(*slot, m.row.clone())).and_then(|c| rows::fence_of(c))).collect()
+    } else {
+        Vec::new()
+    };
     let owner = Owner::new();
     let deadline_ms = now_ms() + repo.lease.as_millis() as u64;
-    let intent = Intent { deadline_ms, owner: owner.name(), root: root_mutations, rows };
+    let intent = Intent { deadline_ms, owner: owner.name(), root: root_mutations, rows, fenced, priors };
     let pending = encode_pending(&token, &intent);
     let start = RowMutation { row: root.clone(), mutations: vec![generation_put(repo, pending.clone())] };
     if !repo.store.check_and_mutate(&table, condition, start)? {
@@ -209,12 +259,13 @@ pub(super) fn write<A: Aggregate>(
     Ok(true)
 }
 
+/// A put of the root's generation, stamped when it applies: a writer whose clock runs behind
+/// must not write a generation that sorts below the one it replaces.
 fn generation_put<A>(repo: &AggregateRepository<A>, value: Bytes) -> CellMutation {
-    CellMutation::Put {
+    CellMutation::PutAtApply {
         family: Bytes::from_static(repo.shape.family().as_bytes()),
         qualifier: Bytes::from_static(GENERATION),
         value,
-        timestamp: None,
     }
 }
 
@@ -231,23 +282,35 @@ fn roll_forward<A: Aggregate>(
     slots.dedup();
     let leased = !repo.store.guarantees().single_process;
     let lapsed = || leased && now_ms() >= intent.deadline_ms;
-    let mut rows = intent.rows;
+    let token = Bytes::copy_from_slice(&pending[..TOKEN_LEN]);
+    let mut priors = intent.priors.into_iter();
+    let mut rows: Vec<(usize, RowMutation, Option<Bytes>)> =
+        intent.rows.into_iter().map(|(slot, m)| (slot, m, priors.next().flatten())).collect();
     for slot in slots {
         if lapsed() {
             return Ok(());
         }
-        let batch: Vec<RowMutation> = {
-            let (this, rest): (Vec<_>, Vec<_>) = rows.into_iter().partition(|(s, _)| *s == slot);
+        let batch: Vec<(RowMutation, Option<Bytes>)> = {
+            let (this, rest): (Vec<_>, Vec<_>) = rows.into_iter().partition(|(s, ..)| *s == slot);
             rows = rest;
-            this.into_iter().map(|(_, m)| m).collect()
+            this.into_iter().map(|(_, m, prior)| (m, prior)).collect()
         };
-        let table = repo.shape.levels.get(slot).map(|l| l.table.clone()).ok_or_else(|| Error::Decode {
+        let level = repo.shape.levels.get(slot).ok_or_else(|| Error::Decode {
             table: A::SCHEMA.table,
             row: printable(root),
             column: None,
             reason: format!("intent names table slot {slot}, which {} does not have", A::SCHEMA.entity),
         })?;
-        repo.store.mutate(&table, batch)?;
+        if intent.fenced {
+            // Each row only while its fence is the one the write read. A row that fails was
+            // written already — by this intent, rolled forward by another, or by a later write
+            // once this one committed — and the commit below settles which.
+            let family = fence_family(repo, slot);
+            let fenced = batch.into_iter().map(|(m, prior)| fenced_write(family, &token, m, prior)).collect();
+            repo.store.check_and_mutate_many(&level.table, fenced)?;
+        } else {
+            repo.store.mutate(&level.table, batch.into_iter().map(|(m, _)| m).collect())?;
+        }
     }
     if lapsed() {
         return Ok(());
@@ -256,6 +319,33 @@ fn roll_forward<A: Aggregate>(
     // False: another reader took the intent over, and commits it.
     repo.store.check_and_mutate(repo.table(0), generation_condition(repo, Some(pending.clone())), commit)?;
     Ok(())
+}
+
+/// The family of the fences of the rows of table slot `slot`: its level's default family
+/// (under `normalized`, each level has a table of its own), else the root's.
+fn fence_family<A>(repo: &AggregateRepository<A>, slot: usize) -> &'static str {
+    match repo.shape.strategy {
+        Strategy::Normalized => repo.shape.levels.get(slot).map_or(repo.shape.family(), |l| default_family(l.schema)),
+        _ => repo.shape.family(),
+    }
+}
+
+/// A fenced row write: `m` and the new fence `token`, on condition that the fence is still
+/// `prior`. A deleted row keeps its fence alone, as a tombstone, so that it never reads as
+/// absent again to a write planned before the delete.
+fn fenced_write(
+    family: &'static str,
+    token: &Bytes,
+    mut m: RowMutation,
+    prior: Option<Bytes>,
+) -> (Condition, RowMutation) {
+    let (family, qualifier) = (Bytes::from_static(family.as_bytes()), Bytes::from_static(FENCE));
+    let condition = match prior {
+        Some(value) => Condition::Equals { family: family.clone(), qualifier: qualifier.clone(), value },
+        None => Condition::Absent { family: family.clone(), qualifier: qualifier.clone() },
+    };
+    m.mutations.push(CellMutation::PutAtApply { family, qualifier, value: token.clone() });
+    (condition, m)
 }
 
 fn pending_error<A: Aggregate>(repo: &AggregateRepository<A>, root: &Bytes, reason: String) -> Error {
@@ -323,7 +413,7 @@ pub(super) fn read<A: Aggregate>(
         attempts += 1;
         let (first, generation) = root_generation(repo, root)?;
         let Some(mut set) = first else { return Ok(RowSet::new()) };
-        if let Some(pending) = generation.as_ref().filter(|g| g.len() > TOKEN_LEN) {
+        if let Some(pending) = generation.as_ref().filter(|g| g.len() > DELETED_LEN) {
             let intent = decode_pending(pending).map_err(|reason| pending_error(repo, root, reason))?;
             if abandoned(repo, &intent) {
                 let view = intent.clone();
@@ -458,12 +548,22 @@ mod tests {
                     },
                 ),
             ],
+            fenced: false,
+            priors: Vec::new(),
         };
         let pending = encode_pending(&[9; 8], &intent);
         let back = decode_pending(&pending).unwrap();
-        assert_eq!((back.deadline_ms, back.owner), (123, (5, 6)));
+        assert_eq!((back.deadline_ms, back.owner, back.fenced), (123, (5, 6), false));
         assert_eq!(back.root, intent.root);
         assert_eq!(back.rows, intent.rows);
+        assert!(back.priors.is_empty());
         assert!(decode_pending(&pending[..pending.len() - 1]).is_err());
+
+        // Fenced: the rows' fences as read travel with them, and the deadline is unchanged.
+        let priors = vec![Some(Bytes::from_static(b"fence-01")), None, Some(Bytes::from_static(b"fence-03")), None];
+        let fenced = Intent { fenced: true, priors: priors.clone(), ..intent.clone() };
+        let back = decode_pending(&encode_pending(&[9; 8], &fenced)).unwrap();
+        assert_eq!((back.deadline_ms, back.fenced), (123, true));
+        assert_eq!((back.rows, back.priors), (intent.rows, priors));
     }
 }

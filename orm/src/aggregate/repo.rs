@@ -197,11 +197,13 @@ pub(super) fn diff(old: &RowSet, new: &RowSet) -> Vec<(usize, RowMutation)> {
         let mut mutations: Vec<CellMutation> = cells
             .iter()
             .filter(|c| !before.iter().any(|b| same(b, c) && b.value == c.value))
-            .map(|c| CellMutation::Put {
+            // Stamped when the write applies: aggregate writes are conditional (never replayed),
+            // and a writer whose clock runs behind must not write values that sort below
+            // those they replace.
+            .map(|c| CellMutation::PutAtApply {
                 family: c.family.clone(),
                 qualifier: c.qualifier.clone(),
                 value: c.value.clone(),
-                timestamp: None,
             })
             .collect();
         mutations.extend(
@@ -288,7 +290,10 @@ impl<A: Aggregate> AggregateRepository<A> {
     fn rewrite(&self, key: &A::Key, mut change: impl FnMut(&Bytes, &RowSet) -> Result<Option<Node>>) -> Result<()> {
         let (root, prefix) = self.locate(key)?;
         for _ in 0..MAX_ATTEMPTS {
-            let old = self.read(&root, &prefix)?;
+            // As stored (fences and tombstones included: the write is conditioned on them),
+            // and as the aggregate they hold.
+            let stored = self.read(&root, &prefix)?;
+            let old = rows::live(&stored).into_owned();
             let mut next = change(&prefix, &old)?;
             if let Some(n) = &mut next {
                 rows::sort_children(&self.shape, 0, n)?;
@@ -306,7 +311,7 @@ impl<A: Aggregate> AggregateRepository<A> {
                 None => RowSet::new(),
             };
             let root_row = (0, root.clone());
-            let generation = old.get(&root_row).and_then(|cells| generation_of(cells));
+            let generation = stored.get(&root_row).and_then(|cells| generation_of(cells));
             // A root row with no cell but its generation is compared without any: whether it
             // exists is a change of its own (a bare aggregate created or deleted; a root row
             // missing under its children).
@@ -331,7 +336,7 @@ impl<A: Aggregate> AggregateRepository<A> {
             let done = if self.atomic {
                 self.write_atomic(&root, generation, &old, &new)?
             } else {
-                intent::write(self, &root, generation, &old, &new)?
+                intent::write(self, &root, generation, &stored, &old, &new)?
             };
             if done {
                 return Ok(());
@@ -498,7 +503,8 @@ impl<A: Aggregate> AggregateRepository<A> {
     pub fn exists(&self, key: impl Into<A::Key>) -> Result<bool> {
         let (root, _) = self.locate(&key.into())?;
         let rows = self.store.read_rows(self.table(0), &[root], &ReadSpec::default())?;
-        Ok(rows.into_iter().flatten().next().is_some())
+        // A deleted aggregate's root may stay as a tombstone (see `intent`).
+        Ok(rows.into_iter().flatten().next().is_some_and(|row| !rows::is_tombstone(&row.cells)))
     }
 
     /// Deletes an aggregate: every row of it, at once, whether or not they form a valid
@@ -513,7 +519,10 @@ impl<A: Aggregate> AggregateRepository<A> {
     /// A scan over aggregates in root-key order, each read whole.
     pub fn scan(&self) -> AggregateQuery<'_, A> {
         let one_row_each = !self.shape.strategy.typed_rows();
-        AggregateQuery { repo: self, rows: Query::<()>::rows(&*self.store, &A::SCHEMA, !one_row_each), limit: None }
+        // Rows that are not aggregates may lie in range (child rows, tombstones on shared
+        // stores): the store cannot apply the limit then.
+        let mixed = !one_row_each || !self.store.guarantees().single_process;
+        AggregateQuery { repo: self, rows: Query::<()>::rows(&*self.store, &A::SCHEMA, mixed), limit: None }
     }
 
     /// On a store several processes write (no [`Guarantees::single_process`]), sets how long

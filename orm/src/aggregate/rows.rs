@@ -25,6 +25,13 @@ pub(crate) const GENERATION: &[u8] = &[INTERNAL, b'g'];
 const COPIED_KEY: &[u8] = &[INTERNAL, b'k'];
 /// Prefix of a denormalized row's copies of its collapsed parent's cells.
 const COPY_PREFIX: &[u8] = &[INTERNAL, b'^'];
+/// Qualifier of a row's fence, on stores several processes share: the token of the write
+/// that last changed the row (see `intent`). A row holding nothing else is a tombstone.
+pub(crate) const FENCE: &[u8] = &[INTERNAL, b'w'];
+/// Length of a deleted aggregate's generation: a token and one byte more, which no committed
+/// (8 bytes) or pending (at least 34) generation has. The root row holding it alone is the
+/// aggregate's tombstone (see `intent`).
+pub(crate) const DELETED_LEN: usize = 9;
 /// Qualifier of the blob cell.
 pub(crate) const BLOB: &[u8] = b"b";
 /// Qualifier of the empty marker cell of a part with nothing else to store, as entities have:
@@ -35,6 +42,39 @@ const MARKER: &[u8] = b"";
 pub(crate) fn prefix_of(shape: &Shape, root_key: &[u8]) -> Bytes {
     let cut = usize::from(shape.strategy.typed_rows());
     Bytes::copy_from_slice(&root_key[..root_key.len().saturating_sub(cut)])
+}
+
+/// True for a generation that marks the aggregate deleted.
+pub(crate) fn is_deleted_generation(value: &[u8]) -> bool {
+    value.len() == DELETED_LEN
+}
+
+/// True for a row that holds nothing of the aggregate: only a fence (a deleted row), or only a
+/// deleted generation (a deleted aggregate's root).
+pub(crate) fn is_tombstone(cells: &[StoredCell]) -> bool {
+    cells.iter().all(|c| c.qualifier == FENCE || (c.qualifier == GENERATION && is_deleted_generation(&c.value)))
+}
+
+/// The rows as the aggregate they store: without fences and tombstones. Borrowed when there
+/// are none (the embedded engine writes neither).
+pub(crate) fn live(rows: &RowSet) -> std::borrow::Cow<'_, RowSet> {
+    let fenced = |cells: &Vec<StoredCell>| {
+        cells.iter().any(|c| c.qualifier == FENCE || (c.qualifier == GENERATION && is_deleted_generation(&c.value)))
+    };
+    if !rows.values().any(fenced) {
+        return std::borrow::Cow::Borrowed(rows);
+    }
+    let kept = rows
+        .iter()
+        .filter(|(_, cells)| !is_tombstone(cells))
+        .map(|(key, cells)| (key.clone(), cells.iter().filter(|c| c.qualifier != FENCE).cloned().collect()))
+        .collect();
+    std::borrow::Cow::Owned(kept)
+}
+
+/// The fence of a stored row, if it has one.
+pub(crate) fn fence_of(cells: &[StoredCell]) -> Option<Bytes> {
+    cells.iter().find(|c| c.qualifier == FENCE).map(|c| c.value.clone())
 }
 
 /// Cellar's own cells: the generation, copies, and the marker.
@@ -224,6 +264,7 @@ type LevelRows<'a> = Vec<Vec<(&'a Bytes, &'a [u8], &'a Vec<StoredCell>)>>;
 /// [`Error::Decode`] for rows that do not fit the shape (an unknown record type, a child
 /// without its parent, a damaged blob, copies that disagree).
 pub(crate) fn from_rows(shape: &Shape, prefix: &[u8], rows: &RowSet) -> Result<Option<Node>> {
+    let rows = &*live(rows);
     let root_key = match shape.strategy {
         Strategy::SingleTable | Strategy::Denormalized => concat(&[prefix, &[shape.levels[0].record_type]]),
         _ => Bytes::copy_from_slice(prefix),
