@@ -26,7 +26,7 @@ use crate::aggregate::Aggregate;
 use crate::blob::{versioned, Versioned};
 use crate::jobs::Checkpoint;
 use crate::repo::printable;
-use crate::store::{CellMutation, Condition, RowMutation, ScanSpec, Store};
+use crate::store::{CellMutation, Condition, RowMutation, ScanSpec, Store, StoredCell};
 use crate::{Db, Error, Result};
 
 pub use crate::jobs::JOBS_TABLE;
@@ -207,7 +207,7 @@ impl<'a, T: Versioned> Migration<'a, T> {
         for row in self.db.store().scan(&self.column.table, &ScanSpec::default())? {
             let row = row?;
             if let Some(cell) = self.column.cell_of(&row) {
-                match versioned::read::<T>(cell) {
+                match versioned::read::<T>(&cell.value) {
                     Ok(read) => *census.formats.entry(format_of(&read)).or_default() += 1,
                     Err(_) => census.unreadable += 1,
                 }
@@ -299,8 +299,9 @@ impl<'a, T: Versioned> Migration<'a, T> {
 }
 
 impl Column {
-    fn cell_of<'r>(&self, row: &'r crate::store::Row) -> Option<&'r [u8]> {
-        row.cells.iter().find(|c| c.family == self.family && c.qualifier == self.qualifier).map(|c| &c.value[..])
+    /// The column's newest cell in `row`.
+    fn cell_of<'r>(&self, row: &'r crate::store::Row) -> Option<&'r StoredCell> {
+        row.cells.iter().find(|c| c.family == self.family && c.qualifier == self.qualifier)
     }
 
     fn error(&self, row: &Bytes, source: versioned::VersionError) -> Error {
@@ -386,10 +387,10 @@ impl Reader {
     fn convert<T: Versioned>(
         &self,
         row: &Bytes,
-        cell: &[u8],
+        cell: &StoredCell,
         found: &mut Tally,
     ) -> Result<Option<(Condition, RowMutation)>> {
-        let read = match versioned::read::<T>(cell) {
+        let read = match versioned::read::<T>(&cell.value) {
             Ok(read) => read,
             Err(source) => {
                 found.census.unreadable += 1;
@@ -415,8 +416,11 @@ impl Reader {
         let family = self.column.family.clone();
         let qualifier = self.column.qualifier.clone();
         let condition =
-            Condition::Equals { family: family.clone(), qualifier: qualifier.clone(), value: cell.to_vec().into() };
-        let put = CellMutation::Put { family, qualifier, value: rewritten.into(), timestamp: None };
+            Condition::Equals { family: family.clone(), qualifier: qualifier.clone(), value: cell.value.clone() };
+        // At the timestamp of the cell it replaces: a rewrite changes only the encoding, and a
+        // write of the application that lands after it, stamped earlier than the rewrite would
+        // be, must still be the newest version.
+        let put = CellMutation::Put { family, qualifier, value: rewritten.into(), timestamp: Some(cell.timestamp) };
         Ok(Some((condition, RowMutation { row: row.clone(), mutations: vec![put] })))
     }
 }

@@ -408,11 +408,14 @@ impl<A: Aggregate> AggregateRepository<A> {
             qualifier: old.qualifier.clone(),
             value: old.value.clone(),
         };
+        // At the timestamp of the blob it replaces: only the encoding changes, so a write of
+        // the application that lands after this one stays the newest version (and the blob
+        // still expires with its generation).
         let put = CellMutation::Put {
             family: old.family.clone(),
             qualifier: old.qualifier.clone(),
             value: fresh.into(),
-            timestamp: None,
+            timestamp: Some(old.timestamp),
         };
         // False: a write came in since the read; it is at the current version already.
         self.store.check_and_mutate(

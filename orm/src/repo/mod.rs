@@ -19,7 +19,7 @@ use crate::{Error, Result};
 use names::SubstitutedNames;
 
 /// A blob column read at an older version or codec, and the bytes read.
-type StaleBlob = (&'static ColumnSpec, Bytes);
+type StaleBlob = (&'static ColumnSpec, Bytes, u64);
 
 /// An entity read by key: the position of its row among those read, the entity, and its stale
 /// blob columns.
@@ -469,17 +469,21 @@ impl<E: Entity> Repository<E> {
     }
 
     /// With write-back on, the blob columns of `row` stored at an older version or codec, with
-    /// the bytes read (the check of their rewrite); none otherwise.
+    /// the bytes read (the check of their rewrite) and their timestamp; none otherwise.
     fn stale_blobs(&self, row: LentRow<'_>) -> Vec<StaleBlob> {
         if !self.write_back {
             return Vec::new();
         }
+        let newest = |c: &ColumnSpec| {
+            let (family, qualifier) = (c.family.as_bytes(), c.qualifier.as_bytes());
+            row.cells().find(|cell| cell.family == family && cell.qualifier == qualifier)
+        };
         E::SCHEMA
             .columns
             .iter()
-            .filter_map(|c| Some((c, c.current_blob?, row.value(c.family, c.qualifier)?)))
-            .filter(|(_, format, cell)| !crate::blob::is_current(cell, format))
-            .map(|(c, _, cell)| (c, Bytes::copy_from_slice(cell)))
+            .filter_map(|c| Some((c, c.current_blob?, newest(c)?)))
+            .filter(|(_, format, cell)| !crate::blob::is_current(cell.value, format))
+            .map(|(c, _, cell)| (c, Bytes::copy_from_slice(cell.value), cell.timestamp))
             .collect()
     }
 
@@ -489,13 +493,16 @@ impl<E: Entity> Repository<E> {
             return Ok(());
         }
         let cells = entity.cells()?;
-        for (spec, old) in stale {
+        for (spec, old, timestamp) in stale {
             let fresh = cells.iter().find(|c| c.family == spec.family && c.qualifier == spec.qualifier);
             let Some(value) = fresh.and_then(|c| c.value.clone()) else { continue };
             let (family, qualifier) =
                 (Bytes::from_static(spec.family.as_bytes()), Bytes::from_static(spec.qualifier.as_bytes()));
             let condition = Condition::Equals { family: family.clone(), qualifier: qualifier.clone(), value: old };
-            let put = CellMutation::Put { family, qualifier, value: value.into(), timestamp: None };
+            // At the timestamp of the cell it replaces: only the encoding changes, and a write
+            // of the application that lands after this one must stay the newest version even
+            // if its request was stamped first.
+            let put = CellMutation::Put { family, qualifier, value: value.into(), timestamp: Some(timestamp) };
             // False: the cell changed since the read; the newer value stays.
             self.store.check_and_mutate(
                 self.table(),
