@@ -28,7 +28,9 @@ const STRATEGIES: [&str; 4] = ["normalized", "single_table", "denormalized", "bl
 const ROOT_TABLES: [&str; 4] = ["orders_n", "orders_s", "orders_d", "orders_b"];
 
 /// The writer: connects through a [`Pausing`] store, skews its clock, then writes order
-/// (1, 0) of strategy `CELLAR_AGGREGATE_PAUSE_STRATEGY`: `put:<v>` (version v) or `delete`.
+/// (1, 0) of strategy `CELLAR_AGGREGATE_PAUSE_STRATEGY`: `put:<v>` (version v) or `delete`;
+/// or, for `loop:<seed>`, random puts and deletes of orders (1, 0..3) of every strategy
+/// forever, printing `ack` after each.
 #[test]
 fn aggregate_pause_child() {
     let Ok(target) = std::env::var(TARGET) else { return };
@@ -40,6 +42,13 @@ fn aggregate_pause_child() {
     let db = Db::with_store(pausing.clone());
     let s: u64 = env("CELLAR_AGGREGATE_PAUSE_STRATEGY").parse().unwrap();
     let action = env("CELLAR_AGGREGATE_PAUSE_ACTION");
+    if let Some(seed) = action.strip_prefix("loop:") {
+        let mut seed: u64 = seed.parse().unwrap();
+        for v in 1.. {
+            random_write(&db, &mut seed, v);
+            println!("ack");
+        }
+    }
     let result = with_strategy!(db, s, |orders, versions| {
         pausing.arm();
         match action.strip_prefix("put:") {
@@ -85,10 +94,35 @@ fn next_line(lines: &mut Lines<BufReader<ChildStdout>>, wanted: &[&str]) -> Stri
 /// The stored order (1, 0) of strategy `s`: `Some(version)` if it is one whole version,
 /// `None` if there is none; panics on a torn or unreadable order.
 fn stored_version(db: &Db, s: u64, context: &str) -> Option<u64> {
+    stored_version_of(db, s, 0, context)
+}
+
+/// As [`stored_version`], for order (1, `k`).
+fn stored_version_of(db: &Db, s: u64, k: u64, context: &str) -> Option<u64> {
     with_strategy!(db, s, |orders, versions| {
-        let order = orders.get((1, 0)).unwrap_or_else(|e| panic!("{context}: the order reads: {e}"));
+        let order = orders.get((1, k)).unwrap_or_else(|e| panic!("{context}: order {k} reads: {e}"));
         order.map(|o| versions::version_of(&o).unwrap_or_else(|| panic!("{context}: a torn order {o:?}")))
     })
+}
+
+fn xorshift(seed: &mut u64) -> u64 {
+    *seed ^= *seed << 13;
+    *seed ^= *seed >> 7;
+    *seed ^= *seed << 17;
+    *seed
+}
+
+/// Puts version `v` of a random order (1, 0..3) of a random strategy, or deletes one.
+fn random_write(db: &Db, seed: &mut u64, v: u64) {
+    let r = xorshift(seed);
+    let (s, k) = (r % 4, (r >> 8) % 3);
+    with_strategy!(db, s, |orders, versions| {
+        if (r >> 16).is_multiple_of(6) {
+            orders.delete((1, k)).unwrap();
+        } else {
+            orders.put(&versions::version(1, k, v)).unwrap();
+        }
+    });
 }
 
 fn put_version(db: &Db, s: u64, v: u64) {
@@ -210,4 +244,56 @@ fn a_writer_frozen_longer_than_the_lease_after_its_intent_tears_no_aggregate() {
         let at = format!("check_and_mutate_many:{table}");
         assert!(round(&emulator.host, s, "put:2", &at, 0, wait, Meanwhile::Put), "{at}");
     }
+}
+
+/// Random writes of every strategy by a writer whose clock runs behind, frozen at random
+/// moments while this process reads (rolling its intents forward) and writes the same
+/// aggregates; killed at the end. `CELLAR_AGGREGATE_PAUSE_ROUNDS` sets the rounds (default 2,
+/// four pauses each).
+#[test]
+fn random_pauses_of_a_writer_tear_no_aggregate() {
+    let Some(emulator) = common::backend::emulator() else { return };
+    let rounds: u64 = std::env::var("CELLAR_AGGREGATE_PAUSE_ROUNDS").ok().and_then(|v| v.parse().ok()).unwrap_or(2);
+    let mut seed = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos() as u64 | 1;
+    eprintln!("aggregate pause nemesis seed {seed}");
+    let mut pauses = 0;
+    let check = |db: &Db, context: &str| {
+        for s in 0..4 {
+            for k in 0..3 {
+                stored_version_of(db, s, k, context);
+            }
+        }
+    };
+    for round in 0..rounds {
+        let target = format!("{}/{}", emulator.host, common::backend::instance_name());
+        let (h, instance) = target.split_once('/').unwrap();
+        let db = Db::with_store(Arc::new(
+            BigtableStore::connect(BigtableOptions::new("cellar", instance).emulator(h)).unwrap(),
+        ));
+        let (mut child, mut lines) = spawn(&target, 0, &format!("loop:{}", xorshift(&mut seed)), "0", -30_000);
+        // This process's versions never meet the writer's.
+        let mut own = 1_000_000 * (round + 1);
+        for pause in 0..4 {
+            let r = xorshift(&mut seed);
+            for _ in 0..1 + r % 30 {
+                next_line(&mut lines, &["ack"]);
+            }
+            std::thread::sleep(Duration::from_micros((r >> 32) % 3_000));
+            signal(child.id(), "STOP");
+            wait_stopped(child.id());
+            pauses += 1;
+            let context = format!("round {round}, pause {pause}");
+            check(&db, &context);
+            for _ in 0..4 {
+                own += 1;
+                random_write(&db, &mut seed, own);
+            }
+            check(&db, &context);
+            signal(child.id(), "CONT");
+        }
+        child.kill().unwrap();
+        child.wait().unwrap();
+        check(&db, &format!("round {round}, after the kill"));
+    }
+    eprintln!("aggregate pause nemesis: {rounds} rounds, {pauses} pauses, writer clock 30 s behind");
 }
