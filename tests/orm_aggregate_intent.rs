@@ -23,8 +23,8 @@ use cellar::prelude::*;
 use common::orders::normalized::Order;
 use common::versions::normalized::{version, version_of};
 
-/// The embedded store, with the guarantees a test chooses, and batches (`mutate`) that can be
-/// made to stall or fail.
+/// The embedded store, with the guarantees a test chooses, and batches that can be made to
+/// stall or fail: `mutate`, and `check_and_mutate_many` (a shared store's fenced row writes).
 struct Faulty {
     inner: EmbeddedStore,
     guarantees: Guarantees,
@@ -52,17 +52,29 @@ impl Faulty {
     }
 }
 
-impl Store for Faulty {
-    fn ensure_table(&self, spec: &TableSpec) -> Result<()> {
-        self.inner.ensure_table(spec)
-    }
-    fn mutate(&self, table: &str, rows: Vec<RowMutation>) -> Result<()> {
+impl Faulty {
+    /// Stalls or fails a batch as the test asked.
+    fn before_batch(&self) -> Result<()> {
         let stall = self.stall_next.swap(0, Ordering::SeqCst);
         std::thread::sleep(Duration::from_millis(stall.into()));
         if self.fail_next.swap(false, Ordering::SeqCst) || self.refuse_writes.load(Ordering::SeqCst) {
             return Err(Error::InvalidArgument { arg: "test", reason: "injected failure".into() });
         }
+        Ok(())
+    }
+}
+
+impl Store for Faulty {
+    fn ensure_table(&self, spec: &TableSpec) -> Result<()> {
+        self.inner.ensure_table(spec)
+    }
+    fn mutate(&self, table: &str, rows: Vec<RowMutation>) -> Result<()> {
+        self.before_batch()?;
         self.inner.mutate(table, rows)
+    }
+    fn check_and_mutate_many(&self, table: &str, entries: Vec<(Condition, RowMutation)>) -> Result<Vec<bool>> {
+        self.before_batch()?;
+        self.inner.check_and_mutate_many(table, entries)
     }
     fn read_rows(&self, table: &str, rows: &[Bytes], read: &ReadSpec) -> Result<Vec<Option<Row>>> {
         self.inner.read_rows(table, rows, read)
