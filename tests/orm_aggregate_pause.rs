@@ -12,14 +12,12 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader, Lines, Write as _};
-use std::process::{Child, ChildStdout, Command, Stdio};
 use std::sync::Arc;
 use std::time::Duration;
 
 use cellar::orm::store::{BigtableOptions, BigtableStore};
 use cellar::orm::Db;
-use common::pausing::{signal, wait_stopped, Pausing};
+use common::pausing::{Pausing, Writer};
 use common::versions::with_strategy;
 
 const TARGET: &str = "CELLAR_AGGREGATE_PAUSE_TARGET";
@@ -62,33 +60,15 @@ fn aggregate_pause_child() {
     }
 }
 
-fn spawn(target: &str, s: u64, action: &str, pause_at: &str, skew_ms: i64) -> (Child, Lines<BufReader<ChildStdout>>) {
-    let mut child = Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", "aggregate_pause_child", "--nocapture", "--test-threads=1"])
-        .env(TARGET, target)
-        .env("CELLAR_AGGREGATE_PAUSE_STRATEGY", s.to_string())
-        .env("CELLAR_AGGREGATE_PAUSE_ACTION", action)
-        .env("CELLAR_AGGREGATE_PAUSE_AT", pause_at)
-        .env("CELLAR_AGGREGATE_PAUSE_SKEW", skew_ms.to_string())
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .unwrap();
-    let lines = BufReader::new(child.stdout.take().unwrap()).lines();
-    (child, lines)
-}
-
-/// The rest of the next line holding one of `wanted` (the harness prints `test ... ` without
-/// a line end before the child's first line).
-fn next_line(lines: &mut Lines<BufReader<ChildStdout>>, wanted: &[&str]) -> String {
-    for line in lines.by_ref() {
-        let line = line.unwrap();
-        if let Some(at) = wanted.iter().filter_map(|w| line.find(w)).min() {
-            return line[at..].to_string();
-        }
-    }
-    panic!("the writer exited without printing any of {wanted:?}");
+fn spawn(target: &str, s: u64, action: &str, pause_at: &str, skew_ms: i64) -> Writer {
+    let env = [
+        (TARGET, target.to_string()),
+        ("CELLAR_AGGREGATE_PAUSE_STRATEGY", s.to_string()),
+        ("CELLAR_AGGREGATE_PAUSE_ACTION", action.to_string()),
+        ("CELLAR_AGGREGATE_PAUSE_AT", pause_at.to_string()),
+        ("CELLAR_AGGREGATE_PAUSE_SKEW", skew_ms.to_string()),
+    ];
+    Writer::spawn("aggregate_pause_child", &env)
 }
 
 /// The stored order (1, 0) of strategy `s`: `Some(version)` if it is one whole version,
@@ -150,19 +130,18 @@ fn round(host: &str, s: u64, action: &str, pause_at: &str, skew_ms: i64, wait: D
         "{}: {action}, paused before call {pause_at}, clock {skew_ms:+} ms, {meanwhile:?}",
         STRATEGIES[s as usize]
     );
-    let (mut child, mut lines) = spawn(&target, s, action, pause_at, skew_ms);
-    let line = next_line(&mut lines, &["paused", "done"]);
+    let mut writer = spawn(&target, s, action, pause_at, skew_ms);
+    let line = writer.next_line(&["paused", "done"]);
     if line.starts_with("done") {
         assert_eq!(line, "done ok", "{context}");
-        child.wait().unwrap();
+        writer.wait();
         return false;
     }
     let context = format!("{context} ({line})");
     // Had the writer recorded its intent (its first check-and-mutate of the root table)?
     let start = format!("check_and_mutate:{}", ROOT_TABLES[s as usize]);
     let started = line.split(' ').nth(3).unwrap_or("").split(',').any(|c| c == start);
-    signal(child.id(), "STOP");
-    wait_stopped(child.id());
+    writer.freeze();
     std::thread::sleep(wait);
     let ahead = skew_ms > 0 && started;
     if !ahead {
@@ -174,11 +153,10 @@ fn round(host: &str, s: u64, action: &str, pause_at: &str, skew_ms: i64, wait: D
             assert_eq!(stored_version(&db, s, &context), Some(3), "{context}");
         }
     }
-    signal(child.id(), "CONT");
-    writeln!(child.stdin.as_ref().unwrap(), "go").unwrap();
-    let done = next_line(&mut lines, &["done"]);
+    writer.thaw(true);
+    let done = writer.next_line(&["done"]);
     assert_eq!(done, "done ok", "{context}: the writer's own result");
-    assert!(child.wait().unwrap().success(), "{context}");
+    assert!(writer.wait(), "{context}");
     // The write that came last stands: the frozen one, unless its intent was recorded before
     // the pause (others then finished it) and this process wrote after it.
     let last = if started && meanwhile == Meanwhile::Put && !ahead {
@@ -270,17 +248,16 @@ fn random_pauses_of_a_writer_tear_no_aggregate() {
         let db = Db::with_store(Arc::new(
             BigtableStore::connect(BigtableOptions::new("cellar", instance).emulator(h)).unwrap(),
         ));
-        let (mut child, mut lines) = spawn(&target, 0, &format!("loop:{}", xorshift(&mut seed)), "0", -30_000);
+        let mut writer = spawn(&target, 0, &format!("loop:{}", xorshift(&mut seed)), "0", -30_000);
         // This process's versions never meet the writer's.
         let mut own = 1_000_000 * (round + 1);
         for pause in 0..4 {
             let r = xorshift(&mut seed);
             for _ in 0..1 + r % 30 {
-                next_line(&mut lines, &["ack"]);
+                writer.next_line(&["ack"]);
             }
             std::thread::sleep(Duration::from_micros((r >> 32) % 3_000));
-            signal(child.id(), "STOP");
-            wait_stopped(child.id());
+            writer.freeze();
             pauses += 1;
             let context = format!("round {round}, pause {pause}");
             check(&db, &context);
@@ -289,10 +266,9 @@ fn random_pauses_of_a_writer_tear_no_aggregate() {
                 random_write(&db, &mut seed, own);
             }
             check(&db, &context);
-            signal(child.id(), "CONT");
+            writer.thaw(false);
         }
-        child.kill().unwrap();
-        child.wait().unwrap();
+        writer.kill();
         check(&db, &format!("round {round}, after the kill"));
     }
     eprintln!("aggregate pause nemesis: {rounds} rounds, {pauses} pauses, writer clock 30 s behind");

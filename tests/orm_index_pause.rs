@@ -16,14 +16,12 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader, Lines, Write as _};
-use std::process::{Child, ChildStdout, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use cellar::orm::store::{BigtableOptions, BigtableStore};
 use cellar::orm::{Db, Repository};
-use common::pausing::{signal, wait_stopped, Pausing};
+use common::pausing::{Pausing, Writer};
 use common::people::{
     assert_indexes_clean, check_index_queries, person, repair_indexes, verify_only_leftovers, Person,
 };
@@ -96,32 +94,14 @@ fn other_value() -> Person {
     person(1, 3, 2, 22, None)
 }
 
-fn spawn(target: &str, action: &str, pause_at: &str, skew_ms: i64) -> (Child, Lines<BufReader<ChildStdout>>) {
-    let mut child = Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", "index_pause_child", "--nocapture", "--test-threads=1"])
-        .env(TARGET, target)
-        .env("CELLAR_INDEX_PAUSE_ACTION", action)
-        .env("CELLAR_INDEX_PAUSE_AT", pause_at)
-        .env("CELLAR_INDEX_PAUSE_SKEW", skew_ms.to_string())
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .unwrap();
-    let lines = BufReader::new(child.stdout.take().unwrap()).lines();
-    (child, lines)
-}
-
-/// The rest of the next line holding one of `wanted`, from where it starts (the test harness
-/// prints `test index_pause_child ... ` without a line end before the child's first line).
-fn next_line(lines: &mut Lines<BufReader<ChildStdout>>, wanted: &[&str]) -> String {
-    for line in lines.by_ref() {
-        let line = line.unwrap();
-        if let Some(at) = wanted.iter().filter_map(|w| line.find(w)).min() {
-            return line[at..].to_string();
-        }
-    }
-    panic!("the writer exited without printing any of {wanted:?}");
+fn spawn(target: &str, action: &str, pause_at: &str, skew_ms: i64) -> Writer {
+    let env = [
+        (TARGET, target.to_string()),
+        ("CELLAR_INDEX_PAUSE_ACTION", action.to_string()),
+        ("CELLAR_INDEX_PAUSE_AT", pause_at.to_string()),
+        ("CELLAR_INDEX_PAUSE_SKEW", skew_ms.to_string()),
+    ];
+    Writer::spawn("index_pause_child", &env)
 }
 
 fn fresh_people(host: &str) -> (String, Repository<Person>) {
@@ -149,18 +129,17 @@ fn round(host: &str, action: &str, pause_at: &str, skew_ms: i64, wait: Duration,
     }
     people.put(&initial()).unwrap();
     let context = format!("{action}, paused before call {pause_at}, clock {skew_ms:+} ms, {meanwhile:?}");
-    let (mut child, mut lines) = spawn(&target, action, pause_at, skew_ms);
-    let line = next_line(&mut lines, &["paused", "done"]);
+    let mut writer = spawn(&target, action, pause_at, skew_ms);
+    let line = writer.next_line(&["paused", "done"]);
     if line.starts_with("done") {
-        child.wait().unwrap();
+        writer.wait();
         return false;
     }
     // `paused <n> <call> <earlier calls>`: had the writer's data write gone through?
     let committed = line.split(' ').nth(3).unwrap_or("").split(',').any(|c| c == "check_and_mutate:people");
     let context = format!("{context} ({line})");
     // Frozen whole, background threads too, not only blocked on its stdin.
-    signal(child.id(), "STOP");
-    wait_stopped(child.id());
+    writer.freeze();
     std::thread::sleep(wait);
     // Readers settle what they take for abandoned; repair takes over the rest.
     check_index_queries(&people, &context);
@@ -171,11 +150,10 @@ fn round(host: &str, action: &str, pause_at: &str, skew_ms: i64, wait: Duration,
         people.put(&other_value()).unwrap();
         check_index_queries(&people, &context);
     }
-    signal(child.id(), "CONT");
-    writeln!(child.stdin.as_ref().unwrap(), "go").unwrap();
-    let done = next_line(&mut lines, &["done"]);
+    writer.thaw(true);
+    let done = writer.next_line(&["done"]);
     assert_eq!(done, "done ok", "{context}: the writer's own result");
-    assert!(child.wait().unwrap().success(), "{context}");
+    assert!(writer.wait(), "{context}");
 
     check_index_queries(&people, &context);
     verify_only_leftovers(&people, &context);
@@ -262,15 +240,14 @@ fn random_pauses_of_a_writer_change_no_answer() {
     let mut pauses = 0;
     for round in 0..rounds {
         let (target, people) = fresh_people(&emulator.host);
-        let (mut child, mut lines) = spawn(&target, &format!("loop:{}", xorshift(&mut seed)), "0", -30_000);
+        let mut writer = spawn(&target, &format!("loop:{}", xorshift(&mut seed)), "0", -30_000);
         for pause in 0..4 {
             let r = xorshift(&mut seed);
             for _ in 0..1 + r % 40 {
-                next_line(&mut lines, &["ack"]);
+                writer.next_line(&["ack"]);
             }
             std::thread::sleep(Duration::from_micros((r >> 32) % 3_000));
-            signal(child.id(), "STOP");
-            wait_stopped(child.id());
+            writer.freeze();
             pauses += 1;
             let context = format!("round {round}, pause {pause}");
             check_index_queries(&people, &context);
@@ -280,10 +257,9 @@ fn random_pauses_of_a_writer_change_no_answer() {
                 random_write(&people, &mut seed);
             }
             check_index_queries(&people, &context);
-            signal(child.id(), "CONT");
+            writer.thaw(false);
         }
-        child.kill().unwrap();
-        child.wait().unwrap();
+        writer.kill();
         let context = format!("round {round}, after the kill");
         check_index_queries(&people, &context);
         verify_only_leftovers(&people, &context);

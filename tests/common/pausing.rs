@@ -83,7 +83,7 @@ impl Pausing {
 
 /// Waits until process `pid` is stopped: a SIGCONT sent before its SIGSTOP took effect would
 /// be lost, and the process would stay stopped.
-pub fn wait_stopped(pid: u32) {
+fn wait_stopped(pid: u32) {
     loop {
         let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
         // `pid (comm) state ...`: the state follows the last parenthesis.
@@ -96,7 +96,7 @@ pub fn wait_stopped(pid: u32) {
 }
 
 /// Sends `signal` (`STOP`, `CONT`, `KILL`) to process `pid`.
-pub fn signal(pid: u32, signal: &str) {
+fn signal(pid: u32, signal: &str) {
     let status = std::process::Command::new("kill").args([format!("-{signal}"), pid.to_string()]).status().unwrap();
     assert!(status.success(), "kill -{signal} {pid} failed");
 }
@@ -155,5 +155,71 @@ impl Store for Pausing {
     ) -> Result<Option<bool>> {
         self.before("read_and_commit", table);
         self.inner.read_and_commit(table, row, read, build)
+    }
+}
+
+/// A writer process of a nemesis test: this test binary run again as `child` (the name of a
+/// test that acts only when its environment says so), with its stdout read line by line and
+/// its stdin kept to let a [`Pausing`] store go on.
+pub struct Writer {
+    child: std::process::Child,
+    lines: std::io::Lines<std::io::BufReader<std::process::ChildStdout>>,
+}
+
+impl Writer {
+    /// Starts `child` with the environment `env`.
+    pub fn spawn(child: &str, env: &[(&str, String)]) -> Writer {
+        use std::io::BufRead as _;
+        let mut command = std::process::Command::new(std::env::current_exe().unwrap());
+        command.args(["--exact", child, "--nocapture", "--test-threads=1"]);
+        for (name, value) in env {
+            command.env(name, value);
+        }
+        let mut child = command
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::inherit())
+            .spawn()
+            .unwrap();
+        let lines = std::io::BufReader::new(child.stdout.take().unwrap()).lines();
+        Writer { child, lines }
+    }
+
+    /// The rest of the next line holding one of `wanted`, from where it starts (the test
+    /// harness prints `test <name> ... ` without a line end before the child's first line).
+    pub fn next_line(&mut self, wanted: &[&str]) -> String {
+        for line in self.lines.by_ref() {
+            let line = line.unwrap();
+            if let Some(at) = wanted.iter().filter_map(|w| line.find(w)).min() {
+                return line[at..].to_string();
+            }
+        }
+        panic!("the writer exited without printing any of {wanted:?}");
+    }
+
+    /// Stops the whole process (SIGSTOP) and waits until it is stopped.
+    pub fn freeze(&self) {
+        signal(self.child.id(), "STOP");
+        wait_stopped(self.child.id());
+    }
+
+    /// Lets a frozen process go on (SIGCONT); with `release`, also lets a [`Pausing`] store
+    /// waiting for its stdin go on.
+    pub fn thaw(&mut self, release: bool) {
+        signal(self.child.id(), "CONT");
+        if release {
+            writeln!(self.child.stdin.as_ref().unwrap(), "go").unwrap();
+        }
+    }
+
+    /// Waits for the process to exit; true if it succeeded.
+    pub fn wait(mut self) -> bool {
+        self.child.wait().unwrap().success()
+    }
+
+    /// Kills the process and waits for it.
+    pub fn kill(mut self) {
+        self.child.kill().unwrap();
+        self.child.wait().unwrap();
     }
 }
