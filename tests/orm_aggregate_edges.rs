@@ -334,3 +334,33 @@ fn a_blob_write_puts_the_blob_with_its_generation(db: Db) {
     }
 }
 }
+
+on_every_backend! {
+/// An intent that does not decode (its pending state damaged) cannot be rolled forward: reads
+/// report it, and a put or a delete of the aggregate still replaces it.
+fn put_and_delete_replace_an_aggregate_whose_intent_is_damaged(db: Db) {
+    use common::versions::normalized::{version, version_of};
+    let orders = db.aggregates::<common::orders::normalized::Order>().unwrap();
+    orders.put(&version(1, 1, 1)).unwrap();
+    // A pending state (longer than a token) whose intent breaks off after its owner.
+    let damage = || {
+        let root = db.store().scan("orders_n", &ScanSpec::default()).unwrap().next().unwrap().unwrap();
+        let damaged = CellMutation::Put {
+            family: Bytes::from_static(b"d"),
+            qualifier: Bytes::from_static(b"\x00g"),
+            value: Bytes::from(vec![0xFF; 40]),
+            timestamp: None,
+        };
+        db.store().mutate("orders_n", vec![RowMutation { row: root.key, mutations: vec![damaged] }]).unwrap();
+    };
+    damage();
+    assert!(matches!(orders.get((1, 1)), Err(Error::Decode { .. })), "a damaged intent is reported");
+    orders.put(&version(1, 1, 2)).unwrap();
+    assert_eq!(orders.get((1, 1)).unwrap().as_ref().and_then(version_of), Some(2));
+    damage();
+    orders.delete((1, 1)).unwrap();
+    assert_eq!(orders.get((1, 1)).unwrap(), None);
+    orders.put(&version(1, 1, 3)).unwrap();
+    assert_eq!(orders.get((1, 1)).unwrap().as_ref().and_then(version_of), Some(3));
+}
+}

@@ -406,6 +406,28 @@ pub(super) fn read<A: Aggregate>(
     prefix: &Bytes,
     keep: &dyn Fn(usize) -> bool,
 ) -> Result<RowSet> {
+    read_with(repo, root, prefix, keep, false)
+}
+
+/// [`read`] for a write that replaces the aggregate whole (a put, a delete): an intent that
+/// does not decode — damaged, so nobody can finish it — is no error there. The rows come back
+/// as stored, the damaged generation with them, and the write, conditioned on that
+/// generation, replaces them.
+pub(super) fn read_to_replace<A: Aggregate>(
+    repo: &AggregateRepository<A>,
+    root: &Bytes,
+    prefix: &Bytes,
+) -> Result<RowSet> {
+    read_with(repo, root, prefix, &|_| true, true)
+}
+
+fn read_with<A: Aggregate>(
+    repo: &AggregateRepository<A>,
+    root: &Bytes,
+    prefix: &Bytes,
+    keep: &dyn Fn(usize) -> bool,
+    replacing: bool,
+) -> Result<RowSet> {
     let started = Instant::now();
     let mut pause = Duration::from_millis(1);
     let mut attempts = 0;
@@ -414,7 +436,14 @@ pub(super) fn read<A: Aggregate>(
         let (first, generation) = root_generation(repo, root)?;
         let Some(mut set) = first else { return Ok(RowSet::new()) };
         if let Some(pending) = generation.as_ref().filter(|g| g.len() > DELETED_LEN) {
-            let intent = decode_pending(pending).map_err(|reason| pending_error(repo, root, reason))?;
+            let intent = match decode_pending(pending) {
+                Ok(intent) => intent,
+                Err(_) if replacing => {
+                    read_slots(repo, root, prefix, keep, &mut set)?;
+                    return Ok(set);
+                }
+                Err(reason) => return Err(pending_error(repo, root, reason)),
+            };
             if abandoned(repo, &intent) {
                 let view = intent.clone();
                 if take_over(repo, root, pending, intent).is_err() {

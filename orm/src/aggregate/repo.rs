@@ -279,20 +279,28 @@ impl<A: Aggregate> AggregateRepository<A> {
         key: &A::Key,
         mut change: impl FnMut(Option<Node>) -> Result<Option<Node>>,
     ) -> Result<()> {
-        self.rewrite(key, |prefix, old| change(rows::from_rows(&self.shape, prefix, old)?))
+        self.rewrite(key, false, |prefix, old| change(rows::from_rows(&self.shape, prefix, old)?))
     }
 
     /// Read-modify-write of one aggregate's rows: `change` gets the aggregate's prefix and
     /// stored rows and returns what should be. A change that does not look at what is stored
-    /// (a `put`, a `delete`) never decodes it, so stored rows that do not form an aggregate
-    /// (a child whose parent row is missing) can still be replaced or deleted: the difference
-    /// is taken from the rows, whatever they hold.
-    fn rewrite(&self, key: &A::Key, mut change: impl FnMut(&Bytes, &RowSet) -> Result<Option<Node>>) -> Result<()> {
+    /// (`whole`: a `put`, a `delete`) never decodes it, so stored rows that do not form an
+    /// aggregate (a child whose parent row is missing, an intent that does not decode) can
+    /// still be replaced or deleted: the difference is taken from the rows, whatever they hold.
+    fn rewrite(
+        &self,
+        key: &A::Key,
+        whole: bool,
+        mut change: impl FnMut(&Bytes, &RowSet) -> Result<Option<Node>>,
+    ) -> Result<()> {
         let (root, prefix) = self.locate(key)?;
         for _ in 0..MAX_ATTEMPTS {
             // As stored (fences and tombstones included: the write is conditioned on them),
             // and as the aggregate they hold.
-            let stored = self.read(&root, &prefix)?;
+            let stored = match whole && !self.atomic {
+                true => intent::read_to_replace(self, &root, &prefix)?,
+                false => self.read(&root, &prefix)?,
+            };
             let old = rows::live(&stored).into_owned();
             let mut next = change(&prefix, &old)?;
             if let Some(n) = &mut next {
@@ -369,7 +377,7 @@ impl<A: Aggregate> AggregateRepository<A> {
     /// [`Error::Contended`] if other writers keep winning; encoding and store errors.
     pub fn put(&self, aggregate: &A) -> Result<()> {
         let node = aggregate.to_node()?;
-        self.rewrite(&aggregate.key(), |_, _| Ok(Some(node.clone())))
+        self.rewrite(&aggregate.key(), true, |_, _| Ok(Some(node.clone())))
     }
 
     /// Reads a whole aggregate; children come back in key order.
@@ -516,7 +524,7 @@ impl<A: Aggregate> AggregateRepository<A> {
     /// # Errors
     /// [`Error::Contended`]; key encoding and store errors.
     pub fn delete(&self, key: impl Into<A::Key>) -> Result<()> {
-        self.rewrite(&key.into(), |_, _| Ok(None))
+        self.rewrite(&key.into(), true, |_, _| Ok(None))
     }
 
     /// A scan over aggregates in root-key order, each read whole.
