@@ -13,7 +13,7 @@ use bytes::Bytes;
 
 use super::commit::{Staging, COMMIT_BYTES};
 use super::entry::{self, Entry};
-use super::write::{Change, IndexedWrite};
+use super::write::{Change, IndexedWrite, Version};
 use crate::entity::Schema;
 use crate::store::{Commit, Condition, RowMutation, Store};
 use crate::writer::{self, now_ms, Owner};
@@ -56,12 +56,12 @@ pub(crate) fn write_many(
     let mut later = Vec::new();
     let mut batch: Vec<(usize, Pending<'_>)> = Vec::new();
     for (i, (row, change)) in rows.into_iter().enumerate() {
-        let write = IndexedWrite { store, schema, row: row.clone(), change, expect_version: None };
+        let write = IndexedWrite { store, schema, row: row.clone(), change, version: Version::Untouched };
         if !seen.insert(row) {
             later.push((i, write));
             continue;
         }
-        match write.new_entries() {
+        match write.new_entries(None) {
             Ok(new) => {
                 let token = writer::token();
                 let mark = entry::unverified(token, owner.name(), now_ms() + super::write::LEASE_MS);
@@ -130,7 +130,8 @@ fn commit_chunks<'a>(
                 changed.push(Some(false)); // Nothing to delete: no part in the commit.
                 continue;
             }
-            changed.push(p.write.stage(old.as_ref(), &p.new, &mut commit, Staging::Batch { keys: &mut index_rows }));
+            let staging = Staging::Batch { keys: &mut index_rows };
+            changed.push(p.write.stage(old.as_ref(), &p.new, &mut commit, staging, None));
         }
         // A write that would touch an index row another one of the chunk touches cannot share
         // its commit: the protocol sorts them out.
@@ -223,7 +224,7 @@ fn run_batch(store: &dyn Store, schema: &'static Schema, batch: &mut [(usize, Pe
         .iter()
         .map(|&k| {
             let p = &batch[k].1;
-            (p.write.token_condition(p.old.as_ref()), p.write.data_mutation(p.token))
+            (p.write.token_condition(p.old.as_ref()), p.write.data_mutation(p.token, None))
         })
         .collect();
     let applied = if data.is_empty() { Vec::new() } else { store.check_and_mutate_many(schema.table, data)? };

@@ -96,8 +96,23 @@ impl IndexedWrite<'_> {
                 settled = Ok(Some(false));
                 return None;
             }
+            // A put's next version follows from the row read, and the entries with it.
+            let version = match self.version_put(old) {
+                Ok(v) => v,
+                Err(e) => {
+                    settled = Err(e);
+                    return None;
+                }
+            };
+            let renewed = match version.as_ref().map(|v| self.new_entries(Some(v))).transpose() {
+                Ok(renewed) => renewed,
+                Err(e) => {
+                    settled = Err(e);
+                    return None;
+                }
+            };
             let mut commit = Commit::default();
-            changed = self.stage(old, new, &mut commit, Staging::Held)?;
+            changed = self.stage(old, renewed.as_deref().unwrap_or(new), &mut commit, Staging::Held, version)?;
             Some(commit)
         })?;
         match applied {
@@ -117,6 +132,7 @@ impl IndexedWrite<'_> {
         new: &[Option<Entry>],
         commit: &mut Commit,
         staging: Staging<'_>,
+        version: Option<CellMutation>,
     ) -> Option<bool> {
         let plan = self.plan(old, new);
         let (table, index_table) = (self.schema.table, self.index_table());
@@ -138,7 +154,7 @@ impl IndexedWrite<'_> {
             let condition = entry::primary_is(&r.primary);
             commit.check(&index_table, RowCheck { row: r.key.clone(), condition });
         }
-        commit.row(table, self.data_mutation(writer::token()));
+        commit.row(table, self.data_mutation(writer::token(), version));
         for a in &plan.additions {
             let mutations = entry::write_entry(self.schema, a, entry::verified());
             commit.row(&index_table, RowMutation { row: a.key.clone(), mutations });

@@ -34,7 +34,7 @@ pub use read::{IndexEntry, IndexQuery, IndexReader};
 pub(crate) use status::Statuses;
 pub use status::STATUS_TABLE;
 pub use verify::{Verify, VerifyReport};
-pub(crate) use write::{Change, IndexedWrite};
+pub(crate) use write::{Change, IndexedWrite, Version};
 
 /// One part of an index's value: a stored column, encoded like a row-key part.
 #[derive(Debug, Clone, Copy)]

@@ -169,7 +169,7 @@ impl<E: Entity> Verify<'_, E> {
             schema: &E::SCHEMA,
             row: row.clone(),
             change: Change::Rebuild(self.position),
-            expect_version: None,
+            version: super::Version::Untouched,
         };
         match write.run() {
             Ok(_) => report.repaired += 1,

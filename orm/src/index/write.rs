@@ -74,8 +74,20 @@ pub(crate) struct IndexedWrite<'a> {
     pub schema: &'static Schema,
     pub row: Bytes,
     pub change: Change,
-    /// `save`: the version the stored row must have (0: no stored version), and its column.
-    pub expect_version: Option<(u64, &'static ColumnSpec)>,
+    /// What the write does with the entity's version column.
+    pub version: Version,
+}
+
+/// What an indexed write does with the entity's `#[cellar(version)]` column.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Version {
+    /// Nothing: the entity has none, or the change leaves it as it is.
+    Untouched,
+    /// `save`: the stored version must be `.0` (0: none stored); the change writes the next.
+    Expect(u64, &'static ColumnSpec),
+    /// `put`: the write stores the stored version + 1, whatever the change holds, read and
+    /// written in the same step as the data row.
+    Next(&'static ColumnSpec),
 }
 
 /// The index changes of one attempt.
@@ -104,14 +116,15 @@ impl IndexedWrite<'_> {
         entry::live(self.schema, old).is_none() && matches!(self.change, Change::Delete | Change::Rebuild(_))
     }
 
-    /// The entries the new values imply.
-    pub(super) fn new_entries(&self) -> Result<Vec<Option<Entry>>> {
+    /// The entries the new values imply, with the version put `version` (see
+    /// [`IndexedWrite::version_put`]) after the change's own cells.
+    pub(super) fn new_entries(&self, version: Option<&CellMutation>) -> Result<Vec<Option<Entry>>> {
         let Change::Put(mutations) = &self.change else {
             // A delete implies no entries; a rebuild's come from the row it reads.
             return Ok(vec![None; self.schema.indexes.len()]);
         };
         let cell = |c: &ColumnSpec| {
-            mutations.iter().rev().find_map(|m| match m {
+            mutations.iter().chain(version).rev().find_map(|m| match m {
                 CellMutation::Put { family, qualifier, value, .. }
                 | CellMutation::PutAtApply { family, qualifier, value }
                     if family == c.family.as_bytes() && qualifier == c.qualifier.as_bytes() =>
@@ -184,7 +197,7 @@ impl IndexedWrite<'_> {
     /// [`IndexedWrite::run`], with marks an earlier try of this write left (`leftovers`: each
     /// entry with the mark it got), settled like those of lost attempts.
     pub(crate) fn run_with(self, mut leftovers: Vec<(Entry, Bytes)>) -> Result<bool> {
-        let new = self.new_entries()?;
+        let mut new = self.new_entries(None)?;
         if leftovers.is_empty() && self.commits() {
             if let Some(changed) = self.try_commit(&new)? {
                 return Ok(changed);
@@ -203,11 +216,15 @@ impl IndexedWrite<'_> {
                 self.stamp(row)?;
                 continue;
             }
+            let version = self.version_put(old.as_ref())?;
+            if version.is_some() {
+                new = self.new_entries(version.as_ref())?;
+            }
             let token = writer::token();
             let mark = entry::unverified(token, owner.name(), now_ms() + LEASE_MS);
             let plan = self.plan(old.as_ref(), &new);
             self.prepare(&plan, &mark)?;
-            let data = self.data_mutation(token);
+            let data = self.data_mutation(token, version);
             if !self.store.check_and_mutate(self.schema.table, self.token_condition(old.as_ref()), data)? {
                 // Another writer changed the row since the read: start over from the row as it
                 // is now. This attempt's marks are settled against the data the write that
@@ -254,22 +271,39 @@ impl IndexedWrite<'_> {
     /// the order writes apply, and a writer whose clock runs behind must not write values
     /// that sort below those it replaces. (The data write is a check-and-mutate, never
     /// replayed, so a server timestamp cannot write a version twice.)
-    pub(super) fn data_mutation(&self, token: u64) -> RowMutation {
+    /// `version`: the put of the next version ([`IndexedWrite::version_put`]), after the
+    /// change's own cells.
+    pub(super) fn data_mutation(&self, token: u64, version: Option<CellMutation>) -> RowMutation {
         let mut mutations = Vec::with_capacity(match &self.change {
-            Change::Put(m) => m.len() + 1,
+            Change::Put(m) => m.len() + 2,
             _ => 2,
         });
+        // The next version replaces whatever the change writes in that column.
+        let version = match version {
+            Some(CellMutation::Put { family, qualifier, value, .. }) => Some((family, qualifier, value)),
+            _ => None,
+        };
+        let replaced =
+            |family: &Bytes, qualifier: &Bytes| version.as_ref().is_some_and(|(f, q, _)| f == family && q == qualifier);
         match &self.change {
-            Change::Put(m) => mutations.extend(m.iter().map(|m| match m {
-                CellMutation::Put { family, qualifier, value, timestamp: None } => CellMutation::PutAtApply {
+            Change::Put(m) => mutations.extend(m.iter().filter_map(|m| match m {
+                CellMutation::Put { family, qualifier, .. } | CellMutation::DeleteColumn { family, qualifier }
+                    if replaced(family, qualifier) =>
+                {
+                    None
+                }
+                CellMutation::Put { family, qualifier, value, timestamp: None } => Some(CellMutation::PutAtApply {
                     family: family.clone(),
                     qualifier: qualifier.clone(),
                     value: value.clone(),
-                },
-                other => other.clone(),
+                }),
+                other => Some(other.clone()),
             })),
             Change::Delete => mutations.push(CellMutation::DeleteRow),
             Change::Rebuild(_) => {}
+        }
+        if let (Change::Put(_), Some((family, qualifier, value))) = (&self.change, version) {
+            mutations.push(CellMutation::PutAtApply { family, qualifier, value });
         }
         mutations.push(entry::put_token(self.schema, token));
         RowMutation { row: self.row.clone(), mutations }
@@ -284,9 +318,9 @@ impl IndexedWrite<'_> {
         }
     }
 
-    pub(super) fn check_version(&self, old: Option<&Row>) -> Result<()> {
-        let Some((expected, column)) = self.expect_version else { return Ok(()) };
-        let stored = old
+    /// The version the data row read as `old` stores in `column` (0 without one).
+    fn stored_version(&self, old: Option<&Row>, column: &ColumnSpec) -> Result<u64> {
+        Ok(entry::live(self.schema, old)
             .and_then(|r| r.value(column.family, column.qualifier))
             .map(u64::from_bytes)
             .transpose()
@@ -296,7 +330,31 @@ impl IndexedWrite<'_> {
                 column: Some(format!("{}:{}", column.family, column.qualifier)),
                 reason: e.to_string(),
             })?
-            .unwrap_or(0);
+            .unwrap_or(0))
+    }
+
+    /// For [`Version::Next`]: the put of the version after the one stored in `old`.
+    ///
+    /// # Errors
+    /// [`Error::Decode`] for a stored version that is not one; [`Error::InvalidArgument`] once
+    /// the counter is exhausted.
+    pub(super) fn version_put(&self, old: Option<&Row>) -> Result<Option<CellMutation>> {
+        let Version::Next(column) = self.version else { return Ok(None) };
+        let next = self
+            .stored_version(old, column)?
+            .checked_add(1)
+            .ok_or(Error::InvalidArgument { arg: "entity", reason: "version counter is exhausted".into() })?;
+        Ok(Some(CellMutation::Put {
+            family: Bytes::from_static(column.family.as_bytes()),
+            qualifier: Bytes::from_static(column.qualifier.as_bytes()),
+            value: next.to_bytes().into(),
+            timestamp: None,
+        }))
+    }
+
+    pub(super) fn check_version(&self, old: Option<&Row>) -> Result<()> {
+        let Version::Expect(expected, column) = self.version else { return Ok(()) };
+        let stored = self.stored_version(old, column)?;
         if stored != expected {
             return Err(Error::VersionConflict { entity: self.schema.entity, row: printable(&self.row), expected });
         }

@@ -11,7 +11,7 @@ use bytes::Bytes;
 pub use query::{Cursor, EntityIter, Page, Query, Skipped};
 
 use crate::entity::{ColumnKind, ColumnSpec, Entity, FieldError};
-use crate::index::{write_many, Change, IndexedWrite, Statuses};
+use crate::index::{write_many, Change, IndexedWrite, Statuses, Version};
 use crate::key::{KeyError, RowKey};
 use crate::store::{CellMutation, ColumnSlice, Columns, Commit, Condition, LentRow, ReadSpec, Row, RowMutation, Store};
 use crate::value::ColumnValue;
@@ -154,13 +154,8 @@ impl<E: Entity> Repository<E> {
     }
 
     /// Writes one data row through the index protocol.
-    fn write_indexed(
-        &self,
-        row: Bytes,
-        change: Change,
-        expect_version: Option<(u64, &'static ColumnSpec)>,
-    ) -> Result<()> {
-        IndexedWrite { store: &*self.store, schema: &E::SCHEMA, row, change, expect_version }.run().map(|_| ())
+    fn write_indexed(&self, row: Bytes, change: Change, version: Version) -> Result<()> {
+        IndexedWrite { store: &*self.store, schema: &E::SCHEMA, row, change, version }.run().map(|_| ())
     }
 
     fn table(&self) -> &'static str {
@@ -257,8 +252,9 @@ impl<E: Entity> Repository<E> {
     /// stores the stored version + 1 (1 for a new entity), as a [`Repository::save`] does, so
     /// a version never goes back and a save of a read made before the put fails with
     /// [`Error::VersionConflict`]. `entity` is not changed: read it again for its new version.
-    /// That takes a read of the stored version: within the same call on the embedded engine
-    /// (for an entity without indexes), one round trip more otherwise. A put of an entity
+    /// That takes a read of the stored version: within the same call on the embedded engine;
+    /// with indexes, in the read the index protocol makes anyway; one round trip more only
+    /// for an entity without indexes on a store without atomic commits. A put of an entity
     /// without a version field is one write, as before.
     ///
     /// # Errors
@@ -270,7 +266,7 @@ impl<E: Entity> Repository<E> {
             return self.put_versioned(vec![m], col);
         }
         if self.indexed() {
-            return self.write_indexed(m.row, Change::Put(m.mutations), None);
+            return self.write_indexed(m.row, Change::Put(m.mutations), Version::Untouched);
         }
         self.store.mutate_row(self.table(), m)
     }
@@ -371,20 +367,11 @@ impl<E: Entity> Repository<E> {
         Err(Error::Contended { entity: E::SCHEMA.entity, row: printable(&m.row), attempts: PUT_ATTEMPTS })
     }
 
-    /// [`Repository::put_versioned`] of one row of an entity with indexes: the index protocol
-    /// checks the version read, as for a save.
+    /// [`Repository::put_versioned`] of one row of an entity with indexes: the index write
+    /// reads the stored version with the rest of the row and writes the next one
+    /// ([`Version::Next`]), so it costs what a put without a version does.
     fn put_indexed_versioned(&self, m: RowMutation, col: &'static ColumnSpec) -> Result<()> {
-        for _ in 0..PUT_ATTEMPTS {
-            let found = self.store.read_rows(self.table(), std::slice::from_ref(&m.row), &version_read(col))?;
-            let (stored, _) = stored_version::<E>(found.first().and_then(Option::as_ref), col, &m.row)?;
-            let change = Change::Put(next_version(&m.mutations, col, stored)?);
-            match self.write_indexed(m.row.clone(), change, Some((stored, col))) {
-                // Another write moved the version since the read: read it again.
-                Err(Error::VersionConflict { .. }) => continue,
-                other => return other,
-            }
-        }
-        Err(Error::Contended { entity: E::SCHEMA.entity, row: printable(&m.row), attempts: PUT_ATTEMPTS })
+        self.write_indexed(m.row, Change::Put(m.mutations), Version::Next(col))
     }
 
     /// Writes `entity` only if the stored version is the one it was read at (absent for
@@ -407,7 +394,7 @@ impl<E: Entity> Repository<E> {
             .ok_or(Error::InvalidArgument { arg: "entity", reason: "version counter is exhausted".into() })?;
         let mutation = self.mutation(entity, Some(next))?;
         if self.indexed() {
-            self.write_indexed(mutation.row, Change::Put(mutation.mutations), Some((expected, col)))?;
+            self.write_indexed(mutation.row, Change::Put(mutation.mutations), Version::Expect(expected, col))?;
             entity.set_version(next);
             return Ok(());
         }
@@ -554,7 +541,7 @@ impl<E: Entity> Repository<E> {
     pub fn delete(&self, key: impl Into<E::Key>) -> Result<()> {
         let Some(key) = self.read_key(&key.into())? else { return Ok(()) };
         if self.indexed() {
-            return self.write_indexed(key.for_write(), Change::Delete, None);
+            return self.write_indexed(key.for_write(), Change::Delete, Version::Untouched);
         }
         let rows = key
             .candidates()
