@@ -11,6 +11,7 @@ use std::collections::BTreeSet;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use cellar::orm::index::BackfillProgress;
+use cellar::orm::store::{CellMutation, RowMutation};
 use cellar::orm::Error;
 use cellar::prelude::*;
 use common::hooked::{Call, Hooked};
@@ -619,4 +620,32 @@ fn a_backfill_never_brings_back_a_row_deleted_under_it() {
     let report = people.verify_index(Person::BY_EMAIL).run().unwrap();
     assert!(report.is_clean() && report.index_rows == 0, "{report}");
     assert!(people.index(Person::BY_EMAIL).scan().limit(0).to_vec().unwrap().is_empty());
+}
+
+on_every_backend! {
+/// On a shared store a write token an earlier build stamped with a client clock that ran
+/// ahead must not stay the visible one: a fence moves the token, and a stalled writer's data
+/// write, conditioned on the old one, must then fail. (The embedded engine stamps every token
+/// when it applies: nothing there was ever stamped ahead.)
+fn a_write_token_stamped_ahead_by_an_earlier_build_is_replaced(db: Db) {
+    if db.store().guarantees().single_process {
+        return;
+    }
+    let people = db.repo::<Person>().unwrap();
+    people.put(&person(1, 1, 0, 20, None)).unwrap();
+    let row = bytes::Bytes::from_static(&[0, 0, 0, 1]);
+    let ahead = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as u64 + 60_000;
+    let stale = CellMutation::Put {
+        family: bytes::Bytes::from_static(b"d"),
+        qualifier: bytes::Bytes::from_static(b"\x00i"),
+        value: bytes::Bytes::from_static(&[7; 8]),
+        timestamp: Some(ahead),
+    };
+    db.store().mutate("people", vec![RowMutation { row: row.clone(), mutations: vec![stale] }]).unwrap();
+    people.put(&person(1, 1, 0, 21, None)).unwrap();
+    let stored = db.store().read_rows("people", &[row], &Default::default()).unwrap();
+    let token = stored[0].as_ref().unwrap().value("d", "\x00i").unwrap().to_vec();
+    assert_ne!(token, [7; 8], "the put's token is the visible one");
+    assert_eq!(people.get(1u32).unwrap().map(|p| p.age), Some(21));
+}
 }

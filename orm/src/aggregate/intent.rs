@@ -230,10 +230,17 @@ pub(super) fn write<A: Aggregate>(
             _ => None,
         })
         .unwrap_or_else(|| Bytes::copy_from_slice(&writer::token().to_be_bytes()));
+    if fenced {
+        let generation = |m: &CellMutation| matches!(m, CellMutation::PutAtApply { qualifier, .. } if qualifier.as_ref() == GENERATION);
+        root_mutations = root_mutations
+            .into_iter()
+            .flat_map(|m| if generation(&m) { replacing(true, m) } else { vec![m] })
+            .collect();
+    }
     if fenced && !new.contains_key(&(0, root.clone())) {
         // A deleted aggregate keeps its root row as a tombstone: its generation never reads
         // as absent again, so a write planned before the delete cannot start over it.
-        root_mutations.push(generation_put(repo, [&token[..], &[0]].concat().into()));
+        root_mutations.extend(generation_puts(repo, [&token[..], &[0]].concat().into()));
     }
     let table = repo.table(0).to_string();
     let condition = generation_condition(repo, generation);
@@ -250,7 +257,7 @@ pub(super) fn write<A: Aggregate>(
     let deadline_ms = now_ms() + repo.lease.as_millis() as u64;
     let intent = Intent { deadline_ms, owner: owner.name(), root: root_mutations, rows, fenced, priors };
     let pending = encode_pending(&token, &intent);
-    let start = RowMutation { row: root.clone(), mutations: vec![generation_put(repo, pending.clone())] };
+    let start = RowMutation { row: root.clone(), mutations: generation_puts(repo, pending.clone()) };
     if !repo.store.check_and_mutate(&table, condition, start)? {
         return Ok(false);
     }
@@ -260,12 +267,24 @@ pub(super) fn write<A: Aggregate>(
 }
 
 /// A put of the root's generation, stamped when it applies: a writer whose clock runs behind
-/// must not write a generation that sorts below the one it replaces.
-fn generation_put<A>(repo: &AggregateRepository<A>, value: Bytes) -> CellMutation {
-    CellMutation::PutAtApply {
-        family: Bytes::from_static(repo.shape.family().as_bytes()),
-        qualifier: Bytes::from_static(GENERATION),
-        value,
+/// must not write a generation that sorts below the one it replaces. On a shared store its
+/// earlier versions go first (see [`replacing`]).
+fn generation_puts<A>(repo: &AggregateRepository<A>, value: Bytes) -> Vec<CellMutation> {
+    let family = Bytes::from_static(repo.shape.family().as_bytes());
+    let put = CellMutation::PutAtApply { family, qualifier: Bytes::from_static(GENERATION), value };
+    replacing(!repo.store.guarantees().single_process, put)
+}
+
+/// `put` (stamped when it applies), after a delete of its column's earlier versions when
+/// `shared`: on a store several processes share, a version an earlier build stamped with a
+/// client clock that ran ahead would sort above it, and the generation or fence a condition
+/// reads would stay the old one.
+fn replacing(shared: bool, put: CellMutation) -> Vec<CellMutation> {
+    match (&put, shared) {
+        (CellMutation::PutAtApply { family, qualifier, .. }, true) => {
+            vec![CellMutation::DeleteColumn { family: family.clone(), qualifier: qualifier.clone() }, put]
+        }
+        _ => vec![put],
     }
 }
 
@@ -344,7 +363,7 @@ fn fenced_write(
         Some(value) => Condition::Equals { family: family.clone(), qualifier: qualifier.clone(), value },
         None => Condition::Absent { family: family.clone(), qualifier: qualifier.clone() },
     };
-    m.mutations.push(CellMutation::PutAtApply { family, qualifier, value: token.clone() });
+    m.mutations.extend(replacing(true, CellMutation::PutAtApply { family, qualifier, value: token.clone() }));
     (condition, m)
 }
 
@@ -373,7 +392,7 @@ fn take_over<A: Aggregate>(
     intent.owner = owner.name();
     intent.deadline_ms = now_ms() + repo.lease.as_millis() as u64;
     let renewed = encode_pending(&pending[..TOKEN_LEN], &intent);
-    let m = RowMutation { row: root.clone(), mutations: vec![generation_put(repo, renewed.clone())] };
+    let m = RowMutation { row: root.clone(), mutations: generation_puts(repo, renewed.clone()) };
     if repo.store.check_and_mutate(repo.table(0), generation_condition(repo, Some(pending.clone())), m)? {
         roll_forward(repo, root, &renewed, intent)?;
     }

@@ -301,7 +301,8 @@ impl<A: Aggregate> AggregateRepository<A> {
                 true => intent::read_to_replace(self, &root, &prefix)?,
                 false => self.read(&root, &prefix)?,
             };
-            let old = rows::live(&stored).into_owned();
+            // Borrowed unless there are fences or tombstones (never on the embedded engine).
+            let old = rows::live(&stored);
             let mut next = change(&prefix, &old)?;
             if let Some(n) = &mut next {
                 rows::sort_children(&self.shape, 0, n)?;
@@ -323,7 +324,12 @@ impl<A: Aggregate> AggregateRepository<A> {
             // A root row with no cell but its generation is compared without any: whether it
             // exists is a change of its own (a bare aggregate created or deleted; a root row
             // missing under its children).
-            let unchanged = old.contains_key(&root_row) == new.contains_key(&root_row)
+            // A generation that is not settled (an intent that does not decode, which only a
+            // whole replacement reads past) is a change too.
+            let settled =
+                generation.as_ref().is_none_or(|g| g.len() == intent::TOKEN_LEN || rows::is_deleted_generation(g));
+            let unchanged = settled
+                && old.contains_key(&root_row) == new.contains_key(&root_row)
                 && diff(&without_generation(&old, &root), &new).is_empty();
             if unchanged {
                 // Nothing changes: no write, no new generation.
@@ -340,7 +346,10 @@ impl<A: Aggregate> AggregateRepository<A> {
             // A blob write puts the blob again with the new generation even when only other
             // cells of its row change: under a TTL the two then expire together, never leaving
             // a generation without its blob.
-            let old = if self.shape.strategy == Strategy::Blob { without_blob(old, &root) } else { old };
+            let old = match self.shape.strategy {
+                Strategy::Blob => std::borrow::Cow::Owned(without_blob(old.into_owned(), &root)),
+                _ => old,
+            };
             let done = if self.atomic {
                 self.write_atomic(&root, generation, &old, &new)?
             } else {

@@ -42,13 +42,22 @@ pub(crate) fn token_condition(schema: &Schema, row: Option<&Row>) -> Condition {
     }
 }
 
-/// A put of a new write token, stamped when it applies: the token is the row's fence, and
-/// its visible value must be the last one written whatever the writers' clocks say.
-pub(crate) fn put_token(schema: &Schema, token: u64) -> CellMutation {
-    CellMutation::PutAtApply {
-        family: Bytes::from_static(default_family(schema).as_bytes()),
-        qualifier: Bytes::from_static(TOKEN),
+/// The mutations that give a data row the new write token `token`, stamped when they apply:
+/// the token is the row's fence, and its visible value must be the last one written whatever
+/// the writers' clocks say. On a store several processes share (`shared`) earlier versions go
+/// first: a token an earlier build stamped with a client clock that ran ahead would sort above
+/// the new one.
+pub(crate) fn put_token(schema: &Schema, token: u64, shared: bool) -> Vec<CellMutation> {
+    let family = Bytes::from_static(default_family(schema).as_bytes());
+    let qualifier = Bytes::from_static(TOKEN);
+    let put = CellMutation::PutAtApply {
+        family: family.clone(),
+        qualifier: qualifier.clone(),
         value: Bytes::copy_from_slice(&token.to_be_bytes()),
+    };
+    match shared {
+        true => vec![CellMutation::DeleteColumn { family, qualifier }, put],
+        false => vec![put],
     }
 }
 

@@ -56,10 +56,11 @@ pub(super) fn settle(store: &dyn Store, schema: &'static Schema, pending: Vec<Fe
             rows.push((p.primary.clone(), p.token.clone()));
         }
     }
+    let shared = !store.guarantees().single_process;
     let fences = rows
         .iter()
         .map(|(row, token)| {
-            let m = RowMutation { row: row.clone(), mutations: vec![entry::put_token(schema, writer::token())] };
+            let m = RowMutation { row: row.clone(), mutations: entry::put_token(schema, writer::token(), shared) };
             (token.clone(), m)
         })
         .collect();
@@ -85,6 +86,7 @@ pub(super) fn fence_row(
     primary: &Bytes,
     data: Option<&Row>,
 ) -> Result<bool> {
-    let m = RowMutation { row: primary.clone(), mutations: vec![entry::put_token(schema, writer::token())] };
+    let shared = !store.guarantees().single_process;
+    let m = RowMutation { row: primary.clone(), mutations: entry::put_token(schema, writer::token(), shared) };
     store.check_and_mutate(schema.table, entry::token_condition(schema, data), m)
 }

@@ -257,7 +257,9 @@ impl IndexedWrite<'_> {
             qualifier: cell.qualifier.clone(),
             value: cell.value.clone(),
         };
-        let m = RowMutation { row: self.row.clone(), mutations: vec![entry::put_token(self.schema, writer::token())] };
+        let shared = !self.store.guarantees().single_process;
+        let m =
+            RowMutation { row: self.row.clone(), mutations: entry::put_token(self.schema, writer::token(), shared) };
         // Either way the next attempt reads the row again.
         self.store.check_and_mutate(self.schema.table, still_there, m)?;
         Ok(())
@@ -305,7 +307,7 @@ impl IndexedWrite<'_> {
         if let (Change::Put(_), Some((family, qualifier, value))) = (&self.change, version) {
             mutations.push(CellMutation::PutAtApply { family, qualifier, value });
         }
-        mutations.push(entry::put_token(self.schema, token));
+        mutations.extend(entry::put_token(self.schema, token, !self.store.guarantees().single_process));
         RowMutation { row: self.row.clone(), mutations }
     }
 
