@@ -423,6 +423,21 @@ fn check_indexes(ctx: &mut Ctx, e: &EntityAttr) {
         }
         check_index_fields(ctx, e, index);
     }
+    // Every indexed write checks and moves the row's write token, and a delete keeps it as the
+    // row's tombstone: a TTL on its family would expire it, and a row that existed could read
+    // as absent again to a write planned long before.
+    let default = e.families.iter().find(|f| f.name == e.family);
+    if let (Some(index), Some(ttl)) = (e.indexes.first(), default.and_then(|f| f.ttl)) {
+        let span = default.and_then(|f| f.ttl_span).unwrap_or(index.span);
+        ctx.error(
+            span,
+            format!(
+                "an entity with indexes keeps its write token in its default family `{}`, which cannot take a TTL \
+                 ({ttl} s): put the columns that expire in a family of their own",
+                e.family
+            ),
+        );
+    }
 }
 
 fn is_index_name(name: &str) -> bool {

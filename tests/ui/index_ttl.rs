@@ -19,4 +19,14 @@ struct Event {
     kind: String,
 }
 
+// The write token of an indexed row lives in the default family: it may not expire either.
+#[derive(Entity)]
+#[cellar(table = "visits", ttl = 60, family_options(name = "k"), index(name = "by_page", on(page)))]
+struct Visit {
+    #[cellar(key)]
+    id: u64,
+    #[cellar(family = "k", column = "p")]
+    page: String,
+}
+
 fn main() {}
