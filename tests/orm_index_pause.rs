@@ -201,6 +201,7 @@ fn a_writer_paused_past_its_lease_at_any_step_changes_no_answer() {
     for action in ["put", "delete"] {
         rounds += steps(&emulator.host, action, -30_000, &[Meanwhile::Read, Meanwhile::Put]);
     }
+    eprintln!("index pause nemesis, clock 30 s behind: {rounds} rounds");
     assert!(rounds >= 16, "a put and a delete pause at every one of their store calls ({rounds} rounds)");
 }
 
@@ -213,6 +214,7 @@ fn a_writer_whose_clock_runs_ahead_changes_no_answer() {
     for action in ["put", "delete"] {
         rounds += steps(&emulator.host, action, 30_000, &[Meanwhile::Put]);
     }
+    eprintln!("index pause nemesis, clock 30 s ahead: {rounds} rounds");
     assert!(rounds >= 8, "{rounds} rounds");
 }
 
