@@ -6,7 +6,7 @@ use bytes::Bytes;
 
 use crate::key::{Digest, KeyError, Names, PartSpec, RowKey, Salt, Timestamp, Unresolved};
 use crate::store::{CellMutation, LentRow};
-use crate::value::ValueError;
+use crate::value::{ColumnValue, ValueError};
 
 /// A row-key part of an entity.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -121,6 +121,43 @@ impl Schema {
     pub fn version_column(&self) -> Option<&'static ColumnSpec> {
         self.columns.iter().find(|c| c.kind == ColumnKind::Version)
     }
+
+    /// The version the data row `row` (at row key `key`) stores in `column`, 0 without one,
+    /// and the cell's bytes.
+    ///
+    /// # Errors
+    /// [`crate::Error::Decode`] for a cell that is not a version.
+    pub(crate) fn stored_version<'r>(
+        &self,
+        key: &[u8],
+        row: Option<&'r crate::store::Row>,
+        column: &ColumnSpec,
+    ) -> crate::Result<(u64, Option<&'r [u8]>)> {
+        let Some(raw) = row.and_then(|r| r.value(column.family, column.qualifier)) else { return Ok((0, None)) };
+        let version = u64::from_bytes(raw).map_err(|e| crate::Error::Decode {
+            table: self.table,
+            row: crate::repo::printable(key),
+            column: Some(format!("{}:{}", column.family, column.qualifier)),
+            reason: e.to_string(),
+        })?;
+        Ok((version, Some(raw)))
+    }
+}
+
+/// The put of the version after `stored` in `column`.
+///
+/// # Errors
+/// [`crate::Error::InvalidArgument`] once the counter is exhausted.
+pub(crate) fn next_version_put(column: &'static ColumnSpec, stored: u64) -> crate::Result<CellMutation> {
+    let next = stored
+        .checked_add(1)
+        .ok_or(crate::Error::InvalidArgument { arg: "entity", reason: "version counter is exhausted".into() })?;
+    Ok(CellMutation::Put {
+        family: Bytes::from_static(column.family.as_bytes()),
+        qualifier: Bytes::from_static(column.qualifier.as_bytes()),
+        value: next.to_bytes().into(),
+        timestamp: None,
+    })
 }
 
 /// A cell an entity writes: `None` deletes the column (an `Option` field set to `None`).

@@ -195,12 +195,7 @@ fn decode_pending(value: &[u8]) -> std::result::Result<Intent, String> {
 }
 
 fn generation_condition<A>(repo: &AggregateRepository<A>, value: Option<Bytes>) -> Condition {
-    let family = Bytes::from_static(repo.shape.family().as_bytes());
-    let qualifier = Bytes::from_static(GENERATION);
-    match value {
-        Some(value) => Condition::Equals { family, qualifier, value },
-        None => Condition::Absent { family, qualifier },
-    }
+    Condition::holds(repo.shape.family().as_bytes(), GENERATION, value)
 }
 
 /// Writes `old` → `new` through an intent; false if another writer changed the aggregate
@@ -359,10 +354,7 @@ fn fenced_write(
     prior: Option<Bytes>,
 ) -> (Condition, RowMutation) {
     let (family, qualifier) = (Bytes::from_static(family.as_bytes()), Bytes::from_static(FENCE));
-    let condition = match prior {
-        Some(value) => Condition::Equals { family: family.clone(), qualifier: qualifier.clone(), value },
-        None => Condition::Absent { family: family.clone(), qualifier: qualifier.clone() },
-    };
+    let condition = Condition::holds(family.clone(), qualifier.clone(), prior);
     m.mutations.extend(replacing(true, CellMutation::PutAtApply { family, qualifier, value: token.clone() }));
     (condition, m)
 }

@@ -363,12 +363,7 @@ impl<A: Aggregate> AggregateRepository<A> {
     }
 
     fn write_atomic(&self, root: &Bytes, generation: Option<Bytes>, old: &RowSet, new: &RowSet) -> Result<bool> {
-        let family = Bytes::from_static(self.shape.family().as_bytes());
-        let qualifier = Bytes::from_static(GENERATION);
-        let condition = match generation {
-            Some(value) => Condition::Equals { family, qualifier, value },
-            None => Condition::Absent { family, qualifier },
-        };
+        let condition = Condition::holds(self.shape.family().as_bytes(), GENERATION, generation);
         let mut rows: Vec<RowMutation> = diff(old, new).into_iter().map(|(_, m)| m).collect();
         if rows.len() == 1 && rows[0].row == *root {
             // Only the root row changes: a single-row check-and-mutate does.

@@ -52,16 +52,18 @@ pub(crate) fn is_deleted_generation(value: &[u8]) -> bool {
 /// True for a row that holds nothing of the aggregate: only a fence (a deleted row), or only a
 /// deleted generation (a deleted aggregate's root).
 pub(crate) fn is_tombstone(cells: &[StoredCell]) -> bool {
-    cells.iter().all(|c| c.qualifier == FENCE || (c.qualifier == GENERATION && is_deleted_generation(&c.value)))
+    cells.iter().all(is_tombstone_cell)
+}
+
+/// A fence, or a deleted generation: the cells a tombstone holds.
+fn is_tombstone_cell(c: &StoredCell) -> bool {
+    c.qualifier == FENCE || (c.qualifier == GENERATION && is_deleted_generation(&c.value))
 }
 
 /// The rows as the aggregate they store: without fences and tombstones. Borrowed when there
 /// are none (the embedded engine writes neither).
 pub(crate) fn live(rows: &RowSet) -> std::borrow::Cow<'_, RowSet> {
-    let fenced = |cells: &Vec<StoredCell>| {
-        cells.iter().any(|c| c.qualifier == FENCE || (c.qualifier == GENERATION && is_deleted_generation(&c.value)))
-    };
-    if !rows.values().any(fenced) {
+    if !rows.values().flatten().any(is_tombstone_cell) {
         return std::borrow::Cow::Borrowed(rows);
     }
     let kept = rows

@@ -97,15 +97,12 @@ impl IndexedWrite<'_> {
                 return None;
             }
             // A put's next version follows from the row read, and the entries with it.
-            let version = match self.version_put(old) {
-                Ok(v) => v,
-                Err(e) => {
-                    settled = Err(e);
-                    return None;
-                }
-            };
-            let renewed = match version.as_ref().map(|v| self.new_entries(Some(v))).transpose() {
-                Ok(renewed) => renewed,
+            let prepared = self.version_put(old).and_then(|version| {
+                let renewed = version.as_ref().map(|v| self.new_entries(Some(v))).transpose()?;
+                Ok((version, renewed))
+            });
+            let (version, renewed) = match prepared {
+                Ok(prepared) => prepared,
                 Err(e) => {
                     settled = Err(e);
                     return None;

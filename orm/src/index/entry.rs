@@ -34,12 +34,8 @@ fn default_family(schema: &Schema) -> &'static str {
 /// A condition that holds while the data row still has the write token it had when read as
 /// `row` (no token, when read without one or not at all).
 pub(crate) fn token_condition(schema: &Schema, row: Option<&Row>) -> Condition {
-    let family = Bytes::from_static(default_family(schema).as_bytes());
-    let qualifier = Bytes::from_static(TOKEN);
-    match row.and_then(|r| write_token(schema, r)) {
-        Some(token) => Condition::Equals { family, qualifier, value: Bytes::copy_from_slice(token) },
-        None => Condition::Absent { family, qualifier },
-    }
+    let token = row.and_then(|r| write_token(schema, r)).map(Bytes::copy_from_slice);
+    Condition::holds(default_family(schema).as_bytes(), TOKEN, token)
 }
 
 /// The mutations that give a data row the new write token `token`, stamped when they apply:
@@ -327,12 +323,8 @@ pub(crate) fn write_mark(primary: &Bytes, state: Bytes) -> Vec<CellMutation> {
 }
 
 /// A condition on an index row's state cell: `Some(bytes)` equal, `None` absent.
-pub(crate) fn state_is(value: Option<Bytes>) -> crate::store::Condition {
-    let (family, qualifier) = (Bytes::from_static(FAMILY.as_bytes()), Bytes::from_static(STATE));
-    match value {
-        Some(value) => crate::store::Condition::Equals { family, qualifier, value },
-        None => crate::store::Condition::Absent { family, qualifier },
-    }
+pub(crate) fn state_is(value: Option<Bytes>) -> Condition {
+    Condition::holds(FAMILY.as_bytes(), STATE, value)
 }
 
 /// A condition on an index row's primary key.

@@ -30,7 +30,6 @@ use super::fence;
 use crate::entity::{ColumnSpec, Schema};
 use crate::repo::printable;
 use crate::store::{CellMutation, Condition, ReadSpec, Row, RowMutation, Store};
-use crate::value::ColumnValue;
 use crate::writer::{self, now_ms, Owner};
 use crate::{Error, Result};
 
@@ -320,19 +319,10 @@ impl IndexedWrite<'_> {
         }
     }
 
-    /// The version the data row read as `old` stores in `column` (0 without one).
+    /// The version the data row read as `old` stores in `column` (0 without one, or for a
+    /// tombstone).
     fn stored_version(&self, old: Option<&Row>, column: &ColumnSpec) -> Result<u64> {
-        Ok(entry::live(self.schema, old)
-            .and_then(|r| r.value(column.family, column.qualifier))
-            .map(u64::from_bytes)
-            .transpose()
-            .map_err(|e| Error::Decode {
-                table: self.schema.table,
-                row: printable(&self.row),
-                column: Some(format!("{}:{}", column.family, column.qualifier)),
-                reason: e.to_string(),
-            })?
-            .unwrap_or(0))
+        Ok(self.schema.stored_version(&self.row, entry::live(self.schema, old), column)?.0)
     }
 
     /// For [`Version::Next`]: the put of the version after the one stored in `old`.
@@ -342,16 +332,7 @@ impl IndexedWrite<'_> {
     /// the counter is exhausted.
     pub(super) fn version_put(&self, old: Option<&Row>) -> Result<Option<CellMutation>> {
         let Version::Next(column) = self.version else { return Ok(None) };
-        let next = self
-            .stored_version(old, column)?
-            .checked_add(1)
-            .ok_or(Error::InvalidArgument { arg: "entity", reason: "version counter is exhausted".into() })?;
-        Ok(Some(CellMutation::Put {
-            family: Bytes::from_static(column.family.as_bytes()),
-            qualifier: Bytes::from_static(column.qualifier.as_bytes()),
-            value: next.to_bytes().into(),
-            timestamp: None,
-        }))
+        crate::entity::next_version_put(column, self.stored_version(old, column)?).map(Some)
     }
 
     pub(super) fn check_version(&self, old: Option<&Row>) -> Result<()> {

@@ -647,38 +647,19 @@ fn version_read(col: &'static ColumnSpec) -> ReadSpec {
 /// The version `row` (of entity `E`, row key `key`) stores — 0 without one — and the cell's
 /// bytes, for a condition that it is still there.
 fn stored_version<E: Entity>(row: Option<&Row>, col: &'static ColumnSpec, key: &[u8]) -> Result<(u64, Option<Bytes>)> {
-    let Some(raw) = row.and_then(|r| r.value(col.family, col.qualifier)) else { return Ok((0, None)) };
-    let version = u64::from_bytes(raw).map_err(|e| Error::Decode {
-        table: E::SCHEMA.table,
-        row: printable(key),
-        column: Some(format!("{}:{}", col.family, col.qualifier)),
-        reason: e.to_string(),
-    })?;
-    Ok((version, Some(Bytes::copy_from_slice(raw))))
+    let (version, raw) = E::SCHEMA.stored_version(key, row, col)?;
+    Ok((version, raw.map(Bytes::copy_from_slice)))
 }
 
 /// `mutations` and a put of the version after `stored` (the last put of the column wins).
 fn next_version(mutations: &[CellMutation], col: &'static ColumnSpec, stored: u64) -> Result<Vec<CellMutation>> {
-    let next = stored
-        .checked_add(1)
-        .ok_or(Error::InvalidArgument { arg: "entity", reason: "version counter is exhausted".into() })?;
     let mut out = Vec::with_capacity(mutations.len() + 1);
     out.extend_from_slice(mutations);
-    out.push(CellMutation::Put {
-        family: Bytes::from_static(col.family.as_bytes()),
-        qualifier: Bytes::from_static(col.qualifier.as_bytes()),
-        value: next.to_bytes().into(),
-        timestamp: None,
-    });
+    out.push(crate::entity::next_version_put(col, stored)?);
     Ok(out)
 }
 
 /// A condition that the version cell still holds `raw` (absent: still absent).
 fn version_is(col: &'static ColumnSpec, raw: Option<Bytes>) -> Condition {
-    let family = Bytes::from_static(col.family.as_bytes());
-    let qualifier = Bytes::from_static(col.qualifier.as_bytes());
-    match raw {
-        Some(value) => Condition::Equals { family, qualifier, value },
-        None => Condition::Absent { family, qualifier },
-    }
+    Condition::holds(col.family.as_bytes(), col.qualifier.as_bytes(), raw)
 }

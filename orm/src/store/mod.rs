@@ -361,6 +361,17 @@ pub enum Condition {
     },
 }
 
+impl Condition {
+    /// The column's newest value is `value`, or, for `None`, the column has none.
+    pub fn holds(family: impl Into<Bytes>, qualifier: impl Into<Bytes>, value: Option<Bytes>) -> Condition {
+        let (family, qualifier) = (family.into(), qualifier.into());
+        match value {
+            Some(value) => Condition::Equals { family, qualifier, value },
+            None => Condition::Absent { family, qualifier },
+        }
+    }
+}
+
 /// Rows streamed from a scan.
 pub type RowStream<'a> = Box<dyn Iterator<Item = Result<Row>> + Send + 'a>;
 
