@@ -45,6 +45,9 @@ pub mod sym {
     pub const SUBSTITUTE: &str = "substitute";
     pub const KIND: &str = "kind";
     pub const WIDTH: &str = "width";
+    pub const DEFAULT: &str = "default";
+    pub const RENAME_FROM: &str = "rename_from";
+    pub const ALIASES: &str = "aliases";
 }
 
 /// Which derive is parsing.
@@ -211,6 +214,12 @@ pub struct FieldAttr {
     pub wide: Option<Spanned<WideAttr>>,
     /// `substitute`: a key part stored as an id.
     pub substitute: Option<Spanned<SubstituteAttr>>,
+    /// `default` (`Default::default()`) or `default = "path::to::fn"`: what a row without the
+    /// cell reads as.
+    pub default: Option<Spanned<Option<syn::Path>>>,
+    /// `rename_from = "q"` and `aliases = ["q", ...]`: earlier qualifiers of the column, in
+    /// its family, read when the current one is absent or older.
+    pub aliases: Vec<Spanned<String>>,
 }
 
 impl FieldAttr {
@@ -230,6 +239,8 @@ impl FieldAttr {
             || self.blob.is_some()
             || self.skip.is_some()
             || !self.modifiers.is_empty()
+            || self.default.is_some()
+            || !self.aliases.is_empty()
     }
 
     /// A key part stored as its MD5 digest (its value goes in a column).
@@ -482,6 +493,8 @@ pub fn parse(ctx: &mut Ctx, input: &DeriveInput, kind: Kind) -> Option<EntityAtt
             unique: None,
             wide: None,
             substitute: None,
+            default: None,
+            aliases: Vec::new(),
         };
         for_each_meta(ctx, &field.attrs, |ctx, meta| {
             let span = meta.path.span();
@@ -552,6 +565,35 @@ pub fn parse(ctx: &mut Ctx, input: &DeriveInput, kind: Kind) -> Option<EntityAtt
                 sym::COLUMN => {
                     f.column = lit_str(ctx, &value_expr(&meta)?).map(|s| Spanned { value: s.value(), span: s.span() })
                 }
+                sym::DEFAULT => {
+                    let path = if meta.input.peek(syn::Token![=]) {
+                        lit_str(ctx, &value_expr(&meta)?).and_then(|s| match s.parse::<syn::Path>() {
+                            Ok(path) => Some(path),
+                            Err(_) => {
+                                ctx.error(s.span(), "`default = \"...\"` takes the path of a function, as serde's does");
+                                None
+                            }
+                        })
+                    } else {
+                        None
+                    };
+                    if f.default.replace(Spanned { value: path, span }).is_some() {
+                        ctx.error(span, "duplicate attribute `default`");
+                    }
+                }
+                sym::RENAME_FROM => {
+                    f.aliases.extend(
+                        lit_str(ctx, &value_expr(&meta)?).map(|s| Spanned { value: s.value(), span: s.span() }),
+                    );
+                }
+                sym::ALIASES => match ungroup(&value_expr(&meta)?) {
+                    Expr::Array(array) => {
+                        for elem in &array.elems {
+                            f.aliases.extend(lit_str(ctx, elem).map(|s| Spanned { value: s.value(), span: s.span() }));
+                        }
+                    }
+                    other => ctx.error(other.span(), "`aliases` takes a list of qualifiers: aliases = [\"a\", \"b\"]"),
+                },
                 other => {
                     ctx.error(span, format!("unknown field attribute `{other}`"));
                     skip_value(&meta)?;

@@ -78,7 +78,12 @@ pub fn check(ctx: &mut Ctx, e: &EntityAttr) {
         let ty = type_name(&f.ty).unwrap_or_default();
         let span = f.ident.span();
         if let Some(skip) = f.skip {
-            let others = f.is_key_part() || f.counter.is_some() || f.version.is_some() || f.column.is_some();
+            let others = f.is_key_part()
+                || f.counter.is_some()
+                || f.version.is_some()
+                || f.column.is_some()
+                || f.default.is_some()
+                || !f.aliases.is_empty();
             if others || f.family.is_some() || f.serde.is_some() || !f.modifiers.is_empty() {
                 ctx.error(skip, "a skipped field takes no other attribute");
             }
@@ -142,7 +147,9 @@ pub fn check(ctx: &mut Ctx, e: &EntityAttr) {
                 ctx.error(first, format!("`{}:{}` first mapped here", col.0, col.1));
             }
         }
+        check_evolution(ctx, f);
     }
+    check_aliases(ctx, e);
     for fam in e.families.iter().skip(1) {
         let span = fam.span.unwrap_or_else(|| e.ident.span());
         if fam.name.is_empty() {
@@ -168,6 +175,65 @@ pub fn check(ctx: &mut Ctx, e: &EntityAttr) {
         };
         if buckets == 0 {
             ctx.error(salt.span, "buckets must be 1 to 255");
+        }
+    }
+}
+
+/// `default` and `rename_from`/`aliases`: for plain, serde and blob columns only.
+fn check_evolution(ctx: &mut Ctx, f: &FieldAttr) {
+    if let Some(default) = &f.default {
+        let why = if f.is_key_part() {
+            Some("a key part is always in the row key: it takes no default")
+        } else if f.counter.is_some() {
+            Some("a counter reads a missing cell as 0 already")
+        } else if f.version.is_some() {
+            Some("a version field takes no default: its cell is the optimistic-concurrency check")
+        } else if f.children.is_some() || f.wide.is_some() {
+            Some("a collection reads as empty without rows or columns already")
+        } else if is_option(&f.ty) {
+            Some("an `Option` field reads a missing cell as `None` already; `default` is for required fields")
+        } else {
+            None
+        };
+        if let Some(why) = why {
+            ctx.error(default.span, why);
+        }
+    }
+    if let Some(alias) = f.aliases.first() {
+        let why = if f.is_key_part() {
+            Some("a key part is stored in the row key: renaming it is a change of key (a new table and a copy)")
+        } else if f.counter.is_some() {
+            Some("a counter cannot be renamed: increments of the new column would start again from zero")
+        } else if f.version.is_some() {
+            Some("a version field cannot be renamed: its cell is the optimistic-concurrency check")
+        } else if f.children.is_some() || f.wide.is_some() {
+            Some("`rename_from` and `aliases` apply to fields stored in one column")
+        } else {
+            None
+        };
+        if let Some(why) = why {
+            ctx.error(alias.span, why);
+        }
+    }
+}
+
+/// Every alias names a qualifier no other column of its family uses, and is not the column's
+/// own.
+fn check_aliases(ctx: &mut Ctx, e: &EntityAttr) {
+    let stored: Vec<(&FieldAttr, (String, String))> =
+        e.fields.iter().filter(|f| f.is_stored()).map(|f| (f, column_of(e, f))).collect();
+    let mut seen: BTreeMap<(String, String), String> = BTreeMap::new();
+    for (f, (family, qualifier)) in &stored {
+        for alias in &f.aliases {
+            if alias.value.is_empty() {
+                ctx.error(alias.span, "an earlier qualifier must not be empty");
+            } else if &alias.value == qualifier {
+                ctx.error(alias.span, format!("`{}` is the column's own qualifier", alias.value));
+            } else if let Some((other, _)) = stored.iter().find(|(_, c)| c.0 == *family && c.1 == alias.value) {
+                ctx.error(alias.span, format!("`{family}:{}` is the column of field `{}`", alias.value, other.ident));
+            } else if let Some(other) = seen.insert((family.clone(), alias.value.clone()), f.ident.to_string()) {
+                ctx.error(alias.span, format!("`{family}:{}` is already an earlier qualifier of field `{other}`", alias.value));
+            }
         }
     }
 }

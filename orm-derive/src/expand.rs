@@ -43,6 +43,14 @@ fn kind_of(f: &FieldAttr) -> TokenStream {
     quote!(::cellar::orm::entity::ColumnKind::#k)
 }
 
+/// The expression a `#[cellar(default)]` field reads as without its cell.
+fn default_expr(path: &Option<syn::Path>) -> TokenStream {
+    match path {
+        Some(path) => quote!(#path()),
+        None => quote!(::core::default::Default::default()),
+    }
+}
+
 pub fn expand(e: &EntityAttr) -> TokenStream {
     let ident = &e.ident;
     let vis = &e.vis;
@@ -147,9 +155,34 @@ pub fn expand(e: &EntityAttr) -> TokenStream {
             }
             None => quote!(::core::option::Option::None),
         };
+        let aliases = f.aliases.iter().map(|a| lit(&a.value));
+        let default = match &f.default {
+            Some(d) => {
+                let expr = default_expr(&d.value);
+                let text = lit(&expr.to_string().replace(' ', ""));
+                let encode = if f.serde.is_some() {
+                    quote!(#orm::value::to_msgpack(&value).ok())
+                } else if f.blob.is_some() {
+                    quote!(#orm::blob::versioned::write(&value).ok())
+                } else {
+                    quote!(#orm::value::Column::encode_cell(&value))
+                };
+                quote!(::core::option::Option::Some(#orm::entity::FieldDefault {
+                    expr: #text,
+                    cell: {
+                        fn cell() -> ::core::option::Option<::std::vec::Vec<u8>> {
+                            let value: #ty = #expr;
+                            #encode
+                        }
+                        cell
+                    },
+                }))
+            }
+            None => quote!(::core::option::Option::None),
+        };
         quote!(#orm::entity::ColumnSpec {
             field: #field, family: #family, qualifier: #qualifier, type_name: #ty_name, kind: #kind, encoding: #encoding,
-            current_blob: #current_blob,
+            current_blob: #current_blob, aliases: &[#(#aliases),*], default: #default,
         })
     });
 
@@ -363,6 +396,24 @@ pub fn expand(e: &EntityAttr) -> TokenStream {
         quote!(#orm::entity::CellValue { family: S.columns[#i].family, qualifier: S.columns[#i].qualifier, value: #value })
     });
     let cells: Vec<TokenStream> = cells.collect();
+    // An `Option` field set to `None` also deletes the cells of its earlier qualifiers, which
+    // reads would otherwise find.
+    let alias_deletes: Vec<TokenStream> = stored
+        .iter()
+        .filter(|f| !f.aliases.is_empty() && is_option(&f.ty))
+        .map(|f| {
+            let i = column_index(f).unwrap_or_default();
+            let name = &f.ident;
+            let aliases = f.aliases.iter().map(|a| lit(&a.value));
+            quote! {
+                if self.#name.is_none() {
+                    for qualifier in [#(#aliases),*] {
+                        out.push(#orm::entity::CellValue { family: S.columns[#i].family, qualifier, value: ::core::option::Option::None }.into_mutation());
+                    }
+                }
+            }
+        })
+        .collect();
 
     // Row -> entity. Hashed parts leave a digest; their values are restored from their
     // columns only after the whole key (record type included) has been read.
@@ -416,6 +467,20 @@ pub fn expand(e: &EntityAttr) -> TokenStream {
             return quote_spanned!(ty.span()=> let #name: #ty = #orm::wide::decode_entries(row, &S.wide[#position], as_of)?;);
         }
         let i = column_index(f).unwrap_or_default();
+        if let Some(default) = &f.default {
+            let expr = default_expr(&default.value);
+            let read = if f.serde.is_some() {
+                quote!(decode_serde_opt::<#ty>)
+            } else if f.blob.is_some() {
+                quote!(decode_blob_opt::<#ty>)
+            } else {
+                quote!(decode_column::<::core::option::Option<#ty>>)
+            };
+            return quote!(let #name: #ty = match #orm::entity::#read(row, &S.columns[#i], as_of)? {
+                ::core::option::Option::Some(v) => v,
+                ::core::option::Option::None => #expr,
+            };);
+        }
         if f.counter.is_some() {
             quote!(let #name: #ty = #orm::entity::decode_column::<::core::option::Option<i64>>(row, &S.columns[#i], as_of)?.unwrap_or(0);)
         } else if f.serde.is_some() && is_option(ty) {
@@ -580,6 +645,7 @@ pub fn expand(e: &EntityAttr) -> TokenStream {
                 ) -> #orm::Result<()> {
                     const S: &#orm::Schema = &<#ident as #orm::Entity>::SCHEMA;
                     #(out.push(#orm::entity::CellValue::into_mutation(#cells));)*
+                    #(#alias_deletes)*
                     ::core::result::Result::Ok(())
                 }
 

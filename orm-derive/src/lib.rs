@@ -53,6 +53,8 @@ use syn::{parse_macro_input, DeriveInput};
 /// | `serde` | the value as MessagePack (any `Serialize + Deserialize` type) |
 /// | `blob` | the value as a versioned blob (a `#[derive(Versioned)]` type): cells of earlier versions are migrated on read |
 /// | `skip` | not stored; `Default` on read |
+/// | `default`, `default = "path::to::fn"` | a row without the cell reads as `Default::default()` or `fn()` (for fields added after rows were written; also in index copies) |
+/// | `rename_from = "q"`, `aliases = ["q", ...]` | earlier qualifiers of the column, in its family: reads take the newest cell of the column and these; writes put only the column (a `None` also deletes them) |
 /// | `index = "by_x"`, `unique` | a secondary index on this field alone (`unique`: one entity per value) |
 /// | `substitute = "kind"`, `substitute(kind = "kind", width = N)` | a `String` key part stored as a fixed-width id of its name (3 bytes by default, 3 to 8): see `cellar::orm::uid` |
 /// | `columns(family = "f", prefix = "p", desc, lazy)` | a `BTreeMap<K, V>` stored as one column per entry in a family of its own, the key encoded into the qualifier (after `prefix`; `desc`: largest first); `lazy`: left out of entity reads. Each gets a constant (`points` → `Sensor::POINTS`) for `Repository::wide` |

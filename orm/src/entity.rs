@@ -57,6 +57,64 @@ pub struct ColumnSpec {
     pub encoding: &'static str,
     /// A `#[cellar(blob)]` column: the current format of its `Versioned` type.
     pub current_blob: Option<crate::blob::BlobFormat>,
+    /// Earlier qualifiers of the column in its family (`rename_from`, `aliases`): a read takes
+    /// the newest cell of the qualifier and these; a write puts only the qualifier.
+    pub aliases: &'static [&'static str],
+    /// `#[cellar(default)]`: what a row without the cell reads as.
+    pub default: Option<FieldDefault>,
+}
+
+/// The default of a `#[cellar(default)]` field: what a row without its cell reads as.
+#[derive(Clone, Copy)]
+pub struct FieldDefault {
+    /// The expression, as written: `Default::default()` or the function's path.
+    pub expr: &'static str,
+    /// The default's cell, encoded as the field's cells are (`None` if it does not encode).
+    pub cell: fn() -> Option<Vec<u8>>,
+}
+
+impl std::fmt::Debug for FieldDefault {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FieldDefault").field("expr", &self.expr).finish_non_exhaustive()
+    }
+}
+
+impl PartialEq for FieldDefault {
+    fn eq(&self, other: &Self) -> bool {
+        // The function follows from the expression.
+        self.expr == other.expr
+    }
+}
+impl Eq for FieldDefault {}
+
+impl ColumnSpec {
+    /// The cell of this column in `row` as of `as_of`: the newest version at or before it of
+    /// the qualifier or, for a renamed column, of any earlier qualifier (the current one wins
+    /// a tie). Absent cells are absent: see [`ColumnSpec::resolved_cell`] for defaults.
+    pub fn cell_in<'r>(&self, row: LentRow<'r>, as_of: u64) -> Option<&'r [u8]> {
+        if self.aliases.is_empty() {
+            return row.value_at(self.family, self.qualifier, as_of);
+        }
+        let mut newest: Option<crate::store::LentCell<'r>> = None;
+        for qualifier in std::iter::once(self.qualifier).chain(self.aliases.iter().copied()) {
+            if let Some(cell) = row.cell_at(self.family, qualifier, as_of) {
+                if newest.is_none_or(|n| cell.timestamp > n.timestamp) {
+                    newest = Some(cell);
+                }
+            }
+        }
+        newest.map(|c| c.value)
+    }
+
+    /// The newest cell of this column in `row` as [`ColumnSpec::cell_in`] finds it, or the
+    /// default's cell for a `#[cellar(default)]` field without one: what the field reads as,
+    /// encoded. Index entries are computed from it.
+    pub fn resolved_cell(&self, row: LentRow<'_>) -> Option<Bytes> {
+        match self.cell_in(row, u64::MAX) {
+            Some(cell) => Some(Bytes::copy_from_slice(cell)),
+            None => self.default.and_then(|d| (d.cell)()).map(Bytes::from),
+        }
+    }
 }
 
 /// A family an entity uses, with the settings it declares.
@@ -345,7 +403,7 @@ pub fn decode_column<T: crate::value::Column>(
     spec: &ColumnSpec,
     as_of: u64,
 ) -> Result<T, FieldError> {
-    T::decode_cell(row.value_at(spec.family, spec.qualifier, as_of)).map_err(|e| FieldError::column(spec, e))
+    T::decode_cell(spec.cell_in(row, as_of)).map_err(|e| FieldError::column(spec, e))
 }
 
 /// Decodes a MessagePack column of `row` (helper for generated code); `optional` fields take
@@ -358,9 +416,7 @@ pub fn decode_serde<T: serde::de::DeserializeOwned>(
     spec: &ColumnSpec,
     as_of: u64,
 ) -> Result<T, FieldError> {
-    let cell = row
-        .value_at(spec.family, spec.qualifier, as_of)
-        .ok_or_else(|| FieldError::column(spec, ValueError::Missing))?;
+    let cell = spec.cell_in(row, as_of).ok_or_else(|| FieldError::column(spec, ValueError::Missing))?;
     crate::value::from_msgpack(cell).map_err(|e| FieldError::column(spec, e))
 }
 
@@ -373,9 +429,7 @@ pub fn decode_serde_opt<T: serde::de::DeserializeOwned>(
     spec: &ColumnSpec,
     as_of: u64,
 ) -> Result<Option<T>, FieldError> {
-    row.value_at(spec.family, spec.qualifier, as_of)
-        .map(|cell| crate::value::from_msgpack(cell).map_err(|e| FieldError::column(spec, e)))
-        .transpose()
+    spec.cell_in(row, as_of).map(|cell| crate::value::from_msgpack(cell).map_err(|e| FieldError::column(spec, e))).transpose()
 }
 
 /// Decodes a versioned-blob column written at any version its type reads (helper for
@@ -388,9 +442,7 @@ pub fn decode_blob<T: crate::blob::Versioned>(
     spec: &ColumnSpec,
     as_of: u64,
 ) -> Result<T, FieldError> {
-    let cell = row
-        .value_at(spec.family, spec.qualifier, as_of)
-        .ok_or_else(|| FieldError::column(spec, ValueError::Missing))?;
+    let cell = spec.cell_in(row, as_of).ok_or_else(|| FieldError::column(spec, ValueError::Missing))?;
     read_blob(spec, cell)
 }
 
@@ -403,7 +455,7 @@ pub fn decode_blob_opt<T: crate::blob::Versioned>(
     spec: &ColumnSpec,
     as_of: u64,
 ) -> Result<Option<T>, FieldError> {
-    row.value_at(spec.family, spec.qualifier, as_of).map(|cell| read_blob(spec, cell)).transpose()
+    spec.cell_in(row, as_of).map(|cell| read_blob(spec, cell)).transpose()
 }
 
 fn read_blob<T: crate::blob::Versioned>(spec: &ColumnSpec, cell: &[u8]) -> Result<T, FieldError> {

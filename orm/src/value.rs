@@ -39,8 +39,10 @@ fn exact<const N: usize>(bytes: &[u8], what: &str) -> Result<[u8; N], ValueError
     bytes.try_into().map_err(|_| ValueError::Malformed(format!("{} bytes, {what} takes {N}", bytes.len())))
 }
 
-macro_rules! numbers {
-    ($($t:ty),*) => {$(
+/// Integers: a cell of a narrower integer of the same signedness reads too (sign- or
+/// zero-extended), so a field widened from `i32` to `i64` reads the cells written before.
+macro_rules! integers {
+    ($($t:ty => [$($narrow:ty),*]),* $(,)?) => {$(
         impl ColumnValue for $t {
             const ENCODING: &'static str = "big-endian, as Bytes.toBytes";
 
@@ -48,12 +50,46 @@ macro_rules! numbers {
                 self.to_be_bytes().to_vec()
             }
             fn from_bytes(bytes: &[u8]) -> Result<Self, ValueError> {
+                $(
+                    if bytes.len() == std::mem::size_of::<$narrow>() {
+                        return exact(bytes, stringify!($narrow)).map(<$narrow>::from_be_bytes).map(<$t>::from);
+                    }
+                )*
                 exact(bytes, stringify!($t)).map(<$t>::from_be_bytes)
             }
         }
     )*};
 }
-numbers!(u8, u16, u32, u64, u128, i8, i16, i32, i64, i128, f32, f64);
+integers!(
+    u8 => [], u16 => [u8], u32 => [u8, u16], u64 => [u8, u16, u32], u128 => [u8, u16, u32, u64],
+    i8 => [], i16 => [i8], i32 => [i8, i16], i64 => [i8, i16, i32], i128 => [i8, i16, i32, i64],
+);
+
+impl ColumnValue for f32 {
+    const ENCODING: &'static str = "big-endian, as Bytes.toBytes";
+
+    fn to_bytes(&self) -> Vec<u8> {
+        self.to_be_bytes().to_vec()
+    }
+    fn from_bytes(bytes: &[u8]) -> Result<Self, ValueError> {
+        exact(bytes, "f32").map(f32::from_be_bytes)
+    }
+}
+
+impl ColumnValue for f64 {
+    const ENCODING: &'static str = "big-endian, as Bytes.toBytes";
+
+    fn to_bytes(&self) -> Vec<u8> {
+        self.to_be_bytes().to_vec()
+    }
+    /// Also a 4-byte `f32` cell: a field widened from `f32` reads the cells written before.
+    fn from_bytes(bytes: &[u8]) -> Result<Self, ValueError> {
+        if bytes.len() == 4 {
+            return exact(bytes, "f32").map(f32::from_be_bytes).map(f64::from);
+        }
+        exact(bytes, "f64").map(f64::from_be_bytes)
+    }
+}
 
 impl ColumnValue for bool {
     const ENCODING: &'static str = "1 byte, 0xFF or 0x00";
@@ -177,8 +213,23 @@ mod tests {
     }
 
     #[test]
+    fn narrower_cells_of_the_same_signedness_widen() {
+        assert_eq!(i64::from_bytes(&(-5i32).to_bytes()), Ok(-5));
+        assert_eq!(i64::from_bytes(&(-5i16).to_bytes()), Ok(-5));
+        assert_eq!(i32::from_bytes(&i8::MIN.to_bytes()), Ok(-128));
+        assert_eq!(u64::from_bytes(&u32::MAX.to_bytes()), Ok(u64::from(u32::MAX)));
+        assert_eq!(u16::from_bytes(&[0xFF]), Ok(255));
+        assert_eq!(i128::from_bytes(&i64::MIN.to_bytes()), Ok(i128::from(i64::MIN)));
+        assert_eq!(f64::from_bytes(&1.5f32.to_bytes()), Ok(1.5));
+        // Narrowing never reads: the bytes of a wider value do not fit.
+        assert!(matches!(i32::from_bytes(&1i64.to_bytes()), Err(ValueError::Malformed(_))));
+        assert!(matches!(f32::from_bytes(&1.5f64.to_bytes()), Err(ValueError::Malformed(_))));
+        assert!(matches!(i64::from_bytes(&[1, 2, 3]), Err(ValueError::Malformed(_))));
+    }
+
+    #[test]
     fn bad_cells_are_errors() {
-        assert!(matches!(i64::from_bytes(&[1, 2]), Err(ValueError::Malformed(_))));
+        assert!(matches!(i64::from_bytes(&[1, 2, 3]), Err(ValueError::Malformed(_))));
         assert!(matches!(String::from_bytes(&[0xC3, 0x28]), Err(ValueError::Malformed(_))));
         assert_eq!(<u32 as Column>::decode_cell(None), Err(ValueError::Missing));
         assert_eq!(<Option<u32> as Column>::decode_cell(None), Ok(None));

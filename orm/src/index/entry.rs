@@ -197,13 +197,13 @@ pub(crate) fn values_of(schema: &'static Schema, entry: &Entry) -> String {
 
 /// The entry of index `position` a data row implies (see [`entries_of_row`]).
 pub(crate) fn entry_of_row(schema: &'static Schema, row: &Row, position: usize) -> Option<Entry> {
-    let cell = |c: &ColumnSpec| row.value(c.family, c.qualifier).map(Bytes::copy_from_slice);
+    let cell = |c: &ColumnSpec| c.resolved_cell(row.lend());
     entry(schema, position, &row.key, &cell).ok().flatten()
 }
 
 /// The key of the entry of index `position` a data row implies.
 pub(crate) fn key_of_row(schema: &'static Schema, row: &Row, position: usize) -> Option<Vec<u8>> {
-    let cell = |c: &ColumnSpec| row.value(c.family, c.qualifier).map(Bytes::copy_from_slice);
+    let cell = |c: &ColumnSpec| c.resolved_cell(row.lend());
     entry_key(schema, position, &row.key, &cell).ok().flatten()
 }
 
@@ -211,7 +211,7 @@ pub(crate) fn key_of_row(schema: &'static Schema, row: &Row, position: usize) ->
 /// or whose entry cannot be computed (a malformed indexed column: no verified entry can
 /// exist for it either).
 pub(crate) fn entries_of_row(schema: &'static Schema, row: &Row) -> Vec<Option<Entry>> {
-    let cell = |c: &ColumnSpec| row.value(c.family, c.qualifier).map(Bytes::copy_from_slice);
+    let cell = |c: &ColumnSpec| c.resolved_cell(row.lend());
     (0..schema.indexes.len()).map(|i| entry(schema, i, &row.key, &cell).ok().flatten()).collect()
 }
 

@@ -101,6 +101,12 @@ impl<'a> LentRow<'a> {
         }
     }
 
+    /// The newest version of `family:qualifier` at or before `timestamp`, with its timestamp.
+    pub fn cell_at(&self, family: &str, qualifier: &str, timestamp: u64) -> Option<LentCell<'a>> {
+        let (family, qualifier) = (family.as_bytes(), qualifier.as_bytes());
+        self.cells().find(|c| c.family == family && c.qualifier == qualifier && c.timestamp <= timestamp)
+    }
+
     /// An owned copy, in one allocation for the key and every cell's bytes (its pieces share
     /// it).
     pub fn to_row(&self) -> Row {
