@@ -110,7 +110,8 @@ fn errors_name_the_call_the_table_and_what_is_wrong() {
     store.ensure_table(&spec(2)).unwrap();
     let err = store.ensure_table(&spec(3)).unwrap_err();
     assert!(
-        matches!(&err, Error::SchemaMismatch { reason, .. } if reason.contains("keeps 2 versions with TTL Some(60)")),
+        matches!(&err, Error::SchemaMismatch { reason, .. } if reason.contains("keeps 2 versions, TTL 60 s")
+            && reason.contains("Db::alter(\"t\")")),
         "{err}"
     );
 }

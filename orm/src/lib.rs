@@ -12,6 +12,7 @@
 
 pub mod advice;
 pub mod aggregate;
+pub mod alter;
 pub mod blob;
 pub mod copy;
 mod db;
@@ -38,6 +39,7 @@ pub mod testing {
 
 pub use advice::Advice;
 pub use aggregate::{Aggregate, AggregateRepository, Part};
+pub use alter::AlterReport;
 pub use db::Db;
 pub use entity::{Entity, KeyPrefix, Schema};
 pub use error::{Error, Result};

@@ -105,6 +105,13 @@ impl Store for Pausing {
     fn ensure_table(&self, spec: &TableSpec) -> Result<()> {
         self.inner.ensure_table(spec)
     }
+    fn alter_families(
+        &self,
+        table: &str,
+        changes: &[cellar::orm::store::FamilyChange],
+    ) -> Result<Vec<cellar::orm::store::FamilyAlteration>> {
+        self.inner.alter_families(table, changes)
+    }
     fn mutate(&self, table: &str, rows: Vec<RowMutation>) -> Result<()> {
         self.before("mutate", table);
         self.inner.mutate(table, rows)

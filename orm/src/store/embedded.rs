@@ -11,8 +11,9 @@ use cellar_engine::{
 use parking_lot::RwLock;
 
 use super::{
-    CellMutation, Columns, Commit, Condition, CursorRows, Guarantees, LentRow, ReadSpec, Row, RowCheck, RowCursor,
-    RowCursorBox, RowMutation, RowStream, ScanSpec, Store, StoredCell, TableSpec,
+    CellMutation, Columns, Commit, Condition, CursorRows, FamilyAlteration, FamilyChange, FamilySettings, FamilySpec,
+    Guarantees, LentRow, ReadSpec, Row, RowCheck, RowCursor, RowCursorBox, RowMutation, RowStream, ScanSpec, Store,
+    StoredCell, TableSpec,
 };
 use crate::{Error, Result};
 
@@ -60,12 +61,43 @@ impl EmbeddedStore {
     }
 }
 
-fn family_descriptor(f: &super::FamilySpec) -> FamilyDescriptor {
+fn family_descriptor(f: &FamilySpec) -> FamilyDescriptor {
     let mut d = FamilyDescriptor::new(f.name.clone()).max_versions(f.max_versions);
     if let Some(ttl) = f.ttl_secs {
         d = d.ttl_secs(ttl);
     }
     d
+}
+
+/// The versions and TTL of an engine family.
+fn family_spec(d: &FamilyDescriptor) -> FamilySpec {
+    FamilySpec { name: d.name.clone(), max_versions: d.max_versions, ttl_secs: d.ttl_secs }
+}
+
+/// Everything a [`FamilySettings`] reports of an engine family.
+fn family_settings(d: &FamilyDescriptor) -> FamilySettings {
+    FamilySettings {
+        max_versions: d.max_versions,
+        ttl_secs: d.ttl_secs,
+        compression: Some(d.compression),
+        bloom: Some(d.bloom),
+    }
+}
+
+/// `change` applied to the engine family `before` (`None`: a new family, from the engine's
+/// defaults): the settings it names replaced, the others kept.
+fn changed_family(change: &FamilyChange, before: Option<&FamilyDescriptor>) -> FamilyDescriptor {
+    let spec = change.applied_to(before.map(family_spec).as_ref());
+    let mut after = before.cloned().unwrap_or_else(|| FamilyDescriptor::new(change.name.clone()));
+    after.max_versions = spec.max_versions;
+    after.ttl_secs = spec.ttl_secs;
+    if let Some(compression) = change.compression {
+        after.compression = compression;
+    }
+    if let Some(bloom) = change.bloom {
+        after.bloom = bloom;
+    }
+    after
 }
 
 /// Adds one `Put` cell mutation to `put`; other kinds leave it as it is.
@@ -230,9 +262,7 @@ impl Store for EmbeddedStore {
             match existing.get_family(f.name.as_bytes()) {
                 None => self.engine.modify_family(&spec.name, family_descriptor(f))?,
                 Some(d) if d.max_versions != f.max_versions || d.ttl_secs != f.ttl_secs => {
-                    let have =
-                        super::FamilySpec { name: f.name.clone(), max_versions: d.max_versions, ttl_secs: d.ttl_secs };
-                    return Err(have.mismatch(&spec.name, f));
+                    return Err(family_spec(d).mismatch(&spec.name, f));
                 }
                 Some(_) => {}
             }
@@ -240,16 +270,38 @@ impl Store for EmbeddedStore {
         Ok(())
     }
 
+    fn alter_families(&self, table: &str, changes: &[FamilyChange]) -> Result<Vec<FamilyAlteration>> {
+        super::check_changes(table, changes)?;
+        let mut done = Vec::with_capacity(changes.len());
+        // One descriptor change for every family: the engine validates the result and applies
+        // and persists all of it, or none.
+        let altered = self.engine.alter_table(table, |desc| {
+            for change in changes {
+                let before = desc.get_family(change.name.as_bytes()).cloned();
+                let after = changed_family(change, before.as_ref());
+                done.push(FamilyAlteration {
+                    family: change.name.clone(),
+                    before: before.as_ref().map(family_settings),
+                    after: family_settings(&after),
+                });
+                desc.families.retain(|f| f.name != change.name);
+                desc.families.push(after);
+            }
+            Ok(())
+        });
+        match altered {
+            Ok(()) => Ok(done),
+            Err(cellar_engine::Error::TableNotFound(_)) => Err(super::no_table_to_alter(table)),
+            Err(e) => Err(e.into()),
+        }
+    }
+
     fn describe(&self, table: &str) -> Result<Option<TableSpec>> {
         if !self.engine.table_exists(table) {
             return Ok(None);
         }
         let d = self.engine.describe(table)?;
-        let families = d
-            .families
-            .iter()
-            .map(|f| super::FamilySpec { name: f.name.clone(), max_versions: f.max_versions, ttl_secs: f.ttl_secs })
-            .collect();
+        let families = d.families.iter().map(family_spec).collect();
         let split_keys = self.split_keys(table)?.unwrap_or_default().into_iter().map(|k| k.to_vec()).collect();
         Ok(Some(TableSpec {
             name: table.to_string(),

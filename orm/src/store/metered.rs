@@ -19,8 +19,8 @@ use std::sync::Arc;
 use bytes::Bytes;
 
 use super::{
-    CellMutation, Commit, Condition, Guarantees, LentRow, ReadSpec, Row, RowCheck, RowCursor, RowCursorBox,
-    RowMutation, RowStream, ScanSpec, Store, TableSpec,
+    CellMutation, Commit, Condition, FamilyAlteration, FamilyChange, Guarantees, LentRow, ReadSpec, Row, RowCheck,
+    RowCursor, RowCursorBox, RowMutation, RowStream, ScanSpec, Store, TableSpec,
 };
 use crate::Result;
 
@@ -38,9 +38,9 @@ pub const TIMESTAMP_BYTES: u64 = 8;
 /// - `check_and_mutate` is one *check-and-mutate*;
 /// - `mutate_group` is one *group mutate*;
 /// - `increment` is one *increment*;
-/// - `ensure_table`, `split_keys` and `describe` are *admin* calls, counted apart and never in reads or
-///   writes; [`Costs::round_trips`] leaves them out. `guarantees` asks the backend nothing and
-///   is not counted.
+/// - `ensure_table`, `alter_families`, `split_keys` and `describe` are *admin* calls, counted
+///   apart and never in reads or writes; [`Costs::round_trips`] leaves them out. `guarantees`
+///   asks the backend nothing and is not counted.
 ///
 /// A call that fails still counts its round trip, and nothing read or written — even a failed
 /// `mutate` that applied some of its rows before the failure.
@@ -426,6 +426,11 @@ impl Store for Metered {
         self.inner.ensure_table(spec)
     }
 
+    fn alter_families(&self, table: &str, changes: &[FamilyChange]) -> Result<Vec<FamilyAlteration>> {
+        add(&self.counters.admin, 1);
+        self.inner.alter_families(table, changes)
+    }
+
     fn mutate(&self, table: &str, rows: Vec<RowMutation>) -> Result<()> {
         add(&self.counters.mutates, 1);
         let volume = Volume::sum(&rows);
@@ -668,6 +673,9 @@ mod tests {
     impl Store for Fixed {
         fn ensure_table(&self, _: &TableSpec) -> Result<()> {
             Ok(())
+        }
+        fn alter_families(&self, _: &str, _: &[FamilyChange]) -> Result<Vec<FamilyAlteration>> {
+            Ok(Vec::new())
         }
         fn mutate(&self, _: &str, _: Vec<RowMutation>) -> Result<()> {
             Ok(())

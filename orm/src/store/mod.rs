@@ -9,8 +9,11 @@ mod embedded;
 mod lent;
 mod metered;
 
+use std::fmt;
+use std::time::Duration;
+
 use bytes::Bytes;
-pub use cellar_engine::{PrefixField, SplitPolicy};
+pub use cellar_engine::{BloomType, Compression, PrefixField, SplitPolicy};
 
 #[cfg(feature = "bigtable")]
 pub use bigtable::{BigtableOptions, BigtableStore, RpcCounts};
@@ -71,14 +74,232 @@ impl TableSpec {
 }
 
 impl FamilySpec {
-    /// The error for an existing family (`self`) whose settings differ from `wanted`.
+    /// The error for an existing family (`self`) whose settings differ from `wanted`: names
+    /// both, and the calls that change the table.
     pub(crate) fn mismatch(&self, table: &str, wanted: &FamilySpec) -> crate::Error {
+        let have = FamilySettings::of(self);
+        let want = FamilySettings::of(wanted);
         crate::Error::SchemaMismatch {
             table: table.to_string(),
             reason: format!(
-                "family `{}` keeps {} versions with TTL {:?} s; the entity declares {} versions, TTL {:?} s",
-                wanted.name, self.max_versions, self.ttl_secs, wanted.max_versions, wanted.ttl_secs
+                "family `{}` keeps {have}; the entity declares {want}. To change the table, call \
+                 `Db::alter_to::<Entity>()` (the entity's declared settings) or `Db::alter(\"{table}\")` \
+                 (settings of your choosing), then `Db::repo` again",
+                wanted.name
             ),
+        }
+    }
+}
+
+/// A change to one column family's settings, for [`Store::alter_families`]: the settings it
+/// names change, every other setting stays as it is. A family the table lacks is created, with
+/// the defaults (one version, no TTL) for what the change does not name.
+///
+/// ```
+/// use std::time::Duration;
+/// use cellar_orm::store::{Compression, FamilyChange};
+///
+/// let change = FamilyChange::new("d").max_versions(3).ttl(Duration::from_secs(86_400)).compression(Compression::Lz4);
+/// assert_eq!(change.ttl_secs, Some(Some(86_400)));
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct FamilyChange {
+    /// The family.
+    pub name: String,
+    /// Versions kept per column, at least 1; `None` leaves them.
+    pub max_versions: Option<u32>,
+    /// Time to live of cells in seconds: `Some(Some(s))` sets it (at least 1 s), `Some(None)`
+    /// removes it (cells are kept), `None` leaves it.
+    pub ttl_secs: Option<Option<u64>>,
+    /// Block compression of the family's files on the embedded engine (files written from now
+    /// on: flushes and compactions); `None` leaves it. Bigtable compresses on its own and
+    /// ignores it.
+    pub compression: Option<Compression>,
+    /// Bloom filter kind of the family's files on the embedded engine (files written from now
+    /// on); `None` leaves it. Bigtable has no such setting and ignores it.
+    pub bloom: Option<BloomType>,
+}
+
+impl FamilyChange {
+    /// A change of family `name` that changes nothing yet.
+    pub fn new(name: impl Into<String>) -> Self {
+        FamilyChange { name: name.into(), ..FamilyChange::default() }
+    }
+
+    /// Keeps `n` versions per column (at least 1; 0 is refused when the change is applied).
+    /// Fewer than before: the versions past `n` are no longer read and are dropped by the
+    /// store's next compaction (embedded) or garbage collection (Bigtable).
+    pub fn max_versions(mut self, n: u32) -> Self {
+        self.max_versions = Some(n);
+        self
+    }
+
+    /// Expires cells `ttl` after their timestamp, rounded up to whole seconds (the unit families
+    /// keep). A zero TTL is refused when the change is applied.
+    pub fn ttl(mut self, ttl: Duration) -> Self {
+        let secs = ttl.as_secs().saturating_add(u64::from(ttl.subsec_nanos() > 0));
+        self.ttl_secs = Some(Some(secs));
+        self
+    }
+
+    /// Removes the TTL: cells are kept however old (those already past the old TTL and not
+    /// yet collected read again).
+    pub fn no_ttl(mut self) -> Self {
+        self.ttl_secs = Some(None);
+        self
+    }
+
+    /// Sets block compression (embedded engine; Bigtable ignores it).
+    pub fn compression(mut self, compression: Compression) -> Self {
+        self.compression = Some(compression);
+        self
+    }
+
+    /// Sets the bloom filter kind (embedded engine; Bigtable ignores it).
+    pub fn bloom(mut self, bloom: BloomType) -> Self {
+        self.bloom = Some(bloom);
+        self
+    }
+
+    /// What family `before` keeps after this change (`None`: a family the table lacks, created
+    /// with the defaults for what the change does not name). Compression and bloom filters are
+    /// left to the backend, which knows whether it keeps them.
+    pub(crate) fn applied_to(&self, before: Option<&FamilySpec>) -> FamilySpec {
+        let mut after =
+            before.cloned().unwrap_or_else(|| FamilySpec { name: self.name.clone(), max_versions: 1, ttl_secs: None });
+        if let Some(n) = self.max_versions {
+            after.max_versions = n;
+        }
+        if let Some(ttl) = self.ttl_secs {
+            after.ttl_secs = ttl;
+        }
+        after
+    }
+}
+
+/// Checks changes for [`Store::alter_families`] before a backend applies any of them: one per
+/// family, named, at least one version, a TTL of at least one second.
+///
+/// # Errors
+/// [`crate::Error::InvalidArgument`] naming the change at fault.
+pub(crate) fn check_changes(table: &str, changes: &[FamilyChange]) -> Result<()> {
+    let bad = |reason: String| crate::Error::InvalidArgument { arg: "family change", reason };
+    for (i, c) in changes.iter().enumerate() {
+        if c.name.is_empty() {
+            return Err(bad(format!("table `{table}`: a family change without a family name")));
+        }
+        if changes[..i].iter().any(|d| d.name == c.name) {
+            return Err(bad(format!("table `{table}`: family `{}` is changed twice in one alter", c.name)));
+        }
+        if c.max_versions == Some(0) {
+            return Err(bad(format!("table `{table}`, family `{}`: max versions must be at least 1", c.name)));
+        }
+        if c.ttl_secs == Some(Some(0)) {
+            return Err(bad(format!("table `{table}`, family `{}`: a TTL must be at least 1 s", c.name)));
+        }
+    }
+    Ok(())
+}
+
+/// The error for altering a table that does not exist, the same on every backend.
+pub(crate) fn no_table_to_alter(table: &str) -> crate::Error {
+    crate::Error::InvalidArgument {
+        arg: "table",
+        reason: format!("there is no table `{table}` to alter (`Db::repo` creates an entity's table)"),
+    }
+}
+
+/// One family's settings as a backend keeps them: what [`Store::alter_families`] reports
+/// before and after a change.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FamilySettings {
+    /// Versions kept per column (`u32::MAX`: a Bigtable family without a version limit).
+    pub max_versions: u32,
+    /// Time to live in seconds; `None` keeps cells.
+    pub ttl_secs: Option<u64>,
+    /// Block compression; `None` where the backend manages it (Bigtable).
+    pub compression: Option<Compression>,
+    /// Bloom filter kind; `None` where the backend has none to set (Bigtable).
+    pub bloom: Option<BloomType>,
+}
+
+impl FamilySettings {
+    /// The versions and TTL of `family`, with no compression or bloom setting (a backend that
+    /// manages them).
+    pub(crate) fn of(family: &FamilySpec) -> Self {
+        FamilySettings { max_versions: family.max_versions, ttl_secs: family.ttl_secs, compression: None, bloom: None }
+    }
+}
+
+impl FamilySettings {
+    /// Writes versions and TTL, and compression and bloom filter kind if asked to and kept.
+    fn show(&self, f: &mut fmt::Formatter<'_>, compression: bool, bloom: bool) -> fmt::Result {
+        match self.max_versions {
+            1 => f.write_str("1 version")?,
+            u32::MAX => f.write_str("every version")?,
+            n => write!(f, "{n} versions")?,
+        }
+        match self.ttl_secs {
+            Some(secs) => write!(f, ", TTL {secs} s")?,
+            None => f.write_str(", no TTL")?,
+        }
+        if let Some(c) = self.compression.filter(|_| compression) {
+            write!(f, ", compression {c:?}")?;
+        }
+        if let Some(b) = self.bloom.filter(|_| bloom) {
+            write!(f, ", bloom {b:?}")?;
+        }
+        Ok(())
+    }
+}
+
+impl fmt::Display for FamilySettings {
+    /// `3 versions, TTL 86400 s, compression Lz4, bloom Row`; settings a backend manages are
+    /// left out.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.show(f, true, true)
+    }
+}
+
+/// What [`Store::alter_families`] did to one family.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FamilyAlteration {
+    /// The family.
+    pub family: String,
+    /// Its settings before; `None` if the alter created it.
+    pub before: Option<FamilySettings>,
+    /// Its settings after.
+    pub after: FamilySettings,
+}
+
+impl FamilyAlteration {
+    /// True if the family's settings changed (or it was created).
+    pub fn changed(&self) -> bool {
+        self.before != Some(self.after)
+    }
+}
+
+impl fmt::Display for FamilyAlteration {
+    /// `family `d`: 1 version, no TTL → 3 versions, TTL 86400 s`: versions and TTL, and
+    /// compression and bloom filter kind where they changed.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let after = &self.after;
+        write!(f, "family `{}`: ", self.family)?;
+        match &self.before {
+            Some(before) if before == after => {
+                after.show(f, false, false)?;
+                f.write_str(" (unchanged)")
+            }
+            Some(before) => {
+                let (compression, bloom) = (before.compression != after.compression, before.bloom != after.bloom);
+                before.show(f, compression, bloom)?;
+                f.write_str(" → ")?;
+                after.show(f, compression, bloom)
+            }
+            None => {
+                f.write_str("created with ")?;
+                after.show(f, true, true)
+            }
         }
     }
 }
@@ -383,6 +604,25 @@ pub trait Store: Send + Sync {
     /// # Errors
     /// [`crate::Error::SchemaMismatch`] if an existing family's settings differ from `spec`.
     fn ensure_table(&self, spec: &TableSpec) -> Result<()>;
+
+    /// Changes the settings of families of an existing table, all of them in one admin change:
+    /// each [`FamilyChange`] sets what it names and keeps every other setting; a family the
+    /// table lacks is created. Returns, per change and in order, the family's settings before
+    /// and after (unchanged ones included). Cells already stored are not rewritten: a lower
+    /// version limit or a shorter TTL hides the cells past it from reads at once, and the
+    /// store removes them later (embedded: at compaction; Bigtable: at garbage collection).
+    ///
+    /// Backends differ in what they keep: the embedded engine applies compression and bloom
+    /// filter kinds to the files it writes from now on; Bigtable manages both itself, so a
+    /// change naming them is accepted and that part of it ignored (its settings report them as
+    /// `None`). Required, with no default: a wrapper must pass the change on to its store.
+    ///
+    /// # Errors
+    /// [`crate::Error::InvalidArgument`] for a change of max versions 0, a zero TTL, no family
+    /// name or a family named twice, and (the same on every backend) for a table that does not
+    /// exist; the backend's error for a family name it refuses; store failures. Nothing is
+    /// changed when a change is refused.
+    fn alter_families(&self, table: &str, changes: &[FamilyChange]) -> Result<Vec<FamilyAlteration>>;
 
     /// Applies mutations, each row atomically.
     ///

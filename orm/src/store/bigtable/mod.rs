@@ -45,8 +45,8 @@ use self::blocking::wait;
 use self::client::{backoff, rpc_error, transient, Ctx, Rpc, MAX_ATTEMPTS};
 use self::merge::{Chunk, RowMerger};
 use super::{
-    CellMutation, Commit, Condition, FamilySpec, Guarantees, ReadSpec, Row, RowCheck, RowMutation, RowStream, ScanSpec,
-    Store, TableSpec,
+    CellMutation, Commit, Condition, FamilyAlteration, FamilyChange, FamilySettings, FamilySpec, Guarantees, ReadSpec,
+    Row, RowCheck, RowMutation, RowStream, ScanSpec, Store, TableSpec,
 };
 use crate::{Error, Result};
 
@@ -344,6 +344,56 @@ async fn add_families(ctx: &Ctx, table: &str, missing: &[&FamilySpec]) -> Result
         Ok(_) => Ok(()),
         // Added by another client meanwhile; the caller checks the result.
         Err(s) if s.code() == Code::AlreadyExists => Ok(()),
+        Err(s) => Err(rpc_error("ModifyColumnFamilies", table, None, &s)),
+    }
+}
+
+/// `changes` applied to `existing` (a table's families): the modifications to send, the
+/// families' settings before and after, and the families as they will be. Compression and
+/// bloom filters are Bigtable's to manage: ignored. Families whose GC rule stays the same are
+/// not sent.
+fn family_modifications(
+    existing: &[FamilySpec],
+    changes: &[FamilyChange],
+) -> (Vec<admin::modify_column_families_request::Modification>, Vec<FamilyAlteration>, Vec<FamilySpec>) {
+    use admin::modify_column_families_request::{modification::Mod, Modification};
+    let mut families = existing.to_vec();
+    let mut modifications = Vec::new();
+    let mut alterations = Vec::with_capacity(changes.len());
+    for change in changes {
+        let before = existing.iter().find(|f| f.name == change.name);
+        let after = change.applied_to(before);
+        if before != Some(&after) {
+            let family = admin::ColumnFamily { gc_rule: Some(gc::rule_of(&after)), ..Default::default() };
+            // An update's mask left empty updates the GC rule, all a family keeps here.
+            let r#mod = if before.is_some() { Mod::Update(family) } else { Mod::Create(family) };
+            modifications.push(Modification { id: after.name.clone(), r#mod: Some(r#mod), ..Default::default() });
+        }
+        alterations.push(FamilyAlteration {
+            family: change.name.clone(),
+            before: before.map(FamilySettings::of),
+            after: FamilySettings::of(&after),
+        });
+        families.retain(|f| f.name != after.name);
+        families.push(after);
+    }
+    families.sort_by(|a, b| a.name.cmp(&b.name));
+    (modifications, alterations, families)
+}
+
+/// One ModifyColumnFamilies call: Bigtable applies all of its modifications or none.
+async fn modify_families(
+    ctx: &Ctx,
+    table: &str,
+    modifications: Vec<admin::modify_column_families_request::Modification>,
+) -> Result<()> {
+    let name = ctx.table_name(table);
+    let message = admin::ModifyColumnFamiliesRequest { name: name.clone(), modifications, ..Default::default() };
+    let request = ctx.request(Rpc::Admin, message, ("name", &name)).await?;
+    match ctx.deadline(ctx.admin.clone().modify_column_families(request)).await {
+        Ok(_) => Ok(()),
+        // Dropped since it was read.
+        Err(s) if s.code() == Code::NotFound => Err(super::no_table_to_alter(table)),
         Err(s) => Err(rpc_error("ModifyColumnFamilies", table, None, &s)),
     }
 }
@@ -795,6 +845,33 @@ impl Store for BigtableStore {
         Ok(())
     }
 
+    /// As [`Store::alter_families`]: one ModifyColumnFamilies call that updates the GC rules
+    /// of existing families and creates missing ones. Compression and bloom filters are
+    /// Bigtable's to manage: a change naming them is accepted, and that part ignored. Reads
+    /// through this store use the new limits at once; other clients of the instance keep
+    /// filtering their reads by the limits they last read (until their next `ensure_table`),
+    /// while Bigtable collects by the new ones.
+    fn alter_families(&self, table: &str, changes: &[FamilyChange]) -> Result<Vec<FamilyAlteration>> {
+        super::check_changes(table, changes)?;
+        let ctx = self.inner.ctx.clone();
+        let name = table.to_string();
+        let changes = changes.to_vec();
+        let (alterations, families) = self.run(async move {
+            let existing = get_table(&ctx, &name).await?.ok_or_else(|| super::no_table_to_alter(&name))?;
+            let (modifications, alterations, expected) = family_modifications(&existing, &changes);
+            if modifications.is_empty() {
+                return Ok((alterations, existing));
+            }
+            modify_families(&ctx, &name, modifications).await?;
+            // The families as Bigtable now keeps them, for read filters; as sent if the table
+            // vanished meanwhile.
+            let families = get_table(&ctx, &name).await?.unwrap_or(expected);
+            Ok((alterations, families))
+        })?;
+        self.inner.families.write().insert(table.to_string(), families.into());
+        Ok(alterations)
+    }
+
     fn mutate(&self, table: &str, rows: Vec<RowMutation>) -> Result<()> {
         let now = now_ms();
         let mut entries = Vec::with_capacity(rows.len());
@@ -1029,6 +1106,26 @@ mod tests {
         ] {
             assert!(matches!(parse_url(bad), Err(Error::InvalidArgument { .. })), "{bad}");
         }
+    }
+
+    #[test]
+    fn an_alter_updates_changed_families_creates_missing_ones_and_skips_the_rest() {
+        use admin::modify_column_families_request::modification::Mod;
+        let family = |name: &str, max_versions, ttl_secs| FamilySpec { name: name.into(), max_versions, ttl_secs };
+        let existing = [family("a", 1, None), family("d", 1, Some(60))];
+        let changes = [
+            FamilyChange::new("d").max_versions(3),
+            // Compression and blooms are Bigtable's own: nothing to send.
+            FamilyChange::new("a").compression(crate::store::Compression::Zstd),
+            FamilyChange::new("n").no_ttl(),
+        ];
+        let (modifications, alterations, families) = family_modifications(&existing, &changes);
+        let sent: Vec<(&str, bool)> =
+            modifications.iter().map(|m| (m.id.as_str(), matches!(m.r#mod, Some(Mod::Update(_))))).collect();
+        assert_eq!(sent, [("d", true), ("n", false)]);
+        assert_eq!(families, [family("a", 1, None), family("d", 3, Some(60)), family("n", 1, None)]);
+        assert_eq!(alterations.iter().filter(|a| a.changed()).count(), 2);
+        assert_eq!(alterations[1].before, Some(alterations[1].after));
     }
 
     #[test]
