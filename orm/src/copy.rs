@@ -1,5 +1,5 @@
 //! Copying tables from one database to another — the move from the embedded engine to Cloud
-//! Bigtable, or back.
+//! Bigtable, or back — and re-keying an entity into a new table.
 //!
 //! A copy recreates each table (families, version limits, TTLs, split points) in the
 //! destination, then streams every live version of every cell across with its timestamp, in
@@ -9,15 +9,67 @@
 //!
 //! The copy reads a moving source as it finds it. Stop the writers for the final pass; a
 //! second pass over a source written meanwhile brings over new versions, but not deletes.
+//!
+//! # Re-keying
+//!
+//! A change of an entity's row key (its key parts, their order or encoding, its salt, its
+//! record type) makes a new table: rows written under the old key cannot be read under the
+//! new one. [`Copy::rekey`] moves every entity across: it reads the old entities through the
+//! source's typed repository, maps each with a function, and writes the new ones through the
+//! destination's ([`Repository::put_many`], a batch at a time), so the new entity's indexes
+//! are maintained by the normal write path and answer as soon as the job is done.
+//!
+//! ```no_run
+//! # use cellar_orm::{Db, Entity, Result};
+//! # fn demo<OldCustomer: Entity, Customer: Entity>(
+//! #     db: &Db,
+//! #     convert: impl Fn(OldCustomer) -> Customer,
+//! # ) -> Result<()> {
+//! // Into a new table of the same database (or any other `Db`: embedded → Bigtable).
+//! let report = db
+//!     .copy_to(db)
+//!     .rekey(|old: OldCustomer| convert(old))
+//!     .batch_rows(1000)
+//!     .on_progress(|p| println!("{} of {} read", p.read, p.from_table))
+//!     .run()?;
+//! print!("{report}");
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! - **The mapping.** [`Copy::rekey`] takes `FnMut(Old) -> New`. [`Copy::try_rekey`] takes
+//!   `FnMut(Old) -> Result<Option<New>, E>`: `Ok(None)` leaves an entity out (counted as
+//!   skipped), `Err(message)` refuses it, as a row that does not decode is refused.
+//! - **Rows it cannot carry over.** A source row that does not decode, or an entity the
+//!   mapping refuses, is counted and reported with its key ([`RekeyReport::failures`]) and the
+//!   job goes on; with [`Rekey::stop_on_error`] the job stops at the first one, with its error,
+//!   once the entities before it are written. Either way no row is dropped unreported.
+//! - **Checkpoints.** After each batch the job saves the source key of the last entity it
+//!   finished in the destination's jobs table, at row `rekey/<source table>/<destination
+//!   table>`, and reports a [`RekeyProgress`]. A killed or failed run resumes after the last
+//!   finished batch; a finished one clears the checkpoint, so the next run starts over.
+//! - **Writing twice.** The unfinished batch of a killed run is written again when it resumes
+//!   (as is every entity by a second pass). A put replaces the entity's row with the same
+//!   cells, so the data and its index entries come out the same. The exception is a
+//!   `#[cellar(version)]` field: the destination counts its own writes. A put stores the
+//!   stored version + 1, whatever the mapping set, so a re-keyed entity starts at version 1
+//!   and one written twice is at version 2. Versions read from the source mean nothing at the
+//!   destination: read an entity again from the new table before a `save`.
+//! - **One table into itself.** The job refuses a source and a destination entity that share
+//!   a table of one database: it would read the rows it writes. Re-key into a new table, or
+//!   into another database.
 
 use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 
 use bytes::Bytes;
 
 use crate::entity::Entity;
 use crate::index::{index_table, STATUS_TABLE};
-use crate::jobs::Checkpoint;
-use crate::repo::printable;
+use crate::jobs::{Checkpoint, JOBS_TABLE};
+use crate::migrate::Failure;
+use crate::repo::{printable, Cursor, Repository};
 use crate::store::{CellMutation, ReadSpec, RowMutation, ScanSpec, Store};
 use crate::{Db, Error, Result};
 
@@ -135,6 +187,59 @@ impl<'a> Copy<'a> {
         self
     }
 
+    /// Turns this copy into a re-key of entity `Old` of the source into entity `New` of the
+    /// destination, each new entity `map(old)`; see the [module docs](self#re-keying). The
+    /// batch size set so far carries over; set the progress callback on the [`Rekey`] (it
+    /// reports a [`RekeyProgress`]). The destination may be the source's own `Db`, if `New`
+    /// lives in another table.
+    ///
+    /// A copy that already names tables ([`Copy::table`], [`Copy::entity`]) or has a
+    /// [`Copy::on_progress`] callback makes [`Rekey::run`] fail with
+    /// [`Error::InvalidArgument`]: copy those tables in a job of their own.
+    pub fn rekey<Old: Entity, New: Entity>(self, mut map: impl FnMut(Old) -> New + 'a) -> Rekey<'a, Old, New> {
+        self.into_rekey(Box::new(move |old| Ok(Some(map(old)))))
+    }
+
+    /// As [`Copy::rekey`], with a mapping that may leave an entity out (`Ok(None)`, counted
+    /// in [`RekeyReport::skipped`]) or refuse it (`Err(message)`). A refused entity is
+    /// reported with its source key in [`RekeyReport::failures`] and the job goes on, or, with
+    /// [`Rekey::stop_on_error`], the job stops with [`Error::Rekey`].
+    pub fn try_rekey<Old: Entity, New: Entity, E: fmt::Display>(
+        self,
+        mut map: impl FnMut(Old) -> std::result::Result<Option<New>, E> + 'a,
+    ) -> Rekey<'a, Old, New> {
+        self.into_rekey(Box::new(move |old| map(old).map_err(|e| e.to_string())))
+    }
+
+    fn into_rekey<Old: Entity, New: Entity>(self, map: MapFn<'a, Old, New>) -> Rekey<'a, Old, New> {
+        // Reported by `run`, which is where a job's errors go.
+        let misuse = if !self.tables.is_empty() {
+            Some(Error::InvalidArgument {
+                arg: "rekey",
+                reason: format!(
+                    "a re-key copies one entity; copy the tables named before it ({}) in a job of their own",
+                    self.tables.join(", ")
+                ),
+            })
+        } else if self.progress.is_some() {
+            Some(Error::InvalidArgument {
+                arg: "on_progress",
+                reason: "a re-key reports a `RekeyProgress`: set its callback after `rekey`".into(),
+            })
+        } else {
+            None
+        };
+        Rekey {
+            from: self.from,
+            to: self.to,
+            map,
+            batch_rows: self.batch_rows,
+            stop_on_error: false,
+            progress: None,
+            misuse,
+        }
+    }
+
     /// Copies the tables, each from its checkpoint; clears the checkpoints once all are done.
     ///
     /// # Errors
@@ -241,4 +346,290 @@ impl<'a> Copy<'a> {
 /// The checkpoint row of a table's copy.
 fn job(table: &str) -> Bytes {
     Bytes::from(format!("copy/{table}"))
+}
+
+/// Rows that cannot be carried over reported by name; more are only counted.
+const MAX_REPORTED: usize = 100;
+
+/// A re-key's mapping: the new entity, none (left out), or why not.
+type MapFn<'a, Old, New> = Box<dyn FnMut(Old) -> std::result::Result<Option<New>, String> + 'a>;
+
+type RekeyProgressFn<'a> = Box<dyn FnMut(&RekeyProgress) + 'a>;
+
+/// Where a running re-key is: reported after each batch.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RekeyProgress {
+    /// The source entity's table.
+    pub from_table: &'static str,
+    /// The destination entity's table.
+    pub to_table: &'static str,
+    /// Source entities read in this run (after the checkpoint it resumed from).
+    pub read: u64,
+    /// New entities written.
+    pub written: u64,
+    /// Entities the mapping left out.
+    pub skipped: u64,
+    /// Source rows that do not decode, and entities the mapping refused.
+    pub failed: u64,
+    /// The source key of the last entity finished, without its salt byte: where a resumed
+    /// run starts after. Empty until this run has finished one.
+    pub last_key: Bytes,
+}
+
+/// What a re-key did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RekeyReport {
+    /// The source entity's table.
+    pub from_table: &'static str,
+    /// The destination entity's table.
+    pub to_table: &'static str,
+    /// The checkpoint this run resumed after (a source key without its salt byte), printable;
+    /// `None` for a run from the start.
+    pub resumed_after: Option<String>,
+    /// Source entities read in this run: each was written, skipped or refused.
+    pub read: u64,
+    /// New entities written.
+    pub written: u64,
+    /// Entities the mapping left out (`Ok(None)`).
+    pub skipped: u64,
+    /// Source rows that do not decode, and entities the mapping refused.
+    pub failed: u64,
+    /// The first 100 of those, by source row (with a salt byte, if the table has one).
+    pub failures: Vec<Failure>,
+}
+
+impl RekeyReport {
+    fn progress(&self, last_key: Bytes) -> RekeyProgress {
+        RekeyProgress {
+            from_table: self.from_table,
+            to_table: self.to_table,
+            read: self.read,
+            written: self.written,
+            skipped: self.skipped,
+            failed: self.failed,
+            last_key,
+        }
+    }
+
+    /// Counts a row that cannot be carried over; names the first ones.
+    fn fail(&mut self, row: String, reason: String) {
+        self.failed += 1;
+        if self.failures.len() < MAX_REPORTED {
+            self.failures.push(Failure { row, reason });
+        }
+    }
+}
+
+impl fmt::Display for RekeyReport {
+    /// `customers → customers_v2: 2500 read, 2500 written, 0 skipped, 0 failed, resumed after -`,
+    /// then one line per failure named.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(
+            f,
+            "{} → {}: {} read, {} written, {} skipped, {} failed, resumed after {}",
+            self.from_table,
+            self.to_table,
+            self.read,
+            self.written,
+            self.skipped,
+            self.failed,
+            self.resumed_after.as_deref().unwrap_or("-")
+        )?;
+        for failure in &self.failures {
+            writeln!(f, "  row {}: {}", failure.row, failure.reason)?;
+        }
+        if self.failed > self.failures.len() as u64 {
+            writeln!(f, "  and {} more", self.failed - self.failures.len() as u64)?;
+        }
+        Ok(())
+    }
+}
+
+/// A re-key of entity `Old` of one database into entity `New` of another (or of the same,
+/// in another table); from [`Copy::rekey`] or [`Copy::try_rekey`]. See the
+/// [module docs](self#re-keying).
+pub struct Rekey<'a, Old, New> {
+    from: &'a Db,
+    to: &'a Db,
+    map: MapFn<'a, Old, New>,
+    batch_rows: usize,
+    stop_on_error: bool,
+    progress: Option<RekeyProgressFn<'a>>,
+    /// A misuse of the copy this job was made from, for `run` to report.
+    misuse: Option<Error>,
+}
+
+/// The new entities of a batch not yet written, and where the batch ends.
+struct Batch<New> {
+    entities: Vec<New>,
+    /// Source rows handled since the last checkpoint: entities read, rows that do not decode.
+    rows: usize,
+    /// The source key (without salt) of the last entity handled, if any since the start.
+    last: Option<Bytes>,
+}
+
+impl<'a, Old: Entity, New: Entity> Rekey<'a, Old, New> {
+    /// Source entities per batch (and per checkpoint); at least 1. Default
+    /// [`DEFAULT_BATCH_ROWS`].
+    pub fn batch_rows(mut self, rows: usize) -> Self {
+        self.batch_rows = rows.max(1);
+        self
+    }
+
+    /// Calls `f` after each batch, once it is written and checkpointed.
+    pub fn on_progress(mut self, f: impl FnMut(&RekeyProgress) + 'a) -> Self {
+        self.progress = Some(Box::new(f));
+        self
+    }
+
+    /// Stops at the first source row that does not decode, or entity the mapping refuses,
+    /// with its error, instead of reporting it and going on. The entities before it are
+    /// written and checkpointed, so a run after the row is mended resumes there.
+    pub fn stop_on_error(mut self) -> Self {
+        self.stop_on_error = true;
+        self
+    }
+
+    /// Runs the re-key from its checkpoint to the end of the source table; clears the
+    /// checkpoint once done.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] if `Old` and `New` share a table of one database, if the
+    /// source has no table of `Old`, or for a misuse of the copy it was made from (see
+    /// [`Copy::rekey`]); [`Error::SchemaMismatch`] for a table that does not fit its entity;
+    /// errors of the new entities' writes ([`Error::UniqueViolation`] if two take one value
+    /// of a unique index); store errors. With [`Rekey::stop_on_error`], the first row's
+    /// [`Error::Decode`] (or another error of a row that does not decode) or [`Error::Rekey`].
+    /// Batches finished before an error stay finished, and a next run resumes after them. A
+    /// panic of the mapping reaches the caller; its batch is not written.
+    pub fn run(mut self) -> Result<RekeyReport> {
+        if let Some(misuse) = self.misuse.take() {
+            return Err(misuse);
+        }
+        let (old, new) = (&Old::SCHEMA, &New::SCHEMA);
+        if old.table == new.table && same_database(self.from, self.to)? {
+            return Err(Error::InvalidArgument {
+                arg: "rekey",
+                reason: format!(
+                    "{} and {} share table `{}` of one database: re-key into a new table, or into another database",
+                    old.entity, new.entity, old.table
+                ),
+            });
+        }
+        // Checked first: opening the repository would create a missing table, and copy none.
+        if self.from.store().describe(old.table)?.is_none() {
+            return Err(Error::InvalidArgument {
+                arg: "rekey",
+                reason: format!("the source has no table `{}` (of {})", old.table, old.entity),
+            });
+        }
+        let source = self.from.repo::<Old>()?;
+        // Opened before anything is written: on a new table its indexes count as built, and
+        // the puts below maintain them.
+        let dest = self.to.repo::<New>()?;
+        let checkpoint = Checkpoint::open(self.to.store().as_ref(), rekey_job(old.table, new.table))?;
+        let resume = checkpoint.last()?;
+        let mut report = RekeyReport {
+            from_table: old.table,
+            to_table: new.table,
+            resumed_after: resume.as_deref().map(printable),
+            ..RekeyReport::default()
+        };
+        let mut scan = source.scan();
+        if !self.stop_on_error {
+            scan = scan.skip_unreadable();
+        }
+        if let Some(after) = &resume {
+            scan = scan.after(&Cursor { reverse: false, after: after.to_vec(), group: false });
+        }
+        let mut rows = scan.iter()?;
+        let mut batch = Batch { entities: Vec::with_capacity(self.batch_rows), rows: 0, last: None };
+        let mut key = Vec::new();
+        loop {
+            let next = rows.next_keyed(&mut key);
+            for skipped in rows.take_skipped() {
+                report.fail(skipped.row, skipped.error.to_string());
+                batch.rows += 1;
+            }
+            let old_entity = match next {
+                None => break,
+                Some(Ok(entity)) => entity,
+                Some(Err(e)) => {
+                    // Stopping: the entities before this row are still worth finishing.
+                    self.flush(&dest, &checkpoint, &mut batch, &mut report)?;
+                    return Err(e);
+                }
+            };
+            match (self.map)(old_entity) {
+                Ok(Some(entity)) => batch.entities.push(entity),
+                Ok(None) => report.skipped += 1,
+                Err(reason) if self.stop_on_error => {
+                    self.flush(&dest, &checkpoint, &mut batch, &mut report)?;
+                    return Err(Error::Rekey { table: old.table, row: printable(&key), reason });
+                }
+                Err(reason) => report.fail(printable(&key), reason),
+            }
+            report.read += 1;
+            batch.rows += 1;
+            // Without the salt byte: a resumed scan merges the buckets in that order.
+            batch.last = Some(Bytes::copy_from_slice(rows.body(&key)));
+            if batch.rows >= self.batch_rows {
+                self.flush(&dest, &checkpoint, &mut batch, &mut report)?;
+            }
+        }
+        self.flush(&dest, &checkpoint, &mut batch, &mut report)?;
+        checkpoint.clear()?;
+        Ok(report)
+    }
+
+    /// Writes a batch's new entities, records the batch as finished, and reports progress.
+    fn flush(
+        &mut self,
+        dest: &Repository<New>,
+        checkpoint: &Checkpoint<'_>,
+        batch: &mut Batch<New>,
+        report: &mut RekeyReport,
+    ) -> Result<()> {
+        if batch.rows == 0 {
+            return Ok(());
+        }
+        dest.put_many(&batch.entities)?;
+        report.written += batch.entities.len() as u64;
+        if let Some(last) = &batch.last {
+            checkpoint.save(last)?;
+        }
+        batch.entities.clear();
+        batch.rows = 0;
+        if let Some(progress) = &mut self.progress {
+            progress(&report.progress(batch.last.clone().unwrap_or_default()));
+        }
+        Ok(())
+    }
+}
+
+/// The checkpoint row of a re-key.
+fn rekey_job(from_table: &str, to_table: &str) -> Bytes {
+    Bytes::from(format!("rekey/{from_table}/{to_table}"))
+}
+
+/// True if `a` and `b` are one database: one store, or two handles on one (a row written
+/// through `b` reads back through `a`). The probe row goes to `b`'s jobs table and is removed.
+fn same_database(a: &Db, b: &Db) -> Result<bool> {
+    if Arc::ptr_eq(a.store(), b.store()) {
+        return Ok(true);
+    }
+    static PROBES: AtomicU64 = AtomicU64::new(0);
+    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos());
+    let row = format!("rekey-probe/{}-{nanos}-{}", std::process::id(), PROBES.fetch_add(1, Ordering::Relaxed));
+    let row = Bytes::from(row);
+    let probe = Checkpoint::open(b.store().as_ref(), row.clone())?;
+    probe.save(&row)?;
+    let seen = match a.store().describe(JOBS_TABLE) {
+        Ok(Some(_)) => a.store().read_rows(JOBS_TABLE, std::slice::from_ref(&row), &ReadSpec::default()),
+        Ok(None) => Ok(vec![None]),
+        Err(e) => Err(e),
+    };
+    // Removed whatever the read found.
+    probe.clear()?;
+    Ok(seen?.into_iter().flatten().next().is_some())
 }

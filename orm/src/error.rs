@@ -141,6 +141,17 @@ pub enum Error {
         /// Where its build stands.
         reason: String,
     },
+    /// The mapping of a re-keying copy refused an entity of the source (see
+    /// [`crate::copy::Copy::try_rekey`]).
+    #[error("re-key of table `{table}`, row {row}: {reason}")]
+    Rekey {
+        /// The source table.
+        table: &'static str,
+        /// The source row key, printable.
+        row: String,
+        /// The mapping's message.
+        reason: String,
+    },
     /// A bad argument to a repository call (a malformed page cursor, a zero page size).
     #[error("invalid {arg}: {reason}")]
     InvalidArgument {

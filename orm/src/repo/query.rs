@@ -419,7 +419,8 @@ impl<'a, E> Query<'a, E> {
             }
         }
         let more = iter.next_entity(None).transpose()?.is_some();
-        Ok(Page { items, next: more.then_some(Cursor { reverse, after: last, group: false }) })
+        let after = iter.body(&last).to_vec();
+        Ok(Page { items, next: more.then_some(Cursor { reverse, after, group: false }) })
     }
 
     /// The one bucket a range lies in, if its ends share a hash-salted partition.
@@ -514,6 +515,12 @@ impl<E> EntityIter<'_, E> {
         &self.skipped
     }
 
+    /// The rows set aside since the last call, leaving none: for jobs that report them as
+    /// they go, without keeping every one for the length of a scan.
+    pub(crate) fn take_skipped(&mut self) -> Vec<Skipped> {
+        std::mem::take(&mut self.skipped)
+    }
+
     /// Sets an undecodable row aside, if the scan was asked to; else hands its error back.
     pub(crate) fn set_aside(&mut self, key: &[u8], error: Error) -> Option<Error> {
         if !self.skip_unreadable {
@@ -574,8 +581,14 @@ impl<E> EntityIter<'_, E> {
         Some(Ok(out))
     }
 
-    /// The next entity, decoded where the store lends its row; its key (without salt) goes
-    /// to `key`, for page cursors.
+    /// The next entity and its row key: for jobs that checkpoint where they are (a
+    /// [`Cursor`] holds the key's [`EntityIter::body`]).
+    pub(crate) fn next_keyed(&mut self, key: &mut Vec<u8>) -> Option<Result<E>> {
+        self.next_entity(Some(key))
+    }
+
+    /// The next entity, decoded where the store lends its row; its row key goes to `key`, for
+    /// page cursors.
     fn next_entity(&mut self, mut key: Option<&mut Vec<u8>>) -> Option<Result<E>> {
         while self.left > 0 {
             let next = self.next_stream()?;
@@ -588,7 +601,7 @@ impl<E> EntityIter<'_, E> {
                     Ok(e) => {
                         if let Some(key) = key.as_deref_mut() {
                             key.clear();
-                            key.extend_from_slice(body(iter.salted, row.key()));
+                            key.extend_from_slice(row.key());
                         }
                         Read::Entity(e)
                     }
