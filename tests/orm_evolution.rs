@@ -201,3 +201,152 @@ fn an_index_on_a_defaulted_field_indexes_old_rows_as_the_default(db: Db) {
     assert!(report.is_clean(), "{report}");
 }
 }
+
+/// Release 3: `visits` is now a string, `segment` a new required field, and the key gains a
+/// part: none of which the stored rows fit.
+mod v3 {
+    use cellar::prelude::*;
+
+    #[derive(Entity, Debug, Clone, PartialEq)]
+    #[cellar(table = "ev_customers")]
+    pub struct Customer {
+        #[cellar(key)]
+        pub region: String,
+        #[cellar(key)]
+        pub id: u64,
+        #[cellar(column = "full_name")]
+        pub name: String,
+        pub visits: String,
+        pub segment: String,
+    }
+}
+
+/// Release 2 with an index on `tier`.
+mod v2_indexed {
+    use cellar::prelude::*;
+
+    #[derive(Entity, Debug, Clone, PartialEq)]
+    #[cellar(table = "ev_customers", index(name = "by_tier", on(tier)))]
+    pub struct Customer {
+        #[cellar(key)]
+        pub id: u64,
+        #[cellar(column = "full_name", rename_from = "n")]
+        pub name: String,
+        pub visits: i64,
+        pub score: f64,
+        pub nickname: Option<String>,
+        #[cellar(default)]
+        pub note: String,
+        #[cellar(default = "super::tier_default")]
+        pub tier: String,
+        #[cellar(default)]
+        pub tags: Vec<u8>,
+    }
+}
+
+on_every_backend! {
+fn the_catalog_records_each_compatible_release_as_a_version(db: Db) {
+    db.repo::<v1::Customer>().unwrap();
+    let history = db.schema_history::<v1::Customer>().unwrap();
+    assert_eq!(history.len(), 1);
+    assert_eq!(history[0].version, 1);
+    assert_eq!(history[0].schema.columns.iter().map(|c| c.qualifier.as_str()).collect::<Vec<_>>(), ["n", "visits", "score", "fax", "nickname", "note"]);
+    // Opening release 2 records version 2 with what changed; opening it again changes nothing,
+    // also from another `Db` over the same store.
+    db.repo::<v2::Customer>().unwrap();
+    cellar::orm::Db::with_store(db.store().clone()).repo::<v2::Customer>().unwrap();
+    let history = db.schema_history::<v2::Customer>().unwrap();
+    assert_eq!(history.iter().map(|v| v.version).collect::<Vec<_>>(), [1, 2]);
+    let changes = history[1].changes.join("\n");
+    for expected in [
+        "renamed column d:n -> d:full_name",
+        "widened field `visits` from i32 to i64",
+        "widened field `score` from f32 to f64",
+        "dropped field `fax`",
+        "field `nickname` became optional",
+        "field `note` became required, reading absent cells as its default",
+        "added field `tier`",
+        "added field `tags`",
+    ] {
+        assert!(changes.contains(expected), "missing {expected:?} in\n{changes}");
+    }
+    assert!(history[1].first_written_ms >= history[0].first_written_ms);
+    // The catalog describes the type completely enough to decode its rows without it.
+    let tier = history[1].schema.columns.iter().find(|c| c.field == "tier").unwrap();
+    let default = tier.default.as_ref().unwrap();
+    assert_eq!((default.expr.as_str(), default.cell_hex.as_deref()), ("super::tier_default()", Some("62726f6e7a65")));
+    assert_eq!(db.catalog().unwrap().iter().filter(|v| v.schema.table == "ev_customers").count(), 1);
+}
+
+fn an_older_release_keeps_working_beside_a_newer_one(db: Db) {
+    db.repo::<v1::Customer>().unwrap().put(&first(1)).unwrap();
+    db.repo::<v2::Customer>().unwrap();
+    // A fresh process of release 1 opens after release 2 recorded its schema.
+    let old = cellar::orm::Db::with_store(db.store().clone());
+    old.repo::<v1::Customer>().unwrap().put(&first(2)).unwrap();
+    assert_eq!(db.schema_history::<v1::Customer>().unwrap().len(), 2, "an older release records nothing");
+    assert_eq!(db.repo::<v2::Customer>().unwrap().scan().to_vec().unwrap().len(), 2);
+}
+
+fn an_incompatible_release_is_refused_with_every_difference(db: Db) {
+    db.repo::<v1::Customer>().unwrap().put(&first(1)).unwrap();
+    db.repo::<v2::Customer>().unwrap();
+    let err = db.repo::<v3::Customer>().unwrap_err();
+    let cellar::orm::Error::SchemaIncompatible { entity, table, version, differences } = &err else {
+        panic!("{err}")
+    };
+    assert_eq!((entity.as_str(), table.as_str(), *version), ("Customer", "ev_customers", 2));
+    let text = err.to_string();
+    for expected in [
+        "row key changed from (id: u64) to (region: String, id: u64)",
+        "copy_to(..).rekey(..)",
+        "field `visits` changed type from i64 to String",
+        "versioned blob",
+        "added field `segment` (String) has no default",
+    ] {
+        assert!(text.contains(expected), "missing {expected:?} in\n{text}");
+    }
+    assert_eq!(differences.len(), 3, "{differences:?}");
+    // Nothing was recorded, and the release that fits still opens.
+    assert_eq!(db.schema_history::<v2::Customer>().unwrap().len(), 2);
+    db.repo::<v2::Customer>().unwrap().get(1u64).unwrap().unwrap();
+}
+
+fn a_release_without_an_index_the_catalog_holds_is_refused_until_it_is_dropped(db: Db) {
+    db.repo::<v1::Customer>().unwrap().put(&first(1)).unwrap();
+    let indexed = db.repo::<v2_indexed::Customer>().unwrap();
+    indexed.build_index(v2_indexed::Customer::BY_TIER).run().unwrap();
+    assert_eq!(indexed.index(v2_indexed::Customer::BY_TIER).scan().to_vec().unwrap().len(), 1);
+    // Release 2 without the index, and release 1, would write rows the index never sees.
+    for err in [
+        cellar::orm::Db::with_store(db.store().clone()).repo::<v2::Customer>().unwrap_err(),
+        cellar::orm::Db::with_store(db.store().clone()).repo::<v1::Customer>().unwrap_err(),
+    ] {
+        let text = err.to_string();
+        assert!(text.contains("lacks index `by_tier`") && text.contains("Db::drop_index"), "{text}");
+    }
+    assert_eq!(db.drop_index::<v2_indexed::Customer>("by_tier").unwrap(), 1);
+    let fresh = cellar::orm::Db::with_store(db.store().clone());
+    fresh.repo::<v2::Customer>().unwrap().put(&fresh.repo::<v2::Customer>().unwrap().get(1u64).unwrap().unwrap()).unwrap();
+    fresh.repo::<v1::Customer>().unwrap();
+    let history = db.schema_history::<v2::Customer>().unwrap();
+    assert_eq!(history.last().unwrap().changes, ["dropped index `by_tier`"]);
+    // Declared again, the index is new: pending until its backfill, which finds the rows.
+    let again = cellar::orm::Db::with_store(db.store().clone()).repo::<v2_indexed::Customer>().unwrap();
+    assert!(again.index(v2_indexed::Customer::BY_TIER).scan().to_vec().is_err());
+    again.build_index(v2_indexed::Customer::BY_TIER).run().unwrap();
+    assert_eq!(again.index(v2_indexed::Customer::BY_TIER).scan().to_vec().unwrap().len(), 1);
+}
+
+fn concurrent_openers_record_one_version(db: Db) {
+    db.repo::<v1::Customer>().unwrap();
+    std::thread::scope(|s| {
+        for _ in 0..6 {
+            let store = db.store().clone();
+            s.spawn(move || cellar::orm::Db::with_store(store).repo::<v2::Customer>().unwrap());
+        }
+    });
+    let history = db.schema_history::<v2::Customer>().unwrap();
+    assert_eq!(history.iter().map(|v| v.version).collect::<Vec<_>>(), [1, 2]);
+}
+}

@@ -23,6 +23,9 @@ pub struct Db {
     store: Arc<dyn Store>,
     /// Counts the calls to the backend.
     metered: Arc<Metered>,
+    /// The schemas this `Db` (and its clones) found current or older in the catalog, as JSON:
+    /// a type is compared with the catalog once per `Db`, not at every `repo()`.
+    registered: Arc<parking_lot::Mutex<std::collections::HashMap<String, crate::catalog::Registration>>>,
     /// Keeps a temporary database's directory alive as long as the `Db`.
     _temp: Option<Arc<tempfile::TempDir>>,
 }
@@ -86,7 +89,7 @@ impl Db {
 
     fn metered(backend: Arc<dyn Store>, temp: Option<Arc<tempfile::TempDir>>) -> Db {
         let metered = Arc::new(Metered::new(backend));
-        Db { store: metered.clone(), metered, _temp: temp }
+        Db { store: metered.clone(), metered, registered: Default::default(), _temp: temp }
     }
 
     /// The store underneath, metered: calls made through it count in [`Db::costs`].
@@ -115,11 +118,37 @@ impl Db {
     /// that an existing table fits. That check is one admin call to the store each time
     /// ([`Costs::admin`]); keep the repository (it is cheap to clone) rather than asking again.
     ///
+    /// The first time a `Db` opens `E`, its schema is compared with the one the schema catalog
+    /// holds for it ([`crate::catalog`]) and recorded if it changed compatibly. That exchange
+    /// with the catalog is control-plane work and is not counted in [`Db::costs`].
+    ///
     /// # Errors
-    /// [`crate::Error::SchemaMismatch`]; store errors.
+    /// [`crate::Error::SchemaMismatch`] for families whose settings differ (see
+    /// [`Db::alter`]); [`crate::Error::SchemaIncompatible`] for a schema the table's rows do not
+    /// fit; store errors.
     pub fn repo<E: Entity>(&self) -> Result<Repository<E>> {
         self.store.ensure_table(&table_spec(&E::SCHEMA))?;
+        if E::STANDALONE {
+            self.register(&crate::catalog::describe::entity(&E::SCHEMA))?;
+        }
         Repository::open(self.store.clone())
+    }
+
+    /// Compares `declared` with the catalog (once per `Db` and schema), recording it if new.
+    pub(crate) fn register(&self, declared: &crate::catalog::TypeSchema) -> Result<crate::catalog::Registration> {
+        let json = serde_json::to_string(declared)
+            .map_err(|e| crate::Error::Store(format!("encoding the schema of {}: {e}", declared.name)))?;
+        if let Some(known) = self.registered.lock().get(&json) {
+            return Ok(known.clone());
+        }
+        let registration = crate::catalog::register(self.metered.inner().as_ref(), declared)?;
+        self.registered.lock().insert(json, registration.clone());
+        Ok(registration)
+    }
+
+    /// Forgets what this `Db` knows of the catalog, so the next `repo()` compares again.
+    pub(crate) fn forget_registrations(&self) {
+        self.registered.lock().clear();
     }
 
     /// Advice on entity `E`'s schema (see [`crate::advice`]), and on the regions of its table
@@ -147,6 +176,7 @@ impl Db {
         })?;
         for schema in R::MEMBERS {
             self.store.ensure_table(&table_spec(schema))?;
+            self.register(&crate::catalog::describe::entity(schema))?;
         }
         Ok(Records::new(self.store.clone(), first))
     }

@@ -403,7 +403,10 @@ pub fn decode_column<T: crate::value::Column>(
     spec: &ColumnSpec,
     as_of: u64,
 ) -> Result<T, FieldError> {
-    T::decode_cell(spec.cell_in(row, as_of)).map_err(|e| FieldError::column(spec, e))
+    let cell = spec.cell_in(row, as_of);
+    // Only plain values widen: a version, counter or key copy has one width.
+    let value = if spec.kind == ColumnKind::Value { T::decode_widened(cell) } else { T::decode_cell(cell) };
+    value.map_err(|e| FieldError::column(spec, e))
 }
 
 /// Decodes a MessagePack column of `row` (helper for generated code); `optional` fields take
@@ -429,7 +432,9 @@ pub fn decode_serde_opt<T: serde::de::DeserializeOwned>(
     spec: &ColumnSpec,
     as_of: u64,
 ) -> Result<Option<T>, FieldError> {
-    spec.cell_in(row, as_of).map(|cell| crate::value::from_msgpack(cell).map_err(|e| FieldError::column(spec, e))).transpose()
+    spec.cell_in(row, as_of)
+        .map(|cell| crate::value::from_msgpack(cell).map_err(|e| FieldError::column(spec, e)))
+        .transpose()
 }
 
 /// Decodes a versioned-blob column written at any version its type reads (helper for

@@ -98,6 +98,22 @@ pub enum Error {
         /// What differs.
         reason: String,
     },
+    /// The schema a release declares for a type cannot read or write what its table holds, as
+    /// the schema catalog records it (see [`crate::catalog`]).
+    #[error(
+        "{entity} on table `{table}` is not compatible with version {version} of its schema in the catalog:\n  - {}",
+        .differences.join("\n  - ")
+    )]
+    SchemaIncompatible {
+        /// The type.
+        entity: String,
+        /// Its table.
+        table: String,
+        /// The catalog's current version.
+        version: u64,
+        /// Every incompatible difference, with the way forward.
+        differences: Vec<String>,
+    },
     /// The backend cannot do what was asked (see [`crate::store::Guarantees`]).
     #[error("the store cannot {0}")]
     Unsupported(String),

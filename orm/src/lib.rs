@@ -14,6 +14,7 @@ pub mod advice;
 pub mod aggregate;
 pub mod alter;
 pub mod blob;
+pub mod catalog;
 pub mod copy;
 mod db;
 pub mod entity;

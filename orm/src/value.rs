@@ -33,14 +33,26 @@ pub trait ColumnValue: Sized {
     /// # Errors
     /// [`ValueError::Malformed`] when the bytes are not an encoding of `Self`.
     fn from_bytes(bytes: &[u8]) -> Result<Self, ValueError>;
+
+    /// The value back from cell bytes of `Self` or of a narrower type `Self` widens (integers
+    /// of the same signedness, `f32` for `f64`): how a field's cells read after its type was
+    /// widened. Only plain-value fields read this way; versions, counters and key copies keep
+    /// their exact widths.
+    ///
+    /// # Errors
+    /// As [`ColumnValue::from_bytes`].
+    fn from_widened(bytes: &[u8]) -> Result<Self, ValueError> {
+        Self::from_bytes(bytes)
+    }
 }
 
 fn exact<const N: usize>(bytes: &[u8], what: &str) -> Result<[u8; N], ValueError> {
     bytes.try_into().map_err(|_| ValueError::Malformed(format!("{} bytes, {what} takes {N}", bytes.len())))
 }
 
-/// Integers: a cell of a narrower integer of the same signedness reads too (sign- or
-/// zero-extended), so a field widened from `i32` to `i64` reads the cells written before.
+/// Integers; [`ColumnValue::from_widened`] also reads a narrower integer of the same signedness
+/// (sign- or zero-extended), so a field widened from `i32` to `i64` reads the cells written
+/// before.
 macro_rules! integers {
     ($($t:ty => [$($narrow:ty),*]),* $(,)?) => {$(
         impl ColumnValue for $t {
@@ -50,12 +62,15 @@ macro_rules! integers {
                 self.to_be_bytes().to_vec()
             }
             fn from_bytes(bytes: &[u8]) -> Result<Self, ValueError> {
+                exact(bytes, stringify!($t)).map(<$t>::from_be_bytes)
+            }
+            fn from_widened(bytes: &[u8]) -> Result<Self, ValueError> {
                 $(
                     if bytes.len() == std::mem::size_of::<$narrow>() {
                         return exact(bytes, stringify!($narrow)).map(<$narrow>::from_be_bytes).map(<$t>::from);
                     }
                 )*
-                exact(bytes, stringify!($t)).map(<$t>::from_be_bytes)
+                Self::from_bytes(bytes)
             }
         }
     )*};
@@ -82,12 +97,15 @@ impl ColumnValue for f64 {
     fn to_bytes(&self) -> Vec<u8> {
         self.to_be_bytes().to_vec()
     }
-    /// Also a 4-byte `f32` cell: a field widened from `f32` reads the cells written before.
     fn from_bytes(bytes: &[u8]) -> Result<Self, ValueError> {
+        exact(bytes, "f64").map(f64::from_be_bytes)
+    }
+    /// Also a 4-byte `f32` cell: a field widened from `f32` reads the cells written before.
+    fn from_widened(bytes: &[u8]) -> Result<Self, ValueError> {
         if bytes.len() == 4 {
             return exact(bytes, "f32").map(f32::from_be_bytes).map(f64::from);
         }
-        exact(bytes, "f64").map(f64::from_be_bytes)
+        Self::from_bytes(bytes)
     }
 }
 
@@ -160,6 +178,14 @@ pub trait Column: Sized {
     /// # Errors
     /// [`ValueError::Missing`] for an absent required field; [`ValueError::Malformed`].
     fn decode_cell(cell: Option<&[u8]>) -> Result<Self, ValueError>;
+    /// As [`Column::decode_cell`], also reading the cells of a narrower type
+    /// ([`ColumnValue::from_widened`]).
+    ///
+    /// # Errors
+    /// As [`Column::decode_cell`].
+    fn decode_widened(cell: Option<&[u8]>) -> Result<Self, ValueError> {
+        Self::decode_cell(cell)
+    }
 }
 
 impl<T: ColumnValue> Column for T {
@@ -171,6 +197,9 @@ impl<T: ColumnValue> Column for T {
     fn decode_cell(cell: Option<&[u8]>) -> Result<Self, ValueError> {
         T::from_bytes(cell.ok_or(ValueError::Missing)?)
     }
+    fn decode_widened(cell: Option<&[u8]>) -> Result<Self, ValueError> {
+        T::from_widened(cell.ok_or(ValueError::Missing)?)
+    }
 }
 
 impl<T: ColumnValue> Column for Option<T> {
@@ -181,6 +210,9 @@ impl<T: ColumnValue> Column for Option<T> {
     }
     fn decode_cell(cell: Option<&[u8]>) -> Result<Self, ValueError> {
         cell.map(T::from_bytes).transpose()
+    }
+    fn decode_widened(cell: Option<&[u8]>) -> Result<Self, ValueError> {
+        cell.map(T::from_widened).transpose()
     }
 }
 
@@ -214,22 +246,26 @@ mod tests {
 
     #[test]
     fn narrower_cells_of_the_same_signedness_widen() {
-        assert_eq!(i64::from_bytes(&(-5i32).to_bytes()), Ok(-5));
-        assert_eq!(i64::from_bytes(&(-5i16).to_bytes()), Ok(-5));
-        assert_eq!(i32::from_bytes(&i8::MIN.to_bytes()), Ok(-128));
-        assert_eq!(u64::from_bytes(&u32::MAX.to_bytes()), Ok(u64::from(u32::MAX)));
-        assert_eq!(u16::from_bytes(&[0xFF]), Ok(255));
-        assert_eq!(i128::from_bytes(&i64::MIN.to_bytes()), Ok(i128::from(i64::MIN)));
-        assert_eq!(f64::from_bytes(&1.5f32.to_bytes()), Ok(1.5));
+        assert_eq!(i64::from_widened(&(-5i32).to_bytes()), Ok(-5));
+        assert_eq!(i64::from_widened(&(-5i16).to_bytes()), Ok(-5));
+        assert_eq!(i32::from_widened(&i8::MIN.to_bytes()), Ok(-128));
+        assert_eq!(u64::from_widened(&u32::MAX.to_bytes()), Ok(u64::from(u32::MAX)));
+        assert_eq!(u16::from_widened(&[0xFF]), Ok(255));
+        assert_eq!(i128::from_widened(&i64::MIN.to_bytes()), Ok(i128::from(i64::MIN)));
+        assert_eq!(f64::from_widened(&1.5f32.to_bytes()), Ok(1.5));
+        assert_eq!(<Option<i64> as Column>::decode_widened(Some(&7i32.to_bytes())), Ok(Some(7)));
         // Narrowing never reads: the bytes of a wider value do not fit.
-        assert!(matches!(i32::from_bytes(&1i64.to_bytes()), Err(ValueError::Malformed(_))));
-        assert!(matches!(f32::from_bytes(&1.5f64.to_bytes()), Err(ValueError::Malformed(_))));
-        assert!(matches!(i64::from_bytes(&[1, 2, 3]), Err(ValueError::Malformed(_))));
+        assert!(matches!(i32::from_widened(&1i64.to_bytes()), Err(ValueError::Malformed(_))));
+        assert!(matches!(f32::from_widened(&1.5f64.to_bytes()), Err(ValueError::Malformed(_))));
+        assert!(matches!(i64::from_widened(&[1, 2, 3]), Err(ValueError::Malformed(_))));
+        // The exact decoding stays exact: a version or counter of the wrong width is an error.
+        assert!(matches!(u64::from_bytes(&[1, 2]), Err(ValueError::Malformed(_))));
+        assert!(matches!(f64::from_bytes(&1.5f32.to_bytes()), Err(ValueError::Malformed(_))));
     }
 
     #[test]
     fn bad_cells_are_errors() {
-        assert!(matches!(i64::from_bytes(&[1, 2, 3]), Err(ValueError::Malformed(_))));
+        assert!(matches!(i64::from_bytes(&[1, 2]), Err(ValueError::Malformed(_))));
         assert!(matches!(String::from_bytes(&[0xC3, 0x28]), Err(ValueError::Malformed(_))));
         assert_eq!(<u32 as Column>::decode_cell(None), Err(ValueError::Missing));
         assert_eq!(<Option<u32> as Column>::decode_cell(None), Ok(None));

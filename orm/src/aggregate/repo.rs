@@ -85,6 +85,7 @@ impl Db {
         for spec in table_specs(&shape) {
             self.store().ensure_table(&spec)?;
         }
+        self.register(&crate::catalog::describe::aggregate(&A::AGGREGATE))?;
         Ok(AggregateRepository {
             store: self.store().clone(),
             shape: Arc::new(shape),

@@ -31,8 +31,8 @@ pub use backfill::{Backfill, BackfillProgress, BackfillReport, Violation, CHECKP
 pub(crate) use batch::write_many;
 pub(crate) use entry::is_tombstone;
 pub use read::{IndexEntry, IndexQuery, IndexReader};
-pub(crate) use status::Statuses;
 pub use status::STATUS_TABLE;
+pub(crate) use status::{drop_status, Statuses};
 pub use verify::{Verify, VerifyReport};
 pub(crate) use write::{Change, IndexedWrite, Version};
 

@@ -27,11 +27,24 @@ const PENDING: &[u8] = b"pending";
 const REDEFINED: &[u8] = b"redefined";
 
 fn key(schema: &Schema, position: usize) -> Bytes {
+    key_named(schema, schema.indexes[position].name)
+}
+
+fn key_named(schema: &Schema, name: &str) -> Bytes {
     let mut key = schema.table.as_bytes().to_vec();
     key.push(0);
     key.extend(schema.record_type);
-    key.extend_from_slice(schema.indexes[position].name.as_bytes());
+    key.extend_from_slice(name.as_bytes());
     key.into()
+}
+
+/// Deletes the status of index `name` of `schema`'s entity (a dropped index).
+pub(crate) fn drop_status(store: &dyn Store, schema: &Schema, name: &str) -> Result<()> {
+    store.ensure_table(&TableSpec::internal(STATUS_TABLE, FAMILY))?;
+    store.mutate_row(
+        STATUS_TABLE,
+        RowMutation { row: key_named(schema, name), mutations: vec![CellMutation::DeleteRow] },
+    )
 }
 
 fn cell(row: &crate::store::Row) -> Option<&[u8]> {
