@@ -570,7 +570,10 @@ pub fn parse(ctx: &mut Ctx, input: &DeriveInput, kind: Kind) -> Option<EntityAtt
                         lit_str(ctx, &value_expr(&meta)?).and_then(|s| match s.parse::<syn::Path>() {
                             Ok(path) => Some(path),
                             Err(_) => {
-                                ctx.error(s.span(), "`default = \"...\"` takes the path of a function, as serde's does");
+                                ctx.error(
+                                    s.span(),
+                                    "`default = \"...\"` takes the path of a function, as serde's does",
+                                );
                                 None
                             }
                         })

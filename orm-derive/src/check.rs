@@ -232,7 +232,10 @@ fn check_aliases(ctx: &mut Ctx, e: &EntityAttr) {
             } else if let Some((other, _)) = stored.iter().find(|(_, c)| c.0 == *family && c.1 == alias.value) {
                 ctx.error(alias.span, format!("`{family}:{}` is the column of field `{}`", alias.value, other.ident));
             } else if let Some(other) = seen.insert((family.clone(), alias.value.clone()), f.ident.to_string()) {
-                ctx.error(alias.span, format!("`{family}:{}` is already an earlier qualifier of field `{other}`", alias.value));
+                ctx.error(
+                    alias.span,
+                    format!("`{family}:{}` is already an earlier qualifier of field `{other}`", alias.value),
+                );
             }
         }
     }
