@@ -65,6 +65,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 
+use crate::catalog::CATALOG_TABLE;
 use crate::entity::Entity;
 use crate::index::{index_table, STATUS_TABLE};
 use crate::jobs::{Checkpoint, JOBS_TABLE};
@@ -162,17 +163,19 @@ impl<'a> Copy<'a> {
         self
     }
 
-    /// Copies what entity `E` keeps: its table and, if it declares indexes, its index table
-    /// and the index status table (so the indexes answer in the destination without a
-    /// backfill).
+    /// Copies what entity `E` keeps: its table; if it declares indexes, its index table and
+    /// the index status table (so the indexes answer in the destination without a backfill);
+    /// and the schema catalog (so the destination knows the history of every copied type), if
+    /// the source has one.
     pub fn entity<E: Entity>(self) -> Self {
         let schema = &E::SCHEMA;
         let with_table = self.table(schema.table);
-        if schema.indexes.is_empty() {
+        let with_indexes = if schema.indexes.is_empty() {
             with_table
         } else {
             with_table.table(index_table(schema.table)).table(STATUS_TABLE)
-        }
+        };
+        with_indexes.table(CATALOG_TABLE)
     }
 
     /// Rows per batch (and per checkpoint); at least 1.
@@ -250,6 +253,10 @@ impl<'a> Copy<'a> {
         let mut report = CopyReport::default();
         let mut checkpoints = Vec::new();
         for table in std::mem::take(&mut self.tables) {
+            // A source that never opened a repository has no catalog to bring along.
+            if table == CATALOG_TABLE && from.describe(&table)?.is_none() {
+                continue;
+            }
             let spec = from.describe(&table)?.ok_or_else(|| Error::InvalidArgument {
                 arg: "table",
                 reason: format!("the source has no table `{table}`"),
