@@ -4,13 +4,15 @@
 //! two old versions to the current one, and secondary indexes added to a table with data:
 //! backfilled, verified and repaired; time series the OpenTSDB way (substituted names, an
 //! hour per row, a column per second); and per-user lists tall, wide and in between, with what
-//! each read costs; and what survives a power loss, a full disk and a failed fsync — each
-//! example in turn, every result asserted.
+//! each read costs; what survives a power loss, a full disk and a failed fsync; and three
+//! releases of an application evolving their entities on one database — each example in
+//! turn, every result asserted.
 //!
 //! Run with `cargo run --release --example tour`; each part also runs on its own
 //! (`--example customer_orders`, `--example followers`, `--example timeseries`,
 //! `--example order_strategies`, `--example blob_migration`, `--example index_backfill`,
-//! `--example opentsdb`, `--example list_data`, `--example power_loss`).
+//! `--example opentsdb`, `--example list_data`, `--example power_loss`,
+//! `--example schema_evolution`).
 
 #[path = "blob_migration.rs"]
 mod blob_migration;
@@ -28,6 +30,8 @@ mod opentsdb;
 mod order_strategies;
 #[path = "power_loss.rs"]
 mod power_loss;
+#[path = "schema_evolution.rs"]
+mod schema_evolution;
 #[path = "timeseries.rs"]
 mod timeseries;
 
@@ -50,6 +54,8 @@ fn main() -> cellar::orm::Result<()> {
     list_data::main()?;
     println!("\n== power_loss ==");
     power_loss::main()?;
+    println!("\n== schema_evolution ==");
+    schema_evolution::main()?;
     println!("\ntour: ok");
     Ok(())
 }

@@ -1,5 +1,6 @@
 //! The examples run as tests, so what they print and assert stays true. `scale_out` runs
-//! against the Bigtable emulator the test binary starts.
+//! against the Bigtable emulator the test binary starts, and `schema_evolution` on both
+//! backends.
 
 mod common;
 
@@ -23,6 +24,8 @@ mod power_loss;
 mod quickstart;
 #[path = "../examples/scale_out.rs"]
 mod scale_out;
+#[path = "../examples/schema_evolution.rs"]
+mod schema_evolution;
 #[path = "../examples/timeseries.rs"]
 mod timeseries;
 
@@ -65,6 +68,17 @@ fn quickstart_example() {
 #[test]
 fn power_loss_example() {
     power_loss::main().unwrap();
+}
+
+#[test]
+fn schema_evolution_example() {
+    schema_evolution::main().unwrap();
+}
+
+#[test]
+fn schema_evolution_example_on_bigtable() {
+    let Some(store) = common::backend::bigtable_store() else { return };
+    schema_evolution::run(&cellar::orm::Db::with_store(std::sync::Arc::new(store))).unwrap();
 }
 
 #[test]

@@ -350,3 +350,58 @@ fn concurrent_openers_record_one_version(db: Db) {
     assert_eq!(history.iter().map(|v| v.version).collect::<Vec<_>>(), [1, 2]);
 }
 }
+
+mod notes_v1 {
+    use cellar::prelude::*;
+
+    #[derive(Entity, Debug, Clone, PartialEq)]
+    #[cellar(table = "ev_notes")]
+    pub struct Note {
+        #[cellar(key)]
+        pub id: u64,
+        pub text: String,
+    }
+}
+
+mod notes_v2 {
+    use cellar::prelude::*;
+
+    #[derive(Entity, Debug, Clone, PartialEq)]
+    #[cellar(table = "ev_notes", max_versions = 3)]
+    pub struct Note {
+        #[cellar(key)]
+        pub id: u64,
+        pub text: String,
+        pub author: Option<String>,
+    }
+}
+
+mod notes_other {
+    use cellar::prelude::*;
+
+    #[derive(Entity, Debug, Clone, PartialEq)]
+    #[cellar(table = "ev_notes", max_versions = 2)]
+    pub struct Note {
+        #[cellar(key)]
+        pub id: u64,
+        pub text: String,
+    }
+}
+
+on_every_backend! {
+fn an_older_release_opens_a_table_a_newer_one_altered(db: Db) {
+    db.repo::<notes_v1::Note>().unwrap().put(&notes_v1::Note { id: 1, text: "one".into() }).unwrap();
+    let err = db.repo::<notes_v2::Note>().unwrap_err();
+    assert!(matches!(err, cellar::orm::Error::SchemaMismatch { .. }), "{err}");
+    db.alter_to::<notes_v2::Note>().unwrap();
+    let notes = db.repo::<notes_v2::Note>().unwrap();
+    // Release 1 still runs: the table keeps more versions than it declares, which it reads
+    // and writes as they are.
+    let old = cellar::orm::Db::with_store(db.store().clone()).repo::<notes_v1::Note>().unwrap();
+    old.put(&notes_v1::Note { id: 1, text: "two".into() }).unwrap();
+    assert_eq!(notes.get(1u64).unwrap().unwrap().text, "two");
+    // A schema the catalog never held gets no such pass.
+    let err = cellar::orm::Db::with_store(db.store().clone()).repo::<notes_other::Note>().unwrap_err();
+    assert!(matches!(err, cellar::orm::Error::SchemaMismatch { .. }), "{err}");
+}
+}

@@ -127,11 +127,28 @@ impl Db {
     /// [`Db::alter`]); [`crate::Error::SchemaIncompatible`] for a schema the table's rows do not
     /// fit; store errors.
     pub fn repo<E: Entity>(&self) -> Result<Repository<E>> {
-        self.store.ensure_table(&table_spec(&E::SCHEMA))?;
         if E::STANDALONE {
-            self.register(&crate::catalog::describe::entity(&E::SCHEMA))?;
+            let declared = crate::catalog::describe::entity(&E::SCHEMA);
+            self.ensure_table_for(&table_spec(&E::SCHEMA), &declared)?;
+            self.register(&declared)?;
+        } else {
+            self.store.ensure_table(&table_spec(&E::SCHEMA))?;
         }
         Repository::open(self.store.clone())
+    }
+
+    /// Creates or checks the table `declared` needs. Families a newer release altered (more
+    /// versions, another TTL) are no reason to refuse an older release: it reads and writes
+    /// them as they are.
+    pub(crate) fn ensure_table_for(&self, spec: &TableSpec, declared: &crate::catalog::TypeSchema) -> Result<()> {
+        match self.store.ensure_table(spec) {
+            Err(crate::Error::SchemaMismatch { .. })
+                if crate::catalog::is_older(self.metered.inner().as_ref(), declared)? =>
+            {
+                Ok(())
+            }
+            other => other,
+        }
     }
 
     /// Compares `declared` with the catalog (once per `Db` and schema), recording it if new.
@@ -175,8 +192,9 @@ impl Db {
             reason: format!("{} has no member entities", R::NAME),
         })?;
         for schema in R::MEMBERS {
-            self.store.ensure_table(&table_spec(schema))?;
-            self.register(&crate::catalog::describe::entity(schema))?;
+            let declared = crate::catalog::describe::entity(schema);
+            self.ensure_table_for(&table_spec(schema), &declared)?;
+            self.register(&declared)?;
         }
         Ok(Records::new(self.store.clone(), first))
     }

@@ -82,10 +82,11 @@ impl Db {
             Strategy::Blob => true,
             _ => self.store().guarantees().atomic_row_groups,
         };
+        let declared = crate::catalog::describe::aggregate(&A::AGGREGATE);
         for spec in table_specs(&shape) {
-            self.store().ensure_table(&spec)?;
+            self.ensure_table_for(&spec, &declared)?;
         }
-        self.register(&crate::catalog::describe::aggregate(&A::AGGREGATE))?;
+        self.register(&declared)?;
         Ok(AggregateRepository {
             store: self.store().clone(),
             shape: Arc::new(shape),

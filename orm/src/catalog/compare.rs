@@ -302,14 +302,21 @@ fn compare_column(s: &ColumnLayout, d: &ColumnLayout, at: &str, out: &mut Vec<Di
     }
 }
 
+fn settings_text(f: &super::describe::FamilyLayout) -> String {
+    let versions = if f.max_versions == 1 { "1 version".to_string() } else { format!("{} versions", f.max_versions) };
+    match f.ttl_secs {
+        Some(ttl) => format!("{versions}, TTL {ttl} s"),
+        None => format!("{versions}, no TTL"),
+    }
+}
+
 fn compare_families(stored: &TypeSchema, declared: &TypeSchema, at: &str, out: &mut Vec<Difference>) {
     for d in &declared.families {
         match stored.families.iter().find(|s| s.name == d.name) {
             None => out.push(ok(format!("{at}added family `{}`", d.name))),
-            Some(s) if s != d => out.push(ok(format!(
-                "{at}family `{}`: max versions {} -> {}, TTL {:?} -> {:?} s",
-                d.name, s.max_versions, d.max_versions, s.ttl_secs, d.ttl_secs
-            ))),
+            Some(s) if s != d => {
+                out.push(ok(format!("{at}family `{}`: {} -> {}", d.name, settings_text(s), settings_text(d))))
+            }
             Some(_) => {}
         }
     }

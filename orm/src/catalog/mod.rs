@@ -223,6 +223,18 @@ pub(crate) fn register(store: &dyn Store, declared: &TypeSchema) -> Result<Regis
     )))
 }
 
+/// True if `declared` is an earlier version of its type's schema than the catalog's current:
+/// an older release, which takes the table's families as a newer release altered them.
+///
+/// # Errors
+/// A catalog row that does not parse; store errors.
+pub(crate) fn is_older(store: &dyn Store, declared: &TypeSchema) -> Result<bool> {
+    ensure(store)?;
+    let stored = read(store, &row_key(&declared.table, &declared.name))?;
+    let current = stored.current().map(|c| &c.schema);
+    Ok(current != Some(declared) && stored.versions.iter().any(|v| v.schema == *declared))
+}
+
 fn incompatible(declared: &TypeSchema, version: u64, differences: Vec<String>) -> Error {
     Error::SchemaIncompatible { entity: declared.name.clone(), table: declared.table.clone(), version, differences }
 }
