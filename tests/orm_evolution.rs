@@ -405,3 +405,116 @@ fn an_older_release_opens_a_table_a_newer_one_altered(db: Db) {
     assert!(matches!(err, cellar::orm::Error::SchemaMismatch { .. }), "{err}");
 }
 }
+
+mod orders_v1 {
+    use cellar::prelude::*;
+
+    #[derive(Aggregate, Debug, Clone, PartialEq)]
+    #[cellar(table = "ev_orders", strategy = "single_table")]
+    pub struct Order {
+        #[cellar(partition)]
+        pub customer: u64,
+        #[cellar(key)]
+        pub order_no: u64,
+        #[cellar(column = "s")]
+        pub status: String,
+        #[cellar(children)]
+        pub lines: Vec<Line>,
+    }
+
+    #[derive(Part, Debug, Clone, PartialEq)]
+    pub struct Line {
+        #[cellar(key)]
+        pub line: u16,
+        #[cellar(column = "q")]
+        pub qty: u16,
+    }
+}
+
+mod orders_v2 {
+    use cellar::prelude::*;
+
+    /// Lines gain a defaulted discount, widen their quantity and rename it.
+    #[derive(Aggregate, Debug, Clone, PartialEq)]
+    #[cellar(table = "ev_orders", strategy = "single_table")]
+    pub struct Order {
+        #[cellar(partition)]
+        pub customer: u64,
+        #[cellar(key)]
+        pub order_no: u64,
+        #[cellar(column = "s")]
+        pub status: String,
+        #[cellar(default)]
+        pub channel: String,
+        #[cellar(children)]
+        pub lines: Vec<Line>,
+    }
+
+    #[derive(Part, Debug, Clone, PartialEq)]
+    pub struct Line {
+        #[cellar(key)]
+        pub line: u16,
+        #[cellar(column = "quantity", rename_from = "q")]
+        pub qty: u32,
+        #[cellar(default)]
+        pub discount_pct: u8,
+    }
+}
+
+mod orders_v3 {
+    use cellar::prelude::*;
+
+    /// The strategy changes: the rows are laid out differently.
+    #[derive(Aggregate, Debug, Clone, PartialEq)]
+    #[cellar(table = "ev_orders", strategy = "denormalized")]
+    pub struct Order {
+        #[cellar(partition)]
+        pub customer: u64,
+        #[cellar(key)]
+        pub order_no: u64,
+        #[cellar(column = "s")]
+        pub status: String,
+        #[cellar(children)]
+        pub lines: Vec<Line>,
+    }
+
+    #[derive(Part, Debug, Clone, PartialEq)]
+    pub struct Line {
+        #[cellar(key)]
+        pub line: u16,
+        #[cellar(column = "q")]
+        pub qty: u16,
+    }
+}
+
+on_every_backend! {
+fn aggregates_evolve_part_by_part(db: Db) {
+    let old = db.aggregates::<orders_v1::Order>().unwrap();
+    let lines = vec![orders_v1::Line { line: 1, qty: 2 }, orders_v1::Line { line: 2, qty: 5 }];
+    old.put(&orders_v1::Order { customer: 7, order_no: 1, status: "placed".into(), lines }).unwrap();
+    let new = db.aggregates::<orders_v2::Order>().unwrap();
+    let order = new.get((7, 1)).unwrap().unwrap();
+    assert_eq!(order.channel, "");
+    assert_eq!(
+        order.lines,
+        [orders_v2::Line { line: 1, qty: 2, discount_pct: 0 }, orders_v2::Line { line: 2, qty: 5, discount_pct: 0 }]
+    );
+    let mut changed = order.clone();
+    changed.lines[0].qty = 70_000;
+    new.put(&changed).unwrap();
+    assert_eq!(new.get((7, 1)).unwrap().unwrap(), changed);
+    let history = db.schema_history_of("ev_orders", "Order").unwrap();
+    assert_eq!(history.len(), 2);
+    let changes = history[1].changes.join("\n");
+    for expected in [
+        "added field `channel`",
+        "lines.renamed column d:q -> d:quantity",
+        "lines.widened field `qty` from u16 to u32",
+        "lines.added field `discount_pct`",
+    ] {
+        assert!(changes.contains(expected), "missing {expected:?} in\n{changes}");
+    }
+    let err = cellar::orm::Db::with_store(db.store().clone()).aggregates::<orders_v3::Order>().unwrap_err();
+    assert!(err.to_string().contains("strategy changed from single_table to denormalized"), "{err}");
+}
+}
