@@ -157,7 +157,6 @@ pub(crate) fn run(store: BigtableStore) -> Result<()> {
             ("shop_customers_idx", 5000),
             ("shop_customers_idx", 6000),
             ("cellar_indexes", 2),
-            ("cellar_schemas", 1),
         ]
     );
 

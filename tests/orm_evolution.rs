@@ -177,7 +177,7 @@ fn an_index_on_a_defaulted_field_indexes_old_rows_as_the_default(db: Db) {
         name: String,
     }
     #[derive(Entity, Debug, Clone, PartialEq)]
-    #[cellar(table = "ev_indexed", index(name = "by_tier", on(tier), include(name)))]
+    #[cellar(table = "ev_indexed", index(name = "by_tier", on(tier), include(name)), index(name = "by_name", on(name)))]
     struct After {
         #[cellar(key)]
         id: u64,
@@ -199,7 +199,61 @@ fn an_index_on_a_defaulted_field_indexes_old_rows_as_the_default(db: Db) {
     assert_eq!(covered[0].entity().unwrap(), After { id: 9, name: "c9".into(), tier: "gold".into() });
     let report = after.verify_index(After::BY_TIER).run().unwrap();
     assert!(report.is_clean(), "{report}");
+    // An index that does not copy the defaulted field cannot rebuild the entity: the default
+    // would stand in for what the row holds.
+    after.build_index(After::BY_NAME).run().unwrap();
+    let entries = after.index(After::BY_NAME).scan().prefix("c9".to_string()).entries().unwrap();
+    let err = entries[0].entity().unwrap_err().to_string();
+    assert!(err.contains("does not copy field `tier`"), "{err}");
 }
+
+fn an_index_on_a_widened_field_finds_the_rows_written_narrow(db: Db) {
+    #[derive(Entity, Debug, Clone, PartialEq)]
+    #[cellar(table = "ev_widened", index(name = "by_visits", on(visits)))]
+    struct Before {
+        #[cellar(key)]
+        id: u64,
+        visits: i32,
+    }
+    #[derive(Entity, Debug, Clone, PartialEq)]
+    #[cellar(table = "ev_widened", index(name = "by_visits", on(visits)))]
+    struct After {
+        #[cellar(key)]
+        id: u64,
+        visits: i64,
+    }
+    let before = db.repo::<Before>().unwrap();
+    for id in 0..6 {
+        before.put(&Before { id, visits: (id % 3) as i32 - 1 }).unwrap();
+    }
+    let after = db.repo::<After>().unwrap();
+    after.put(&After { id: 10, visits: -1 }).unwrap();
+    // The index's part changed type: it is rebuilt, narrow cells read as the wider type.
+    after.build_index(After::BY_VISITS).run().unwrap();
+    let minus_one = after.index(After::BY_VISITS).scan().prefix(-1i64).keys().unwrap();
+    assert_eq!(minus_one.iter().map(|k| k.id).collect::<Vec<_>>(), [0, 3, 10]);
+    assert!(after.verify_index(After::BY_VISITS).run().unwrap().is_clean());
+}
+}
+
+/// Release 1.1: release 1 reading the name under both qualifiers, still writing the old one,
+/// and reading wide numbers: the first step of changes that run beside the release making them.
+mod v1_reads_both {
+    use cellar::prelude::*;
+
+    #[derive(Entity, Debug, Clone, PartialEq)]
+    #[cellar(table = "ev_customers")]
+    pub struct Customer {
+        #[cellar(key)]
+        pub id: u64,
+        #[cellar(column = "n", aliases = ["full_name"])]
+        pub name: String,
+        pub visits: i64,
+        pub score: f64,
+        pub fax: Option<String>,
+        pub nickname: Option<String>,
+        pub note: Option<String>,
+    }
 }
 
 /// Release 3: `visits` is now a string, `segment` a new required field, and the key gains a
@@ -278,14 +332,27 @@ fn the_catalog_records_each_compatible_release_as_a_version(db: Db) {
     assert_eq!(db.catalog().unwrap().iter().filter(|v| v.schema.table == "ev_customers").count(), 1);
 }
 
-fn an_older_release_keeps_working_beside_a_newer_one(db: Db) {
+fn an_older_release_keeps_working_beside_a_newer_one_it_can_follow(db: Db) {
     db.repo::<v1::Customer>().unwrap().put(&first(1)).unwrap();
+    db.repo::<v1_reads_both::Customer>().unwrap();
     db.repo::<v2::Customer>().unwrap();
-    // A fresh process of release 1 opens after release 2 recorded its schema.
-    let old = cellar::orm::Db::with_store(db.store().clone());
-    old.repo::<v1::Customer>().unwrap().put(&first(2)).unwrap();
-    assert_eq!(db.schema_history::<v1::Customer>().unwrap().len(), 2, "an older release records nothing");
-    assert_eq!(db.repo::<v2::Customer>().unwrap().scan().to_vec().unwrap().len(), 2);
+    // A fresh process of the release that reads both qualifiers opens after release 2
+    // recorded its schema: let in, it records nothing, and the releases read each other.
+    let old = cellar::orm::Db::with_store(db.store().clone()).repo::<v1_reads_both::Customer>().unwrap();
+    let new = db.repo::<v2::Customer>().unwrap();
+    assert_eq!(db.schema_history::<v2::Customer>().unwrap().len(), 3, "an older release records nothing");
+    let mut c = new.get(1u64).unwrap().unwrap();
+    c.name = "renamed by release 2".into();
+    new.put(&c).unwrap();
+    assert_eq!(old.get(1u64).unwrap().unwrap().name, "renamed by release 2");
+    std::thread::sleep(std::time::Duration::from_millis(2));
+    let mut o = old.get(1u64).unwrap().unwrap();
+    o.name = "renamed by the older release".into();
+    old.put(&o).unwrap();
+    assert_eq!(new.get(1u64).unwrap().unwrap().name, "renamed by the older release");
+    // Release 1 itself reads only the old qualifier: it would read stale names. Refused.
+    let err = cellar::orm::Db::with_store(db.store().clone()).repo::<v1::Customer>().unwrap_err().to_string();
+    assert!(err.contains("reads field `name` from d:n, which a newer release moved to d:full_name"), "{err}");
 }
 
 fn an_incompatible_release_is_refused_with_every_difference(db: Db) {
@@ -328,7 +395,9 @@ fn a_release_without_an_index_the_catalog_holds_is_refused_until_it_is_dropped(d
     assert_eq!(db.drop_index::<v2_indexed::Customer>("by_tier").unwrap(), 1);
     let fresh = cellar::orm::Db::with_store(db.store().clone());
     fresh.repo::<v2::Customer>().unwrap().put(&fresh.repo::<v2::Customer>().unwrap().get(1u64).unwrap().unwrap()).unwrap();
-    fresh.repo::<v1::Customer>().unwrap();
+    // Release 1 is no longer refused for the index; it still is for the rename it cannot follow.
+    let err = fresh.repo::<v1::Customer>().unwrap_err().to_string();
+    assert!(!err.contains("by_tier") && err.contains("moved to d:full_name"), "{err}");
     let history = db.schema_history::<v2::Customer>().unwrap();
     assert_eq!(history.last().unwrap().changes, ["dropped index `by_tier`"]);
     // Declared again, the index is new: pending until its backfill, which finds the rows.
@@ -516,5 +585,79 @@ fn aggregates_evolve_part_by_part(db: Db) {
     }
     let err = cellar::orm::Db::with_store(db.store().clone()).aggregates::<orders_v3::Order>().unwrap_err();
     assert!(err.to_string().contains("strategy changed from single_table to denormalized"), "{err}");
+}
+}
+
+fn clock_default() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64)
+}
+
+mod reuse {
+    pub mod v1 {
+        use cellar::prelude::*;
+
+        #[derive(Entity, Debug, Clone, PartialEq)]
+        #[cellar(table = "ev_reuse")]
+        pub struct Player {
+            #[cellar(key)]
+            pub id: u64,
+            #[cellar(column = "s")]
+            pub score: f64,
+            #[cellar(columns(family = "m"))]
+            pub medals: std::collections::BTreeMap<String, u32>,
+            #[cellar(default = "crate::clock_default")]
+            pub seen: u64,
+        }
+    }
+    pub mod v2 {
+        use cellar::prelude::*;
+
+        /// `score` dropped.
+        #[derive(Entity, Debug, Clone, PartialEq)]
+        #[cellar(table = "ev_reuse")]
+        pub struct Player {
+            #[cellar(key)]
+            pub id: u64,
+            #[cellar(columns(family = "m"))]
+            pub medals: std::collections::BTreeMap<String, u32>,
+            #[cellar(default = "crate::clock_default")]
+            pub seen: u64,
+        }
+    }
+    pub mod v3 {
+        use cellar::prelude::*;
+
+        /// A new field in the dropped field's column, and the map's values changed type.
+        #[derive(Entity, Debug, Clone, PartialEq)]
+        #[cellar(table = "ev_reuse")]
+        pub struct Player {
+            #[cellar(key)]
+            pub id: u64,
+            #[cellar(column = "s")]
+            pub rank: Option<i64>,
+            #[cellar(columns(family = "m"))]
+            pub medals: std::collections::BTreeMap<String, f32>,
+            #[cellar(default = "crate::clock_default")]
+            pub seen: u64,
+        }
+    }
+}
+
+on_every_backend! {
+fn a_dropped_fields_column_is_not_reused_for_another_type(db: Db) {
+    let player = reuse::v1::Player { id: 1, score: 2.5, medals: [("gold".to_string(), 3)].into(), seen: 7 };
+    db.repo::<reuse::v1::Player>().unwrap().put(&player).unwrap();
+    db.repo::<reuse::v2::Player>().unwrap();
+    let err = cellar::orm::Db::with_store(db.store().clone()).repo::<reuse::v3::Player>().unwrap_err();
+    let text = err.to_string();
+    assert!(text.contains("field `rank` (Option<i64>) reads d:s, which held field `score` (f64) in version 1"), "{text}");
+    assert!(text.contains("map field `medals` changed its family, prefix, key or value type"), "{text}");
+}
+
+fn a_default_that_is_no_constant_records_one_version(db: Db) {
+    for _ in 0..3 {
+        cellar::orm::Db::with_store(db.store().clone()).repo::<reuse::v1::Player>().unwrap();
+    }
+    assert_eq!(db.schema_history::<reuse::v1::Player>().unwrap().len(), 1);
 }
 }

@@ -26,6 +26,7 @@ const POINTS: WideSpec = WideSpec {
     lazy: false,
     key_type: "u16",
     key_width: Some(2),
+    value_type: "f64",
 };
 const NEWEST: WideSpec = WideSpec {
     field: "newest",
@@ -35,6 +36,7 @@ const NEWEST: WideSpec = WideSpec {
     lazy: false,
     key_type: "u16",
     key_width: Some(2),
+    value_type: "f64",
 };
 
 fn table(db: &Db) {
@@ -334,7 +336,7 @@ fn advice_warns_of_maps_that_can_grow_without_bound() {
 /// A map of `K` keys after `prefix`, ascending or descending.
 fn spec_of(prefix: &'static [u8], desc: bool) -> WideSpec {
     let key = PartSpec::new("k", Form::Last).with(if desc { Modifier::Desc } else { Modifier::None });
-    WideSpec { field: "k", family: "m", prefix, key, lazy: false, key_type: "K", key_width: None }
+    WideSpec { field: "k", family: "m", prefix, key, lazy: false, key_type: "K", key_width: None, value_type: "V" }
 }
 
 /// Qualifiers of `a` and `b` order as the keys do (reversed for `desc`), and decode back.

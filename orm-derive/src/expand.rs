@@ -235,7 +235,9 @@ pub fn expand(e: &EntityAttr) -> TokenStream {
         let prefix = syn::LitByteStr::new(w.prefix.as_bytes(), Span::call_site());
         let modifier = if w.desc { quote!(Desc) } else { quote!(None) };
         let lazy = w.lazy;
-        let key_ty = crate::check::map_types(&f.ty).map(|(k, _)| k.clone());
+        let types = crate::check::map_types(&f.ty);
+        let key_ty = types.map(|(k, _)| k.clone());
+        let value_type = types.map_or_else(|| lit(""), |(_, v)| type_string(v));
         let (key_type, key_width) = match &key_ty {
             Some(k) => (type_string(k), quote!(<#k as #orm::key::KeyPart>::FIXED_WIDTH)),
             None => (lit(""), quote!(::core::option::Option::None)),
@@ -248,6 +250,7 @@ pub fn expand(e: &EntityAttr) -> TokenStream {
             prefix: #prefix,
             key: #orm::key::PartSpec::new(#field, #orm::key::Form::Last).with(#orm::key::Modifier::#modifier),
             lazy: #lazy,
+            value_type: #value_type,
         })
     });
     let wide_consts = wides.iter().enumerate().filter_map(|(position, (f, _))| {

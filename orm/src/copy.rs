@@ -65,7 +65,6 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 
-use crate::catalog::CATALOG_TABLE;
 use crate::entity::Entity;
 use crate::index::{index_table, STATUS_TABLE};
 use crate::jobs::{Checkpoint, JOBS_TABLE};
@@ -141,6 +140,8 @@ pub struct Copy<'a> {
     from: &'a Db,
     to: &'a Db,
     tables: Vec<String>,
+    /// Types whose schema history comes along: (table, type name).
+    types: Vec<(&'static str, &'static str)>,
     batch_rows: usize,
     progress: Option<ProgressFn<'a>>,
 }
@@ -149,7 +150,7 @@ impl Db {
     /// A job copying tables of this database into `to`; name them with [`Copy::table`] or
     /// [`Copy::entity`], then [`Copy::run`].
     pub fn copy_to<'a>(&'a self, to: &'a Db) -> Copy<'a> {
-        Copy { from: self, to, tables: Vec::new(), batch_rows: DEFAULT_BATCH_ROWS, progress: None }
+        Copy { from: self, to, tables: Vec::new(), types: Vec::new(), batch_rows: DEFAULT_BATCH_ROWS, progress: None }
     }
 }
 
@@ -165,17 +166,19 @@ impl<'a> Copy<'a> {
 
     /// Copies what entity `E` keeps: its table; if it declares indexes, its index table and
     /// the index status table (so the indexes answer in the destination without a backfill);
-    /// and the schema catalog (so the destination knows the history of every copied type), if
-    /// the source has one.
-    pub fn entity<E: Entity>(self) -> Self {
+    /// and its schema history from the catalog, if the source holds one and the destination
+    /// does not (a destination's own history is never merged with another).
+    pub fn entity<E: Entity>(mut self) -> Self {
         let schema = &E::SCHEMA;
+        if !self.types.contains(&(schema.table, schema.entity)) {
+            self.types.push((schema.table, schema.entity));
+        }
         let with_table = self.table(schema.table);
-        let with_indexes = if schema.indexes.is_empty() {
+        if schema.indexes.is_empty() {
             with_table
         } else {
             with_table.table(index_table(schema.table)).table(STATUS_TABLE)
-        };
-        with_indexes.table(CATALOG_TABLE)
+        }
     }
 
     /// Rows per batch (and per checkpoint); at least 1.
@@ -253,10 +256,6 @@ impl<'a> Copy<'a> {
         let mut report = CopyReport::default();
         let mut checkpoints = Vec::new();
         for table in std::mem::take(&mut self.tables) {
-            // A source that never opened a repository has no catalog to bring along.
-            if table == CATALOG_TABLE && from.describe(&table)?.is_none() {
-                continue;
-            }
             let spec = from.describe(&table)?.ok_or_else(|| Error::InvalidArgument {
                 arg: "table",
                 reason: format!("the source has no table `{table}`"),
@@ -265,6 +264,9 @@ impl<'a> Copy<'a> {
             let checkpoint = Checkpoint::open(to, job(&table))?;
             report.tables.push(self.copy_table(from, to, &table, &checkpoint)?);
             checkpoints.push(checkpoint);
+        }
+        for (table, name) in std::mem::take(&mut self.types) {
+            crate::catalog::copy_history(from, to, table, name)?;
         }
         for checkpoint in checkpoints {
             checkpoint.clear()?;

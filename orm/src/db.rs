@@ -145,7 +145,15 @@ impl Db {
             Err(crate::Error::SchemaMismatch { .. })
                 if crate::catalog::is_older(self.metered.inner().as_ref(), declared)? =>
             {
-                Ok(())
+                // The families as the table keeps them; anything else must still fit.
+                let Some(existing) = self.store.describe(&spec.name)? else { return self.store.ensure_table(spec) };
+                let mut spec = spec.clone();
+                for family in &mut spec.families {
+                    if let Some(kept) = existing.families.iter().find(|f| f.name == family.name) {
+                        *family = kept.clone();
+                    }
+                }
+                self.store.ensure_table(&spec)
             }
             other => other,
         }
@@ -191,6 +199,20 @@ impl Db {
             arg: "record",
             reason: format!("{} has no member entities", R::NAME),
         })?;
+        for (i, schema) in R::MEMBERS.iter().enumerate() {
+            // The catalog tells the types of a table apart by name.
+            if R::MEMBERS[..i].iter().any(|m| m.entity == schema.entity) {
+                return Err(crate::Error::InvalidArgument {
+                    arg: "record",
+                    reason: format!(
+                        "{} has two members named {}: the schema catalog tells a table's types apart by name; \
+                         rename one",
+                        R::NAME,
+                        schema.entity
+                    ),
+                });
+            }
+        }
         for schema in R::MEMBERS {
             let declared = crate::catalog::describe::entity(schema);
             self.ensure_table_for(&table_spec(schema), &declared)?;

@@ -51,6 +51,8 @@ pub struct WideSpec {
     pub key_type: &'static str,
     /// The key's encoded width, if fixed: a width of 1 or 2 bytes bounds the map's entries.
     pub key_width: Option<usize>,
+    /// The value's Rust type, as written (for the schema catalog).
+    pub value_type: &'static str,
 }
 
 impl WideSpec {

@@ -20,7 +20,7 @@
 //! | aggregate strategy changed | incompatible: a new table and a copy |
 //! | aggregate part added or dropped | compatible; a part's key or record type changed: incompatible |
 
-use super::describe::{ChildLayout, ColumnLayout, KeyLayout, KeyPartLayout, TypeSchema};
+use super::describe::{ChildLayout, ColumnLayout, IndexLayout, KeyLayout, KeyPartLayout, TypeSchema};
 
 /// One difference between the stored and the declared schema.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -48,9 +48,15 @@ pub fn differences(stored: &TypeSchema, declared: &TypeSchema) -> Vec<Difference
 
 fn compare_type(stored: &TypeSchema, declared: &TypeSchema, at: &str, out: &mut Vec<Difference>) {
     if stored.key != declared.key {
+        // Two types of one name on one table look like one type whose key changed.
+        let hint = if stored.key.record_type != declared.key.record_type {
+            " (or two types named alike share the table: the catalog tells them apart by name, rename one)"
+        } else {
+            ""
+        };
         out.push(refused(format!(
             "{at}row key changed from {} to {}: a key change is a new table; declare the new key on another table \
-             and copy the entities into it with `copy_to(..).rekey(..)`",
+             and copy the entities into it with `copy_to(..).rekey(..)`{hint}",
             key_text(&stored.key),
             key_text(&declared.key)
         )));
@@ -68,7 +74,13 @@ fn compare_type(stored: &TypeSchema, declared: &TypeSchema, at: &str, out: &mut 
                     s.strategy, d.strategy
                 )));
             }
-            if s.blob_version != d.blob_version {
+            if d.blob_version < s.blob_version {
+                out.push(refused(format!(
+                    "blob version went back from {} to {}: aggregates written at the newer version would not read",
+                    version_text(s.blob_version),
+                    version_text(d.blob_version)
+                )));
+            } else if s.blob_version != d.blob_version {
                 out.push(ok(format!(
                     "blob version {} -> {} (older cells migrate on read)",
                     version_text(s.blob_version),
@@ -251,7 +263,20 @@ fn compare_column(s: &ColumnLayout, d: &ColumnLayout, at: &str, out: &mut Vec<Di
         return;
     }
     if s.kind == "blob" {
-        if s.blob_version != d.blob_version {
+        let (s_ty, d_ty) = (shape(&s.type_name).1, shape(&d.type_name).1);
+        if s_ty != d_ty {
+            out.push(refused(format!(
+                "{at}blob field `{field}` changed type from {s_ty} to {d_ty}: a blob reads the versions of its own \
+                 type; add the new type's versions to it, or add a new column and migrate"
+            )));
+        } else if d.blob_version < s.blob_version {
+            out.push(refused(format!(
+                "{at}blob field `{field}` went back from version {} to {}: cells written at the newer version \
+                 would not read",
+                version_text(s.blob_version),
+                version_text(d.blob_version)
+            )));
+        } else if s.blob_version != d.blob_version {
             out.push(ok(format!(
                 "{at}blob field `{field}` version {} -> {} (older cells migrate on read)",
                 version_text(s.blob_version),
@@ -329,7 +354,7 @@ fn compare_indexes(stored: &TypeSchema, declared: &TypeSchema, at: &str, out: &m
     for s in &stored.indexes {
         match declared.indexes.iter().find(|d| d.name == s.name) {
             None => out.push(refused(format!("{at}{}", lacks_index(&s.name)))),
-            Some(d) if d != s => {
+            Some(d) if index_signature(declared, d) != index_signature(stored, s) => {
                 out.push(ok(format!("{at}redefined index `{}` (its backfill rebuilds the entries)", s.name)))
             }
             Some(_) => {}
@@ -338,6 +363,91 @@ fn compare_indexes(stored: &TypeSchema, declared: &TypeSchema, at: &str, out: &m
     for d in declared.indexes.iter().filter(|d| !stored.indexes.iter().any(|s| s.name == d.name)) {
         out.push(ok(format!("{at}added index `{}` (pending until its backfill if the table has rows)", d.name)));
     }
+}
+
+/// Why an older release — its schema an earlier version of the history — may not run beside
+/// the current one: empty if it may. It reads what it can (section "Older releases" of the
+/// module docs of [`super`]), but it may not write without an index added or redefined since,
+/// nor read a column a newer release renamed without reading the new qualifier: it would read
+/// values as they were before the newer release's writes.
+pub(crate) fn older_release(current: &TypeSchema, declared: &TypeSchema) -> Vec<String> {
+    let mut refused = Vec::new();
+    for index in &current.indexes {
+        match declared.indexes.iter().find(|d| d.name == index.name) {
+            None => refused.push(lacks_index(&index.name)),
+            Some(d) if index_signature(declared, d) != index_signature(current, index) => refused.push(format!(
+                "declares index `{}` as it was before a newer release redefined it: its writes would keep entries \
+                 of the old definition; deploy the newer definition",
+                index.name
+            )),
+            Some(_) => {}
+        }
+    }
+    for c in current.columns.iter().filter(|c| !c.aliases.is_empty()) {
+        let stale = declared.columns.iter().find(|d| {
+            d.family == c.family
+                && d.qualifier != c.qualifier
+                && c.aliases.contains(&d.qualifier)
+                && !d.aliases.contains(&c.qualifier)
+        });
+        if let Some(d) = stale {
+            refused.push(format!(
+                "reads field `{}` from {}, which a newer release moved to {}: it would read values as they were \
+                 before the newer release's writes; first deploy a release that reads both (`column = \"{}\", \
+                 aliases = [\"{}\"]`)",
+                d.field,
+                column_name(d),
+                column_name(c),
+                d.qualifier,
+                c.qualifier
+            ));
+        }
+    }
+    refused
+}
+
+/// An index's definition with the columns its parts and copies read.
+fn index_signature<'s>(schema: &'s TypeSchema, index: &'s IndexLayout) -> (&'s IndexLayout, Vec<Option<String>>) {
+    let column = |field: &str| schema.columns.iter().find(|c| c.field == field).map(column_name);
+    let fields = index.parts.iter().map(|p| p.field.as_str()).chain(index.include.iter().map(String::as_str));
+    (index, fields.map(column).collect())
+}
+
+/// Columns `declared` adds (or reads through an alias) at a qualifier an earlier version used
+/// for a field of another type: the old cells are still in the rows and would read as the new
+/// type. `history` is every version, oldest first; `current` the newest.
+pub(crate) fn reused_qualifiers(
+    history: &[&TypeSchema],
+    current: &TypeSchema,
+    declared: &TypeSchema,
+) -> Vec<Difference> {
+    let mut out = Vec::new();
+    for d in &declared.columns {
+        for qualifier in std::iter::once(&d.qualifier).chain(&d.aliases) {
+            // A qualifier the current version maps is compared with it by `differences`.
+            if current.columns.iter().any(|c| c.family == d.family && c.qualifier == *qualifier) {
+                continue;
+            }
+            let earlier = history.iter().enumerate().rev().find_map(|(i, v)| {
+                v.columns.iter().find(|c| c.family == d.family && c.qualifier == *qualifier).map(|c| (i + 1, c))
+            });
+            if let Some((version, old)) = earlier.filter(|(_, old)| !reads_as(old, d)) {
+                out.push(refused(format!(
+                    "field `{}` ({}) reads {}:{qualifier}, which held field `{}` ({}) in version {version}: those \
+                     cells are still in the rows and would read as the new type; choose another qualifier",
+                    d.field, d.type_name, d.family, old.field, old.type_name
+                )));
+            }
+        }
+    }
+    out
+}
+
+/// True if cells written for column `old` read as column `new`.
+fn reads_as(old: &ColumnLayout, new: &ColumnLayout) -> bool {
+    let ((_, old_ty), (_, new_ty)) = (shape(&old.type_name), shape(&new.type_name));
+    old.kind == new.kind
+        && (old_ty == new_ty || old.kind == "blob" || (old.kind == "value" && widens(&old_ty, &new_ty)))
 }
 
 /// Why a release without index `name`, which the catalog holds, is refused.
@@ -353,12 +463,12 @@ fn compare_wide(stored: &TypeSchema, declared: &TypeSchema, at: &str, out: &mut 
         match declared.wide.iter().find(|d| d.field == s.field) {
             None => out.push(ok(format!("{at}dropped map field `{}`: its columns stay", s.field))),
             Some(d)
-                if (&d.family, &d.prefix_hex, &d.key_type, d.desc)
-                    != (&s.family, &s.prefix_hex, &s.key_type, s.desc) =>
+                if (&d.family, &d.prefix_hex, &d.key_type, &d.value_type, d.desc)
+                    != (&s.family, &s.prefix_hex, &s.key_type, &s.value_type, s.desc) =>
             {
                 out.push(refused(format!(
-                    "{at}map field `{}` changed its family, prefix or key encoding: its entries would not read; use a \
-                     new field and migrate the entries",
+                    "{at}map field `{}` changed its family, prefix, key or value type: its entries would not read; \
+                     use a new field and migrate the entries",
                     s.field
                 )))
             }

@@ -116,8 +116,9 @@ pub struct ColumnLayout {
     pub blob_version: Option<u32>,
 }
 
-/// A field's default.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+/// A field's default. Two defaults are the same if their expressions are: a default that is
+/// not a constant (a clock, a random id) encodes differently every time.
+#[derive(Debug, Clone, Eq, Serialize, Deserialize)]
 pub struct DefaultLayout {
     /// The expression, as written.
     pub expr: String,
@@ -149,6 +150,9 @@ pub struct WideLayout {
     pub prefix_hex: String,
     /// The entry key's Rust type.
     pub key_type: String,
+    /// The entry value's Rust type.
+    #[serde(default)]
+    pub value_type: String,
     /// Largest key first.
     pub desc: bool,
     /// Left out of entity reads.
@@ -177,6 +181,12 @@ pub struct ChildLayout {
     pub part: TypeSchema,
     /// The part's collections.
     pub children: Vec<ChildLayout>,
+}
+
+impl PartialEq for DefaultLayout {
+    fn eq(&self, other: &Self) -> bool {
+        self.expr == other.expr
+    }
 }
 
 fn hex(bytes: &[u8]) -> String {
@@ -275,6 +285,7 @@ fn wide(w: &WideSpec) -> WideLayout {
         family: w.family.into(),
         prefix_hex: hex(w.prefix),
         key_type: w.key_type.into(),
+        value_type: w.value_type.into(),
         desc: w.key.modifier == Modifier::Desc,
         lazy: w.lazy,
     }

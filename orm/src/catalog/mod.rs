@@ -22,9 +22,11 @@
 //!
 //! # Older releases
 //! A release whose schema is an earlier version of the history keeps working (it reads what it
-//! can, as the rules of [`compare`] say for each change) unless a later version added an index:
-//! its writes would not maintain it, so it is refused until the index is dropped
-//! ([`crate::Db::drop_index`]) or the release is replaced.
+//! can, as the rules of [`compare`] say for each change) unless a later version added or
+//! redefined an index — its writes would not maintain it — or moved a column it reads without
+//! it reading the new qualifier — it would read values as they were before the newer release's
+//! writes. Such a release is refused until the index is dropped ([`crate::Db::drop_index`]) or
+//! the release is replaced.
 
 pub mod compare;
 pub mod describe;
@@ -189,20 +191,15 @@ pub(crate) fn register(store: &dyn Store, declared: &TypeSchema) -> Result<Regis
             return Ok(Registration::Current(current.version));
         }
         if let Some(older) = stored.versions.iter().find(|v| v.schema == *declared) {
-            // An older release reads what it can; it may not write without an index added since.
-            let missing: Vec<String> = current
-                .schema
-                .indexes
-                .iter()
-                .filter(|i| !declared.indexes.iter().any(|d| d.name == i.name))
-                .map(|i| compare::lacks_index(&i.name))
-                .collect();
-            if !missing.is_empty() {
-                return Err(incompatible(declared, current.version, missing));
+            let refused = compare::older_release(&current.schema, declared);
+            if !refused.is_empty() {
+                return Err(incompatible(declared, current.version, refused));
             }
             return Ok(Registration::Older { version: older.version, current: current.version });
         }
-        let differences = compare::differences(&current.schema, declared);
+        let mut differences = compare::differences(&current.schema, declared);
+        let history: Vec<&TypeSchema> = stored.versions.iter().map(|v| &v.schema).collect();
+        differences.extend(compare::reused_qualifiers(&history, &current.schema, declared));
         let refused: Vec<String> = differences.iter().filter(|d| !d.compatible).map(|d| d.what.clone()).collect();
         if !refused.is_empty() {
             return Err(incompatible(declared, current.version, refused));
@@ -237,6 +234,40 @@ pub(crate) fn is_older(store: &dyn Store, declared: &TypeSchema) -> Result<bool>
 
 fn incompatible(declared: &TypeSchema, version: u64, differences: Vec<String>) -> Error {
     Error::SchemaIncompatible { entity: declared.name.clone(), table: declared.table.clone(), version, differences }
+}
+
+/// Copies the catalog row of type `name` on `table` from one store to another, cell versions
+/// with their timestamps, unless the destination already holds one: its own history stays, and
+/// the destination's next `repo()` compares the type with it.
+///
+/// # Errors
+/// A catalog row that does not parse; store errors.
+pub(crate) fn copy_history(from: &dyn Store, to: &dyn Store, table: &str, name: &str) -> Result<()> {
+    if from.describe(CATALOG_TABLE)?.is_none() {
+        return Ok(());
+    }
+    let key = row_key(table, name);
+    let source = read(from, &key)?;
+    if source.versions.is_empty() {
+        return Ok(());
+    }
+    ensure(to)?;
+    if read(to, &key)?.current().is_some() {
+        return Ok(());
+    }
+    let rows = from.read_rows(CATALOG_TABLE, std::slice::from_ref(&key), &ReadSpec::default())?;
+    let Some(row) = rows.into_iter().flatten().next() else { return Ok(()) };
+    let mutations = row
+        .cells
+        .into_iter()
+        .map(|c| CellMutation::Put {
+            family: c.family,
+            qualifier: c.qualifier,
+            value: c.value,
+            timestamp: Some(c.timestamp),
+        })
+        .collect();
+    to.mutate_row(CATALOG_TABLE, RowMutation { row: key, mutations })
 }
 
 /// The versions the catalog holds for type `name` on `table`, oldest first (empty if none).

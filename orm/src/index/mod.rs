@@ -86,7 +86,9 @@ pub fn encode_required<T: Column + KeyPart>(
     spec: &PartSpec,
     out: &mut Vec<u8>,
 ) -> Result<bool, String> {
-    let value = T::decode_cell(cell).map_err(|e| e.to_string())?;
+    // Indexed fields are plain values: a cell written before the field was widened reads as
+    // the wider type, so its entry is the one a write of the value today makes.
+    let value = T::decode_widened(cell).map_err(|e| e.to_string())?;
     encode_part(&value, spec, out).map_err(|e| e.to_string())?;
     Ok(true)
 }

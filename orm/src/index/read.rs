@@ -44,6 +44,8 @@ pub struct IndexEntry<E: Entity> {
     pub key: E::Key,
     /// The copied columns, as a row of the data table.
     row: Row,
+    /// Position of the index in the schema.
+    index: usize,
 }
 
 impl<E: Entity> IndexEntry<E> {
@@ -61,12 +63,26 @@ impl<E: Entity> IndexEntry<E> {
             .map_err(|e| crate::repo::decode_error(E::SCHEMA.table, &self.row.key, e))
     }
 
-    /// The whole entity, if the index copies every field it needs.
+    /// The whole entity, if the index copies every field it stores.
     ///
     /// # Errors
-    /// [`Error::Decode`] naming a column the index does not copy.
+    /// [`Error::InvalidArgument`] if the index does not copy every stored field: an optional
+    /// or defaulted field left out would read as `None` or its default, not as what the row
+    /// holds; [`Error::Decode`] for a copy that does not decode.
     pub fn entity(&self) -> Result<E> {
-        E::from_row(&self.row, u64::MAX).map_err(|e| crate::repo::decode_error(E::SCHEMA.table, &self.row.key, e))
+        let schema = &E::SCHEMA;
+        let index = &schema.indexes[self.index];
+        let copied = |c: usize| index.parts.iter().any(|p| p.column == c) || index.include.contains(&c);
+        if let Some(missing) = (0..schema.columns.len()).find(|&c| !copied(c)) {
+            return Err(Error::InvalidArgument {
+                arg: "index",
+                reason: format!(
+                    "index `{}` of {} does not copy field `{}`: include it to read whole entities from the index",
+                    index.name, schema.entity, schema.columns[missing].field
+                ),
+            });
+        }
+        E::from_row(&self.row, u64::MAX).map_err(|e| crate::repo::decode_error(schema.table, &self.row.key, e))
     }
 }
 
@@ -252,8 +268,9 @@ impl<'r, E: Entity, V: IndexValue> IndexQuery<'r, E, V> {
     /// # Errors
     /// As [`IndexQuery::to_vec`]; [`Error::Decode`] for an entity with a hashed key part.
     pub fn keys(self) -> Result<Vec<E::Key>> {
+        let position = self.reader.index.position();
         let (hits, _) = self.run(Mode::Keys)?;
-        hits.into_iter().map(|(h, _)| covered::<E>(&h).map(|e| e.key)).collect()
+        hits.into_iter().map(|(h, _)| covered::<E>(&h, position).map(|e| e.key)).collect()
     }
 
     /// The matching index entries, read without their data rows (unverified rows excepted): a
@@ -262,8 +279,9 @@ impl<'r, E: Entity, V: IndexValue> IndexQuery<'r, E, V> {
     /// # Errors
     /// As [`IndexQuery::keys`].
     pub fn entries(self) -> Result<Vec<IndexEntry<E>>> {
+        let position = self.reader.index.position();
         let (hits, _) = self.run(Mode::Covered)?;
-        hits.into_iter().map(|(h, _)| covered::<E>(&h)).collect()
+        hits.into_iter().map(|(h, _)| covered::<E>(&h, position)).collect()
     }
 
     /// One page of at most `size` entities, and the cursor of the next one.
@@ -357,7 +375,7 @@ impl<'r, E: Entity, V: IndexValue> IndexQuery<'r, E, V> {
 /// A covered entry: from the data row's implied entry when one was read (unverified rows),
 /// else from the index row's copies. Hashed key parts come from the copies, so keys of an
 /// entity with hashed key parts need the index to copy them (index or include them).
-fn covered<E: Entity>(hit: &Hit) -> Result<IndexEntry<E>> {
+fn covered<E: Entity>(hit: &Hit, index: usize) -> Result<IndexEntry<E>> {
     let cells = hit.entry.as_ref().map_or(&hit.index_row.cells, |e| &e.cells);
     let mut stored = Vec::new();
     for (qualifier, value) in cells {
@@ -366,7 +384,7 @@ fn covered<E: Entity>(hit: &Hit) -> Result<IndexEntry<E>> {
     }
     let row = Row { key: hit.index_row.primary.clone(), cells: stored };
     let key = E::key_from_row(&row).map_err(|e| crate::repo::decode_error(E::SCHEMA.table, &row.key, e))?;
-    Ok(IndexEntry { key, row })
+    Ok(IndexEntry { key, row, index })
 }
 
 /// `family:qualifier` of an index copy.
