@@ -661,3 +661,57 @@ fn a_default_that_is_no_constant_records_one_version(db: Db) {
     assert_eq!(db.schema_history::<reuse::v1::Player>().unwrap().len(), 1);
 }
 }
+
+mod shelf_a {
+    use cellar::prelude::*;
+
+    #[derive(Entity, Debug, Clone, PartialEq)]
+    #[cellar(table = "ev_shelf", record_type = 1)]
+    pub struct Item {
+        #[cellar(partition)]
+        pub shelf: u64,
+        #[cellar(key)]
+        pub slot: u64,
+    }
+}
+
+mod shelf_b {
+    use cellar::prelude::*;
+
+    #[derive(Entity, Debug, Clone, PartialEq)]
+    #[cellar(table = "ev_shelf", record_type = 2)]
+    pub struct Item {
+        #[cellar(partition)]
+        pub shelf: u64,
+        #[cellar(key)]
+        pub slot: u64,
+        pub label: String,
+    }
+}
+
+#[derive(Record, Debug, Clone, PartialEq)]
+enum Shelf {
+    Plain(shelf_a::Item),
+    Labelled(shelf_b::Item),
+}
+
+on_every_backend! {
+fn record_members_of_one_name_are_refused_with_the_reason(db: Db) {
+    let err = db.records::<Shelf>().unwrap_err().to_string();
+    assert!(err.contains("two members named Item") && err.contains("rename one"), "{err}");
+}
+
+fn a_copy_keeps_the_destinations_own_schema_history(db: Db) {
+    let source = cellar::orm::Db::open_temporary().unwrap();
+    source.repo::<v1::Customer>().unwrap().put(&first(1)).unwrap();
+    source.repo::<v2::Customer>().unwrap();
+    // The destination knows only release 1, recorded on its own.
+    db.repo::<v1::Customer>().unwrap();
+    source.copy_to(&db).entity::<v2::Customer>().run().unwrap();
+    assert_eq!(db.schema_history::<v2::Customer>().unwrap().len(), 1, "not merged with the source's");
+    // A type the destination never held arrives with its history.
+    let fresh = cellar::orm::Db::open_temporary().unwrap();
+    source.copy_to(&fresh).entity::<v2::Customer>().run().unwrap();
+    assert_eq!(fresh.schema_history::<v2::Customer>().unwrap(), source.schema_history::<v2::Customer>().unwrap());
+}
+}
