@@ -48,6 +48,11 @@
 //! # Ok(()) }
 //! ```
 
+/// The README's quickstart, compiled and run as a doctest so it stays true.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;
+
 pub use cellar_derive::{Aggregate, Entity, Part, Record, Versioned};
 pub use cellar_engine as engine;
 pub use cellar_engine::{Error, Result};
