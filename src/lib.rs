@@ -57,6 +57,10 @@ pub use cellar_derive::{Aggregate, Entity, Part, Record, Versioned};
 pub use cellar_engine as engine;
 pub use cellar_engine::{Error, Result};
 pub use cellar_orm as orm;
+/// Test machinery (feature `testing`): the Bigtable emulator started on demand, a macro that
+/// runs a test on every backend (`cellar::orm::on_every_backend!`), a clock that runs ahead.
+#[cfg(feature = "testing")]
+pub use cellar_orm::testing;
 
 /// Everything an application needs in scope.
 pub mod prelude {

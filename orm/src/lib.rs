@@ -34,11 +34,8 @@ pub mod value;
 pub mod wide;
 mod writer;
 
-/// Test-only machinery (feature `test-util`): a clock that runs ahead or behind.
 #[cfg(feature = "test-util")]
-pub mod testing {
-    pub use crate::writer::skew_clock;
-}
+pub mod testing;
 
 pub use advice::Advice;
 pub use aggregate::{Aggregate, AggregateRepository, Part};
