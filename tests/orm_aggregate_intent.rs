@@ -34,6 +34,9 @@ struct Faulty {
     fail_next: AtomicBool,
     /// Every write fails, as on an engine gone read-only after a disk fault.
     refuse_writes: AtomicBool,
+    /// The next batch is applied, then every write fails: a writer cut off after its row
+    /// writes, before the root's.
+    refuse_after_batch: AtomicBool,
 }
 
 impl Faulty {
@@ -47,6 +50,7 @@ impl Faulty {
             stall_next: AtomicU32::new(0),
             fail_next: AtomicBool::new(false),
             refuse_writes: AtomicBool::new(false),
+            refuse_after_batch: AtomicBool::new(false),
         };
         (Arc::new(store), dir)
     }
@@ -81,7 +85,11 @@ impl Store for Faulty {
     }
     fn check_and_mutate_many(&self, table: &str, entries: Vec<(Condition, RowMutation)>) -> Result<Vec<bool>> {
         self.before_batch()?;
-        self.inner.check_and_mutate_many(table, entries)
+        let applied = self.inner.check_and_mutate_many(table, entries);
+        if self.refuse_after_batch.swap(false, Ordering::SeqCst) {
+            self.refuse_writes.store(true, Ordering::SeqCst);
+        }
+        applied
     }
     fn read_rows(&self, table: &str, rows: &[Bytes], read: &ReadSpec) -> Result<Vec<Option<Row>>> {
         self.inner.read_rows(table, rows, read)
@@ -220,4 +228,28 @@ fn on_a_shared_store_readers_wait_out_another_processs_lease_then_finish_its_wri
     let order = common::versions::single_table::version(4, 4, 5);
     single.put(&order).unwrap();
     assert_eq!(single.get((4, 4)).unwrap(), Some(order));
+}
+
+#[test]
+fn an_intent_copied_onto_a_store_that_writes_atomically_is_finished_not_read_around() {
+    use common::versions::single_table::{version, version_of};
+    // Rows written as on Bigtable (a shared store without atomic row groups): the writer of
+    // version 2 applied its child rows, then was cut off before the root's.
+    let (store, _dir) = Faulty::new(false);
+    let db = Db::with_store(store.clone());
+    let orders = db.aggregates::<common::orders::single_table::Order>().unwrap();
+    orders.put(&version(1, 1, 1)).unwrap();
+    store.refuse_after_batch.store(true, Ordering::SeqCst);
+    assert!(orders.put(&version(1, 1, 2)).is_err());
+    store.refuse_writes.store(false, Ordering::SeqCst);
+    // The same rows on the embedded engine's own store, which writes aggregates atomically
+    // (as after a copy from Bigtable): the reader finishes the write instead of mixing the
+    // root of version 1 with the rows of version 2.
+    let embedded = Db::with_store(Arc::new(store.inner.clone()));
+    let there = embedded.aggregates::<common::orders::single_table::Order>().unwrap();
+    assert_eq!(there.get((1, 1)).unwrap().as_ref().and_then(version_of), Some(2));
+    assert_eq!(there.scan().to_vec().unwrap(), [version(1, 1, 2)]);
+    assert_eq!(there.get_to_depth((1, 1), 1).unwrap().map(|o| o.status), Some("v2".to_string()));
+    there.put(&version(1, 1, 3)).unwrap();
+    assert_eq!(there.get((1, 1)).unwrap(), Some(version(1, 1, 3)));
 }

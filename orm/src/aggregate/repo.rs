@@ -163,6 +163,14 @@ pub(super) fn generation_of(cells: &[StoredCell]) -> Option<Bytes> {
     cells.iter().find(|c| c.qualifier == GENERATION).map(|c| c.value.clone())
 }
 
+/// True if the root row in `set` holds a pending generation: a write through the intent
+/// protocol left unfinished. On a store that writes aggregates atomically there are none of its
+/// own, but rows copied from one that does not (Bigtable) may hold one, and reading around it
+/// would mix two versions: such reads go through the intent protocol, which finishes it.
+fn holds_intent(set: &RowSet, root: &Bytes) -> bool {
+    set.get(&(0, root.clone())).and_then(|cells| generation_of(cells)).is_some_and(|g| g.len() > rows::DELETED_LEN)
+}
+
 /// `rows` without the root row's generation cell: what a change is compared against.
 fn without_generation(rows: &RowSet, root: &Bytes) -> RowSet {
     let mut rows = rows.clone();
@@ -258,10 +266,12 @@ impl<A: Aggregate> AggregateRepository<A> {
     /// The stored rows of the aggregate: consistent, whatever the protocol.
     pub(super) fn read(&self, root: &Bytes, prefix: &Bytes) -> Result<RowSet> {
         if self.atomic {
-            self.read_atomic(root, prefix)
-        } else {
-            intent::read(self, root, prefix, &|_| true)
+            let set = self.read_atomic(root, prefix)?;
+            if !holds_intent(&set, root) {
+                return Ok(set);
+            }
         }
+        intent::read(self, root, prefix, &|_| true)
     }
 
     /// The aggregate at `prefix` as a node tree.
@@ -465,7 +475,12 @@ impl<A: Aggregate> AggregateRepository<A> {
                     let row = row?;
                     set.insert((0, row.key), row.cells);
                 }
-                rows::from_rows(&self.shape, &prefix, &set)?
+                // The root's type is the lowest kept: its row is in `set`.
+                if holds_intent(&set, &root) {
+                    self.load(&root, &prefix)?
+                } else {
+                    rows::from_rows(&self.shape, &prefix, &set)?
+                }
             }
             None if self.shape.strategy == Strategy::Normalized => {
                 let set = intent::read(self, &root, &prefix, &|slot| shallow(&self.shape.levels[slot]))?;
@@ -755,9 +770,9 @@ impl<A: Aggregate> AggregateIter<'_, A> {
                         None => break,
                     }
                 }
-                if !self.repo.atomic {
+                let (root, _) = self.root_of(&prefix);
+                if !self.repo.atomic || holds_intent(&set, &root) {
                     // Rows read by a plain scan may be mid-write; read this one consistently.
-                    let (root, _) = self.root_of(&prefix);
                     rows::from_rows(shape, &prefix, &self.repo.read(&root, &prefix)?)?
                 } else {
                     rows::from_rows(shape, &prefix, &set)?
