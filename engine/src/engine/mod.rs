@@ -4,6 +4,9 @@
 //! Directory layout: `MANIFEST` (the catalog), `LOCK` (held while open), `wal/` (log
 //! segments), `sst/` (every SSTable, named by a unique id).
 
+mod options;
+mod recovery;
+
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -16,112 +19,23 @@ use parking_lot::{Mutex, RwLock};
 use crate::background::{Background, Lifeline, Task, TaskKind};
 use crate::cache::{BlockCache, CacheStats};
 use crate::catalog::{CatalogState, FileEntry, RegionEntry, TableEntry};
-use crate::clock::{Clock, SystemClock};
 use crate::compaction::CompactionPolicy;
 use crate::descriptor::{FamilyDescriptor, TableDescriptor};
-use crate::fs::{sync_dir, FileSystem, OsFs};
+use crate::fs::sync_dir;
 use crate::memstore::MemAccount;
 use crate::region::{CompactionScope, FileContext, FrozenFiles, Region};
 use crate::split::check_split_keys;
 use crate::split_policy::SplitPolicy;
-use crate::sst::reader::sst_path;
 use crate::sst::SstReader;
 use crate::table::{Table, TableState};
-use crate::wal::{decode_batch, Wal};
+use crate::wal::Wal;
 use crate::{Error, Result};
+
+pub use options::EngineOptions;
 
 /// A split flushes a region again before it stops the region's writes while the region holds
 /// more than this.
 const SMALL_FLUSH_BYTES: usize = 4 * 1024 * 1024;
-
-/// Tuning knobs of an engine.
-#[derive(Debug, Clone)]
-pub struct EngineOptions {
-    /// Block cache budget in bytes (default 256 MiB).
-    pub block_cache_bytes: usize,
-    /// A region's memstores are flushed when those taking writes exceed this many bytes
-    /// (default 64 MiB); writes go on into new ones meanwhile.
-    /// Flushed memstores leave up to this much of their memory in a pool for the next ones to
-    /// fill (resident meanwhile; memstores and pool together stay within
-    /// `global_memstore_bytes`).
-    pub memstore_flush_bytes: usize,
-    /// WAL segments roll at this size (default 64 MiB). A flush of every region rolls the log
-    /// too, and a segment it started rolls by size only at four times this (the next such
-    /// flush closes it first, and the segment is then deleted without being synced).
-    pub wal_segment_bytes: u64,
-    /// When more WAL segments than this exist, every region is flushed so old ones can go.
-    pub max_wal_segments: usize,
-    /// Writes wait while all memstores together hold more than this (default 512 MiB). Past
-    /// 5/8 of it, writes have the region with the largest memstore flushed early, so they
-    /// seldom reach it.
-    pub global_memstore_bytes: usize,
-    /// Writes to a region wait while its memstores exceed this multiple of
-    /// `memstore_flush_bytes` (default 4).
-    pub memstore_block_multiplier: usize,
-    /// A region is compacted in the background when a family has this many files, and a
-    /// background compaction merges at least this many (default 4).
-    pub compaction_threshold: usize,
-    /// Most files one background compaction merges (default 10).
-    pub compaction_max_files: usize,
-    /// A background compaction merges a run of files adjacent in age in which no file is
-    /// larger than this times the others together (default 1.2, as in HBase): a large file
-    /// waits until newer ones add up to about its size, so data is rewritten a few times
-    /// rather than at every compaction. A store that no run fits is merged anyway once it
-    /// holds `blocking_files` files. A run that is every file of a family applies the full
-    /// retention rules, as a major compaction does (markers and expired cells go), unless its
-    /// memstores hold a delete marker or `auto_compact` is off.
-    pub compaction_ratio: f64,
-    /// Writes to a region wait while a family has more files than this (default 16).
-    pub blocking_files: usize,
-    /// Longest a write waits for background work before failing with
-    /// [`Error::RegionTooBusy`] (default 60 s).
-    pub write_stall_timeout: Duration,
-    /// Background worker threads for flushes, compactions and splits (default 2). One more
-    /// thread writes the catalog after background flushes and compactions.
-    pub background_threads: usize,
-    /// Niceness the background threads add to their own on Linux (default 5; at most 19).
-    /// When flushes and compactions compete with the application's threads for a core, they
-    /// give way, as RocksDB's option to lower its compaction threads' priority has them do;
-    /// back-pressure still stops writers that outrun them. 0 leaves them at the
-    /// application's priority.
-    pub background_nice: u8,
-    /// Compact and split regions automatically (default true). Turn off for bulk loads, or
-    /// to run compactions only on demand; flushes still happen in the background.
-    pub auto_compact: bool,
-    /// Flush every memstore when the last handle is dropped (default true), as HBase does when
-    /// it closes a region: SkipWal and AsyncWal data survive a clean close, and the next open
-    /// has no log to replay.
-    pub flush_on_close: bool,
-    /// Time source for default timestamps and TTL.
-    pub clock: Arc<dyn Clock>,
-    /// The file layer every file goes through (default: the operating system's). Tests pass a
-    /// [`crate::fault::FaultFs`] to simulate power loss and I/O errors.
-    pub fs: Arc<dyn FileSystem>,
-}
-
-impl Default for EngineOptions {
-    fn default() -> Self {
-        EngineOptions {
-            block_cache_bytes: 256 * 1024 * 1024,
-            memstore_flush_bytes: 64 * 1024 * 1024,
-            wal_segment_bytes: 64 * 1024 * 1024,
-            max_wal_segments: 8,
-            global_memstore_bytes: 512 * 1024 * 1024,
-            memstore_block_multiplier: 4,
-            compaction_threshold: 4,
-            compaction_max_files: 10,
-            compaction_ratio: 1.2,
-            blocking_files: 16,
-            write_stall_timeout: Duration::from_secs(60),
-            background_threads: 2,
-            background_nice: 5,
-            auto_compact: true,
-            flush_on_close: true,
-            clock: Arc::new(SystemClock),
-            fs: Arc::new(OsFs),
-        }
-    }
-}
 
 /// Size and request counts of one region.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -283,144 +197,7 @@ impl std::fmt::Debug for Engine {
     }
 }
 
-/// Builds a region from its catalog entry. Files shared by split siblings are opened once
-/// (`open_files` maps file id to reader).
-fn region_from_entry(
-    fs: &dyn FileSystem,
-    entry: &RegionEntry,
-    desc: &TableDescriptor,
-    sst_dir: &Path,
-    cache: &Arc<BlockCache>,
-    open_files: &mut HashMap<u64, Arc<SstReader>>,
-    account: &Arc<MemAccount>,
-) -> Result<Region> {
-    let mut files = Vec::new();
-    for fam in &desc.families {
-        let mut readers = Vec::new();
-        for f in entry.files.iter().filter(|f| f.family == fam.name) {
-            let reader = match open_files.get(&f.id) {
-                Some(r) => r.clone(),
-                None => {
-                    let path = sst_path(sst_dir, f.id);
-                    let r = Arc::new(SstReader::open(fs, &path, f.id, cache.clone(), fam.in_memory)?);
-                    open_files.insert(f.id, r.clone());
-                    r
-                }
-            };
-            readers.push(reader);
-        }
-        files.push(readers);
-    }
-    let range = (Bytes::from(entry.start.clone()), Bytes::from(entry.end.clone()));
-    Ok(Region::new(entry.id, range, &desc.families, files, entry.flushed_seq, account))
-}
-
 impl Engine {
-    /// Opens (creating if needed) the engine in `dir`, replaying its write-ahead log.
-    ///
-    /// # Errors
-    /// [`Error::Io`] if the directory cannot be used or another process has it open;
-    /// [`Error::Corrupt`] naming the file and offset if the manifest, an SSTable footer or the
-    /// middle of the log is damaged. A torn record at the end of the log is truncated.
-    pub fn open(dir: impl AsRef<Path>, opts: EngineOptions) -> Result<Engine> {
-        let dir = dir.as_ref().to_path_buf();
-        let sst_dir = dir.join("sst");
-        let fs = opts.fs.clone();
-        for d in [&dir, &sst_dir] {
-            fs.create_dir_all(d).map_err(|e| Error::io(d, e))?;
-        }
-        sync_dir(&*fs, &dir)?;
-        let lock_path = dir.join("LOCK");
-        let lock = fs.lock(&lock_path).map_err(|e| {
-            let e = match e.kind() {
-                std::io::ErrorKind::WouldBlock => {
-                    std::io::Error::new(std::io::ErrorKind::WouldBlock, format!("data directory is in use: {e}"))
-                }
-                _ => e,
-            };
-            Error::io(&lock_path, e)
-        })?;
-        let catalog = CatalogState::load(&*fs, &dir.join("MANIFEST"))?;
-        let cache = Arc::new(BlockCache::new(opts.block_cache_bytes));
-        let account = MemAccount::new(opts.memstore_flush_bytes, opts.global_memstore_bytes);
-
-        let mut tables = BTreeMap::new();
-        let mut regions_by_id: HashMap<u64, Arc<Region>> = HashMap::new();
-        let mut referenced = HashSet::new();
-        let mut open_files = HashMap::new();
-        for t in &catalog.tables {
-            let mut regions = Vec::new();
-            for r in &t.regions {
-                referenced.extend(r.files.iter().map(|f| f.id));
-                let region =
-                    Arc::new(region_from_entry(&*fs, r, &t.descriptor, &sst_dir, &cache, &mut open_files, &account)?);
-                regions_by_id.insert(region.id, region.clone());
-                regions.push(region);
-            }
-            tables
-                .insert(t.descriptor.name.clone(), Arc::new(TableState::new(t.descriptor.clone(), t.enabled, regions)));
-        }
-        let max_file_id = remove_orphan_files(&*fs, &sst_dir, &referenced)?;
-
-        let wal_dir = dir.join("wal");
-        let wal = Wal::open(fs.clone(), &wal_dir, opts.wal_segment_bytes, catalog.last_seq, |record| {
-            let batches = decode_batch(&record.payload).ok_or_else(|| {
-                Error::corrupt(
-                    &wal_dir,
-                    0,
-                    format!("WAL record at sequence {} has a malformed payload", record.first_seq),
-                )
-            })?;
-            for (region_id, edits) in batches {
-                if let Some(region) = regions_by_id.get(&region_id) {
-                    let flushed = region.flushed_seq();
-                    let fresh: Vec<_> =
-                        edits.into_iter().filter(|e| record.first_seq + u64::from(e.seq_offset) > flushed).collect();
-                    region.apply(record.first_seq, &fresh);
-                    // Published record by record (no reader is open yet), so each write drops
-                    // the versions it hides just as it did when first applied.
-                    if let Some(last) = fresh.iter().map(|e| record.first_seq + u64::from(e.seq_offset)).max() {
-                        region.publish(last);
-                    }
-                }
-            }
-            Ok(())
-        })?;
-        let last_seq = wal.last_seq();
-        for region in regions_by_id.values() {
-            region.publish(last_seq);
-        }
-        let wal = Arc::new(wal);
-        let threads = opts.background_threads;
-        let inner = EngineInner {
-            dir,
-            sst_dir,
-            opts,
-            wal,
-            cache,
-            tables: RwLock::new(tables),
-            ddl: Mutex::new(()),
-            apply_gate: RwLock::new(()),
-            next_file_id: AtomicU64::new(max_file_id + 1),
-            next_region_id: AtomicU64::new(catalog.next_region_id.max(1)),
-            durable: Mutex::new(Durable::of(&catalog)),
-            memstore_memory: account,
-            early_flush_requested: AtomicBool::new(false),
-            background: Arc::new(Background::default()),
-            _lock: lock,
-        };
-        let inner = Arc::new(inner);
-        let life = Arc::new(Lifeline::start(&inner, threads));
-        // Regions left with files shared after a split, or grown past their size, get their
-        // compaction or split now.
-        for (name, state) in inner.tables.read().iter() {
-            for r in state.regions() {
-                inner.request_follow_ups(name, state, &r);
-            }
-        }
-        Ok(Engine { life, inner })
-    }
-
     /// The data directory.
     pub fn path(&self) -> &Path {
         &self.inner.dir
@@ -750,28 +527,6 @@ impl Engine {
     pub fn wal_segments(&self) -> usize {
         self.inner.wal.segment_count()
     }
-}
-
-/// Deletes SSTables the catalog does not list (left by a crash mid-flush or mid-compaction);
-/// returns the highest file id seen.
-fn remove_orphan_files(fs: &dyn FileSystem, sst_dir: &Path, referenced: &HashSet<u64>) -> Result<u64> {
-    let mut max_id = referenced.iter().copied().max().unwrap_or(0);
-    let mut removed = false;
-    for name in fs.list(sst_dir).map_err(|e| Error::io(sst_dir, e))? {
-        let Some(id) = name.to_str().and_then(|n| n.strip_suffix(".sst")).and_then(|n| n.parse::<u64>().ok()) else {
-            continue;
-        };
-        max_id = max_id.max(id);
-        if !referenced.contains(&id) {
-            let path = sst_dir.join(&name);
-            fs.remove(&path).map_err(|e| Error::io(&path, e))?;
-            removed = true;
-        }
-    }
-    if removed {
-        sync_dir(fs, sst_dir)?;
-    }
-    Ok(max_id)
 }
 
 impl EngineInner {
