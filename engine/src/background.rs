@@ -19,8 +19,23 @@ use std::time::Duration;
 
 use parking_lot::{Condvar, Mutex};
 
-use crate::engine::EngineInner;
 use crate::sst::SstReader;
+
+/// What the background reaches of the engine: the work its threads run. The engine
+/// implements it (its maintenance module); the background holds it weakly, so it never keeps
+/// an engine open.
+pub(crate) trait Maintainer: Send + Sync {
+    /// Runs one task. Regions split or dropped meanwhile are skipped.
+    fn run_task(&self, task: &Task) -> crate::Result<()>;
+    /// The catalog write flushes and compactions ask for: persists the catalog, deletes
+    /// `replaced` files no manifest on disk lists any more and trims the log.
+    fn write_catalog(&self, replaced: &[Arc<SstReader>]) -> crate::Result<()>;
+    /// Writes buffered AsyncWal records out to the OS (best effort).
+    fn flush_log_buffer(&self);
+    /// The last handle is gone and the workers stopped: flushes the memstores if the engine
+    /// is to (best effort: what is not flushed is still in the log, unless SkipWal).
+    fn close(&self);
+}
 
 /// What a worker does to one region.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -104,7 +119,7 @@ impl Background {
 
     /// Asks for a catalog write, after which `replaced` (a compaction's inputs, already out of
     /// their region) are deleted. Without a catalog thread, the caller writes it now.
-    pub fn request_catalog(&self, engine: &EngineInner, replaced: Vec<Arc<SstReader>>) -> crate::Result<()> {
+    pub fn request_catalog(&self, engine: &dyn Maintainer, replaced: Vec<Arc<SstReader>>) -> crate::Result<()> {
         if self.catalog_inline.load(Ordering::Acquire) {
             return engine.write_catalog(&replaced);
         }
@@ -233,22 +248,21 @@ impl Background {
 
 /// Shared by every user handle; stops and joins the workers when the last one is dropped.
 pub(crate) struct Lifeline {
-    engine: Weak<EngineInner>,
+    engine: Weak<dyn Maintainer>,
     background: Arc<Background>,
     workers: Mutex<Vec<JoinHandle<()>>>,
     catalog: Mutex<Option<JoinHandle<()>>>,
 }
 
 impl Lifeline {
-    /// Starts `threads` workers for `engine`.
-    pub fn start(engine: &Arc<EngineInner>, threads: usize) -> Lifeline {
-        let background = engine.background.clone();
+    /// Starts `threads` workers for `engine`, taking tasks from `background`, at `nice` more
+    /// niceness than the application's.
+    pub fn start(engine: Weak<dyn Maintainer>, background: Arc<Background>, threads: usize, nice: u8) -> Lifeline {
         background.queue.lock().workers = threads.max(1);
         let workers = (0..threads.max(1))
             .filter_map(|i| {
-                let weak: Weak<EngineInner> = Arc::downgrade(engine);
+                let weak = engine.clone();
                 let bg = background.clone();
-                let nice = engine.opts.background_nice;
                 std::thread::Builder::new()
                     .name(format!("cellar-bg-{i}"))
                     .spawn(move || {
@@ -261,9 +275,8 @@ impl Lifeline {
             })
             .collect();
         let catalog = {
-            let weak: Weak<EngineInner> = Arc::downgrade(engine);
+            let weak = engine.clone();
             let bg = background.clone();
-            let nice = engine.opts.background_nice;
             std::thread::Builder::new()
                 .name("cellar-catalog".into())
                 .spawn(move || {
@@ -273,12 +286,7 @@ impl Lifeline {
                 .ok()
         };
         background.catalog_inline.store(catalog.is_none(), Ordering::Release);
-        Lifeline {
-            engine: Arc::downgrade(engine),
-            background,
-            workers: Mutex::new(workers),
-            catalog: Mutex::new(catalog),
-        }
+        Lifeline { engine, background, workers: Mutex::new(workers), catalog: Mutex::new(catalog) }
     }
 }
 
@@ -299,10 +307,7 @@ impl Drop for Lifeline {
             let _ = catalog.join();
         }
         if let Some(engine) = self.engine.upgrade() {
-            if engine.opts.flush_on_close {
-                // Best effort: whatever is not flushed is still in the log (unless SkipWal).
-                let _ = engine.flush_all();
-            }
+            engine.close();
         }
     }
 }
@@ -326,7 +331,7 @@ fn lower_priority(nice: u8) {
 #[cfg(not(target_os = "linux"))]
 fn lower_priority(_nice: u8) {}
 
-fn worker(engine: &Weak<EngineInner>, bg: &Background) {
+fn worker(engine: &Weak<dyn Maintainer>, bg: &Background) {
     while let Some(task) = bg.next() {
         let idle_tick = task.table.is_empty();
         if let Some(engine) = engine.upgrade() {
@@ -339,14 +344,14 @@ fn worker(engine: &Weak<EngineInner>, bg: &Background) {
                 crate::heap::release_free_memory();
             }
             // Buffered AsyncWal records go out at least this often, busy or idle.
-            let _ = engine.wal.flush_buffer();
+            engine.flush_log_buffer();
         }
         bg.done(&task, !idle_tick);
     }
 }
 
 /// The catalog thread: writes the catalog whenever flushes or compactions ask.
-fn catalog_writer(engine: &Weak<EngineInner>, bg: &Background) {
+fn catalog_writer(engine: &Weak<dyn Maintainer>, bg: &Background) {
     while let Some(replaced) = bg.next_catalog() {
         let outcome = match engine.upgrade() {
             Some(engine) => engine.write_catalog(&replaced),

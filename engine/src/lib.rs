@@ -57,7 +57,9 @@ mod split;
 mod split_policy;
 mod sst;
 mod table;
+mod tables;
 mod wal;
+mod write_path;
 
 pub use cache::CacheStats;
 pub use cell::{

@@ -18,7 +18,7 @@
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use crate::cell::{check_row, MAX_WRITE_LEN};
+use crate::cell::check_row;
 use crate::descriptor::{Durability, TableDescriptor};
 use crate::engine::Engine;
 use crate::mutation::{Mutation, RowCondition, RowMutations};
@@ -26,7 +26,8 @@ use crate::query::Get;
 use crate::read::row_buf::FromScannedRow;
 use crate::region::Region;
 use crate::table::{stronger, Table};
-use crate::wal::{encode_regions, WalEdit};
+use crate::wal::WalEdit;
+use crate::write_path::{Framing, RegionEdits};
 use crate::{Error, Result};
 
 /// Mutations of rows of any tables of one engine, applied atomically if every condition holds:
@@ -128,7 +129,7 @@ impl Engine {
         loop {
             let mut routed = self.route(&m, None)?;
             for t in &routed.targets {
-                self.inner.throttle(t.table.name(), &t.region)?;
+                self.writes().throttle(t.table.name(), &t.region)?;
             }
             // Region-id order: two writes locking overlapping sets cannot wait on each other.
             let mut regions: Vec<Arc<Region>> = routed.targets.iter().map(|t| Arc::clone(&t.region)).collect();
@@ -137,7 +138,7 @@ impl Engine {
             if regions.iter().any(|r| r.is_retired()) {
                 continue;
             }
-            let now = self.inner.opts.clock.now_ms();
+            let now = self.writes().now_ms();
             let last_seq = self.apply_locked(&m, &checked, &mut routed, now)?;
             drop(locks);
             return self.finish(&checked, &routed.targets, last_seq);
@@ -168,7 +169,7 @@ impl Engine {
         get: &Get,
         mut build: impl FnMut(Option<R>) -> Option<MultiTableMutation>,
     ) -> Result<Option<bool>> {
-        if !table.belongs_to(&self.inner) {
+        if !table.belongs_to(self.writes()) {
             return Err(Error::invalid("table", format!("table `{}` belongs to another engine", table.name())));
         }
         let desc = table.check_usable()?;
@@ -199,13 +200,13 @@ impl Engine {
         }
         held.sort_by_key(|(_, r)| r.id);
         for (name, region) in &held {
-            self.inner.throttle(name, region)?;
+            self.writes().throttle(name, region)?;
         }
         let locks: Vec<_> = held.iter().map(|(_, r)| r.write_lock.lock()).collect();
         if held.iter().any(|(_, r)| r.is_retired()) {
             return Ok(Try::Again(Vec::new()));
         }
-        let now = self.inner.opts.clock.now_ms();
+        let now = self.writes().now_ms();
         let row = table.get_locked_as::<R>(&home, get, now)?;
         home.counters.reads.fetch_add(1, Ordering::Relaxed);
         let Some(m) = build(row) else {
@@ -226,7 +227,7 @@ impl Engine {
         let mut top = held.iter().map(|(_, r)| r.id).max().unwrap_or(0);
         let mut more_locks = Vec::with_capacity(more.len());
         for (_, region) in &more {
-            let lock = if self.inner.pressed(region).is_some() {
+            let lock = if self.writes().pressed(region).is_some() {
                 None
             } else if region.id > top {
                 Some(region.write_lock.lock())
@@ -248,7 +249,7 @@ impl Engine {
         // The edits' time is read once every region is locked: a write waiting for a lock
         // must not land a timestamp older than what other writers put there meanwhile (a
         // delete marker from before a put it follows would leave the put's newer cells).
-        let now = self.inner.opts.clock.now_ms().max(now);
+        let now = self.writes().now_ms().max(now);
         let last_seq = self.apply_locked(&m, &checked, &mut routed, now)?;
         drop((more_locks, locks));
         Ok(Try::Done(Some(self.finish(&checked, &routed.targets, last_seq)?)))
@@ -261,7 +262,7 @@ impl Engine {
         }
         let mut descs: Vec<Arc<TableDescriptor>> = Vec::with_capacity(m.tables.len());
         for table in &m.tables {
-            if !table.belongs_to(&self.inner) {
+            if !table.belongs_to(self.writes()) {
                 return Err(Error::invalid("table", format!("table `{}` belongs to another engine", table.name())));
             }
             descs.push(table.check_usable()?);
@@ -333,31 +334,9 @@ impl Engine {
             target.mutations += 1;
         }
         targets.retain(|t| !t.edits.is_empty());
-        for t in targets.iter_mut() {
-            Region::order_for_apply(&mut t.edits);
-        }
-        if targets.is_empty() {
-            return Ok(Some(0));
-        }
-        let payload = if checked.durability == Durability::SkipWal {
-            Vec::new()
-        } else {
-            let batches: Vec<(u64, &[WalEdit<'_>])> = targets.iter().map(|t| (t.region.id, &t.edits[..])).collect();
-            encode_regions(&batches)
-        };
-        if payload.len() > MAX_WRITE_LEN {
-            let reason = format!("one write may carry at most {MAX_WRITE_LEN} bytes");
-            return Err(Error::invalid("mutations", reason));
-        }
-        let _gate = self.inner.apply_gate.read();
-        let first = self.inner.wal.append(offset, &payload, checked.durability)?;
-        for t in targets.iter() {
-            t.region.apply(first, &t.edits);
-        }
-        let last = first + u64::from(offset.max(1)) - 1;
-        let written: Vec<&Region> = targets.iter().map(|t| &*t.region).collect();
-        Region::publish_together(&written, last);
-        Ok(Some(last))
+        let mut writes: Vec<RegionEdits<'_, '_>> =
+            targets.iter_mut().map(|t| RegionEdits { region: &t.region, edits: &mut t.edits[..] }).collect();
+        self.writes().commit(&mut writes, offset, checked.durability, Framing::Regions).map(Some)
     }
 
     /// After the locks are released: syncs the log if the write asked for it, counts the
@@ -366,13 +345,9 @@ impl Engine {
         let Some(last_seq) = last_seq else {
             return Ok(false);
         };
-        if checked.durability == Durability::FsyncWal && last_seq > 0 {
-            self.inner.wal.sync_to(last_seq)?;
-        }
-        for t in targets {
-            t.region.counters.writes.fetch_add(t.mutations, Ordering::Relaxed);
-            self.inner.after_write(t.table.name(), &t.region);
-        }
+        let written: Vec<(&str, &Region, u64)> =
+            targets.iter().map(|t| (t.table.name(), &*t.region, t.mutations)).collect();
+        self.writes().settle(last_seq, checked.durability, &written)?;
         Ok(true)
     }
 }

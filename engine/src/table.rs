@@ -7,106 +7,31 @@
 //! under the same lock.
 
 use std::ops::ControlFlow;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use bytes::Bytes;
-use parking_lot::RwLock;
 
 use crate::background::Lifeline;
-use crate::cell::{check_row, check_value, to_printable, Cell, CellType, LATEST_TIMESTAMP, MAX_WRITE_LEN};
+use crate::cell::{check_row, check_value, to_printable, Cell, CellType, LATEST_TIMESTAMP};
 use crate::descriptor::{Durability, TableDescriptor};
-use crate::engine::EngineInner;
 use crate::mutation::{Append, CheckAndMutate, Edit, Increment, MultiRowMutation, Mutation, Put, RowMutations};
 use crate::query::{Get, ReadSpec, RowResult, Scan};
 use crate::read::row_buf::{FromScannedRow, RowBuf, RowView};
 use crate::read::rows::{read_rows, row_absent, RowRead, Rows};
 use crate::region::Region;
 use crate::scanner::{visit_rows, ScanCursor, Scanner};
-use crate::wal::{encode_batch, WalEdit};
+use crate::tables::TableState;
+use crate::wal::WalEdit;
+use crate::write_path::{Framing, RegionEdits, WritePath};
 use crate::{Delete, Error, Result};
-
-/// State shared by every handle of one table.
-pub(crate) struct TableState {
-    /// Shared so the hot path takes a reference count, not a copy of every family.
-    desc: RwLock<Arc<TableDescriptor>>,
-    enabled: AtomicBool,
-    dropped: AtomicBool,
-    regions: RwLock<Vec<Arc<Region>>>,
-}
-
-impl TableState {
-    pub fn new(desc: TableDescriptor, enabled: bool, regions: Vec<Arc<Region>>) -> Self {
-        TableState {
-            desc: RwLock::new(Arc::new(desc)),
-            enabled: AtomicBool::new(enabled),
-            dropped: AtomicBool::new(false),
-            regions: RwLock::new(regions),
-        }
-    }
-
-    pub fn descriptor(&self) -> TableDescriptor {
-        (**self.desc.read()).clone()
-    }
-
-    /// The descriptor without copying it.
-    pub fn shared_descriptor(&self) -> Arc<TableDescriptor> {
-        self.desc.read().clone()
-    }
-
-    pub fn set_descriptor(&self, desc: TableDescriptor) {
-        *self.desc.write() = Arc::new(desc);
-    }
-
-    pub fn is_enabled(&self) -> bool {
-        self.enabled.load(Ordering::Acquire)
-    }
-
-    pub fn set_enabled(&self, enabled: bool) {
-        self.enabled.store(enabled, Ordering::Release);
-    }
-
-    pub fn mark_dropped(&self) {
-        self.dropped.store(true, Ordering::Release);
-    }
-
-    pub fn regions(&self) -> Vec<Arc<Region>> {
-        self.regions.read().clone()
-    }
-
-    /// Puts `with` in place of the region `id` (a split's daughters, or a parent restored).
-    pub fn replace_region(&self, id: u64, with: Vec<Arc<Region>>) {
-        let mut regions = self.regions.write();
-        if let Some(i) = regions.iter().position(|r| r.id == id) {
-            regions.splice(i..=i, with);
-        }
-    }
-
-    /// Removes the region `id`.
-    pub fn remove_region(&self, id: u64) {
-        self.regions.write().retain(|r| r.id != id);
-    }
-
-    pub fn replace_regions(&self, regions: Vec<Arc<Region>>) -> Vec<Arc<Region>> {
-        std::mem::replace(&mut *self.regions.write(), regions)
-    }
-
-    /// The region holding `row`.
-    pub fn region_for(&self, row: &[u8]) -> Option<Arc<Region>> {
-        let regions = self.regions.read();
-        // Regions are sorted by start key and tile the key space.
-        // (An empty start is tested, not compared: see `Region::contains`.)
-        let i = regions.partition_point(|r| r.start.is_empty() || r.start.as_ref() <= row);
-        regions.get(i.checked_sub(1)?).filter(|r| r.contains(row)).cloned()
-    }
-}
 
 /// A handle to one table. Cheap to clone; `Send + Sync`.
 #[derive(Clone)]
 pub struct Table {
     // Declared first so it drops first: the workers stop before the engine can close.
     _life: Arc<Lifeline>,
-    engine: Arc<EngineInner>,
+    writes: Arc<WritePath>,
     state: Arc<TableState>,
     name: Arc<str>,
 }
@@ -123,9 +48,9 @@ fn build_row<R: FromScannedRow>(buf: &mut RowBuf) -> R {
 }
 
 impl Table {
-    pub(crate) fn new(life: Arc<Lifeline>, engine: Arc<EngineInner>, state: Arc<TableState>) -> Table {
+    pub(crate) fn new(life: Arc<Lifeline>, writes: Arc<WritePath>, state: Arc<TableState>) -> Table {
         let name = state.descriptor().name.into();
-        Table { _life: life, engine, state, name }
+        Table { _life: life, writes, state, name }
     }
 
     /// The table's name.
@@ -138,9 +63,9 @@ impl Table {
         Arc::ptr_eq(&self.state, &other.state)
     }
 
-    /// True if this handle is one of `engine`'s tables.
-    pub(crate) fn belongs_to(&self, engine: &Arc<EngineInner>) -> bool {
-        Arc::ptr_eq(&self.engine, engine)
+    /// True if this handle is one of the tables of the engine whose write path is `writes`.
+    pub(crate) fn belongs_to(&self, writes: &Arc<WritePath>) -> bool {
+        Arc::ptr_eq(&self.writes, writes)
     }
 
     /// The table's current descriptor.
@@ -149,7 +74,7 @@ impl Table {
     }
 
     pub(crate) fn check_usable(&self) -> Result<Arc<TableDescriptor>> {
-        if self.state.dropped.load(Ordering::Acquire) {
+        if self.state.is_dropped() {
             return Err(Error::TableNotFound(self.name.to_string()));
         }
         if !self.state.is_enabled() {
@@ -267,7 +192,7 @@ impl Table {
     fn locked<T>(&self, row: &[u8], mut f: impl FnMut(&Region) -> Result<T>) -> Result<(Arc<Region>, T)> {
         loop {
             let region = self.region(row)?;
-            self.engine.throttle(&self.name, &region)?;
+            self.writes.throttle(&self.name, &region)?;
             let out = {
                 let _w = region.write_lock.lock();
                 if region.is_retired() {
@@ -288,7 +213,7 @@ impl Table {
         groups: &[&[Mutation]],
         durability: Durability,
     ) -> Result<u64> {
-        let now = self.engine.opts.clock.now_ms();
+        let now = self.writes.now_ms();
         let mut edits = Vec::with_capacity(groups.iter().flat_map(|g| g.iter()).map(Mutation::edit_count).sum());
         let mut offset = 0u32;
         for group in groups {
@@ -309,37 +234,19 @@ impl Table {
         durability: Durability,
     ) -> Result<()> {
         let (region, last_seq) = self.locked(row, |region| self.write_locked(region, desc, groups, durability))?;
-        region.counters.writes.fetch_add(groups.iter().map(|g| g.len() as u64).sum(), Ordering::Relaxed);
-        self.after_write(&region, last_seq, durability)
+        self.settle(&region, groups.iter().map(|g| g.len() as u64).sum(), last_seq, durability)
     }
 
-    /// Logs and applies resolved edits, put in memstore order first
-    /// ([`Region::order_for_apply`]); caller holds the region's write lock. Returns the last
-    /// sequence number used.
+    /// Logs and applies resolved edits as one record of `region`; caller holds the region's
+    /// write lock. Returns the last sequence number used.
     fn commit(&self, region: &Region, edits: &mut [WalEdit<'_>], count: u32, durability: Durability) -> Result<u64> {
-        if edits.is_empty() {
-            return Ok(0);
-        }
-        Region::order_for_apply(edits);
-        let payload = if durability == Durability::SkipWal { Vec::new() } else { encode_batch(region.id, edits) };
-        if payload.len() > MAX_WRITE_LEN {
-            let reason = format!("one write may carry at most {MAX_WRITE_LEN} bytes");
-            return Err(Error::invalid("mutations", reason));
-        }
-        let _gate = self.engine.apply_gate.read();
-        let first = self.engine.wal.append(count, &payload, durability)?;
-        region.apply(first, edits);
-        let last = first + u64::from(count.max(1)) - 1;
-        region.publish(last);
-        Ok(last)
+        let mut writes = [RegionEdits { region, edits }];
+        self.writes.commit(&mut writes, count, durability, Framing::OneRegion)
     }
 
-    fn after_write(&self, region: &Region, last_seq: u64, durability: Durability) -> Result<()> {
-        if durability == Durability::FsyncWal && last_seq > 0 {
-            self.engine.wal.sync_to(last_seq)?;
-        }
-        self.engine.after_write(&self.name, region);
-        Ok(())
+    /// After a write of `mutations` to `region`, its locks released: see [`WritePath::settle`].
+    fn settle(&self, region: &Region, mutations: u64, last_seq: u64, durability: Durability) -> Result<()> {
+        self.writes.settle(last_seq, durability, &[(&self.name, region, mutations)])
     }
 
     fn durability(&self, desc: &TableDescriptor, requested: Option<Durability>) -> Durability {
@@ -412,7 +319,7 @@ impl Table {
                     .max_by_key(|d| *d as u8)
                     .unwrap_or(desc.durability);
                 let groups: Vec<&[Mutation]> = idx.iter().map(|&i| std::slice::from_ref(&mutations[i])).collect();
-                if let Err(e) = self.engine.throttle(&self.name, &region) {
+                if let Err(e) = self.writes.throttle(&self.name, &region) {
                     fail_all(&mut results, &idx, &e);
                     continue;
                 }
@@ -424,10 +331,7 @@ impl Table {
                     }
                     self.write_locked(&region, &desc, &groups, durability)
                 };
-                let outcome = written.and_then(|last_seq| {
-                    region.counters.writes.fetch_add(idx.len() as u64, Ordering::Relaxed);
-                    self.after_write(&region, last_seq, durability)
-                });
+                let outcome = written.and_then(|last_seq| self.settle(&region, idx.len() as u64, last_seq, durability));
                 if let Err(e) = outcome {
                     fail_all(&mut results, &idx, &e);
                 }
@@ -531,7 +435,7 @@ impl Table {
         compute: impl Fn(Option<&Cell>, &Bytes, &Bytes, &X) -> Result<(Bytes, Option<u64>)>,
     ) -> Result<RowResult> {
         let (region, (cells, last_seq)) = self.locked(row, |region| {
-            let now = self.engine.opts.clock.now_ms();
+            let now = self.writes.now_ms();
             let mut cells = Vec::with_capacity(columns.len());
             let mut ttls = Vec::with_capacity(columns.len());
             for (f, q, arg) in columns {
@@ -567,8 +471,7 @@ impl Table {
             let last = self.commit(region, &mut edits, 1, durability)?;
             Ok((cells, last))
         })?;
-        region.counters.writes.fetch_add(1, Ordering::Relaxed);
-        self.after_write(&region, last_seq, durability)?;
+        self.settle(&region, 1, last_seq, durability)?;
         Ok(RowResult { row: row.clone(), cells })
     }
 
@@ -582,7 +485,7 @@ impl Table {
         let row = cam.mutations.row.clone();
         let durability = self.durability(&desc, cam.mutations.mutations.iter().find_map(Mutation::durability));
         let (region, last_seq) = self.locked(&row, |region| {
-            if !self.check_holds(region, &cam, self.engine.opts.clock.now_ms())? {
+            if !self.check_holds(region, &cam, self.writes.now_ms())? {
                 return Ok(None);
             }
             let groups = [cam.mutations.mutations.as_slice()];
@@ -591,8 +494,7 @@ impl Table {
         let Some(last_seq) = last_seq else {
             return Ok(false);
         };
-        region.counters.writes.fetch_add(1, Ordering::Relaxed);
-        self.after_write(&region, last_seq, durability)?;
+        self.settle(&region, 1, last_seq, durability)?;
         Ok(true)
     }
 
@@ -629,7 +531,7 @@ impl Table {
         let mut pending: Vec<usize> = (0..cams.len()).filter(|&i| results[i].is_ok()).collect();
         while !pending.is_empty() {
             for (region, idx) in self.by_region(&mut pending, |i| &cams[i].mutations.row[..], &mut results) {
-                if let Err(e) = self.engine.throttle(&self.name, &region) {
+                if let Err(e) = self.writes.throttle(&self.name, &region) {
                     fail_all(&mut results, &idx, &e);
                     continue;
                 }
@@ -643,8 +545,7 @@ impl Table {
                     self.check_and_write_locked(&region, &desc, &cams, &idx, &mut applied)
                 };
                 let outcome = written.and_then(|(last_seq, durability)| {
-                    region.counters.writes.fetch_add(applied.len() as u64, Ordering::Relaxed);
-                    self.after_write(&region, last_seq, durability)
+                    self.settle(&region, applied.len() as u64, last_seq, durability)
                 });
                 match outcome {
                     Ok(()) => applied.iter().for_each(|&i| results[i] = Ok(true)),
@@ -668,7 +569,7 @@ impl Table {
         idx: &[usize],
         applied: &mut Vec<usize>,
     ) -> Result<(u64, Durability)> {
-        let now = self.engine.opts.clock.now_ms();
+        let now = self.writes.now_ms();
         let mut last_seq = 0;
         let mut durability = Durability::SkipWal;
         let mut unwritten = 0;
@@ -732,7 +633,7 @@ impl Table {
                     other: to_printable(other),
                 });
             }
-            let now = self.engine.opts.clock.now_ms();
+            let now = self.writes.now_ms();
             for c in &m.conditions {
                 let current = self.read_row_locked(region, &c.row, &c.family, &c.qualifier, now)?;
                 if !c.holds(current.as_ref().map(|cell| cell.value.as_ref())) {
@@ -745,8 +646,7 @@ impl Table {
         let Some(last_seq) = last_seq else {
             return Ok(false);
         };
-        region.counters.writes.fetch_add(m.rows.len() as u64, Ordering::Relaxed);
-        self.after_write(&region, last_seq, durability)?;
+        self.settle(&region, m.rows.len() as u64, last_seq, durability)?;
         Ok(true)
     }
 
@@ -770,7 +670,7 @@ impl Table {
         check_row(&get.row)?;
         self.check_spec(&desc, &get.spec)?;
         let region = self.region(&get.row)?;
-        let out = self.read_row_in(&region, get, self.engine.opts.clock.now_ms(), false, lent, take)?;
+        let out = self.read_row_in(&region, get, self.writes.now_ms(), false, lent, take)?;
         region.counters.reads.fetch_add(1, Ordering::Relaxed);
         Ok(out)
     }
@@ -889,7 +789,7 @@ impl Table {
     pub fn scan_as<R: FromScannedRow>(&self, scan: Scan) -> Result<Scanner<R>> {
         let desc = self.check_usable()?;
         self.check_spec(&desc, &scan.spec)?;
-        Ok(Scanner::new(self.state.regions(), scan, self.engine.opts.clock.now_ms()))
+        Ok(Scanner::new(self.state.regions(), scan, self.writes.now_ms()))
     }
 
     /// Scans like [`Table::scan`], lending rows one at a time through a [`ScanCursor`]: each
@@ -922,7 +822,7 @@ impl Table {
     pub fn scan_cursor(&self, scan: Scan) -> Result<ScanCursor> {
         let desc = self.check_usable()?;
         self.check_spec(&desc, &scan.spec)?;
-        Ok(ScanCursor::new(self.state.regions(), scan, self.engine.opts.clock.now_ms()))
+        Ok(ScanCursor::new(self.state.regions(), scan, self.writes.now_ms()))
     }
 
     /// Scans like [`Table::scan`], but lends each row to `visit` instead of returning it: the
@@ -962,7 +862,7 @@ impl Table {
     pub fn scan_with(&self, scan: Scan, mut visit: impl FnMut(RowView<'_>) -> ControlFlow<()>) -> Result<usize> {
         let desc = self.check_usable()?;
         self.check_spec(&desc, &scan.spec)?;
-        visit_rows(self.state.regions(), &scan, self.engine.opts.clock.now_ms(), &mut visit)
+        visit_rows(self.state.regions(), &scan, self.writes.now_ms(), &mut visit)
     }
 }
 

@@ -3,14 +3,15 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, AtomicU64};
+use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 
 use bytes::Bytes;
-use parking_lot::{Mutex, RwLock};
+use parking_lot::RwLock;
 
-use super::{Durable, Engine, EngineInner, EngineOptions};
-use crate::background::{Background, Lifeline};
+use super::manifest::Manifest;
+use super::{Engine, EngineInner, EngineOptions};
+use crate::background::{Background, Lifeline, Maintainer};
 use crate::cache::BlockCache;
 use crate::catalog::{CatalogState, RegionEntry};
 use crate::descriptor::TableDescriptor;
@@ -19,8 +20,9 @@ use crate::memstore::MemAccount;
 use crate::region::Region;
 use crate::sst::reader::sst_path;
 use crate::sst::SstReader;
-use crate::table::TableState;
+use crate::tables::TableState;
 use crate::wal::{decode_batch, Wal};
+use crate::write_path::{Limits, WritePath};
 use crate::{Error, Result};
 
 /// Builds a region from its catalog entry. Files shared by split siblings are opened once
@@ -132,25 +134,35 @@ impl Engine {
         }
         let wal = Arc::new(wal);
         let threads = opts.background_threads;
+        let background = Arc::new(Background::default());
+        let tables = Arc::new(RwLock::new(tables));
+        let limits = Limits {
+            memstore_flush_bytes: opts.memstore_flush_bytes,
+            memstore_block_multiplier: opts.memstore_block_multiplier,
+            blocking_files: opts.blocking_files,
+            global_memstore_bytes: opts.global_memstore_bytes,
+            max_wal_segments: opts.max_wal_segments,
+            write_stall_timeout: opts.write_stall_timeout,
+        };
+        let writes = WritePath::new(limits, opts.clock.clone(), wal, account, background.clone(), tables.clone());
+        let nice = opts.background_nice;
         let inner = EngineInner {
+            manifest: Manifest::new(&dir, &catalog),
             dir,
             sst_dir,
             opts,
-            wal,
             cache,
-            tables: RwLock::new(tables),
-            ddl: Mutex::new(()),
-            apply_gate: RwLock::new(()),
+            tables,
+            writes: Arc::new(writes),
             next_file_id: AtomicU64::new(max_file_id + 1),
             next_region_id: AtomicU64::new(catalog.next_region_id.max(1)),
-            durable: Mutex::new(Durable::of(&catalog)),
-            memstore_memory: account,
-            early_flush_requested: AtomicBool::new(false),
-            background: Arc::new(Background::default()),
+            background: background.clone(),
             _lock: lock,
         };
         let inner = Arc::new(inner);
-        let life = Arc::new(Lifeline::start(&inner, threads));
+        let maintainer: Arc<dyn Maintainer> = inner.clone();
+        let life = Arc::new(Lifeline::start(Arc::downgrade(&maintainer), background, threads, nice));
+        drop(maintainer);
         // Regions left with files shared after a split, or grown past their size, get their
         // compaction or split now.
         for (name, state) in inner.tables.read().iter() {
