@@ -8,14 +8,14 @@
 use cellar::prelude::*;
 
 #[allow(dead_code)]
-fn main() -> cellar::Result<()> {
-    let temp = tempfile::tempdir().map_err(|e| cellar::Error::Io { path: "tempdir".into(), source: e })?;
+fn main() -> cellar::engine::Result<()> {
+    let temp = tempfile::tempdir().map_err(|e| cellar::engine::Error::Io { path: "tempdir".into(), source: e })?;
     let dir = std::env::args().nth(1).map_or_else(|| temp.path().to_path_buf(), Into::into);
     run(&dir)
 }
 
 /// The quickstart in `dir` (tests run it in a temporary directory).
-pub fn run(dir: &std::path::Path) -> cellar::Result<()> {
+pub fn run(dir: &std::path::Path) -> cellar::engine::Result<()> {
     println!("data directory: {}", dir.display());
 
     let engine = Engine::open(dir, EngineOptions::default())?;

@@ -38,7 +38,7 @@
 //!
 //! ```
 //! use cellar::prelude::*;
-//! # fn main() -> cellar::Result<()> {
+//! # fn main() -> cellar::engine::Result<()> {
 //! let dir = tempfile::tempdir().unwrap();
 //! let engine = Engine::open(dir.path(), EngineOptions::default())?;
 //! engine.create_table(TableDescriptor::new("events").family(FamilyDescriptor::new("d").max_versions(3)))?;
@@ -53,14 +53,21 @@
 #[doc = include_str!("../README.md")]
 pub struct ReadmeDoctests;
 
+#[cfg(test)]
+mod crate_path_tests;
+
 pub use cellar_derive::{Aggregate, Entity, Part, Record, Versioned};
 pub use cellar_engine as engine;
-pub use cellar_engine::{Error, Result};
 pub use cellar_orm as orm;
 /// Test machinery (feature `testing`): the Bigtable emulator started on demand, a macro that
 /// runs a test on every backend (`cellar::orm::on_every_backend!`), a clock that runs ahead.
 #[cfg(feature = "testing")]
 pub use cellar_orm::testing;
+/// Reference-counted bytes, as cell values and blobs are read (re-exported from `bytes`).
+pub use cellar_orm::Bytes;
+/// The object mapper's error and result ([`orm::Error`], [`orm::Result`]); the engine's are
+/// [`engine::Error`] and [`engine::Result`], and convert into these with `?`.
+pub use cellar_orm::{Error, Result};
 
 /// Everything an application needs in scope.
 pub mod prelude {

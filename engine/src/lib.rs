@@ -7,7 +7,7 @@
 //! layer (`cellar-orm`) sits on top and only calls this crate's public API.
 //!
 //! Layers, bottom up: [`cell`] and [`descriptor`] (the data model); [`fs`] (the file layer, with
-//! [`fault`] for tests), `wal`, `memstore`, `sst`,
+//! `fault` for tests, with the feature `test-util`), `wal`, `memstore`, `sst`,
 //! `cache`, `catalog` (storage); `masking`, `retention`, `read` (semantics); `region`,
 //! [`Table`], [`Engine`] (operations).
 //!
@@ -38,6 +38,7 @@ mod compaction;
 pub mod descriptor;
 mod engine;
 mod error;
+#[cfg(any(test, feature = "test-util"))]
 pub mod fault;
 pub mod filter;
 mod filter_lang;
@@ -52,7 +53,6 @@ mod read;
 mod region;
 mod retention;
 mod scanner;
-pub mod shell;
 mod split;
 mod split_policy;
 mod sst;

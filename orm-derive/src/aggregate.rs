@@ -34,8 +34,10 @@ fn strategy(e: &EntityAttr) -> &str {
 
 pub fn expand(e: &EntityAttr) -> TokenStream {
     let ident = &e.ident;
-    let orm = quote!(::cellar::orm);
-    let agg = quote!(::cellar::orm::aggregate);
+    let krate = &e.krate;
+    let orm = quote!(#krate::orm);
+    let agg = quote!(#orm::aggregate);
+    let private = quote!(#orm::__private);
     let children: Vec<_> = e.fields.iter().filter(|f| f.children.is_some()).collect();
     let child_schemas = children.iter().map(|f| {
         let field = LitStr::new(&f.ident.to_string(), Span::call_site());
@@ -64,7 +66,7 @@ pub fn expand(e: &EntityAttr) -> TokenStream {
     let from_nodes = children.iter().map(|f| {
         let name = &f.ident;
         let ty = vec_element(&f.ty);
-        quote!(object.#name = #agg::collection::<#ty>(collections.next())?;)
+        quote!(object.#name = #private::collection::<#ty>(collections.next())?;)
     });
     let constants = children.iter().enumerate().map(|(i, f)| {
         let konst = format_ident!("{}", f.ident.to_string().to_uppercase());
@@ -78,7 +80,7 @@ pub fn expand(e: &EntityAttr) -> TokenStream {
     let root = e.kind == Kind::Aggregate;
     // A versioned blob aggregate also derives Versioned, which reads the `blob(...)` contents.
     let blob = match e.versioned_blob {
-        Some(_) => quote!(::core::option::Option::Some(#agg::versioned_codec::<#ident>())),
+        Some(_) => quote!(::core::option::Option::Some(#private::versioned_codec::<#ident>())),
         None => quote!(::core::option::Option::None),
     };
     let aggregate_impl = root.then(|| {
@@ -99,7 +101,7 @@ pub fn expand(e: &EntityAttr) -> TokenStream {
                 };
             }
             // A tree its strategy cannot hold, or duplicate record types, fail to compile here.
-            const _: () = #agg::check_aggregate(&<#ident as #agg::Aggregate>::AGGREGATE);
+            const _: () = #private::check_aggregate(&<#ident as #agg::Aggregate>::AGGREGATE);
         }
     });
     quote! {
@@ -114,7 +116,7 @@ pub fn expand(e: &EntityAttr) -> TokenStream {
                 const CHILDREN: &'static [#agg::ChildSchema] = &[#(#child_schemas),*];
 
                 fn to_node(&self) -> #orm::Result<#agg::Node> {
-                    #agg::node_of(self, #root, ::std::vec![#(#to_nodes),*])
+                    #private::node_of(self, #root, ::std::vec![#(#to_nodes),*])
                 }
 
                 #[allow(unused_mut, unused_variables)]

@@ -1,7 +1,8 @@
 //! Phase one: read `#[cellar(...)]` attributes into a plain model of the entity. Every problem
 //! is recorded in the [`Ctx`] and parsing goes on, so one compile reports them all.
 
-use proc_macro2::Span;
+use proc_macro2::{Span, TokenStream};
+use quote::quote;
 use syn::spanned::Spanned as _;
 use syn::{Attribute, DeriveInput, Expr, ExprLit, Ident, Lit, LitInt, LitStr, Type};
 
@@ -48,6 +49,7 @@ pub mod sym {
     pub const DEFAULT: &str = "default";
     pub const RENAME_FROM: &str = "rename_from";
     pub const ALIASES: &str = "aliases";
+    pub const CRATE: &str = "crate";
 }
 
 /// Which derive is parsing.
@@ -119,6 +121,8 @@ pub struct FamilyAttr {
 /// The struct-level attributes.
 pub struct EntityAttr {
     pub kind: Kind,
+    /// The path generated code reaches Cellar by: `::cellar`, or `crate = "..."`.
+    pub krate: TokenStream,
     pub ident: Ident,
     pub vis: syn::Visibility,
     pub table: String,
@@ -348,6 +352,28 @@ fn snake_case(name: &str) -> String {
     out
 }
 
+/// The path generated code names Cellar by: `#[cellar(crate = "path")]` on the type (for code
+/// that reaches Cellar through a re-export, or under another name), else `::cellar`. Every
+/// derive reads it; other keys are left to each derive's own parsing.
+pub fn crate_root(ctx: &mut Ctx, attrs: &[Attribute]) -> TokenStream {
+    let mut root = quote!(::cellar);
+    for attr in attrs.iter().filter(|a| a.path().is_ident(sym::CELLAR)) {
+        // Errors in other keys are their parsers' to report.
+        let _ = attr.parse_nested_meta(|meta| {
+            if name_of(&meta) != sym::CRATE {
+                return skip_value(&meta);
+            }
+            let Some(lit) = lit_str(ctx, &value_expr(&meta)?) else { return Ok(()) };
+            match lit.parse::<syn::Path>() {
+                Ok(path) => root = quote!(#path),
+                Err(e) => ctx.error(lit.span(), format!("crate = \"...\" takes a path: {e}")),
+            }
+            Ok(())
+        });
+    }
+    root
+}
+
 /// Parses the struct and its fields.
 pub fn parse(ctx: &mut Ctx, input: &DeriveInput, kind: Kind) -> Option<EntityAttr> {
     let only_structs = format!("#[derive({})] supports structs with named fields only", kind.derive_name());
@@ -361,6 +387,7 @@ pub fn parse(ctx: &mut Ctx, input: &DeriveInput, kind: Kind) -> Option<EntityAtt
     };
     let mut entity = EntityAttr {
         kind,
+        krate: crate_root(ctx, &input.attrs),
         strategy: None,
         root_only: Vec::new(),
         all_delimited: kind != Kind::Entity,
@@ -378,6 +405,10 @@ pub fn parse(ctx: &mut Ctx, input: &DeriveInput, kind: Kind) -> Option<EntityAtt
     let mut default_family = FamilyAttr::default();
     for_each_meta(ctx, &input.attrs, |ctx, meta| {
         let name = name_of(&meta);
+        // `crate_root` reads `crate = "..."`.
+        if name == sym::CRATE {
+            return skip_value(&meta);
+        }
         // Indexes get an error of their own on aggregates and parts (see `check`).
         if name != sym::FAMILY && name != sym::INDEX {
             entity.root_only.push(Spanned { value: name.clone(), span: meta.path.span() });

@@ -1,5 +1,7 @@
 //! Phase three: generate the key type, its prefix builders, the schema and the `Entity` impl.
-//! Generated code names everything by full path (`::cellar::orm::...`, `::core::...`).
+//! Generated code names everything by full path (`::cellar::orm::...`, `::core::...`; the root
+//! is `#[cellar(crate = "...")]` when given), and calls helpers only through
+//! `::cellar::orm::__private`.
 
 use proc_macro2::{Span, TokenStream};
 use quote::{format_ident, quote, quote_spanned, ToTokens as _};
@@ -26,7 +28,7 @@ fn type_string(ty: &syn::Type) -> LitStr {
     lit(&quote!(#ty).to_string().replace(' ', ""))
 }
 
-fn kind_of(f: &FieldAttr) -> TokenStream {
+fn kind_of(orm: &TokenStream, f: &FieldAttr) -> TokenStream {
     let k = if f.is_key_part() {
         quote!(HashedKey)
     } else if f.counter.is_some() {
@@ -40,7 +42,7 @@ fn kind_of(f: &FieldAttr) -> TokenStream {
     } else {
         quote!(Value)
     };
-    quote!(::cellar::orm::entity::ColumnKind::#k)
+    quote!(#orm::entity::ColumnKind::#k)
 }
 
 /// The expression a `#[cellar(default)]` field reads as without its cell.
@@ -56,7 +58,9 @@ pub fn expand(e: &EntityAttr) -> TokenStream {
     let vis = &e.vis;
     let entity_name = lit(&ident.to_string());
     let key_ident = format_ident!("{}Key", ident);
-    let orm = quote!(::cellar::orm);
+    let krate = &e.krate;
+    let orm = quote!(#krate::orm);
+    let private = quote!(#orm::__private);
 
     let partition: Vec<&FieldAttr> = e.fields.iter().filter(|f| f.partition.is_some() && f.skip.is_none()).collect();
     let keys: Vec<&FieldAttr> = e.fields.iter().filter(|f| f.key.is_some() && f.skip.is_none()).collect();
@@ -138,7 +142,7 @@ pub fn expand(e: &EntityAttr) -> TokenStream {
         let (family, qualifier) = column_of(e, f);
         let (family, qualifier, field) = (lit(&family), lit(&qualifier), lit(&f.ident.to_string()));
         let ty_name = type_string(&f.ty);
-        let kind = kind_of(f);
+        let kind = kind_of(&orm, f);
         let ty = &f.ty;
         let encoding = if f.serde.is_some() {
             quote!("MessagePack")
@@ -161,9 +165,9 @@ pub fn expand(e: &EntityAttr) -> TokenStream {
                 let expr = default_expr(&d.value);
                 let text = lit(&expr.to_string().replace(' ', ""));
                 let encode = if f.serde.is_some() {
-                    quote!(#orm::value::to_msgpack(&value).ok())
+                    quote!(#private::to_msgpack(&value).ok())
                 } else if f.blob.is_some() {
-                    quote!(#orm::blob::versioned::write(&value).ok())
+                    quote!(#private::write_blob(&value).ok())
                 } else {
                     quote!(#orm::value::Column::encode_cell(&value))
                 };
@@ -265,7 +269,7 @@ pub fn expand(e: &EntityAttr) -> TokenStream {
     let wide_cells = (!wides.is_empty()).then(|| {
         let each = wides.iter().enumerate().map(|(position, (f, _))| {
             let name = &f.ident;
-            quote_spanned!(f.ty.span()=> #orm::wide::encode_entries(&S.wide[#position], &self.#name)?)
+            quote_spanned!(f.ty.span()=> #private::encode_entries(&S.wide[#position], &self.#name)?)
         });
         quote! {
             fn wide_cells(&self) -> #orm::Result<::std::vec::Vec<#orm::wide::WideCells>> {
@@ -388,11 +392,11 @@ pub fn expand(e: &EntityAttr) -> TokenStream {
         let helper = if f.serde.is_some() { Some(quote!(encode_serde)) } else { f.blob.map(|_| quote!(encode_blob)) };
         let value = if let Some(helper) = helper.as_ref().filter(|_| is_option(&f.ty)) {
             quote!(match &self.#name {
-                ::core::option::Option::Some(v) => ::core::option::Option::Some(#orm::entity::#helper(#entity_name, #field, v)?),
+                ::core::option::Option::Some(v) => ::core::option::Option::Some(#private::#helper(#entity_name, #field, v)?),
                 ::core::option::Option::None => ::core::option::Option::None,
             })
         } else if let Some(helper) = helper {
-            quote!(::core::option::Option::Some(#orm::entity::#helper(#entity_name, #field, &self.#name)?))
+            quote!(::core::option::Option::Some(#private::#helper(#entity_name, #field, &self.#name)?))
         } else {
             quote!(#orm::value::Column::encode_cell(&self.#name))
         };
@@ -443,19 +447,23 @@ pub fn expand(e: &EntityAttr) -> TokenStream {
             }
         })
         .collect::<Vec<_>>();
-    let restore_hashed = parts.iter().filter(|p| p.field.is_hashed()).map(|p| {
-        let (name, ty, list, index) = (&p.field.ident, &p.field.ty, &p.list, p.index);
-        let digest = digest_of(p.field);
-        let c = column_index(p.field).unwrap_or_default();
-        quote!(let #name: #ty = #orm::entity::restore_hashed::<#ty>(&#digest, row, &S.#list[#index], &S.columns[#c])?;)
-    }).collect::<Vec<_>>();
+    let restore_hashed = parts
+        .iter()
+        .filter(|p| p.field.is_hashed())
+        .map(|p| {
+            let (name, ty, list, index) = (&p.field.ident, &p.field.ty, &p.list, p.index);
+            let digest = digest_of(p.field);
+            let c = column_index(p.field).unwrap_or_default();
+            quote!(let #name: #ty = #private::restore_hashed::<#ty>(&#digest, row, &S.#list[#index], &S.columns[#c])?;)
+        })
+        .collect::<Vec<_>>();
     let restore_names = parts
         .iter()
         .filter(|p| p.field.substitute.is_some())
         .map(|p| {
             let (name, list, index) = (&p.field.ident, &p.list, p.index);
             let id = id_of(p.field);
-            quote!(let #name: ::std::string::String = #orm::key::name_of(&S.#list[#index], #id, names)?;)
+            quote!(let #name: ::std::string::String = #private::name_of(&S.#list[#index], #id, names)?;)
         })
         .collect::<Vec<_>>();
     let start_partition = partition.is_empty().then(|| quote!(reader.end_partition()?;));
@@ -467,7 +475,7 @@ pub fn expand(e: &EntityAttr) -> TokenStream {
         }
         if f.wide.is_some() {
             let position = wides.iter().position(|(w, _)| w.ident == f.ident).unwrap_or_default();
-            return quote_spanned!(ty.span()=> let #name: #ty = #orm::wide::decode_entries(row, &S.wide[#position], as_of)?;);
+            return quote_spanned!(ty.span()=> let #name: #ty = #private::decode_entries(row, &S.wide[#position], as_of)?;);
         }
         let i = column_index(f).unwrap_or_default();
         if let Some(default) = &f.default {
@@ -479,23 +487,23 @@ pub fn expand(e: &EntityAttr) -> TokenStream {
             } else {
                 quote!(decode_column::<::core::option::Option<#ty>>)
             };
-            return quote!(let #name: #ty = match #orm::entity::#read(row, &S.columns[#i], as_of)? {
+            return quote!(let #name: #ty = match #private::#read(row, &S.columns[#i], as_of)? {
                 ::core::option::Option::Some(v) => v,
                 ::core::option::Option::None => #expr,
             };);
         }
         if f.counter.is_some() {
-            quote!(let #name: #ty = #orm::entity::decode_column::<::core::option::Option<i64>>(row, &S.columns[#i], as_of)?.unwrap_or(0);)
+            quote!(let #name: #ty = #private::decode_column::<::core::option::Option<i64>>(row, &S.columns[#i], as_of)?.unwrap_or(0);)
         } else if f.serde.is_some() && is_option(ty) {
-            quote!(let #name: #ty = #orm::entity::decode_serde_opt(row, &S.columns[#i], as_of)?;)
+            quote!(let #name: #ty = #private::decode_serde_opt(row, &S.columns[#i], as_of)?;)
         } else if f.serde.is_some() {
-            quote!(let #name: #ty = #orm::entity::decode_serde(row, &S.columns[#i], as_of)?;)
+            quote!(let #name: #ty = #private::decode_serde(row, &S.columns[#i], as_of)?;)
         } else if f.blob.is_some() && is_option(ty) {
-            quote!(let #name: #ty = #orm::entity::decode_blob_opt(row, &S.columns[#i], as_of)?;)
+            quote!(let #name: #ty = #private::decode_blob_opt(row, &S.columns[#i], as_of)?;)
         } else if f.blob.is_some() {
-            quote!(let #name: #ty = #orm::entity::decode_blob(row, &S.columns[#i], as_of)?;)
+            quote!(let #name: #ty = #private::decode_blob(row, &S.columns[#i], as_of)?;)
         } else {
-            quote!(let #name: #ty = #orm::entity::decode_column(row, &S.columns[#i], as_of)?;)
+            quote!(let #name: #ty = #private::decode_column(row, &S.columns[#i], as_of)?;)
         }
     });
     let all_fields: Vec<&Ident> = e.fields.iter().map(|f| &f.ident).collect();
@@ -537,8 +545,8 @@ pub fn expand(e: &EntityAttr) -> TokenStream {
             let ty_name = type_string(ty);
             // Spanned at the type: a type that is no key part fails to compile there.
             let encode = match option_element(ty) {
-                Some(inner) => quote_spanned!(ty.span()=> #orm::index::encode_optional::<#inner>),
-                None => quote_spanned!(ty.span()=> #orm::index::encode_required::<#ty>),
+                Some(inner) => quote_spanned!(ty.span()=> #private::encode_optional::<#inner>),
+                None => quote_spanned!(ty.span()=> #private::encode_required::<#ty>),
             };
             quote!(#orm::index::IndexPart {
                 field: #field,

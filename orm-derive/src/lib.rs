@@ -36,6 +36,7 @@ use syn::{parse_macro_input, DeriveInput};
 /// | `max_versions = N`, `ttl = SECONDS` | settings of the default family |
 /// | `family_options(name = "f", max_versions = N, ttl = SECONDS)` | settings of another family |
 /// | `index(name = "by_x", on(f, g(desc), ...), include(h, ...), unique)` | a secondary index on up to 4 fields (`desc` or `hash = "md5"` each), copying `include`d columns; `unique`: one entity per value |
+/// | `crate = "path"` | the path generated code names Cellar by (default `::cellar`): for code that reaches it through a re-export or under another name; every derive takes it |
 ///
 /// On fields:
 ///
@@ -75,8 +76,9 @@ pub fn derive_entity(input: TokenStream) -> TokenStream {
 /// Derives `cellar::orm::Record` for an enum with one `Variant(Entity)` per entity type of a
 /// single-table design, `From` each member, and `cellar::orm::Member` for each member. The
 /// members must share table, salt and partition parts and have distinct record types; a
-/// mismatch is a compile error.
-#[proc_macro_derive(Record)]
+/// mismatch is a compile error. `#[cellar(crate = "path")]` sets the path to Cellar, as on
+/// [`macro@Entity`].
+#[proc_macro_derive(Record, attributes(cellar))]
 pub fn derive_record(input: TokenStream) -> TokenStream {
     let input = parse_macro_input!(input as DeriveInput);
     record::derive(&input).unwrap_or_else(syn::Error::into_compile_error).into()

@@ -27,11 +27,25 @@ pub fn derive(input: &DeriveInput) -> syn::Result<TokenStream> {
             _ => ctx.error(v.ident.span(), "each variant holds one entity: `Variant(Entity)`"),
         }
     }
+    let krate = crate::attr::crate_root(&mut ctx, &input.attrs);
+    // `crate = "..."` is the one key a record enum takes.
+    for attr in input.attrs.iter().filter(|a| a.path().is_ident(crate::attr::sym::CELLAR)) {
+        let result = attr.parse_nested_meta(|meta| {
+            if !meta.path.is_ident(crate::attr::sym::CRATE) {
+                let span = syn::spanned::Spanned::span(&meta.path);
+                ctx.error(span, "unknown record attribute; a record enum takes only `crate = \"...\"`");
+            }
+            crate::attr::skip_value(&meta)
+        });
+        if let Err(e) = result {
+            ctx.error(e.span(), e);
+        }
+    }
     ctx.finish()?;
 
     let ident = &input.ident;
     let name = LitStr::new(&ident.to_string(), ident.span());
-    let orm = quote!(::cellar::orm);
+    let orm = quote!(#krate::orm);
     let types: Vec<&Type> = variants.iter().map(|(_, t)| *t).collect();
     let attempts = variants.iter().map(|(v, t)| {
         quote! {
@@ -64,12 +78,12 @@ pub fn derive(input: &DeriveInput) -> syn::Result<TokenStream> {
                 ) -> ::core::result::Result<Self, #orm::entity::FieldError> {
                     let row: #orm::store::LentRow<'r> = row.into();
                     #(#attempts)*
-                    ::core::result::Result::Err(#orm::record::not_a_member(#name))
+                    ::core::result::Result::Err(#orm::__private::not_a_member(#name))
                 }
             }
             #(#conversions)*
             // Members that cannot share a table are a compile error, with the reason.
-            const _: () = #orm::record::check_members(<#ident as #orm::Record>::MEMBERS);
+            const _: () = #orm::__private::check_members(<#ident as #orm::Record>::MEMBERS);
         };
     })
 }

@@ -117,11 +117,11 @@ fn parse_blob(ctx: &mut Ctx, input: &DeriveInput) -> Option<BlobAttr> {
     found
 }
 
-fn codec_tokens(name: &str) -> TokenStream {
+fn codec_tokens(blob_mod: &TokenStream, name: &str) -> TokenStream {
     match name {
-        "bincode" => quote!(::cellar::orm::blob::Codec::Bincode),
-        "json" => quote!(::cellar::orm::blob::Codec::Json),
-        _ => quote!(::cellar::orm::blob::Codec::MessagePack),
+        "bincode" => quote!(#blob_mod::Codec::Bincode),
+        "json" => quote!(#blob_mod::Codec::Json),
+        _ => quote!(#blob_mod::Codec::MessagePack),
     }
 }
 
@@ -164,6 +164,7 @@ fn check(ctx: &mut Ctx, blob: &mut BlobAttr, ident: &Ident) {
 pub fn derive(input: &DeriveInput) -> syn::Result<TokenStream> {
     let mut ctx = Ctx::default();
     let ident = &input.ident;
+    let krate = crate::attr::crate_root(&mut ctx, &input.attrs);
     let mut parsed = parse_blob(&mut ctx, input);
     if let Some(blob) = parsed.as_mut() {
         check(&mut ctx, blob, ident);
@@ -171,13 +172,14 @@ pub fn derive(input: &DeriveInput) -> syn::Result<TokenStream> {
     // Without a parsed `blob(...)`, parsing has recorded why.
     ctx.finish()?;
     let blob = parsed.ok_or_else(|| syn::Error::new(ident.span(), "#[derive(Versioned)] needs blob(...)"))?;
-    Ok(expand(ident, &blob))
+    Ok(expand(&krate, ident, &blob))
 }
 
-fn expand(ident: &Ident, blob: &BlobAttr) -> TokenStream {
-    let blob_mod = quote!(::cellar::orm::blob);
+fn expand(krate: &TokenStream, ident: &Ident, blob: &BlobAttr) -> TokenStream {
+    let blob_mod = quote!(#krate::orm::blob);
+    let private = quote!(#krate::orm::__private);
     let current = blob.version.map_or(0, |v| v.0);
-    let codec = codec_tokens(&blob.codec.as_ref().map_or("msgpack".into(), LitStr::value));
+    let codec = codec_tokens(&blob_mod, &blob.codec.as_ref().map_or("msgpack".into(), LitStr::value));
     let compression = match blob.compress.as_ref().map(LitStr::value).as_deref() {
         Some("lz4") => quote!(#blob_mod::Compression::Lz4),
         Some("zstd") => quote!(#blob_mod::Compression::Zstd(3)),
@@ -191,7 +193,7 @@ fn expand(ident: &Ident, blob: &BlobAttr) -> TokenStream {
     };
     let versions: Vec<u32> = blob.history.iter().map(|h| h.version.base10_parse().unwrap_or(0)).collect();
     let history = blob.history.iter().zip(&versions).map(|(h, v)| {
-        let codec = codec_tokens(&h.codec.as_ref().map_or("msgpack".into(), LitStr::value));
+        let codec = codec_tokens(&blob_mod, &h.codec.as_ref().map_or("msgpack".into(), LitStr::value));
         let name = path_name(&h.ty);
         quote!(#blob_mod::HistoricVersion { version: #v, codec: #codec, type_name: #name })
     });
@@ -210,12 +212,13 @@ fn expand(ident: &Ident, blob: &BlobAttr) -> TokenStream {
                 }),
                 None => (current, quote!(#ident)),
             };
-            // Spanned at the entry, so a missing conversion is reported there.
-            quote_spanned!(span=> let value: #target = ::cellar::orm::blob::versioned::step(#from, #to, value)?;)
+            // Spanned at the entry (the path to `step` too), so a missing conversion is reported there.
+            let step = respan(quote!(#private::step), span);
+            quote_spanned!(span=> let value: #target = #step(#from, #to, value)?;)
         });
         quote! {
             #v => {
-                let value = #blob_mod::versioned::decode_version::<#ty>(#name, #v, codec, payload)?;
+                let value = #private::decode_version::<#ty>(#name, #v, codec, payload)?;
                 #(#steps)*
                 ::core::result::Result::Ok(value)
             }
@@ -239,12 +242,29 @@ fn expand(ident: &Ident, blob: &BlobAttr) -> TokenStream {
                 ) -> ::core::result::Result<Self, #blob_mod::VersionError> {
                     match version {
                         #(#arms)*
-                        found => ::core::result::Result::Err(#blob_mod::versioned::unknown_version::<Self>(found)),
+                        found => ::core::result::Result::Err(#private::unknown_version::<Self>(found)),
                     }
                 }
             }
         };
     }
+}
+
+/// `tokens` with every span set to `span`.
+fn respan(tokens: TokenStream, span: Span) -> TokenStream {
+    tokens
+        .into_iter()
+        .map(|mut tree| {
+            if let proc_macro2::TokenTree::Group(g) = &tree {
+                let mut group = proc_macro2::Group::new(g.delimiter(), respan(g.stream(), span));
+                group.set_span(span);
+                tree = group.into();
+            } else {
+                tree.set_span(span);
+            }
+            tree
+        })
+        .collect()
 }
 
 /// The last segment of a path, for messages: `OrderV1`.

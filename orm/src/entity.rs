@@ -398,6 +398,7 @@ pub trait KeyPrefix<E: Entity> {
 ///
 /// # Errors
 /// A [`FieldError`] naming the column.
+#[doc(hidden)]
 pub fn decode_column<T: crate::value::Column>(
     row: LentRow<'_>,
     spec: &ColumnSpec,
@@ -414,6 +415,7 @@ pub fn decode_column<T: crate::value::Column>(
 ///
 /// # Errors
 /// A [`FieldError`] naming the column.
+#[doc(hidden)]
 pub fn decode_serde<T: serde::de::DeserializeOwned>(
     row: LentRow<'_>,
     spec: &ColumnSpec,
@@ -427,6 +429,7 @@ pub fn decode_serde<T: serde::de::DeserializeOwned>(
 ///
 /// # Errors
 /// A [`FieldError`] naming the column.
+#[doc(hidden)]
 pub fn decode_serde_opt<T: serde::de::DeserializeOwned>(
     row: LentRow<'_>,
     spec: &ColumnSpec,
@@ -442,6 +445,7 @@ pub fn decode_serde_opt<T: serde::de::DeserializeOwned>(
 ///
 /// # Errors
 /// A [`FieldError`] naming the column, with what is wrong and the versions involved.
+#[doc(hidden)]
 pub fn decode_blob<T: crate::blob::Versioned>(
     row: LentRow<'_>,
     spec: &ColumnSpec,
@@ -455,6 +459,7 @@ pub fn decode_blob<T: crate::blob::Versioned>(
 ///
 /// # Errors
 /// As [`decode_blob`].
+#[doc(hidden)]
 pub fn decode_blob_opt<T: crate::blob::Versioned>(
     row: LentRow<'_>,
     spec: &ColumnSpec,
@@ -473,6 +478,7 @@ fn read_blob<T: crate::blob::Versioned>(spec: &ColumnSpec, cell: &[u8]) -> Resul
 ///
 /// # Errors
 /// [`crate::Error::Encode`] naming the field.
+#[doc(hidden)]
 pub fn encode_blob<T: crate::blob::Versioned>(
     entity: &'static str,
     field: &'static str,
@@ -485,6 +491,7 @@ pub fn encode_blob<T: crate::blob::Versioned>(
 ///
 /// # Errors
 /// [`crate::Error::Encode`].
+#[doc(hidden)]
 pub fn encode_serde<T: serde::Serialize + ?Sized>(
     entity: &'static str,
     field: &'static str,
@@ -497,6 +504,7 @@ pub fn encode_serde<T: serde::Serialize + ?Sized>(
 ///
 /// # Errors
 /// A [`FieldError`] for a missing, malformed or mismatching value.
+#[doc(hidden)]
 pub fn restore_hashed<T: crate::value::ColumnValue + crate::key::KeyPart>(
     digest: &Digest,
     row: LentRow<'_>,

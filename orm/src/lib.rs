@@ -34,12 +34,31 @@ pub mod value;
 pub mod wide;
 mod writer;
 
+/// What the code `cellar-derive` generates calls, and nothing else should: no stable API, it
+/// changes with the derive macros.
+#[doc(hidden)]
+pub mod __private {
+    pub use crate::aggregate::{check_aggregate, collection, node_of, versioned_codec};
+    pub use crate::blob::versioned::{decode_version, step, unknown_version, write as write_blob};
+    pub use crate::entity::{
+        decode_blob, decode_blob_opt, decode_column, decode_serde, decode_serde_opt, encode_blob, encode_serde,
+        restore_hashed,
+    };
+    pub use crate::index::{encode_optional, encode_required};
+    pub use crate::key::name_of;
+    pub use crate::record::{check_members, not_a_member};
+    pub use crate::value::to_msgpack;
+    pub use crate::wide::{decode_entries, encode_entries};
+}
+
 #[cfg(feature = "test-util")]
 pub mod testing;
 
 pub use advice::Advice;
 pub use aggregate::{Aggregate, AggregateRepository, Part};
 pub use alter::AlterReport;
+/// Reference-counted bytes, as cell values and blobs are read (re-exported from `bytes`).
+pub use bytes::Bytes;
 pub use census::{CensusJob, ColumnCensus, EntityCensus};
 pub use db::Db;
 pub use entity::{Entity, KeyPrefix, Schema};

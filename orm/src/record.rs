@@ -28,6 +28,7 @@ pub trait Record: Sized + 'static {
 pub trait Member<R: Record>: Entity + Into<R> {}
 
 /// The error for a row of a record type that is not a member of `record` (generated code only).
+#[doc(hidden)]
 pub fn not_a_member(record: &'static str) -> FieldError {
     FieldError {
         column: None,
@@ -38,6 +39,7 @@ pub fn not_a_member(record: &'static str) -> FieldError {
 
 /// Checks that `members` can share a table as one record enum, panicking with the reason if
 /// not. Generated code calls it in a constant, so a mismatch is a compile error.
+#[doc(hidden)]
 pub const fn check_members(members: &[&Schema]) {
     if members.is_empty() {
         panic!("a record enum needs at least one member entity");

@@ -131,6 +131,7 @@ pub struct WideCells {
 ///
 /// # Errors
 /// [`Error::InvalidArgument`] for a key that does not fit its encoding.
+#[doc(hidden)]
 pub fn encode_entries<K: KeyPart, V: ColumnValue>(spec: &'static WideSpec, map: &BTreeMap<K, V>) -> Result<WideCells> {
     let entries =
         map.iter().map(|(k, v)| Ok((spec.qualifier(k)?, Bytes::from(v.to_bytes())))).collect::<Result<Vec<_>>>()?;
@@ -156,6 +157,7 @@ fn decode_cell<K: KeyPart, V: ColumnValue>(
 ///
 /// # Errors
 /// A [`FieldError`] naming the entry that does not decode.
+#[doc(hidden)]
 pub fn decode_entries<K: KeyPart + Ord, V: ColumnValue>(
     row: LentRow<'_>,
     spec: &WideSpec,

@@ -121,6 +121,7 @@ pub struct DecodedBlob {
 }
 
 /// The [`BlobCodec`] of a versioned aggregate.
+#[doc(hidden)]
 pub const fn versioned_codec<A: Aggregate + crate::blob::Versioned>() -> BlobCodec {
     BlobCodec { format: A::FORMAT, encode: encode_versioned::<A>, decode: decode_versioned::<A> }
 }
@@ -202,6 +203,7 @@ impl<P: Part, C: Part> ChildField<P, C> {
 ///
 /// # Errors
 /// The first child that does not decode.
+#[doc(hidden)]
 pub fn collection<C: Part>(nodes: Option<Vec<Node>>) -> Result<Vec<C>, FieldError> {
     nodes.unwrap_or_default().into_iter().map(C::from_node).collect()
 }
@@ -210,6 +212,7 @@ pub fn collection<C: Part>(nodes: Option<Vec<Node>>) -> Result<Vec<C>, FieldErro
 ///
 /// # Errors
 /// Key or value encoding errors.
+#[doc(hidden)]
 pub fn node_of<E: Entity>(part: &E, root: bool, children: Vec<Vec<Node>>) -> crate::Result<Node> {
     let key = E::row_key(&part.key()).map_err(|source| crate::Error::Key { entity: E::SCHEMA.entity, source })?;
     let key = if root { key.for_write() } else { bytes::Bytes::copy_from_slice(key.body()) };

@@ -95,6 +95,7 @@ const fn has_internal_qualifier(schema: &Schema) -> bool {
 
 /// Checks that an aggregate's tree fits its strategy, panicking with the reason if not.
 /// Generated code calls it in a constant, so a misfit is a compile error.
+#[doc(hidden)]
 pub const fn check_aggregate(agg: &AggregateSchema) {
     if count_at(agg.children, MAX_DEPTH + 1) > 0 {
         panic!("an aggregate nests at most 8 levels below its root");

@@ -162,6 +162,7 @@ fn migrate_from<T: Versioned>(version: u32, codec: Codec, payload: &[u8]) -> Res
 }
 
 /// The error for a stored version the type does not declare (for generated code too).
+#[doc(hidden)]
 pub fn unknown_version<T: Versioned>(found: u32) -> VersionError {
     let versions = T::HISTORY.iter().map(|h| h.version).chain([T::FORMAT.schema_version]);
     let known = versions.map(|v| v.to_string()).collect::<Vec<_>>().join(", ");
@@ -172,6 +173,7 @@ pub fn unknown_version<T: Versioned>(found: u32) -> VersionError {
 ///
 /// # Errors
 /// [`VersionError::Decode`].
+#[doc(hidden)]
 pub fn decode_version<V: DeserializeOwned>(
     type_name: &'static str,
     version: u32,
@@ -186,6 +188,7 @@ pub fn decode_version<V: DeserializeOwned>(
 ///
 /// # Errors
 /// [`VersionError::Step`] with the conversion's error.
+#[doc(hidden)]
 pub fn step<A, B>(from: u32, to: u32, value: A) -> Result<B, VersionError>
 where
     B: TryFrom<A>,

@@ -81,6 +81,7 @@ pub struct IndexSpec {
 ///
 /// # Errors
 /// A missing or malformed cell, or a value that does not fit the part.
+#[doc(hidden)]
 pub fn encode_required<T: Column + KeyPart>(
     cell: Option<&[u8]>,
     spec: &PartSpec,
@@ -98,6 +99,7 @@ pub fn encode_required<T: Column + KeyPart>(
 ///
 /// # Errors
 /// As [`encode_required`].
+#[doc(hidden)]
 pub fn encode_optional<T: Column + KeyPart>(
     cell: Option<&[u8]>,
     spec: &PartSpec,

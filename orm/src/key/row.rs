@@ -195,6 +195,7 @@ impl KeyBuilder {
 ///
 /// # Errors
 /// As [`Names::name`]; [`KeyError::Layout`] for a part that is not substituted.
+#[doc(hidden)]
 pub fn name_of(field: &KeyField, id: &[u8], names: &dyn Names) -> Result<String, KeyError> {
     names.name(field.spec.name, substitute_of(field)?, id)
 }

@@ -7,8 +7,11 @@
 use std::io::{self, BufReader, IsTerminal};
 use std::process::ExitCode;
 
-use cellar_engine::shell::Shell;
 use cellar_engine::{Engine, EngineOptions};
+
+use shell::Shell;
+
+mod shell;
 
 const USAGE: &str = "usage: cellar-shell [--data DIR] [SCRIPT]";
 

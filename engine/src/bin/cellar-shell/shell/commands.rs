@@ -5,9 +5,9 @@ use bytes::Bytes;
 use super::format;
 use super::parse::{Command, Value};
 use super::Output;
-use crate::cell::to_printable;
-use crate::descriptor::{BloomType, Compression, Durability, FamilyDescriptor, TableDescriptor};
-use crate::{Delete, Engine, Filter, Get, Increment, PrefixField, Put, Scan, SplitAlgorithm, SplitPolicy};
+use cellar_engine::cell::to_printable;
+use cellar_engine::descriptor::{BloomType, Compression, Durability, FamilyDescriptor, TableDescriptor};
+use cellar_engine::{Delete, Engine, Filter, Get, Increment, PrefixField, Put, Scan, SplitAlgorithm, SplitPolicy};
 
 type CmdResult = Result<Output, String>;
 
@@ -559,7 +559,7 @@ fn scan(engine: &Engine, a: &Args<'_>) -> CmdResult {
 
 fn count(engine: &Engine, a: &Args<'_>) -> CmdResult {
     let t = engine.table(&a.text(0, "table name")?).map_err(|e| e.to_string())?;
-    let mut s = Scan::new().filter(crate::Filter::FirstKeyOnly);
+    let mut s = Scan::new().filter(cellar_engine::Filter::FirstKeyOnly);
     if let Some(h) = a.hash() {
         let h: Vec<_> =
             h.iter().filter(|(k, _)| !matches!(key_name(k).as_deref(), Some("INTERVAL"))).cloned().collect();
@@ -699,7 +699,7 @@ list_regions, split, status, exit\n";
 pub(crate) fn execute(engine: &Engine, cmd: &Command) -> CmdResult {
     let a = Args { cmd };
     let table = || a.text(0, "table name");
-    let done = |r: crate::Result<()>| r.map(|()| Output::rows(String::new(), 0)).map_err(|e| e.to_string());
+    let done = |r: cellar_engine::Result<()>| r.map(|()| Output::rows(String::new(), 0)).map_err(|e| e.to_string());
     match cmd.name.as_str() {
         "create" => create(engine, &a),
         "alter" => alter(engine, &a),
@@ -767,12 +767,12 @@ pub(crate) fn execute(engine: &Engine, cmd: &Command) -> CmdResult {
 #[cfg(test)]
 mod tests {
     use super::super::Shell;
-    use crate::{EngineOptions, SplitPolicy};
+    use cellar_engine::{EngineOptions, SplitPolicy};
 
     /// Runs `lines` in a fresh shell; returns the engine and everything printed.
-    fn run(lines: &[&str]) -> (crate::Engine, String, tempfile::TempDir) {
+    fn run(lines: &[&str]) -> (cellar_engine::Engine, String, tempfile::TempDir) {
         let dir = tempfile::tempdir().unwrap();
-        let engine = crate::Engine::open(dir.path(), EngineOptions::default()).unwrap();
+        let engine = cellar_engine::Engine::open(dir.path(), EngineOptions::default()).unwrap();
         let mut shell = Shell::new(engine.clone());
         let mut out = Vec::new();
         for l in lines {
@@ -783,24 +783,24 @@ mod tests {
 
     #[test]
     fn status_says_why_writes_are_refused() {
-        let fs = crate::fault::FaultFs::new(1);
+        let fs = cellar_engine::fault::FaultFs::new(1);
         let options = EngineOptions { fs: std::sync::Arc::new(fs.clone()), ..EngineOptions::default() };
-        let engine = crate::Engine::open("/db", options).unwrap();
+        let engine = cellar_engine::Engine::open("/db", options).unwrap();
         let mut shell = Shell::new(engine.clone());
         let mut out = Vec::new();
         shell.run_line("create 't', 'f'", &mut out).unwrap();
         shell.run_line("status", &mut out).unwrap();
         assert!(!String::from_utf8_lossy(&out).contains("READ-ONLY"));
-        fs.set_rates(crate::fault::FaultRates { write: 1.0, ..Default::default() });
+        fs.set_rates(cellar_engine::fault::FaultRates { write: 1.0, ..Default::default() });
         shell.run_line("put 't', 'r', 'f:q', 'v'", &mut out).unwrap();
-        fs.set_rates(crate::fault::FaultRates::default());
+        fs.set_rates(cellar_engine::fault::FaultRates::default());
         out.clear();
         shell.run_line("status", &mut out).unwrap();
         let text = String::from_utf8(out).unwrap();
         assert!(text.contains("READ-ONLY until reopened: writing the log segment /db/wal/"), "{text}");
     }
 
-    fn policy(engine: &crate::Engine, table: &str) -> SplitPolicy {
+    fn policy(engine: &cellar_engine::Engine, table: &str) -> SplitPolicy {
         engine.describe(table).unwrap().split_policy
     }
 
@@ -825,7 +825,10 @@ mod tests {
         assert_eq!(engine.describe("e").unwrap().max_region_size, 2097152);
         assert_eq!(
             policy(&engine, "g"),
-            SplitPolicy::Fields(vec![crate::PrefixField::Fixed(1), crate::PrefixField::Terminated(vec![0, 1])])
+            SplitPolicy::Fields(vec![
+                cellar_engine::PrefixField::Fixed(1),
+                cellar_engine::PrefixField::Terminated(vec![0, 1])
+            ])
         );
         assert_eq!(policy(&engine, "h"), SplitPolicy::KeyPrefix { length: 2 });
         assert_eq!(policy(&engine, "i"), SplitPolicy::DelimitedKeyPrefix { delimiter: b",".to_vec() });

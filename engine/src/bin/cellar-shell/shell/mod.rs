@@ -1,7 +1,7 @@
 //! `cellar-shell`'s interpreter: HBase shell commands over an [`Engine`].
 //!
-//! The binary (`src/bin/cellar-shell.rs`) only opens the engine and feeds lines here, so tests
-//! drive the same code in-process. Each command prints what the HBase shell prints for it; an
+//! `main.rs` only opens the engine and feeds lines here, so tests drive the same code
+//! in-process. It lives with the binary: the engine's library API is what it calls. Each command prints what the HBase shell prints for it; an
 //! error prints `ERROR: …` and the next command still runs.
 
 mod commands;
@@ -11,9 +11,9 @@ pub mod parse;
 use std::io::{self, BufRead, Write};
 use std::time::Instant;
 
-use crate::Engine;
+use cellar_engine::Engine;
 
-pub use parse::{parse_line, Command, Value};
+use parse::parse_line;
 
 /// What a command produced.
 pub(crate) struct Output {

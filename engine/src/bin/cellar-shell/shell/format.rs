@@ -1,8 +1,8 @@
 //! Output in the HBase shell's shapes.
 
-use crate::cell::{to_printable, Cell};
-use crate::descriptor::{BloomType, Compression, Durability, FamilyDescriptor, TableDescriptor};
-use crate::{PrefixField, SplitPolicy};
+use cellar_engine::cell::{to_printable, Cell};
+use cellar_engine::descriptor::{BloomType, Compression, Durability, FamilyDescriptor, TableDescriptor};
+use cellar_engine::{PrefixField, SplitPolicy};
 
 /// Width of the left column (ROW / COLUMN) in scan and get output.
 const LEFT: usize = 34;
@@ -115,6 +115,8 @@ fn split_policy_attributes(p: &SplitPolicy) -> String {
                 .map(|f| match f {
                     PrefixField::Fixed(n) => n.to_string(),
                     PrefixField::Terminated(t) => literal(t),
+                    // A field kind newer than the shell: shown, though `create` cannot read it back.
+                    other => format!("{other:?}"),
                 })
                 .collect();
             format!(", SPLIT_POLICY => 'FieldsKeyPrefixRegionSplitPolicy', PREFIX_FIELDS => [{}]", fields.join(", "))
