@@ -4,7 +4,7 @@
 //! range) and decides which of them are returned; a row whose cells are all filtered out is
 //! not returned at all. `KeyOnly` strips values and `Page` bounds the number of rows.
 //!
-//! Filters on qualifiers also tell a read where in a row it may seek ([`ColumnWindow`]): a
+//! Filters on qualifiers also tell a read where in a row it may seek (a `ColumnWindow`): a
 //! column range or page of a row with a million columns reads the blocks that hold the slice,
 //! not the row.
 

@@ -30,9 +30,11 @@ use crate::store::{CellMutation, Condition, RowMutation, ScanSpec, Store, Stored
 use crate::{Db, Error, Result};
 
 pub use crate::jobs::JOBS_TABLE;
-/// Rows between checkpoints (and progress reports); their rewrites go as one batch.
+/// Rows between checkpoints (and progress reports); their rewrites go as one batch. The
+/// documentation of `on_progress` gives the number.
 const CHECKPOINT_EVERY: u64 = 1000;
-/// Unreadable cells reported by name; more are only counted.
+/// Unreadable cells reported by name; more are only counted. The documentation of
+/// `failures` gives the number.
 const MAX_REPORTED: usize = 100;
 
 /// Cells of one format in a census: the codec and the schema version they hold (`None`: a
@@ -116,7 +118,7 @@ pub struct Report {
     pub raced: u64,
     /// The cells as found (of the rows this run read).
     pub census: Census,
-    /// Unreadable cells, the first [`MAX_REPORTED`] by name.
+    /// Unreadable cells, the first 100 by name.
     pub failures: Vec<Failure>,
 }
 
@@ -191,7 +193,7 @@ impl<'a, T: Versioned> Migration<'a, T> {
         self
     }
 
-    /// Calls `f` every [`CHECKPOINT_EVERY`] rows and once at the end (not twice when the end
+    /// Calls `f` every 1000 rows and once at the end (not twice when the end
     /// is a checkpoint).
     pub fn on_progress(mut self, f: impl FnMut(&Progress) + 'a) -> Self {
         self.progress = Some(Box::new(f));
