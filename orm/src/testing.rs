@@ -68,8 +68,7 @@ mod emulator {
         let binary = emulator_binary().ok_or("cbtemulator not found")?;
         // `read` returns when the test binary's end of stdin closes; then the emulator goes too.
         // The shell exits only once the emulator has: a dropped `Emulator` is gone, not going.
-        let script =
-            r#""$0" -host 127.0.0.1 -port 0 & pid=$!; trap 'kill $pid 2>/dev/null; wait $pid' EXIT; read _ignored; exit 0"#;
+        let script = r#""$0" -host 127.0.0.1 -port 0 & pid=$!; trap 'kill $pid 2>/dev/null; wait $pid' EXIT; read _ignored; exit 0"#;
         let mut child = Command::new("sh")
             .arg("-c")
             .arg(script)

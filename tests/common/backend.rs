@@ -8,8 +8,8 @@
 use std::sync::Arc;
 
 use cellar::engine::{Engine, EngineOptions};
-pub use cellar::orm::testing::{bigtable_store, emulator, instance_name, start_emulator as start, Backend, Emulator};
 use cellar::orm::store::{BigtableOptions, BigtableStore, EmbeddedStore};
+pub use cellar::orm::testing::{bigtable_store, emulator, instance_name, start_emulator as start, Backend, Emulator};
 use cellar::orm::Db;
 
 /// The database a crash test's child writes and its parent checks, named by `target`:
