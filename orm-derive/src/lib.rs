@@ -136,6 +136,9 @@ pub fn derive_part(input: TokenStream) -> TokenStream {
 ///
 /// Each version converts into the next with `From` or `TryFrom` (`OrderV2: From<OrderV1>`,
 /// `Order: TryFrom<OrderV2>`); a missing conversion is a compile error at its history entry.
+///
+/// Beside `blob(...)`, `#[cellar(crate = "path")]` sets the path to Cellar, as on
+/// [`macro@Entity`].
 #[proc_macro_derive(Versioned, attributes(cellar))]
 pub fn derive_versioned(input: TokenStream) -> TokenStream {
     let input = parse_macro_input!(input as DeriveInput);
