@@ -317,21 +317,58 @@ pub fn expand(e: &EntityAttr) -> TokenStream {
     let key_types: Vec<&syn::Type> = parts.iter().map(|p| &p.field.ty).collect();
     let key_doc = lit(&format!("The row key of [`{ident}`]: its key parts, in key order."));
     let key_docs = key_names.iter().map(|n| lit(&format!("Key part `{n}`.")));
+    // String parts also take `&str`, so `customers.get("c-1")` compiles: one more impl with
+    // every `String` part borrowed (the other parts' types stay, so literals still infer).
+    let is_string = |t: &syn::Type| crate::check::type_name(t).as_deref() == Some("String");
+    let has_string = key_types.iter().any(|t| is_string(t));
+    let borrowed: Vec<TokenStream> =
+        key_types.iter().map(|t| if is_string(t) { quote!(&'cellar_key str) } else { quote!(#t) }).collect();
+    let owned: Vec<TokenStream> = key_types
+        .iter()
+        .zip(0..n_parts)
+        .map(|(t, i)| {
+            let i = syn::Index::from(i);
+            let value = if n_parts == 1 { quote!(t) } else { quote!(t.#i) };
+            if is_string(t) {
+                quote!(::std::string::ToString::to_string(#value))
+            } else {
+                value
+            }
+        })
+        .collect();
     let from_impl = if n_parts == 1 {
         let (n, t) = (key_names[0], key_types[0]);
+        let from_str = has_string.then(|| {
+            quote! {
+                #[automatically_derived]
+                impl<'cellar_key> ::core::convert::From<&'cellar_key str> for #key_ident {
+                    fn from(t: &'cellar_key str) -> Self { #key_ident { #n: #(#owned)* } }
+                }
+            }
+        });
         quote! {
             #[automatically_derived]
             impl ::core::convert::From<#t> for #key_ident {
                 fn from(#n: #t) -> Self { #key_ident { #n } }
             }
+            #from_str
         }
     } else {
         let idx = (0..n_parts).map(syn::Index::from);
+        let from_str = has_string.then(|| {
+            quote! {
+                #[automatically_derived]
+                impl<'cellar_key> ::core::convert::From<(#(#borrowed,)*)> for #key_ident {
+                    fn from(t: (#(#borrowed,)*)) -> Self { #key_ident { #(#key_names: #owned,)* } }
+                }
+            }
+        });
         quote! {
             #[automatically_derived]
             impl ::core::convert::From<(#(#key_types,)*)> for #key_ident {
                 fn from(t: (#(#key_types,)*)) -> Self { #key_ident { #(#key_names: t.#idx,)* } }
             }
+            #from_str
         }
     };
 

@@ -9,6 +9,8 @@ use std::sync::Arc;
 
 use cellar::engine::{Engine, EngineOptions};
 use cellar::orm::store::{BigtableOptions, BigtableStore, EmbeddedStore};
+// Not every test binary uses every one.
+#[allow(unused_imports)]
 pub use cellar::orm::testing::{bigtable_store, emulator, instance_name, start_emulator as start, Backend, Emulator};
 use cellar::orm::Db;
 
