@@ -242,6 +242,19 @@ pub fn to_printable(bytes: &[u8]) -> String {
     out
 }
 
+/// The smallest key greater than every key starting with `prefix`, or `None` if there is none
+/// (the prefix is empty or all `0xFF`).
+pub fn prefix_successor(prefix: &[u8]) -> Option<Vec<u8>> {
+    let mut end = prefix.to_vec();
+    while let Some(last) = end.pop() {
+        if last < 0xFF {
+            end.push(last + 1);
+            return Some(end);
+        }
+    }
+    None
+}
+
 /// Checks a row key against the engine's limits.
 pub(crate) fn check_row(row: &[u8]) -> crate::Result<()> {
     if row.is_empty() {

@@ -145,7 +145,7 @@ impl Filter {
             },
             Filter::ColumnPrefix(p) if !p.is_empty() => ColumnWindow {
                 start: Some(p.clone()),
-                stop: crate::query::prefix_successor(p).map(|s| (Bytes::from(s), false)),
+                stop: crate::cell::prefix_successor(p).map(|s| (Bytes::from(s), false)),
                 columns: None,
             },
             Filter::ColumnPagination { limit, offset: ColumnOffset::Count(n) } => {

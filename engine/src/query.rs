@@ -321,18 +321,9 @@ impl RowRange {
     }
 }
 
-/// The smallest key greater than every key starting with `prefix`, or `None` if there is none
-/// (the prefix is empty or all `0xFF`).
-pub fn prefix_successor(prefix: &[u8]) -> Option<Vec<u8>> {
-    let mut end = prefix.to_vec();
-    while let Some(last) = end.pop() {
-        if last < 0xFF {
-            end.push(last + 1);
-            return Some(end);
-        }
-    }
-    None
-}
+/// Kept under `query` for the public path `cellar_engine::query::prefix_successor`; defined
+/// with the key helpers in [`crate::cell`], where filters use it too.
+pub use crate::cell::prefix_successor;
 
 /// The cells of one row returned by a read, in family, qualifier, newest-first order.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]

@@ -16,8 +16,8 @@ use bytes::Bytes;
 
 use crate::query::{RowRange, RowResult, Scan};
 use crate::read::row_buf::{FromScannedRow, RowBatch, RowBuf, RowView, ScannedCell};
-use crate::read::rows::{read_rows, ReadSnapshot, RowRead, Rows};
-use crate::region::Region;
+use crate::read::rows::{read_rows, RowRead, Rows};
+use crate::region::{ReadSnapshot, Region};
 use crate::Result;
 
 /// Rows read per buffer fill.

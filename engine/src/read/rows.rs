@@ -2,7 +2,6 @@
 //! backward, applies visibility and filters, and hands finished rows to a sink.
 
 use std::ops::Bound;
-use std::sync::Arc;
 
 use bytes::Bytes;
 
@@ -12,19 +11,10 @@ use crate::masking::DeleteTracker;
 use crate::memstore::Memstore;
 use crate::query::{ReadSpec, RowRange};
 use crate::read::cursor::{CellCursor, MergeCursor, Source};
-use crate::read::pins::ReadPin;
 use crate::read::row_buf::RowBuf;
 use crate::read::visibility::{read_row_family, FamilyView, ReadParams};
-use crate::region::{RegionStores, Store};
+use crate::region::{ReadSnapshot, Store};
 use crate::Result;
-
-/// What a read sees of one region: its stores and the MVCC read point, pinned while the
-/// snapshot lives so writers keep every version it can see.
-pub(crate) struct ReadSnapshot {
-    pub stores: Arc<RegionStores>,
-    pub read_point: u64,
-    pub _pin: ReadPin,
-}
 
 /// The rows one pass of [`read_rows`] covers.
 #[derive(Clone, Copy)]
