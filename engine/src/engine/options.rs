@@ -46,7 +46,7 @@ pub struct EngineOptions {
     /// Writes to a region wait while a family has more files than this (default 16).
     pub blocking_files: usize,
     /// Longest a write waits for background work before failing with
-    /// [`Error::RegionTooBusy`] (default 60 s).
+    /// [`Error::RegionTooBusy`](crate::Error::RegionTooBusy) (default 60 s).
     pub write_stall_timeout: Duration,
     /// Background worker threads for flushes, compactions and splits (default 2). One more
     /// thread writes the catalog after background flushes and compactions.
@@ -67,7 +67,7 @@ pub struct EngineOptions {
     /// Time source for default timestamps and TTL.
     pub clock: Arc<dyn Clock>,
     /// The file layer every file goes through (default: the operating system's). Tests pass a
-    /// [`crate::fault::FaultFs`] to simulate power loss and I/O errors.
+    /// `cellar_engine::fault::FaultFs` (feature `test-util`) to simulate power loss and I/O errors.
     pub fs: Arc<dyn FileSystem>,
 }
 

@@ -76,8 +76,8 @@ impl Table {
     /// Reads one row. A missing row gives an empty result.
     ///
     /// # Errors
-    /// [`Error::InvalidArgument`] for a bad row key, [`Error::FamilyNotFound`],
-    /// [`Error::TableDisabled`], [`Error::Corrupt`] if a file read is damaged.
+    /// [`Error::InvalidArgument`](crate::Error::InvalidArgument) for a bad row key, [`Error::FamilyNotFound`](crate::Error::FamilyNotFound),
+    /// [`Error::TableDisabled`](crate::Error::TableDisabled), [`Error::Corrupt`](crate::Error::Corrupt) if a file read is damaged.
     pub fn get(&self, get: Get) -> Result<RowResult> {
         let row = get.row.clone();
         Ok(self.get_as(get)?.unwrap_or(RowResult { row, cells: Vec::new() }))
@@ -144,7 +144,7 @@ impl Table {
     /// Opens a scanner. It reads a snapshot taken now: later writes are not seen.
     ///
     /// # Errors
-    /// [`Error::FamilyNotFound`], [`Error::TableDisabled`].
+    /// [`Error::FamilyNotFound`](crate::Error::FamilyNotFound), [`Error::TableDisabled`](crate::Error::TableDisabled).
     pub fn scan(&self, scan: Scan) -> Result<Scanner> {
         self.scan_as(scan)
     }
@@ -226,7 +226,7 @@ impl Table {
     /// ```
     ///
     /// # Errors
-    /// [`Error::FamilyNotFound`], [`Error::TableDisabled`], [`Error::Corrupt`] if a file read
+    /// [`Error::FamilyNotFound`](crate::Error::FamilyNotFound), [`Error::TableDisabled`](crate::Error::TableDisabled), [`Error::Corrupt`](crate::Error::Corrupt) if a file read
     /// is damaged (rows visited before it stay visited).
     pub fn scan_with(&self, scan: Scan, mut visit: impl FnMut(RowView<'_>) -> ControlFlow<()>) -> Result<usize> {
         let desc = self.check_usable()?;
