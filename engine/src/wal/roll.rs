@@ -6,7 +6,7 @@
 //! one (up to a segment of page cache to write out) and the directory that names the new one.
 //! Until that is done, a power loss may tear the closed segment while blocks of the new one
 //! persist; recovery then ends the log at the tear and drops the new segment (see
-//! [`super::segment`]). Whatever makes records durable — a synced write, a catalog write that
+//! [`super::recovery`]). Whatever makes records durable — a synced write, a catalog write that
 //! syncs the log — waits for the roll's syncs first, and a roll waits for the one before it, so only the last
 //! two segments can be torn.
 //!
@@ -23,6 +23,8 @@ use std::thread::JoinHandle;
 
 use parking_lot::{Condvar, Mutex};
 
+use super::format::{segment_path, Header, SEGMENT_HEADER};
+use super::segment::{Inner, Wal};
 use crate::fs::{FileSystem, WriteFile};
 use crate::{Error, Result};
 
@@ -186,6 +188,121 @@ impl RollWaiter {
                     ))
                 }
             }
+        }
+    }
+}
+
+/// A segment a flush of every region started rolls by size only at this many times the
+/// segment limit: the next such flush closes it, and its sync can wait until the catalog
+/// write after that flush deletes it. A roll by size in between would have to sync it.
+pub(super) const FLUSH_ROLLED_LIMIT: u64 = 4;
+
+/// Why a roll failed.
+pub(super) enum Roll {
+    /// The new segment could not be made; the current one is as it was and takes appends.
+    NotStarted(Error),
+    /// The previous roll's syncs or cutting the current segment back failed.
+    Failed(Error),
+}
+
+impl Wal {
+    /// The size at which the current segment rolls.
+    pub(super) fn roll_size(&self, inner: &Inner) -> u64 {
+        if inner.flush_rolled {
+            self.segment_limit.saturating_mul(FLUSH_ROLLED_LIMIT)
+        } else {
+            self.segment_limit
+        }
+    }
+
+    /// Closes the current segment and starts the next. The closed one's fsync runs on a
+    /// thread (see [`RollSync`]) while appends go on into the new one, or, with `defer`, waits
+    /// until something needs it.
+    pub(super) fn roll(&self, inner: &mut Inner, defer: bool) -> std::result::Result<(), Roll> {
+        // Only the last two segments may be torn by a power loss: the segment the previous
+        // roll closed must be durable before this roll closes another.
+        if let Some(previous) = inner.rolling.take() {
+            previous.finish().map_err(Roll::Failed)?;
+        }
+        let id = inner.id + 1;
+        let header = Header { previous: Some((inner.id, inner.size)), rolled: true };
+        let file = Self::start_segment(&*self.fs, &self.dir, id, header).map_err(|e| {
+            // Best effort: a file left half made would be in the way of the next roll.
+            let _ = self.fs.remove(&segment_path(&self.dir, id));
+            Roll::NotStarted(e)
+        })?;
+        // Only the last segments may end in zeros (recovery reads them as a torn tail). None
+        // is left here: preallocation never passes the roll size, and the write that reaches
+        // it extends the file to exactly its own end; a roll before that cuts the file back to
+        // its last record (made durable with the records, by the closed segment's fdatasync).
+        let path = segment_path(&self.dir, inner.id);
+        if inner.allocated != inner.size {
+            inner.file.set_len(inner.size).map_err(|e| Roll::Failed(Error::io(&path, e)))?;
+            inner.allocated = inner.size;
+        }
+        let closed = std::mem::replace(&mut inner.file, file);
+        inner.closed.push((inner.id, inner.cur_max_seq));
+        let named = (inner.id, path);
+        let mut rolling = RollSync::defer(&self.fs, &self.dir, closed, named);
+        if !defer {
+            rolling.begin();
+        }
+        inner.rolling = Some(rolling);
+        inner.id = id;
+        inner.size = SEGMENT_HEADER as u64;
+        inner.allocated = SEGMENT_HEADER as u64;
+        inner.flush_rolled = defer;
+        Ok(())
+    }
+
+    /// Makes the segment the latest roll closed durable, if it is not: a flush of every region
+    /// calls this before it stops the writers to roll the log ([`Wal::roll_for_flush`]), so
+    /// that roll has no fsync to wait for.
+    pub fn settle_closed(&self) -> Result<()> {
+        let rolled = self.inner.lock().rolling.as_mut().map(RollSync::waiter);
+        self.wait_for_roll(rolled)
+    }
+
+    /// Closes the current segment at a flush of every region, the caller holding the writers
+    /// off: the closed segment holds exactly the records that flush writes to files. Its fsync
+    /// is deferred until something needs it, and once the catalog names the flush's files the
+    /// segment is deleted unsynced. Nothing happens if no record was logged since the last
+    /// roll.
+    pub fn roll_for_flush(&self) -> Result<()> {
+        let mut inner = self.inner.lock();
+        if let Some(why) = &inner.failed {
+            return Err(Error::ReadOnly(why.clone()));
+        }
+        if !inner.buf.is_empty() {
+            let buf = std::mem::take(&mut inner.buf);
+            let last = inner.cur_max_seq;
+            self.write_out(&mut inner, &buf, last)?;
+        }
+        if inner.size == SEGMENT_HEADER as u64 {
+            inner.flush_rolled = true;
+            return Ok(());
+        }
+        let rolled = self.roll(&mut inner, true);
+        match rolled {
+            // No new segment (a full disk): appends go on in this one, which a later flush
+            // closes. Nothing about the log changed.
+            Err(Roll::NotStarted(_)) => Ok(()),
+            Err(Roll::Failed(e)) => {
+                inner.failed = Some(format!("closing a log segment failed: {e}"));
+                Err(e)
+            }
+            Ok(()) => Ok(()),
+        }
+    }
+
+    /// Waits for a roll's syncs, if there is one; if they failed, fails the log too.
+    pub(super) fn wait_for_roll(&self, roll: Option<RollWaiter>) -> Result<()> {
+        match roll.map(|r| r.wait()) {
+            Some(Err(e)) => {
+                self.inner.lock().failed.get_or_insert_with(|| e.to_string());
+                Err(e)
+            }
+            _ => Ok(()),
         }
     }
 }
