@@ -19,6 +19,9 @@
 //! A row index ([`row_index`]) maps each row to its first item, so a point read lands on its
 //! row (or learns the memstore does not hold it) without a search down the list.
 //!
+//! The items, their encoding in the arena and their order are in [`item`]; the cursor that
+//! reads them at a read point, cell by cell through runs, is in [`cursor`].
+//!
 //! A write over a column drops the column's versions that no reader can see any more: those
 //! behind `max_versions` newer versions that every open and future reader sees (HBase's
 //! in-memory compaction does the same). A flush would drop them anyway; dropping them at once
@@ -26,73 +29,32 @@
 //! then. Non-raw reads cannot tell; a raw read no longer sees such a version, as after a flush.
 
 mod account;
+mod cursor;
+mod item;
 mod list;
 mod row_index;
 
-use std::cmp::Ordering;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering as AtomicOrdering};
 use std::sync::Arc;
 
 use bytes::{BufMut, Bytes, BytesMut};
 use parking_lot::Mutex;
 
-use list::{Entry, Inserted, SkipList, Tag, Tagged};
+use item::{is_run, varint_len, MemCell, Probe, HEADER_LEN, MAX_RUN, WHOLE};
+use list::{Entry, Inserted, SkipList};
 use row_index::{RowIndex, Start};
 
 use crate::cell::{same_bytes, CellType, KeyView};
-use crate::read::cursor::CellCursor;
-use crate::sst::format::{get_varint, put_varint};
+use crate::sst::format::put_varint;
 use crate::Result;
 
 pub(crate) use account::MemAccount;
-
-/// Encoded item header: row length (u16), timestamp (u64), sequence number (u64), TTL flag
-/// (u8) and TTL in ms (u64), little-endian, at these offsets. The row follows, then each cell
-/// of the item: qualifier length and value length (LEB128 varints), qualifier, value. The
-/// cells of a run share everything but their qualifiers and values, which is all they store:
-/// a ten-column YCSB record takes about 1 130 bytes instead of the 1 640 it took with a
-/// header and the row in every cell.
-const TS_AT: usize = 2;
-const SEQ_AT: usize = 10;
-const TTL_FLAG_AT: usize = 18;
-const TTL_AT: usize = 19;
-const HEADER_LEN: usize = 27;
-
-/// The most cells a run holds ([`MemCell`]); a put with more goes in a cell at a time (a seek
-/// into a run reads its cells from the first).
-const MAX_RUN: usize = 64;
+pub(crate) use cursor::MemCursor;
 
 /// Arena chunks start small (a memstore that sees a handful of writes stays small) and double
 /// up to this size, the size the chunk pool keeps.
 const MAX_CHUNK: usize = account::CHUNK;
 const FIRST_CHUNK: usize = 4 * 1024;
-
-fn le_u16(b: &[u8]) -> u16 {
-    u16::from_le_bytes([b[0], b[1]])
-}
-
-fn le_u64(b: &[u8]) -> u64 {
-    let mut a = [0u8; 8];
-    a.copy_from_slice(&b[..8]);
-    u64::from_le_bytes(a)
-}
-
-/// The first 24 bytes of a row, zero-padded, as three big-endian numbers compared in order:
-/// when two rows' prefixes differ, they order the rows exactly as a byte-wise comparison would.
-/// A comparison settled here never leaves the list's nodes (it is the cells' [`Tag`]), and rows
-/// of one table often share a long start: an index row begins with a record type and the
-/// index's name, and the values after it must still differ within the prefix (with sixteen
-/// bytes, emails under `by_email` tied on `user123` and every tie read the arena).
-fn row_prefix(row: &[u8]) -> Tag {
-    let word = |from: usize| {
-        let mut a = [0u8; 8];
-        let bytes = row.get(from..).unwrap_or_default();
-        let n = bytes.len().min(8);
-        a[..n].copy_from_slice(&bytes[..n]);
-        u64::from_be_bytes(a)
-    };
-    [word(0), word(8), word(16)]
-}
 
 /// What lets an insert drop versions no reader can see.
 pub(crate) struct Pruning<'a> {
@@ -101,218 +63,6 @@ pub(crate) struct Pruning<'a> {
     /// The oldest read point an open or future reader holds (asked only when there is
     /// something to drop: it takes a lock).
     pub oldest_reader: &'a dyn Fn() -> u64,
-}
-
-/// Bytes [`put_varint`] takes for `v`.
-fn varint_len(v: usize) -> usize {
-    (usize::BITS - (v | 1).leading_zeros()).div_ceil(7) as usize
-}
-
-/// One cell of an encoded item: its qualifier, its value, and where the next cell starts.
-struct EncodedCell<'a> {
-    qualifier: &'a [u8],
-    value: &'a [u8],
-    end: usize,
-}
-
-/// An encoded item, a slice of the arena: header, row, cells.
-#[derive(Clone, Copy)]
-struct Encoded<'a>(&'a [u8]);
-
-impl<'a> Encoded<'a> {
-    fn row_end(self) -> usize {
-        HEADER_LEN + usize::from(le_u16(self.0))
-    }
-
-    fn row(self) -> &'a [u8] {
-        &self.0[HEADER_LEN..self.row_end()]
-    }
-
-    /// The cells' bytes, after the header and the row.
-    fn cells(self) -> &'a [u8] {
-        &self.0[self.row_end()..]
-    }
-
-    /// The cell starting `at` bytes into [`Encoded::cells`].
-    fn cell(self, at: usize) -> EncodedCell<'a> {
-        let cells = self.cells();
-        let mut pos = at;
-        // The arena holds what `encode` wrote: the lengths are there.
-        let mut length = || get_varint(cells, &mut pos).unwrap_or(0) as usize;
-        let (qualifier_len, value_len) = (length(), length());
-        let value_at = pos + qualifier_len;
-        let end = value_at + value_len;
-        EncodedCell { qualifier: &cells[pos..value_at], value: &cells[value_at..end], end }
-    }
-
-    fn view(self, at: usize, kind: CellType) -> KeyView<'a> {
-        KeyView {
-            row: self.row(),
-            qualifier: self.cell(at).qualifier,
-            ts: le_u64(&self.0[TS_AT..]),
-            kind,
-            seq: le_u64(&self.0[SEQ_AT..]),
-        }
-    }
-
-    fn ttl_ms(self) -> Option<u64> {
-        (self.0[TTL_FLAG_AT] != 0).then(|| le_u64(&self.0[TTL_AT..]))
-    }
-}
-
-/// The skiplist's item: one cell in the arena, or a *run*: the cells one put wrote into a row
-/// the memstore did not hold (all puts, one row, one sequence number, one timestamp and TTL,
-/// in key order), after their shared header and row in one slice. A run orders as its first
-/// cell. A load's rows then cost one node each instead of one a column, and their cells sit
-/// together; the first later write to such a row splits the run into items of one cell each
-/// that share the run's bytes ([`Memstore::split_run`]).
-#[derive(Debug)]
-pub(crate) struct MemCell {
-    /// The cell's type; a run's cells are puts.
-    kind: CellType,
-    /// [`WHOLE`]: every cell `bytes` holds. Otherwise the item is the one cell starting this
-    /// many bytes into the cells of the run `bytes` holds.
-    part: u32,
-    /// The encoded cell, or a run, in one slice of an arena chunk.
-    bytes: Bytes,
-}
-
-/// [`MemCell::part`] of an item that is all of its bytes.
-const WHOLE: u32 = u32::MAX;
-
-impl MemCell {
-    fn whole(kind: CellType, bytes: Bytes) -> Self {
-        MemCell { kind, part: WHOLE, bytes }
-    }
-
-    fn encoded(&self) -> Encoded<'_> {
-        Encoded(&self.bytes)
-    }
-
-    /// Where the item's first cell starts in its bytes' cells.
-    fn first_at(&self) -> usize {
-        if self.part == WHOLE {
-            0
-        } else {
-            self.part as usize
-        }
-    }
-
-    /// Where the item's last cell ends in its bytes' cells.
-    fn end(&self) -> usize {
-        if self.part == WHOLE {
-            self.encoded().cells().len()
-        } else {
-            self.next_at(self.part as usize)
-        }
-    }
-
-    /// The key of the cell starting `at` bytes into the cells of the item's bytes.
-    fn view_at(&self, at: usize) -> KeyView<'_> {
-        self.encoded().view(at, self.kind)
-    }
-
-    /// The first cell's key: a run's place in the list.
-    pub fn view(&self) -> KeyView<'_> {
-        self.view_at(self.first_at())
-    }
-
-    /// The row, without decoding a cell.
-    fn row(&self) -> &[u8] {
-        self.encoded().row()
-    }
-
-    fn value_at(&self, at: usize) -> &[u8] {
-        self.encoded().cell(at).value
-    }
-
-    /// Where the cell after the one at `at` starts; at [`MemCell::end`] after the item's last.
-    fn next_at(&self, at: usize) -> usize {
-        self.encoded().cell(at).end
-    }
-
-    /// True for an item of several cells.
-    fn is_run(&self) -> bool {
-        self.part == WHOLE && self.next_at(0) < self.end()
-    }
-
-    /// Offsets of the item's cells.
-    fn offsets(&self) -> impl Iterator<Item = usize> + '_ {
-        let end = self.end();
-        std::iter::successors(Some(self.first_at()), move |&at| Some(self.next_at(at)).filter(|&next| next < end))
-    }
-}
-
-/// True if cells can go in as a run: puts into one row by one mutation (one sequence number)
-/// at one timestamp and TTL, in strictly increasing key order. A batch of mutations of one
-/// row, a put naming a column twice, or one of several timestamps, goes in a cell at a time
-/// instead (where a column named twice at one timestamp keeps the later value).
-fn is_run<'k>(mut cells: impl Iterator<Item = (KeyView<'k>, &'k [u8], Option<u64>)>) -> bool {
-    let Some((mut last, _, ttl)) = cells.next() else { return false };
-    if last.kind != CellType::Put {
-        return false;
-    }
-    cells.all(|(k, _, cell_ttl)| {
-        let fits = k.kind == CellType::Put
-            && k.seq == last.seq
-            && k.ts == last.ts
-            && cell_ttl == ttl
-            && same_bytes(k.row, last.row)
-            && last.cmp_internal(&k) == Ordering::Less;
-        last = k;
-        fits
-    })
-}
-
-/// A seek target, with its row prefix worked out once.
-struct Probe<'a> {
-    prefix: Tag,
-    key: KeyView<'a>,
-}
-
-impl<'a> Probe<'a> {
-    fn new(key: KeyView<'a>) -> Self {
-        Probe { prefix: row_prefix(key.row), key }
-    }
-
-    /// `cell.cmp(target)` for a cell whose row prefix ties the target's: what the list's
-    /// searches take with the prefix.
-    fn order(&self, cell: &MemCell) -> Ordering {
-        cell.view().cmp_internal(&self.key)
-    }
-}
-
-impl PartialEq for MemCell {
-    fn eq(&self, other: &Self) -> bool {
-        self.cmp(other).is_eq()
-    }
-}
-impl Eq for MemCell {}
-impl PartialOrd for MemCell {
-    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
-        Some(self.cmp(other))
-    }
-}
-impl Ord for MemCell {
-    fn cmp(&self, other: &Self) -> Ordering {
-        self.view().cmp_internal(&other.view())
-    }
-}
-
-/// A cell's tag is its row's prefix: comparisons between rows that differ in their first
-/// 24 bytes never leave the list's nodes.
-impl Tagged for MemCell {
-    fn tag(&self) -> Tag {
-        row_prefix(self.row())
-    }
-
-    /// The header, the row and the first cell: the first two cache lines of the bytes (a
-    /// run's later cells follow in order, which the CPU's own prefetcher picks up).
-    fn prefetch(&self) {
-        let at = self.bytes.as_ptr();
-        list::prefetch(at);
-        list::prefetch(at.wrapping_add(64));
-    }
 }
 
 /// Where new cells are written: the unused tail of the current chunk.
@@ -674,148 +424,10 @@ impl Memstore {
     }
 }
 
-/// Cursor over a memstore at a read point.
-pub(crate) struct MemCursor<'a> {
-    memstore: &'a Memstore,
-    cur: Option<Entry<'a, MemCell>>,
-    /// Where the current cell starts in the cells of `cur`'s bytes.
-    at: usize,
-    /// The last cell of the run the cursor just left: cells up to it that follow are the
-    /// run's own, being split into items of their own ([`Memstore::split_run`]), and are
-    /// skipped.
-    shadow: Option<KeyView<'a>>,
-    read_point: u64,
-    /// Seeks leave the writer's splice (see [`Memstore::writer_cursor`]).
-    splicing: bool,
-    /// Reads one row (see [`Memstore::point_cursor`]).
-    point: bool,
-}
-
-impl<'a> MemCursor<'a> {
-    fn current(&self) -> Option<&'a MemCell> {
-        self.cur.map(|e| e.item())
-    }
-
-    /// Moves to the next cell, of the run or of the next item.
-    fn step(&mut self) {
-        let Some(e) = self.cur else { return };
-        let item = e.item();
-        let next = item.next_at(self.at);
-        if next < item.end() {
-            self.at = next;
-            return;
-        }
-        // Leaving a run (the last of several cells): remember where it ended.
-        if self.at > item.first_at() {
-            self.shadow = Some(item.view_at(self.at));
-        }
-        self.cur = e.next();
-        if let Some(next) = self.cur {
-            next.prefetch_ahead();
-        }
-        self.at = self.cur.map_or(0, |e| e.item().first_at());
-    }
-
-    /// Moves past cells this read does not see: newer than its read point, or a split run's
-    /// cells met a second time.
-    fn settle(&mut self) {
-        while let Some(item) = self.current() {
-            let key = item.view_at(self.at);
-            if let Some(shadow) = &self.shadow {
-                if key.cmp_internal(shadow) != Ordering::Greater {
-                    self.step();
-                    continue;
-                }
-                self.shadow = None;
-            }
-            if key.seq <= self.read_point {
-                return;
-            }
-            self.step();
-        }
-    }
-
-    /// Positions at the first cell at or after `target`, given the last item before it and
-    /// the first item not before it: a run before the target may reach past it.
-    fn land(&mut self, floor: Option<Entry<'a, MemCell>>, ceiling: Option<Entry<'a, MemCell>>, target: &KeyView<'_>) {
-        self.shadow = None;
-        if let Some(run) = floor.filter(|e| e.item().is_run() && e.item().row() == target.row) {
-            let item = run.item();
-            if let Some(at) = item.offsets().find(|&at| item.view_at(at).cmp_internal(target).is_ge()) {
-                (self.cur, self.at) = (Some(run), at);
-                return;
-            }
-        }
-        (self.cur, self.at) = (ceiling, ceiling.map_or(0, |e| e.item().first_at()));
-    }
-}
-
-impl CellCursor for MemCursor<'_> {
-    #[inline]
-    fn key(&self) -> Option<KeyView<'_>> {
-        self.current().map(|item| item.view_at(self.at))
-    }
-
-    #[inline]
-    fn value(&self) -> &[u8] {
-        self.current().map_or(&[], |item| item.value_at(self.at))
-    }
-
-    #[inline]
-    fn ttl_ms(&self) -> Option<u64> {
-        self.current().and_then(|item| item.encoded().ttl_ms())
-    }
-
-    fn next(&mut self) -> Result<()> {
-        self.step();
-        self.settle();
-        Ok(())
-    }
-
-    fn seek(&mut self, target: &KeyView<'_>) -> Result<()> {
-        let memstore = self.memstore;
-        let probe = Probe::new(*target);
-        let (floor, ceiling) = if self.splicing {
-            memstore.map.around_splicing(probe.prefix, |c| probe.order(c))
-        } else {
-            // A row's start comes from the index; a row the memstore does not hold has no
-            // cells for a point read, and a scan goes on at the next row there is.
-            match target.is_first_of_row().then(|| memstore.first_of(target.row)) {
-                Some(Ok(Some(first))) => (None, Some(first)),
-                Some(Ok(None)) if self.point => (None, None),
-                _ => memstore.map.around(probe.prefix, |c| probe.order(c)),
-            }
-        };
-        self.land(floor, ceiling, target);
-        self.settle();
-        Ok(())
-    }
-
-    fn prev_row(&mut self, bound: Option<&[u8]>) -> Result<Option<Bytes>> {
-        let mut entry = match bound {
-            None => self.memstore.map.last(),
-            Some(row) => {
-                let probe = Probe::new(KeyView::first_of_row(row));
-                self.memstore.map.before(probe.prefix, |c| probe.order(c))
-            }
-        };
-        // Skip rows whose every cell is newer than the read point (a run's cells share one
-        // sequence number). The row is copied out so a caller holding it does not pin an
-        // arena chunk.
-        while let Some(e) = entry {
-            let key = e.item().view();
-            if key.seq <= self.read_point {
-                return Ok(Some(Bytes::copy_from_slice(key.row)));
-            }
-            entry = e.prev();
-        }
-        Ok(None)
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::read::cursor::CellCursor;
 
     fn put(m: &Memstore, row: &'static str, q: &'static str, ts: u64, seq: u64) {
         let key = KeyView { row: row.as_bytes(), qualifier: q.as_bytes(), ts, kind: CellType::Put, seq };
