@@ -314,3 +314,213 @@ impl Wal {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::descriptor::Durability;
+    use crate::wal::format::{frame, SEGMENT_VERSION};
+    use crate::wal::segment::tests::{five_records, only_segment, reopen};
+
+    #[test]
+    fn recovery_drops_unfinished_segments_and_interrupted_rewrites() {
+        let dir = tempfile::tempdir().unwrap();
+        let wal = Wal::open(Arc::new(crate::fs::OsFs), dir.path(), 1 << 20, 0, |_| Ok(())).unwrap();
+        wal.append(1, b"kept", Durability::SyncWal).unwrap();
+        drop(wal);
+        // The reopen cuts segment 1 to its record and starts segment 2, as a roll would.
+        assert_eq!(reopen(dir.path()).unwrap(), vec![(1, b"kept".to_vec())]);
+        // A newer segment whose header never fully reached the disk, and a rewrite a crash cut.
+        std::fs::write(segment_path(dir.path(), 9), &SEGMENT_MAGIC[..5]).unwrap();
+        std::fs::write(dir.path().join(format!("0000000000000001.{REWRITE}")), b"partial").unwrap();
+        assert_eq!(reopen(dir.path()).unwrap(), vec![(1, b"kept".to_vec())]);
+        let mut names: Vec<String> =
+            std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
+        names.sort();
+        // The first reopen removed both; the log it left reads whole again.
+        assert!(
+            !names.iter().any(|n| n.ends_with(REWRITE)) && !names.contains(&"0000000000000009.log".into()),
+            "{names:?}"
+        );
+        assert_eq!(reopen(dir.path()).unwrap(), vec![(1, b"kept".to_vec())]);
+    }
+
+    /// The second 4 KiB block (the end of record 2 and the start of record 3) never reached
+    /// the disk, or only its first two sectors did, while the blocks after it did.
+    #[test]
+    fn a_block_lost_in_the_middle_of_the_last_segment_ends_the_log_there() {
+        for lost in [DISK_BLOCK..2 * DISK_BLOCK, DISK_BLOCK + 2 * SECTOR..2 * DISK_BLOCK] {
+            let dir = tempfile::tempdir().unwrap();
+            let records = five_records(dir.path());
+            let path = only_segment(dir.path());
+            let mut data = std::fs::read(&path).unwrap();
+            data[lost.clone()].fill(0);
+            std::fs::write(&path, &data).unwrap();
+            assert_eq!(reopen(dir.path()).unwrap(), records[..1], "lost {lost:?}");
+        }
+    }
+
+    /// The length of the segment [`five_records`] writes.
+    const FIVE_RECORDS: u64 = (SEGMENT_HEADER + 5 * (RECORD_HEADER + 3_000)) as u64;
+
+    /// The header a roll from segment `id`, `len` bytes long, gives the next segment.
+    fn rolled_from(id: u64, len: u64) -> Header {
+        Header { previous: Some((id, len)), rolled: true }
+    }
+
+    /// Follows segment 1 (`len` bytes when it rolled) with two whole segments that rolls
+    /// created, so segment 1 is third from last and read strictly, and checks that recovery
+    /// reports its damage.
+    fn assert_reported_behind_two_rolls(dir: &Path, len: u64) {
+        write_segment(dir, 2, rolled_from(1, len), 6, &[b"two"]);
+        write_segment(dir, 3, rolled_from(2, (SEGMENT_HEADER + RECORD_HEADER + 3) as u64), 7, &[b"three"]);
+        let err = reopen(dir).unwrap_err();
+        assert!(matches!(err, Error::Corrupt { .. }), "{err}");
+    }
+
+    /// A whole segment with one record per payload, sequence numbers from `first_seq`.
+    fn write_segment(dir: &Path, id: u64, header: Header, first_seq: u64, payloads: &[&[u8]]) {
+        let mut data = segment_header(header).to_vec();
+        for (seq, payload) in (first_seq..).zip(payloads) {
+            frame(seq, 1, payload, &mut data);
+        }
+        std::fs::write(segment_path(dir, id), data).unwrap();
+    }
+
+    /// Zeros the second 4 KiB block of segment 1 (written by [`five_records`]), as a power
+    /// loss before the roll's fsync may leave it: only its first record stays readable.
+    fn lose_a_block_of_the_first_segment(dir: &Path) {
+        let first = segment_path(dir, 1);
+        let mut data = std::fs::read(&first).unwrap();
+        data[DISK_BLOCK..2 * DISK_BLOCK].fill(0);
+        std::fs::write(&first, &data).unwrap();
+    }
+
+    fn segment_ids(dir: &Path) -> Vec<u64> {
+        let mut ids: Vec<u64> = std::fs::read_dir(dir)
+            .unwrap()
+            .filter_map(|e| e.unwrap().file_name().to_str()?.strip_suffix(".log")?.parse().ok())
+            .collect();
+        ids.sort_unstable();
+        ids
+    }
+
+    #[test]
+    fn a_segment_followed_by_an_unfinished_one_may_be_torn() {
+        let dir = tempfile::tempdir().unwrap();
+        let records = five_records(dir.path());
+        lose_a_block_of_the_first_segment(dir.path());
+        // The roll into segment 2 created it, and the power went before its header landed.
+        std::fs::write(segment_path(dir.path(), 2), &SEGMENT_MAGIC[..3]).unwrap();
+        assert_eq!(reopen(dir.path()).unwrap(), records[..1]);
+        assert_eq!(reopen(dir.path()).unwrap(), records[..1]);
+    }
+
+    #[test]
+    fn a_tear_in_the_second_to_last_segment_ends_the_log_and_drops_the_last() {
+        let dir = tempfile::tempdir().unwrap();
+        let records = five_records(dir.path());
+        lose_a_block_of_the_first_segment(dir.path());
+        // Segment 2's records reached the disk, but segment 1's fsync had not finished.
+        write_segment(dir.path(), 2, rolled_from(1, FIVE_RECORDS), 6, &[b"after the tear"]);
+        assert_eq!(reopen(dir.path()).unwrap(), records[..1]);
+        // Segment 2 is gone (new segments take later ids); the log reads the same again.
+        assert!(!segment_ids(dir.path()).contains(&2), "{:?}", segment_ids(dir.path()));
+        assert_eq!(reopen(dir.path()).unwrap(), records[..1]);
+    }
+
+    #[test]
+    fn a_segment_cut_between_two_records_before_its_roll_fsync_ends_the_log() {
+        let dir = tempfile::tempdir().unwrap();
+        let records = five_records(dir.path());
+        let first = segment_path(dir.path(), 1);
+        let rolled_at = FIVE_RECORDS;
+        // The roll into segment 2 recorded segment 1's length; the power loss then kept only
+        // its first two records, while segment 2's record reached the disk.
+        let cut = SEGMENT_HEADER + 2 * (RECORD_HEADER + 3_000);
+        std::fs::OpenOptions::new().write(true).open(&first).unwrap().set_len(cut as u64).unwrap();
+        write_segment(dir.path(), 2, rolled_from(1, rolled_at), 6, &[b"after the cut"]);
+        assert_eq!(reopen(dir.path()).unwrap(), records[..2]);
+        assert_eq!(reopen(dir.path()).unwrap(), records[..2]);
+        // The same cut in an older segment is damage.
+        let dir = tempfile::tempdir().unwrap();
+        five_records(dir.path());
+        std::fs::OpenOptions::new().write(true).open(segment_path(dir.path(), 1)).unwrap().set_len(cut as u64).unwrap();
+        assert_reported_behind_two_rolls(dir.path(), rolled_at);
+    }
+
+    #[test]
+    fn damage_before_a_segment_that_recovery_or_an_older_build_created_stays_an_error() {
+        let mut version1 = segment_header(Header { previous: None, rolled: false })[..HEADER_START].to_vec();
+        version1[8..12].copy_from_slice(&1u32.to_le_bytes());
+        let recovery_made = segment_header(Header { previous: Some((1, FIVE_RECORDS)), rolled: false }).to_vec();
+        for last_header in [version1, recovery_made] {
+            let dir = tempfile::tempdir().unwrap();
+            five_records(dir.path());
+            lose_a_block_of_the_first_segment(dir.path());
+            // Segment 1 was synced before segment 2 was created, so its damage is not a tear.
+            let mut last = last_header;
+            frame(6, 1, b"acknowledged", &mut last);
+            std::fs::write(segment_path(dir.path(), 2), &last).unwrap();
+            let err = reopen(dir.path()).unwrap_err();
+            assert!(matches!(err, Error::Corrupt { .. }), "{err}");
+        }
+    }
+
+    #[test]
+    fn a_damaged_header_in_the_last_segment_is_a_tear() {
+        let dir = tempfile::tempdir().unwrap();
+        let records = five_records(dir.path());
+        // Segment 2's header lost its last bytes (they read as zeros) while a record after it
+        // persisted: the header's checksum no longer matches.
+        let mut last = segment_header(rolled_from(1, FIVE_RECORDS)).to_vec();
+        last[20..].fill(0);
+        frame(6, 1, b"lost with the header", &mut last);
+        std::fs::write(segment_path(dir.path(), 2), &last).unwrap();
+        assert_eq!(reopen(dir.path()).unwrap(), records);
+        assert_eq!(reopen(dir.path()).unwrap(), records);
+        // In an older segment the same damage is reported.
+        let dir = tempfile::tempdir().unwrap();
+        five_records(dir.path());
+        let first = segment_path(dir.path(), 1);
+        let mut data = std::fs::read(&first).unwrap();
+        data[20..HEADER_START + 20].fill(0);
+        std::fs::write(&first, &data).unwrap();
+        assert_reported_behind_two_rolls(dir.path(), FIVE_RECORDS);
+    }
+
+    #[test]
+    fn a_newer_builds_segment_is_refused_not_taken_for_a_tear() {
+        let dir = tempfile::tempdir().unwrap();
+        five_records(dir.path());
+        let first = segment_path(dir.path(), 1);
+        let mut data = std::fs::read(&first).unwrap();
+        data[8..12].copy_from_slice(&(SEGMENT_VERSION + 1).to_le_bytes());
+        std::fs::write(&first, &data).unwrap();
+        let err = reopen(dir.path()).unwrap_err();
+        assert!(err.to_string().contains("unsupported WAL version 3"), "{err}");
+        // Nothing was cut or rewritten.
+        assert_eq!(std::fs::read(&first).unwrap(), data);
+    }
+
+    #[test]
+    fn damage_in_an_older_segment_stays_an_error() {
+        let dir = tempfile::tempdir().unwrap();
+        five_records(dir.path());
+        lose_a_block_of_the_first_segment(dir.path());
+        // Segment 1 is third from last: the roll into segment 3 waited for its fsync.
+        assert_reported_behind_two_rolls(dir.path(), FIVE_RECORDS);
+    }
+
+    #[test]
+    fn damage_that_no_lost_block_explains_stays_an_error() {
+        let dir = tempfile::tempdir().unwrap();
+        five_records(dir.path());
+        let path = only_segment(dir.path());
+        let mut data = std::fs::read(&path).unwrap();
+        data[SEGMENT_HEADER + RECORD_HEADER + 3_000 + RECORD_HEADER + 10] ^= 0x40;
+        std::fs::write(&path, &data).unwrap();
+        let err = reopen(dir.path()).unwrap_err();
+        assert!(matches!(err, Error::Corrupt { .. }), "{err}");
+    }
+}
