@@ -8,8 +8,6 @@ mod common;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use cellar::prelude::*;
-
 macro_rules! race {
     ($db:ident, $m:ident) => {{
         use common::orders::$m::Order;

@@ -10,8 +10,6 @@ mod common;
 
 use std::sync::Barrier;
 
-use cellar::prelude::*;
-
 use common::notes::{load, Note, Sticky};
 
 fn races(default: u64) -> u64 {
