@@ -37,7 +37,7 @@ use serde::{Deserialize, Serialize};
 pub use compare::Difference;
 pub use describe::TypeSchema;
 
-use crate::store::{CellMutation, Condition, ReadSpec, RowMutation, Store, TableSpec};
+use crate::store::{CellMutation, Condition, ReadSpec, Row, RowMutation, Store, TableSpec};
 use crate::{Error, Result};
 
 /// Where the schema catalog is kept.
@@ -118,10 +118,20 @@ impl Stored {
     }
 }
 
-fn read(store: &dyn Store, key: &Bytes) -> Result<Stored> {
+/// A type's catalog row as stored, if there is one.
+fn read_row(store: &dyn Store, key: &Bytes) -> Result<Option<Row>> {
     let rows = store.read_rows(CATALOG_TABLE, std::slice::from_ref(key), &ReadSpec::default())?;
+    Ok(rows.into_iter().flatten().next())
+}
+
+fn read(store: &dyn Store, key: &Bytes) -> Result<Stored> {
+    parse(key, read_row(store, key)?.as_ref())
+}
+
+/// A catalog row (`None`: none) as its versions, checked against `current`.
+fn parse(key: &[u8], row: Option<&Row>) -> Result<Stored> {
     let mut stored = Stored { current_cell: None, versions: Vec::new() };
-    let Some(row) = rows.into_iter().flatten().next() else { return Ok(stored) };
+    let Some(row) = row else { return Ok(stored) };
     for cell in &row.cells {
         if cell.qualifier == CURRENT {
             stored.current_cell = Some(cell.value.clone());
@@ -247,16 +257,15 @@ pub(crate) fn copy_history(from: &dyn Store, to: &dyn Store, table: &str, name: 
         return Ok(());
     }
     let key = row_key(table, name);
-    let source = read(from, &key)?;
-    if source.versions.is_empty() {
+    let Some(row) = read_row(from, &key)? else { return Ok(()) };
+    // A source row that does not parse is not copied over a destination's.
+    if parse(&key, Some(&row))?.versions.is_empty() {
         return Ok(());
     }
     ensure(to)?;
     if read(to, &key)?.current().is_some() {
         return Ok(());
     }
-    let rows = from.read_rows(CATALOG_TABLE, std::slice::from_ref(&key), &ReadSpec::default())?;
-    let Some(row) = rows.into_iter().flatten().next() else { return Ok(()) };
     let mutations = row
         .cells
         .into_iter()
@@ -288,7 +297,7 @@ pub(crate) fn entries(store: &dyn Store) -> Result<Vec<SchemaVersion>> {
     let mut out = Vec::new();
     for row in store.scan(CATALOG_TABLE, &Default::default())? {
         let row = row?;
-        if let Some(current) = read(store, &row.key)?.versions.pop() {
+        if let Some(current) = parse(&row.key, Some(&row))?.versions.pop() {
             out.push(current);
         }
     }
