@@ -111,7 +111,7 @@ fn scans(c: &mut Criterion) {
 fn four_files(rng: &mut Rng, block_size: u32) -> (tempfile::TempDir, Engine) {
     const FILE_ROWS: u64 = 5_000;
     let dir = tempfile::tempdir().unwrap();
-    let engine = Engine::open(dir.path(), EngineOptions { auto_compact: false, ..EngineOptions::default() }).unwrap();
+    let engine = Engine::open(dir.path(), EngineOptions::default().auto_compact(false)).unwrap();
     let family = FamilyDescriptor::new("f").block_size(block_size);
     engine.create_table(TableDescriptor::new("bench").family(family)).unwrap();
     let table = engine.table("bench").unwrap();

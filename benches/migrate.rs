@@ -94,7 +94,7 @@ fn main() {
     let mut avg = 0;
     for memstore_mib in [64usize, 512] {
         let dir = tempfile::tempdir().expect("a temporary directory");
-        let options = EngineOptions { memstore_flush_bytes: memstore_mib << 20, ..EngineOptions::default() };
+        let options = EngineOptions::default().memstore_flush_bytes(memstore_mib << 20);
         let db = Db::open_with(dir.path(), options).expect("the database");
         avg = load(&db, n);
         let census_before = db.migrate_column::<Body>("docs", "d:b").expect("column").census().expect("census");

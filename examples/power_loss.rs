@@ -30,7 +30,7 @@ use cellar::engine::{Durability, Engine, EngineOptions, Error, FamilyDescriptor,
 const DIR: &str = "/data";
 
 fn open(fs: &FaultFs) -> Result<Engine> {
-    Engine::open(DIR, EngineOptions { fs: Arc::new(fs.clone()), flush_on_close: false, ..EngineOptions::default() })
+    Engine::open(DIR, EngineOptions::default().fs(Arc::new(fs.clone())).flush_on_close(false))
 }
 
 fn key(i: u32) -> String {
@@ -102,7 +102,7 @@ pub fn main() -> Result<()> {
     acknowledged += 1;
 
     // 3. A failed fsync.
-    fs.set_rates(FaultRates { sync: 1.0, ..FaultRates::default() });
+    fs.set_rates(FaultRates::default().sync(1.0));
     let failed = put(&engine, "journal", acknowledged).expect_err("the fsync fails");
     println!("fsync failure: {failed}");
     fs.set_rates(FaultRates::default());
@@ -119,12 +119,8 @@ pub fn main() -> Result<()> {
 
     // 4. Power loss while log rolls' fsyncs run beside the writes.
     let fs = FaultFs::new(11);
-    let small_segments = EngineOptions {
-        fs: Arc::new(fs.clone()),
-        flush_on_close: false,
-        wal_segment_bytes: 16 * 1024,
-        ..EngineOptions::default()
-    };
+    let small_segments =
+        EngineOptions::default().fs(Arc::new(fs.clone())).flush_on_close(false).wal_segment_bytes(16 * 1024);
     let engine = Engine::open(DIR, small_segments.clone())?;
     for (table, durability) in [("journal", Durability::FsyncWal), ("events", Durability::SyncWal)] {
         engine.create_table(TableDescriptor::new(table).family(FamilyDescriptor::new("d")).durability(durability))?;
@@ -142,7 +138,7 @@ pub fn main() -> Result<()> {
     }
     let fs = fs.power_loss();
     drop(engine);
-    let engine = Engine::open(DIR, EngineOptions { fs: Arc::new(fs.clone()), ..small_segments })?;
+    let engine = Engine::open(DIR, small_segments.fs(Arc::new(fs.clone())))?;
     let journal = rows(&engine, "journal")?;
     let events = rows(&engine, "events")?;
     println!("power loss after {} writes through 16 KiB log segments:", events_written + journal_written);

@@ -113,7 +113,7 @@ macro_rules! splits_keep_aggregates_whole {
         let dir = tempfile::tempdir().unwrap();
         // Small memstores: the first region outgrows its split threshold (twice the flush size)
         // after a few aggregates.
-        let options = EngineOptions { memstore_flush_bytes: 64 * 1024, ..EngineOptions::default() };
+        let options = EngineOptions::default().memstore_flush_bytes(64 * 1024);
         let engine = Engine::open(dir.path(), options).unwrap();
         let db = Db::with_store(Arc::new(EmbeddedStore::new(engine.clone())));
         let orders = db.aggregates::<Order>().unwrap();

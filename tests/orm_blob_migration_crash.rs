@@ -31,7 +31,7 @@ fn migration_crash_child() {
         return;
     };
     let round: u64 = std::env::var("CELLAR_MIGRATION_CRASH_ROUND").unwrap().parse().unwrap();
-    let options = EngineOptions { memstore_flush_bytes: 256 * 1024, ..EngineOptions::default() };
+    let options = EngineOptions::default().memstore_flush_bytes(256 * 1024);
     let db = Db::open_with(&dir, options).unwrap();
     let notes = db.repo::<Sticky>().unwrap();
     let finished = AtomicBool::new(false);

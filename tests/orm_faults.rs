@@ -39,16 +39,14 @@ const ROOT: &str = "/orm";
 const ORDERS: u64 = 3;
 
 fn open(fs: &FaultFs) -> cellar::engine::Result<(Engine, Db)> {
-    let options = EngineOptions {
-        memstore_flush_bytes: 16 * 1024,
-        wal_segment_bytes: 16 * 1024,
-        background_threads: 1,
-        block_cache_bytes: 1 << 20,
-        flush_on_close: false,
-        write_stall_timeout: Duration::from_millis(100),
-        fs: Arc::new(fs.clone()),
-        ..EngineOptions::default()
-    };
+    let options = EngineOptions::default()
+        .memstore_flush_bytes(16 * 1024)
+        .wal_segment_bytes(16 * 1024)
+        .background_threads(1)
+        .block_cache_bytes(1 << 20)
+        .flush_on_close(false)
+        .write_stall_timeout(Duration::from_millis(100))
+        .fs(Arc::new(fs.clone()));
     let engine = Engine::open(ROOT, options)?;
     Ok((engine.clone(), Db::with_store(Arc::new(EmbeddedStore::new(engine)))))
 }
@@ -131,7 +129,7 @@ fn multi_step_writes_survive_power_loss_and_io_errors() {
 
         if !fs.random().is_multiple_of(3) {
             let r = [0.002, 0.01, 0.03][(fs.random() % 3) as usize];
-            fs.set_rates(FaultRates { write: r, sync: r, create: r * 3.0, rename: r * 3.0, remove: r, sync_dir: r });
+            fs.set_rates(FaultRates::default().write(r).sync(r).create(r * 3.0).rename(r * 3.0).remove(r).sync_dir(r));
         }
         let cut_power = !fs.random().is_multiple_of(4);
         let delay = Duration::from_micros(fs.random() % 40_000);
@@ -196,14 +194,9 @@ fn a_blob_migration_resumes_through_power_loss_and_reverts_nothing() {
             assert!(written, "cycle {cycle}: note {id} holds {note:?}, which nobody wrote");
         }
         if !last && !fs.random().is_multiple_of(3) {
-            fs.set_rates(FaultRates {
-                write: 0.005,
-                sync: 0.005,
-                create: 0.02,
-                rename: 0.02,
-                remove: 0.005,
-                sync_dir: 0.005,
-            });
+            fs.set_rates(
+                FaultRates::default().write(0.005).sync(0.005).create(0.02).rename(0.02).remove(0.005).sync_dir(0.005),
+            );
         }
         let delay = Duration::from_micros(2_000 + fs.random() % 150_000);
         let stop = std::sync::atomic::AtomicBool::new(false);

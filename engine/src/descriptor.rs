@@ -42,7 +42,12 @@ pub enum Durability {
 }
 
 /// Settings of one column family.
+///
+/// Built with [`FamilyDescriptor::new`] and a setter per setting, so that a minor release can
+/// add settings without breaking callers (the struct is `#[non_exhaustive]`); the fields stay
+/// public to read.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct FamilyDescriptor {
     /// Family name (printable, no `:`).
     pub name: String,
@@ -165,7 +170,12 @@ impl FamilyDescriptor {
 }
 
 /// The schema of a table.
+///
+/// Built with [`TableDescriptor::new`], [`TableDescriptor::family`] and a setter per setting,
+/// so that a minor release can add settings without breaking callers (the struct is
+/// `#[non_exhaustive]`); the fields stay public to read.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct TableDescriptor {
     /// Table name: letters, digits, `_`, `-`, `.`; not starting with `.` or `-`.
     pub name: String,
@@ -284,6 +294,39 @@ mod tests {
         assert!(FamilyDescriptor::new("f").max_versions(0).validate().is_err());
         assert!(FamilyDescriptor::new("f").max_versions(2).min_versions(3).validate().is_err());
         assert!(FamilyDescriptor::new("f").block_size(10).validate().is_err());
+    }
+
+    #[test]
+    fn family_setters_set_their_fields() {
+        let f = FamilyDescriptor::new("f")
+            .max_versions(5)
+            .min_versions(2)
+            .ttl_secs(3600)
+            .keep_deleted_cells(true)
+            .bloom(BloomType::RowCol)
+            .block_size(8 * 1024)
+            .compression(Compression::Zstd)
+            .in_memory(true);
+        assert_eq!(f.name, "f");
+        assert_eq!((f.max_versions, f.min_versions, f.ttl_secs), (5, 2, Some(3600)));
+        assert!(f.keep_deleted_cells && f.in_memory);
+        assert_eq!((f.bloom, f.block_size, f.compression), (BloomType::RowCol, 8 * 1024, Compression::Zstd));
+        f.validate().unwrap();
+    }
+
+    #[test]
+    fn table_setters_set_their_fields() {
+        let t = TableDescriptor::new("t")
+            .family(FamilyDescriptor::new("b"))
+            .family(FamilyDescriptor::new("a"))
+            .durability(Durability::FsyncWal)
+            .max_region_size(2 << 20)
+            .split_policy(crate::SplitPolicy::KeyPrefix { length: 4 });
+        assert_eq!(t.name, "t");
+        assert_eq!(t.families.iter().map(|f| f.name.as_str()).collect::<Vec<_>>(), ["a", "b"]);
+        assert_eq!((t.durability, t.max_region_size), (Durability::FsyncWal, 2 << 20));
+        assert_eq!(t.split_policy, crate::SplitPolicy::KeyPrefix { length: 4 });
+        t.validate().unwrap();
     }
 
     #[test]

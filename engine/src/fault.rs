@@ -32,7 +32,12 @@ use parking_lot::Mutex;
 use crate::fs::{FileSystem, ReadFile, WriteFile};
 
 /// How likely each kind of call is to fail (0.0 to 1.0).
+///
+/// Built from [`FaultRates::default`] (nothing fails) with one setter per field, e.g.
+/// `FaultRates::default().sync(1.0)`, so that a minor release can add kinds of call without
+/// breaking callers (the struct is `#[non_exhaustive]`); the fields stay public to read.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
+#[non_exhaustive]
 pub struct FaultRates {
     /// Appends to a file.
     pub write: f64,
@@ -46,6 +51,45 @@ pub struct FaultRates {
     pub remove: f64,
     /// Directory fsyncs.
     pub sync_dir: f64,
+}
+
+/// One setter per field, each named as the field it sets.
+impl FaultRates {
+    /// Sets [`write`](field@Self::write).
+    pub fn write(mut self, rate: f64) -> Self {
+        self.write = rate;
+        self
+    }
+
+    /// Sets [`sync`](field@Self::sync).
+    pub fn sync(mut self, rate: f64) -> Self {
+        self.sync = rate;
+        self
+    }
+
+    /// Sets [`create`](field@Self::create).
+    pub fn create(mut self, rate: f64) -> Self {
+        self.create = rate;
+        self
+    }
+
+    /// Sets [`rename`](field@Self::rename).
+    pub fn rename(mut self, rate: f64) -> Self {
+        self.rename = rate;
+        self
+    }
+
+    /// Sets [`remove`](field@Self::remove).
+    pub fn remove(mut self, rate: f64) -> Self {
+        self.remove = rate;
+        self
+    }
+
+    /// Sets [`sync_dir`](field@Self::sync_dir).
+    pub fn sync_dir(mut self, rate: f64) -> Self {
+        self.sync_dir = rate;
+        self
+    }
 }
 
 /// What a [`FaultFs`] has done so far.
@@ -681,6 +725,13 @@ mod tests {
     }
 
     #[test]
+    fn rate_setters_set_their_fields() {
+        let r = FaultRates::default().write(0.1).sync(0.2).create(0.3).rename(0.4).remove(0.5).sync_dir(0.6);
+        assert_eq!([r.write, r.sync, r.create, r.rename, r.remove, r.sync_dir], [0.1, 0.2, 0.3, 0.4, 0.5, 0.6]);
+        assert_eq!(FaultRates::default().sync(1.0), FaultRates { sync: 1.0, ..FaultRates::default() });
+    }
+
+    #[test]
     fn synced_files_and_directories_survive_power_loss() {
         for seed in 0..50 {
             let fs = FaultFs::new(seed);
@@ -764,7 +815,7 @@ mod tests {
             f.write_all(b"head").unwrap();
             f.sync_data().unwrap();
             f.write_all(b"tail").unwrap();
-            fs.set_rates(FaultRates { sync: 1.0, ..FaultRates::default() });
+            fs.set_rates(FaultRates::default().sync(1.0));
             assert!(f.sync_data().is_err());
             fs.set_rates(FaultRates::default());
             f.sync_data().unwrap();

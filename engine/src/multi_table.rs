@@ -372,7 +372,7 @@ mod tests {
     fn edits_take_the_time_at_which_every_region_is_locked() {
         let dir = tempfile::tempdir().unwrap();
         let clock = Arc::new(crate::ManualClock::new(100));
-        let engine = Engine::open(dir.path(), EngineOptions { clock: clock.clone(), ..Default::default() }).unwrap();
+        let engine = Engine::open(dir.path(), EngineOptions::default().clock(clock.clone())).unwrap();
         for name in ["data", "index"] {
             engine.create_table(TableDescriptor::new(name).family(FamilyDescriptor::new("f"))).unwrap();
         }

@@ -30,7 +30,7 @@ fn background_threads_run_at_the_niceness_the_options_add() {
     let own = niceness_of_threads("")[0];
     for (nice, want) in [(5u8, own + 5), (0, own), (30, 19)] {
         let dir = tempfile::tempdir().unwrap();
-        let opts = EngineOptions { background_nice: nice, background_threads: 2, ..EngineOptions::default() };
+        let opts = EngineOptions::default().background_nice(nice).background_threads(2);
         let engine = Engine::open(dir.path(), opts).unwrap();
         // The workers lower their own priority as they start.
         let started = Instant::now();

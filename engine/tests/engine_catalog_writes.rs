@@ -94,17 +94,15 @@ fn row(i: u32) -> String {
 
 /// Small memstores and log segments over `fs`, compactions off.
 fn options(fs: Arc<GatedFs>) -> EngineOptions {
-    EngineOptions {
-        fs,
-        memstore_flush_bytes: 64 * 1024,
-        global_memstore_bytes: 256 * 1024,
-        wal_segment_bytes: 256 * 1024,
-        background_threads: 2,
-        auto_compact: false,
+    EngineOptions::default()
+        .fs(fs)
+        .memstore_flush_bytes(64 * 1024)
+        .global_memstore_bytes(256 * 1024)
+        .wal_segment_bytes(256 * 1024)
+        .background_threads(2)
+        .auto_compact(false)
         // A write that cannot get memory fails rather than hanging the test.
-        write_stall_timeout: Duration::from_secs(10),
-        ..EngineOptions::default()
-    }
+        .write_stall_timeout(Duration::from_secs(10))
 }
 
 /// An engine on `fs` in `dir` with table `t`, and its options.
@@ -126,7 +124,7 @@ fn put_rows(table: &Table, from: u32, to: u32) {
 /// Reopens the directory on the operating system's file system and checks that rows `0..rows`
 /// are there.
 fn reopen_and_check(dir: &Path, opts: EngineOptions, rows: u32) {
-    let engine = Engine::open(dir, EngineOptions { fs: Arc::new(OsFs), ..opts }).unwrap();
+    let engine = Engine::open(dir, opts.fs(Arc::new(OsFs))).unwrap();
     let table = engine.table("t").unwrap();
     for i in 0..rows {
         let got = table.get(Get::new(row(i))).unwrap();

@@ -175,7 +175,7 @@ mod random_damage {
         DIR.get_or_init(|| {
             let dir = tempfile::tempdir().unwrap();
             // Keep the last hundred rows in the log only, so damage there is exercised too.
-            let opts = EngineOptions { flush_on_close: false, ..EngineOptions::default() };
+            let opts = EngineOptions::default().flush_on_close(false);
             let e = Engine::open(dir.path(), opts).unwrap();
             let fam = |n: &str, c| FamilyDescriptor::new(n).compression(c).block_size(1024).bloom(BloomType::RowCol);
             let desc = TableDescriptor::new("t")

@@ -14,7 +14,7 @@ use common::Rng;
 const CHILD_ENV: &str = "CELLAR_CRASH_CHILD_DIR";
 
 fn options() -> EngineOptions {
-    EngineOptions { memstore_flush_bytes: 32 * 1024, wal_segment_bytes: 64 * 1024, ..EngineOptions::default() }
+    EngineOptions::default().memstore_flush_bytes(32 * 1024).wal_segment_bytes(64 * 1024)
 }
 
 fn key(round: u32, i: u32) -> String {

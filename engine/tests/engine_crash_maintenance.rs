@@ -25,12 +25,7 @@ const GENERATION: u32 = 10;
 const MAX_REGIONS: usize = 24;
 
 fn options() -> EngineOptions {
-    EngineOptions {
-        memstore_flush_bytes: 32 * 1024,
-        wal_segment_bytes: 64 * 1024,
-        compaction_threshold: 3,
-        ..EngineOptions::default()
-    }
+    EngineOptions::default().memstore_flush_bytes(32 * 1024).wal_segment_bytes(64 * 1024).compaction_threshold(3)
 }
 
 /// The table that write `i` of `round` goes to.
@@ -148,7 +143,7 @@ fn killed_maintenance_leaves_a_consistent_directory() {
 
         // Every other round, this side compacts nothing, and leaves it all to the next child.
         let auto_compact = round % 2 == 0;
-        let engine = Engine::open(dir.path(), EngineOptions { auto_compact, ..options() })
+        let engine = Engine::open(dir.path(), options().auto_compact(auto_compact))
             .unwrap_or_else(|e| panic!("round {round}: the directory does not open after the kill: {e}"));
         // The rounds of this generation, with what each acknowledged.
         let first = round / GENERATION * GENERATION;

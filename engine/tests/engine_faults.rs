@@ -34,20 +34,18 @@ const MIRRORED: u64 = 16;
 const ROOT: &str = "/db";
 
 fn options(fs: &FaultFs) -> EngineOptions {
-    EngineOptions {
-        memstore_flush_bytes: 6 * 1024,
+    EngineOptions::default()
+        .memstore_flush_bytes(6 * 1024)
         // Several 4 KiB blocks per preallocated segment: a power loss can lose one in the
         // middle of the last segment and keep the ones after it.
-        wal_segment_bytes: 16 * 1024,
-        max_wal_segments: 4,
-        compaction_threshold: 3,
-        background_threads: 1,
-        block_cache_bytes: 1 << 20,
-        flush_on_close: false,
-        write_stall_timeout: std::time::Duration::from_millis(100),
-        fs: Arc::new(fs.clone()),
-        ..EngineOptions::default()
-    }
+        .wal_segment_bytes(16 * 1024)
+        .max_wal_segments(4)
+        .compaction_threshold(3)
+        .background_threads(1)
+        .block_cache_bytes(1 << 20)
+        .flush_on_close(false)
+        .write_stall_timeout(std::time::Duration::from_millis(100))
+        .fs(Arc::new(fs.clone()))
 }
 
 fn key(k: u64) -> Vec<u8> {
@@ -204,7 +202,9 @@ fn acknowledged_writes_survive_power_loss_and_io_errors() {
     for cycle in 0..cycles {
         // Opening: under injected errors sometimes; it may fail cleanly, then opens without.
         if roll(4) == 0 {
-            fs.set_rates(FaultRates { write: 0.05, sync: 0.05, create: 0.1, rename: 0.1, remove: 0.1, sync_dir: 0.1 });
+            fs.set_rates(
+                FaultRates::default().write(0.05).sync(0.05).create(0.1).rename(0.1).remove(0.1).sync_dir(0.1),
+            );
             if let Ok(engine) = Engine::open(ROOT, options(&fs)) {
                 // An open makes the log it replayed durable.
                 drop(engine);
@@ -249,14 +249,9 @@ fn acknowledged_writes_survive_power_loss_and_io_errors() {
             1 => fs.set_capacity(Some(fs.used() + 2_000 + roll(20_000))),
             _ => {
                 let r = [0.002, 0.01, 0.03][roll(3) as usize];
-                fs.set_rates(FaultRates {
-                    write: r,
-                    sync: r,
-                    create: r * 3.0,
-                    rename: r * 3.0,
-                    remove: r,
-                    sync_dir: r,
-                });
+                fs.set_rates(
+                    FaultRates::default().write(r).sync(r).create(r * 3.0).rename(r * 3.0).remove(r).sync_dir(r),
+                );
             }
         }
 
@@ -373,14 +368,14 @@ fn acknowledged_writes_survive_power_loss_and_io_errors() {
 fn a_retried_flush_claims_only_what_it_wrote() {
     let fs = FaultFs::new(3);
     // Memstores far from full: no background flush steps in.
-    let engine = Engine::open(ROOT, EngineOptions { memstore_flush_bytes: 1 << 20, ..options(&fs) }).unwrap();
+    let engine = Engine::open(ROOT, options(&fs).memstore_flush_bytes(1 << 20)).unwrap();
     engine
         .create_table(TableDescriptor::new("t").family(FamilyDescriptor::new("f")).durability(Durability::FsyncWal))
         .unwrap();
     let t = engine.table("t").unwrap();
     let put = |k: u64| t.put(Put::new(key(k)).add("f", "a", "v").add("f", "b", "v")).unwrap();
     (0..10).for_each(put);
-    fs.set_rates(FaultRates { create: 1.0, ..FaultRates::default() });
+    fs.set_rates(FaultRates::default().create(1.0));
     assert!(engine.flush("t").is_err(), "the flush cannot create its file");
     fs.set_rates(FaultRates::default());
     (10..20).for_each(put);
@@ -399,12 +394,10 @@ fn a_retried_flush_claims_only_what_it_wrote() {
 #[test]
 fn a_write_stalled_by_failing_flushes_names_their_failure() {
     let fs = FaultFs::new(5);
-    let opts = EngineOptions {
-        memstore_flush_bytes: 16 * 1024,
-        global_memstore_bytes: 64 * 1024,
-        write_stall_timeout: std::time::Duration::from_millis(300),
-        ..options(&fs)
-    };
+    let opts = options(&fs)
+        .memstore_flush_bytes(16 * 1024)
+        .global_memstore_bytes(64 * 1024)
+        .write_stall_timeout(std::time::Duration::from_millis(300));
     let engine = Engine::open(ROOT, opts).unwrap();
     // No log: only the flushes need the disk.
     engine
@@ -436,10 +429,10 @@ fn concurrent_fsync_writers_lose_no_acknowledged_write() {
     const PUTS: u64 = 150;
     for (seed, sync_errors) in [(11, 0.0), (12, 0.01), (13, 0.05)] {
         let fs = FaultFs::new(seed);
-        let engine = Engine::open(ROOT, EngineOptions { memstore_flush_bytes: 1 << 20, ..options(&fs) }).unwrap();
+        let engine = Engine::open(ROOT, options(&fs).memstore_flush_bytes(1 << 20)).unwrap();
         let desc = TableDescriptor::new("t").family(FamilyDescriptor::new("f")).durability(Durability::FsyncWal);
         engine.create_table(desc).unwrap();
-        fs.set_rates(FaultRates { sync: sync_errors, ..FaultRates::default() });
+        fs.set_rates(FaultRates::default().sync(sync_errors));
         let t = engine.table("t").unwrap();
         let failed = std::sync::atomic::AtomicBool::new(false);
         let acknowledged: Vec<u64> = std::thread::scope(|s| {
@@ -486,7 +479,7 @@ fn concurrent_fsync_writers_lose_no_acknowledged_write() {
 fn a_flush_of_every_region_lists_its_files_without_syncing_the_log() {
     let fs = FaultFs::new(21);
     fs.start_trace();
-    let engine = Engine::open(ROOT, EngineOptions { memstore_flush_bytes: 1 << 20, ..options(&fs) }).unwrap();
+    let engine = Engine::open(ROOT, options(&fs).memstore_flush_bytes(1 << 20)).unwrap();
     let desc = TableDescriptor::new("t").family(FamilyDescriptor::new("f"));
     engine.create_table_with_splits(desc, vec![key(KEYS / 2).into()]).unwrap();
     let t = engine.table("t").unwrap();

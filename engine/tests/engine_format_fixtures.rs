@@ -75,7 +75,7 @@ fn expected(version: u32) -> Vec<(String, String, u64, String)> {
 
 fn write_fixture(dir: &Path) {
     let _ = std::fs::remove_dir_all(dir);
-    let engine = Engine::open(dir, EngineOptions { flush_on_close: false, ..EngineOptions::default() }).unwrap();
+    let engine = Engine::open(dir, EngineOptions::default().flush_on_close(false)).unwrap();
     engine
         .create_table(
             TableDescriptor::new("fixture")

@@ -110,7 +110,7 @@ fn readers_racing_writes_to_a_hot_row_see_whole_rows_in_order() {
 fn a_scanner_keeps_its_memstore_intact_while_later_ones_reuse_chunks() {
     let dir = tempfile::tempdir().unwrap();
     let clock = std::sync::Arc::new(ManualClock::new(1_000));
-    let opts = EngineOptions { memstore_flush_bytes: 2 << 20, ..TestEngine::options(&clock) };
+    let opts = TestEngine::options(&clock).memstore_flush_bytes(2 << 20);
     let engine = Engine::open(dir.path(), opts).unwrap();
     engine.create_table(TableDescriptor::new("t").family(FamilyDescriptor::new("f"))).unwrap();
     let t = engine.table("t").unwrap();

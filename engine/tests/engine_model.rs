@@ -619,12 +619,7 @@ fn run(ops: &[Op]) {
     // Raw scans show what flushes and compactions removed, so only the test's own may run:
     // none is started for the log segments that reopens without a flush pile up. Reopening
     // replays the log rather than flushing on close, like a crash would.
-    let opts = EngineOptions {
-        auto_compact: false,
-        flush_on_close: false,
-        max_wal_segments: usize::MAX,
-        ..TestEngine::options(&te.clock)
-    };
+    let opts = TestEngine::options(&te.clock).auto_compact(false).flush_on_close(false).max_wal_segments(usize::MAX);
     te.options_override = Some(opts);
     te.reopen();
     let [a, b] = families();

@@ -400,7 +400,7 @@ fn schema_changes_persist_and_tables_move_through_their_lifecycle() {
 #[test]
 fn flushed_wal_segments_are_removed() {
     let dir = tempfile::tempdir().unwrap();
-    let opts = EngineOptions { wal_segment_bytes: 16 * 1024, max_wal_segments: 4, ..EngineOptions::default() };
+    let opts = EngineOptions::default().wal_segment_bytes(16 * 1024).max_wal_segments(4);
     let e = Engine::open(dir.path(), opts.clone()).unwrap();
     e.create_table(TableDescriptor::new("t").family(FamilyDescriptor::new("f"))).unwrap();
     let t = e.table("t").unwrap();
@@ -420,7 +420,7 @@ fn flushed_wal_segments_are_removed() {
 #[test]
 fn concurrent_writers_and_scanners_lose_nothing() {
     let te = TestEngine::new(5_000);
-    let opts = EngineOptions { memstore_flush_bytes: 64 * 1024, ..TestEngine::options(&te.clock) };
+    let opts = TestEngine::options(&te.clock).memstore_flush_bytes(64 * 1024);
     drop(te.engine);
     let e = Engine::open(te.dir.path(), opts).unwrap();
     e.create_table(TableDescriptor::new("t").family(FamilyDescriptor::new("f"))).unwrap();
@@ -490,14 +490,12 @@ fn handles_are_send_and_sync() {
 #[test]
 fn an_open_scanner_does_not_stall_writers_on_the_memory_budget() {
     let dir = tempfile::tempdir().unwrap();
-    let opts = EngineOptions {
-        memstore_flush_bytes: 1024 * 1024,
+    let opts = EngineOptions::default()
+        .memstore_flush_bytes(1024 * 1024)
         // Room for one round's memstore below the early-flush limit (5/8), not for three.
-        global_memstore_bytes: 2 * 1024 * 1024,
-        write_stall_timeout: std::time::Duration::from_secs(1),
-        auto_compact: false,
-        ..EngineOptions::default()
-    };
+        .global_memstore_bytes(2 * 1024 * 1024)
+        .write_stall_timeout(std::time::Duration::from_secs(1))
+        .auto_compact(false);
     let e = Engine::open(dir.path(), opts).unwrap();
     e.create_table(TableDescriptor::new("t").family(FamilyDescriptor::new("f"))).unwrap();
     let t = e.table("t").unwrap();

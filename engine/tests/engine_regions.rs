@@ -116,7 +116,7 @@ fn scans_cross_region_boundaries_forward_and_reverse() {
 #[test]
 fn splits_share_files_until_compaction_and_survive_restart() {
     let mut te = TestEngine::new(1000);
-    te.options_override = Some(EngineOptions { auto_compact: false, ..TestEngine::options(&te.clock) });
+    te.options_override = Some(TestEngine::options(&te.clock).auto_compact(false));
     te.reopen();
     let t = table_with_splits(&te, &[]);
     let mut model = BTreeMap::new();
@@ -218,12 +218,10 @@ fn splits_concurrent_with_writers_and_scanners_lose_nothing() {
 #[test]
 fn background_work_flushes_compacts_and_splits_a_growing_table() {
     let dir = tempfile::tempdir().unwrap();
-    let opts = EngineOptions {
-        memstore_flush_bytes: 64 * 1024,
-        compaction_threshold: 3,
-        global_memstore_bytes: 1024 * 1024,
-        ..EngineOptions::default()
-    };
+    let opts = EngineOptions::default()
+        .memstore_flush_bytes(64 * 1024)
+        .compaction_threshold(3)
+        .global_memstore_bytes(1024 * 1024);
     let engine = Engine::open(dir.path(), opts.clone()).unwrap();
     let desc =
         TableDescriptor::new("t").family(FamilyDescriptor::new("f").block_size(4096)).max_region_size(1024 * 1024);
@@ -263,8 +261,7 @@ fn background_work_flushes_compacts_and_splits_a_growing_table() {
 /// An engine whose background compactions merge runs of three files, with one table `t`.
 fn compacting_table() -> (tempfile::TempDir, Engine, Table) {
     let dir = tempfile::tempdir().unwrap();
-    let engine =
-        Engine::open(dir.path(), EngineOptions { compaction_threshold: 3, ..EngineOptions::default() }).unwrap();
+    let engine = Engine::open(dir.path(), EngineOptions::default().compaction_threshold(3)).unwrap();
     engine.create_table(TableDescriptor::new("t").family(FamilyDescriptor::new("f"))).unwrap();
     let t = engine.table("t").unwrap();
     (dir, engine, t)

@@ -68,11 +68,7 @@ fn region_starts(engine: &Engine) -> Vec<String> {
 #[test]
 fn automatic_splits_cut_only_between_groups() {
     let mut te = TestEngine::new(1000);
-    te.options_override = Some(EngineOptions {
-        memstore_flush_bytes: 64 * 1024,
-        compaction_threshold: 3,
-        ..TestEngine::options(&te.clock)
-    });
+    te.options_override = Some(TestEngine::options(&te.clock).memstore_flush_bytes(64 * 1024).compaction_threshold(3));
     te.reopen();
     let t = create(&te, KEY8);
     // 300 groups of 12 rows of ~800 bytes, groups in scattered order: ~3 MB in 1 MiB regions.
@@ -139,7 +135,7 @@ fn an_explicit_split_point_inside_a_group_moves_to_the_group_start() {
 #[test]
 fn a_region_holding_one_group_does_not_split() {
     let mut te = TestEngine::new(1000);
-    te.options_override = Some(EngineOptions { memstore_flush_bytes: 128 * 1024, ..TestEngine::options(&te.clock) });
+    te.options_override = Some(TestEngine::options(&te.clock).memstore_flush_bytes(128 * 1024));
     te.reopen();
     let t = create(&te, KEY8);
     // A few rows: the middle row is found by reading them.
@@ -156,7 +152,7 @@ fn a_region_holding_one_group_does_not_split() {
     assert!(regions[0].file_bytes > 1024 * 1024, "the region outgrew its size: {regions:?}");
     // From here on only the explicit splits below split (a flush would have the background
     // split the oversized region as soon as it has a boundary).
-    te.options_override = Some(EngineOptions { auto_compact: false, ..te.options_override.clone().unwrap() });
+    te.options_override = Some(te.options_override.clone().unwrap().auto_compact(false));
     drop(t);
     te.reopen();
     let t = te.table("t");
@@ -280,12 +276,7 @@ fn copy_dir(from: &Path, to: &Path) {
 #[test]
 fn a_refused_split_loses_nothing_in_a_crash() {
     let mut te = TestEngine::new(1000);
-    let opts = EngineOptions {
-        wal_segment_bytes: 32 * 1024,
-        flush_on_close: false,
-        auto_compact: false,
-        ..TestEngine::options(&te.clock)
-    };
+    let opts = TestEngine::options(&te.clock).wal_segment_bytes(32 * 1024).flush_on_close(false).auto_compact(false);
     te.options_override = Some(opts);
     te.reopen();
     let t = create(&te, KEY8);

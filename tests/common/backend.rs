@@ -19,8 +19,7 @@ use cellar::orm::Db;
 /// rolls happen between kills; its engine is returned too) or `bigtable:<host:port>/<instance>`.
 pub fn open_target(target: &str) -> (Option<Engine>, Db) {
     if let Some(dir) = target.strip_prefix("dir:") {
-        let options =
-            EngineOptions { memstore_flush_bytes: 32 * 1024, wal_segment_bytes: 64 * 1024, ..Default::default() };
+        let options = EngineOptions::default().memstore_flush_bytes(32 * 1024).wal_segment_bytes(64 * 1024);
         let engine = Engine::open(dir, options).expect("the crash test's directory opens");
         let db = Db::with_store(Arc::new(EmbeddedStore::new(engine.clone())));
         return (Some(engine), db);

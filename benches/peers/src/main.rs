@@ -203,8 +203,7 @@ fn open_synced(engine: &str, dir: &Path) -> Box<dyn SyncedPut> {
     match engine {
         "cellar" => {
             use cellar_engine::*;
-            let opts =
-                EngineOptions { block_cache_bytes: CACHE, memstore_flush_bytes: MEMTABLE, ..EngineOptions::default() };
+            let opts = EngineOptions::default().block_cache_bytes(CACHE).memstore_flush_bytes(MEMTABLE);
             let e = Engine::open(dir, opts).expect("open cellar");
             let desc = TableDescriptor::new("t").family(FamilyDescriptor::new("f")).durability(Durability::FsyncWal);
             e.create_table(desc).expect("create");
@@ -234,12 +233,10 @@ fn open_cellar(dir: &Path) -> workloads::cellar_store::CellarStore {
     use cellar_engine::*;
     // RocksDB holds at most two 64 MiB write buffers by default: give Cellar the same memstore
     // budget instead of its 512 MiB default.
-    let opts = EngineOptions {
-        block_cache_bytes: CACHE,
-        memstore_flush_bytes: MEMTABLE,
-        global_memstore_bytes: 2 * MEMTABLE,
-        ..EngineOptions::default()
-    };
+    let opts = EngineOptions::default()
+        .block_cache_bytes(CACHE)
+        .memstore_flush_bytes(MEMTABLE)
+        .global_memstore_bytes(2 * MEMTABLE);
     let engine = Engine::open(dir, opts).expect("open cellar");
     // RocksDB's 4 KiB data blocks rather than HBase's 64 KiB default: with the data several
     // times the block cache, every miss reads, checksums and searches one block.

@@ -530,7 +530,7 @@ mod tests {
     use crate::{Get, Put};
 
     fn options() -> EngineOptions {
-        EngineOptions { auto_compact: false, flush_on_close: false, ..EngineOptions::default() }
+        EngineOptions::default().auto_compact(false).flush_on_close(false)
     }
 
     /// What a process killed at this moment leaves for the next open: a copy of the files.
@@ -579,7 +579,7 @@ mod tests {
     /// background compactions off and runs of three files for the policy.
     fn policy_engine(dir: &Path, family: FamilyDescriptor) -> (Engine, Arc<crate::clock::ManualClock>) {
         let clock = Arc::new(crate::clock::ManualClock::new(1_000_000));
-        let opts = EngineOptions { compaction_threshold: 3, clock: clock.clone(), ..options() };
+        let opts = options().compaction_threshold(3).clock(clock.clone());
         let engine = Engine::open(dir, opts).unwrap();
         engine.create_table(TableDescriptor::new("t").family(family)).unwrap();
         (engine, clock)
@@ -693,7 +693,7 @@ mod tests {
     #[test]
     fn the_log_keeps_rows_whose_flush_the_manifest_does_not_list_yet() {
         let dir = tempfile::tempdir().unwrap();
-        let opts = EngineOptions { wal_segment_bytes: 4096, ..options() };
+        let opts = options().wal_segment_bytes(4096);
         let engine = Engine::open(dir.path(), opts.clone()).unwrap();
         let x = create(&engine, "x", 0..200);
         let y = create(&engine, "y", 0..10);
@@ -793,13 +793,11 @@ mod tests {
     /// count of each region once the background is idle, after checking every row.
     fn files_after_the_lower_global_limit(every: u32) -> Vec<usize> {
         let dir = tempfile::tempdir().unwrap();
-        let opts = EngineOptions {
-            memstore_flush_bytes: 64 << 20,
-            global_memstore_bytes: 4 << 20,
-            auto_compact: false,
-            flush_on_close: false,
-            ..EngineOptions::default()
-        };
+        let opts = EngineOptions::default()
+            .memstore_flush_bytes(64 << 20)
+            .global_memstore_bytes(4 << 20)
+            .auto_compact(false)
+            .flush_on_close(false);
         let engine = Engine::open(dir.path(), opts).unwrap();
         let desc = TableDescriptor::new("t").family(FamilyDescriptor::new("f"));
         engine.create_table_with_splits(desc, vec![Bytes::from_static(b"m")]).unwrap();

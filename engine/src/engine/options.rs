@@ -7,7 +7,30 @@ use crate::clock::{Clock, SystemClock};
 use crate::fs::{FileSystem, OsFs};
 
 /// Tuning knobs of an engine.
+///
+/// Built from [`EngineOptions::default`] with one setter per field, so that a minor release
+/// can add knobs without breaking callers (the struct is `#[non_exhaustive]`: outside this
+/// crate it cannot be written as a struct literal). The fields stay public to read.
+///
+/// ```
+/// use std::sync::Arc;
+/// use std::time::Duration;
+/// use cellar_engine::{Clock, EngineOptions, ManualClock};
+///
+/// let clock = Arc::new(ManualClock::new(1_000));
+/// let options = EngineOptions::default()
+///     .memstore_flush_bytes(1 << 20)
+///     .write_stall_timeout(Duration::from_secs(5))
+///     .auto_compact(false)
+///     .clock(clock.clone());
+/// assert_eq!(options.memstore_flush_bytes, 1 << 20);
+/// assert_eq!(options.write_stall_timeout, Duration::from_secs(5));
+/// assert!(!options.auto_compact);
+/// assert_eq!(options.clock.now_ms(), 1_000);
+/// assert_eq!(options.block_cache_bytes, EngineOptions::default().block_cache_bytes);
+/// ```
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct EngineOptions {
     /// Block cache budget in bytes (default 256 MiB).
     pub block_cache_bytes: usize,
@@ -92,5 +115,110 @@ impl Default for EngineOptions {
             clock: Arc::new(SystemClock),
             fs: Arc::new(OsFs),
         }
+    }
+}
+
+/// One setter per field, each named as the field it sets.
+impl EngineOptions {
+    /// Sets [`block_cache_bytes`](field@Self::block_cache_bytes).
+    pub fn block_cache_bytes(mut self, block_cache_bytes: usize) -> Self {
+        self.block_cache_bytes = block_cache_bytes;
+        self
+    }
+
+    /// Sets [`memstore_flush_bytes`](field@Self::memstore_flush_bytes).
+    pub fn memstore_flush_bytes(mut self, memstore_flush_bytes: usize) -> Self {
+        self.memstore_flush_bytes = memstore_flush_bytes;
+        self
+    }
+
+    /// Sets [`wal_segment_bytes`](field@Self::wal_segment_bytes).
+    pub fn wal_segment_bytes(mut self, wal_segment_bytes: u64) -> Self {
+        self.wal_segment_bytes = wal_segment_bytes;
+        self
+    }
+
+    /// Sets [`max_wal_segments`](field@Self::max_wal_segments).
+    pub fn max_wal_segments(mut self, max_wal_segments: usize) -> Self {
+        self.max_wal_segments = max_wal_segments;
+        self
+    }
+
+    /// Sets [`global_memstore_bytes`](field@Self::global_memstore_bytes).
+    pub fn global_memstore_bytes(mut self, global_memstore_bytes: usize) -> Self {
+        self.global_memstore_bytes = global_memstore_bytes;
+        self
+    }
+
+    /// Sets [`memstore_block_multiplier`](field@Self::memstore_block_multiplier).
+    pub fn memstore_block_multiplier(mut self, memstore_block_multiplier: usize) -> Self {
+        self.memstore_block_multiplier = memstore_block_multiplier;
+        self
+    }
+
+    /// Sets [`compaction_threshold`](field@Self::compaction_threshold).
+    pub fn compaction_threshold(mut self, compaction_threshold: usize) -> Self {
+        self.compaction_threshold = compaction_threshold;
+        self
+    }
+
+    /// Sets [`compaction_max_files`](field@Self::compaction_max_files).
+    pub fn compaction_max_files(mut self, compaction_max_files: usize) -> Self {
+        self.compaction_max_files = compaction_max_files;
+        self
+    }
+
+    /// Sets [`compaction_ratio`](field@Self::compaction_ratio).
+    pub fn compaction_ratio(mut self, compaction_ratio: f64) -> Self {
+        self.compaction_ratio = compaction_ratio;
+        self
+    }
+
+    /// Sets [`blocking_files`](field@Self::blocking_files).
+    pub fn blocking_files(mut self, blocking_files: usize) -> Self {
+        self.blocking_files = blocking_files;
+        self
+    }
+
+    /// Sets [`write_stall_timeout`](field@Self::write_stall_timeout).
+    pub fn write_stall_timeout(mut self, write_stall_timeout: Duration) -> Self {
+        self.write_stall_timeout = write_stall_timeout;
+        self
+    }
+
+    /// Sets [`background_threads`](field@Self::background_threads).
+    pub fn background_threads(mut self, background_threads: usize) -> Self {
+        self.background_threads = background_threads;
+        self
+    }
+
+    /// Sets [`background_nice`](field@Self::background_nice).
+    pub fn background_nice(mut self, background_nice: u8) -> Self {
+        self.background_nice = background_nice;
+        self
+    }
+
+    /// Sets [`auto_compact`](field@Self::auto_compact).
+    pub fn auto_compact(mut self, auto_compact: bool) -> Self {
+        self.auto_compact = auto_compact;
+        self
+    }
+
+    /// Sets [`flush_on_close`](field@Self::flush_on_close).
+    pub fn flush_on_close(mut self, flush_on_close: bool) -> Self {
+        self.flush_on_close = flush_on_close;
+        self
+    }
+
+    /// Sets [`clock`](field@Self::clock).
+    pub fn clock(mut self, clock: Arc<dyn Clock>) -> Self {
+        self.clock = clock;
+        self
+    }
+
+    /// Sets [`fs`](field@Self::fs).
+    pub fn fs(mut self, fs: Arc<dyn FileSystem>) -> Self {
+        self.fs = fs;
+        self
     }
 }

@@ -490,7 +490,7 @@ pub(super) mod tests {
         let dir = Path::new("/wal");
         let fs = crate::fault::FaultFs::new(3);
         let wal = Wal::open(Arc::new(fs.clone()), dir, 2 * DISK_BLOCK as u64, 0, |_| Ok(())).unwrap();
-        fs.set_rates(crate::fault::FaultRates { sync: 1.0, ..Default::default() });
+        fs.set_rates(crate::fault::FaultRates::default().sync(1.0));
         // The third record fills the segment; the roll itself returns, its fsync fails later.
         let seqs: Vec<u64> = (0..3).map(|_| wal.append(1, &[9; 3_000], Durability::SyncWal).unwrap()).collect();
         assert_eq!(wal.segment_count(), 2);
@@ -514,7 +514,7 @@ pub(super) mod tests {
             // segment, and the roll thread's fsync of it fails (taking the error report).
             let leader = s.spawn(|| wal.sync_to(synced_write));
             std::thread::sleep(std::time::Duration::from_millis(50));
-            fs.set_rates(crate::fault::FaultRates { sync: 1.0, ..Default::default() });
+            fs.set_rates(crate::fault::FaultRates::default().sync(1.0));
             wal.append(1, &[2; 3_000], Durability::SyncWal).unwrap();
             wal.append(1, &[3; 3_000], Durability::SyncWal).unwrap();
             assert_eq!(wal.segment_count(), 2);

@@ -23,14 +23,14 @@ impl TestEngine {
     }
 
     pub fn options(clock: &Arc<ManualClock>) -> EngineOptions {
-        EngineOptions { clock: clock.clone(), block_cache_bytes: 4 << 20, ..EngineOptions::default() }
+        EngineOptions::default().clock(clock.clone()).block_cache_bytes(4 << 20)
     }
 
     /// Like [`TestEngine::new`], but closing leaves unflushed writes in the log only, so a
     /// reopen exercises log replay.
     pub fn replaying(now: u64) -> TestEngine {
         let mut te = TestEngine::new(now);
-        te.options_override = Some(EngineOptions { flush_on_close: false, ..Self::options(&te.clock) });
+        te.options_override = Some(Self::options(&te.clock).flush_on_close(false));
         te.reopen();
         te
     }

@@ -95,6 +95,9 @@ impl FamilySpec {
 /// names change, every other setting stays as it is. A family the table lacks is created, with
 /// the defaults (one version, no TTL) for what the change does not name.
 ///
+/// Built with [`FamilyChange::new`] and its setters, so that a minor release can add settings
+/// without breaking callers (the struct is `#[non_exhaustive]`); the fields stay public to read.
+///
 /// ```
 /// use std::time::Duration;
 /// use cellar_orm::store::{Compression, FamilyChange};
@@ -103,6 +106,7 @@ impl FamilySpec {
 /// assert_eq!(change.ttl_secs, Some(Some(86_400)));
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[non_exhaustive]
 pub struct FamilyChange {
     /// The family.
     pub name: String,
@@ -212,6 +216,7 @@ pub(crate) fn no_table_to_alter(table: &str) -> crate::Error {
 /// One family's settings as a backend keeps them: what [`Store::alter_families`] reports
 /// before and after a change.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct FamilySettings {
     /// Versions kept per column (`u32::MAX`: a Bigtable family without a version limit).
     pub max_versions: u32,

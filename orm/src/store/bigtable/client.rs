@@ -14,7 +14,11 @@ use crate::repo::printable;
 use crate::{Error, Result};
 
 /// Where and how to reach Cloud Bigtable.
+///
+/// Built with [`BigtableOptions::new`] and its setters, so that a minor release can add options
+/// without breaking callers (the struct is `#[non_exhaustive]`); the fields stay public to read.
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct BigtableOptions {
     /// The Google Cloud project.
     pub project: String,

@@ -234,14 +234,14 @@ mod tests {
     #[test]
     fn status_says_why_writes_are_refused() {
         let fs = cellar_engine::fault::FaultFs::new(1);
-        let options = EngineOptions { fs: std::sync::Arc::new(fs.clone()), ..EngineOptions::default() };
+        let options = EngineOptions::default().fs(std::sync::Arc::new(fs.clone()));
         let engine = cellar_engine::Engine::open("/db", options).unwrap();
         let mut shell = Shell::new(engine.clone());
         let mut out = Vec::new();
         shell.run_line("create 't', 'f'", &mut out).unwrap();
         shell.run_line("status", &mut out).unwrap();
         assert!(!String::from_utf8_lossy(&out).contains("READ-ONLY"));
-        fs.set_rates(cellar_engine::fault::FaultRates { write: 1.0, ..Default::default() });
+        fs.set_rates(cellar_engine::fault::FaultRates::default().write(1.0));
         shell.run_line("put 't', 'r', 'f:q', 'v'", &mut out).unwrap();
         fs.set_rates(cellar_engine::fault::FaultRates::default());
         out.clear();
