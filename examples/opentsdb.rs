@@ -5,7 +5,7 @@
 //! - **tall**, as they arrive: a row per sample, `[metric][timestamp][tags]`, the metric name
 //!   and the tags spelled out in every row key;
 //! - **OpenTSDB's layout**: a row per metric, hour and tag set, `[metric id][base hour][dc
-//!   id][host id]` — metric and tag values substituted by 3-byte ids — with one column per
+//!   id][host id]` — metric and tag values stored as 3-byte uids — with one column per
 //!   sample, its qualifier the second within the hour (a `u16`, so a row holds at most an
 //!   hour).
 //!
@@ -44,14 +44,14 @@ struct Sample {
 #[derive(Entity, Debug, Clone, PartialEq)]
 #[cellar(table = "tsdb")]
 struct HourRow {
-    #[cellar(key, substitute = "metrics")]
+    #[cellar(key, uid = "metrics")]
     metric: String,
     /// The hour's first second since the epoch.
     #[cellar(key)]
     base_hour: u32,
-    #[cellar(key, substitute = "tagv")]
+    #[cellar(key, uid = "tagv")]
     dc: String,
-    #[cellar(key, substitute = "tagv")]
+    #[cellar(key, uid = "tagv")]
     host: String,
     /// Seconds into the hour → value; read on demand, a slice at a time.
     #[cellar(columns(family = "t", lazy))]

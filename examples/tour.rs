@@ -2,7 +2,7 @@
 //! the follower graph, time-series events, one order aggregate in all four storage strategies
 //! with what each operation costs, the bulk migration of an order store's versioned blobs from
 //! two old versions to the current one, and secondary indexes added to a table with data:
-//! backfilled, verified and repaired; time series the OpenTSDB way (substituted names, an
+//! backfilled, verified and repaired; time series the OpenTSDB way (names stored as uids, an
 //! hour per row, a column per second); and per-user lists tall, wide and in between, with what
 //! each read costs; what survives a power loss, a full disk and a failed fsync; and three
 //! releases of an application evolving their entities on one database — each example in

@@ -1,6 +1,6 @@
 //! Golden fixtures of every format the object mapper writes, byte for byte: row keys of every
 //! key encoding, cell values of every value type, index rows and statuses, the rows of every
-//! aggregate strategy (with generations, fences, tombstones and interrupted intents), id tables,
+//! aggregate strategy (with generations, fences, tombstones and interrupted intents), uids,
 //! job checkpoints and the schema catalog. (Key parts cannot be `Option`s — a compile error —
 //! so `None`/`Some` is pinned where it exists: optional columns, and optional indexed fields.)
 //!
@@ -864,13 +864,13 @@ enum Shop {
     Purchase(Purchase),
 }
 
-/// Substituted parts: ids of names from `cellar_uids` (3 bytes by default, 4 declared).
+/// Key parts stored as uids: ids of names from `cellar_uids` (3 bytes by default, 4 declared).
 #[derive(Entity, Debug, Clone, PartialEq)]
 #[cellar(table = "fk_points")]
 struct Point {
-    #[cellar(partition, substitute = "metrics")]
+    #[cellar(partition, uid = "metrics")]
     metric: String,
-    #[cellar(key, substitute(kind = "hosts", width = 4))]
+    #[cellar(key, uid(kind = "hosts", width = 4))]
     host: String,
     #[cellar(key)]
     at: Timestamp,
@@ -1092,7 +1092,7 @@ fn row_keys_of_every_encoding() {
     assert_eq!(ann, [Shop::Customer(c[0].clone()), Shop::Purchase(p[1].clone()), Shop::Purchase(p[0].clone())]);
     let anna = shop.scan().partition(PurchaseKey::customer("anna".into())).to_vec().unwrap();
     assert_eq!(anna, [Shop::Customer(c[1].clone()), Shop::Purchase(p[2].clone())]);
-    // The id tables: both directions, and the counters hand out the next ids.
+    // The uids: both directions, and the counters hand out the next ids.
     let metrics = db.uids("metrics", 3).unwrap();
     assert_eq!(metrics.name(&[0, 0, 2]).unwrap().as_deref(), Some("mem.free"));
     assert_eq!(metrics.lookup("cpu.load").unwrap(), Some(Bytes::from_static(&[0, 0, 1])));

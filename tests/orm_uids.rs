@@ -1,8 +1,7 @@
-//! Numeric substitution of names (`Db::uids`): ids handed out in order and looked up both
-//! ways, cached after the first read, one id per name and one name per id however many
-//! writers race to name the same new values, and a clear error when a width runs out; and
-//! `#[cellar(key, substitute = "...")]`: entities whose keys hold the ids of their names,
-//! which reads restore.
+//! Uids of names (`Db::uids`): ids handed out in order and looked up both ways, cached after
+//! the first read, one id per name and one name per id however many writers race to name the
+//! same new values, and a clear error when a width runs out; and `#[cellar(key, uid =
+//! "...")]`: entities whose keys hold the uids of their names, which reads restore.
 //!
 //! Each test runs on every backend: the embedded engine and the Bigtable emulator.
 
@@ -109,15 +108,15 @@ fn a_width_that_runs_out_is_a_clear_error(db: Db) {
 }
 }
 
-/// A data point keyed OpenTSDB's way: metric and host stored as ids.
+/// A data point keyed OpenTSDB's way: metric and host stored as uids.
 #[derive(Entity, Debug, Clone, PartialEq)]
 #[cellar(table = "tsdb")]
 struct Point {
-    #[cellar(partition, substitute = "metrics")]
+    #[cellar(partition, uid = "metrics")]
     metric: String,
     #[cellar(key, reverse_ts)]
     at: u64,
-    #[cellar(key, substitute(kind = "hosts", width = 4))]
+    #[cellar(key, uid(kind = "hosts", width = 4))]
     host: String,
     #[cellar(column = "v")]
     value: f64,
@@ -128,7 +127,7 @@ fn point(metric: &str, at: u64, host: &str, value: f64) -> Point {
 }
 
 on_every_backend! {
-fn substituted_key_parts_hold_ids_and_read_back_as_names(db: Db) {
+fn uid_key_parts_hold_ids_and_read_back_as_names(db: Db) {
     let points = db.repo::<Point>().unwrap();
     let long_metric = "datacenter.rack.server.cpu.load.one_minute_average";
     points.put(&point(long_metric, 1_000, "web-1.example.com", 0.5)).unwrap();
@@ -154,9 +153,9 @@ fn substituted_key_parts_hold_ids_and_read_back_as_names(db: Db) {
     assert_eq!(db.uids("metrics", 3).unwrap().lookup("disk.used").unwrap(), None);
     assert_eq!(db.uids("hosts", 4).unwrap().lookup("web-9").unwrap(), None);
 
-    // Without a repository a substituted key does not encode: the error says why.
+    // Without a repository a key with parts stored as uids does not encode: the error says why.
     let err = Point::row_key(&PointKey::from(("mem.free".to_string(), 1, "h".to_string()))).unwrap_err();
-    assert!(err.to_string().contains("key part `metric` is substituted"), "{err}");
+    assert!(err.to_string().contains("key part `metric` is stored as a uid"), "{err}");
 
     // Another kind's width for the same kind of names is refused, not misread.
     let narrow = db.uids("hosts", 3).unwrap();
@@ -165,7 +164,7 @@ fn substituted_key_parts_hold_ids_and_read_back_as_names(db: Db) {
 }
 
 on_every_backend! {
-fn writers_substituting_the_same_new_names_share_their_ids(db: Db) {
+fn writers_assigning_uids_to_the_same_new_names_share_them(db: Db) {
     // Eight writers put points of the same new hosts at once: each host gets one id, and
     // every point reads back under its own name.
     std::thread::scope(|s| {

@@ -43,7 +43,7 @@ pub mod sym {
     pub const COLUMNS: &str = "columns";
     pub const PREFIX: &str = "prefix";
     pub const LAZY: &str = "lazy";
-    pub const SUBSTITUTE: &str = "substitute";
+    pub const UID: &str = "uid";
     pub const KIND: &str = "kind";
     pub const WIDTH: &str = "width";
     pub const DEFAULT: &str = "default";
@@ -180,15 +180,15 @@ pub struct WideAttr {
     pub lazy: bool,
 }
 
-/// `substitute = "kind"` or `substitute(kind = "...", width = N)`: a string key part stored as
-/// a fixed-width id.
-pub struct SubstituteAttr {
+/// `uid = "kind"` or `uid(kind = "...", width = N)`: a string key part stored as a fixed-width
+/// uid of its name.
+pub struct UidAttr {
     pub kind: String,
     pub width: u8,
 }
 
-/// The id width of `substitute = "kind"` (OpenTSDB's default: 16 million names).
-pub const DEFAULT_ID_WIDTH: u8 = 3;
+/// The uid width of `uid = "kind"` (OpenTSDB's default: 16 million names).
+pub const DEFAULT_UID_WIDTH: u8 = 3;
 
 /// One field's attributes.
 pub struct FieldAttr {
@@ -216,8 +216,8 @@ pub struct FieldAttr {
     pub unique: Option<Span>,
     /// `columns(...)`: a map stored as columns of its own family.
     pub wide: Option<Spanned<WideAttr>>,
-    /// `substitute`: a key part stored as an id.
-    pub substitute: Option<Spanned<SubstituteAttr>>,
+    /// `uid`: a key part stored as the uid of its name.
+    pub uid: Option<Spanned<UidAttr>>,
     /// `default` (`Default::default()`) or `default = "path::to::fn"`: what a row without the
     /// cell reads as.
     pub default: Option<Spanned<Option<syn::Path>>>,
@@ -523,7 +523,7 @@ pub fn parse(ctx: &mut Ctx, input: &DeriveInput, kind: Kind) -> Option<EntityAtt
             index: None,
             unique: None,
             wide: None,
-            substitute: None,
+            uid: None,
             default: None,
             aliases: Vec::new(),
         };
@@ -586,10 +586,10 @@ pub fn parse(ctx: &mut Ctx, input: &DeriveInput, kind: Kind) -> Option<EntityAtt
                         ctx.error(span, "duplicate attribute `columns`");
                     }
                 }
-                sym::SUBSTITUTE => {
-                    if let Some(value) = parse_substitute(ctx, &meta)? {
-                        if f.substitute.replace(Spanned { value, span }).is_some() {
-                            ctx.error(span, "duplicate attribute `substitute`");
+                sym::UID => {
+                    if let Some(value) = parse_uid(ctx, &meta)? {
+                        if f.uid.replace(Spanned { value, span }).is_some() {
+                            ctx.error(span, "duplicate attribute `uid`");
                         }
                     }
                 }
@@ -684,29 +684,27 @@ fn parse_wide(ctx: &mut Ctx, meta: &syn::meta::ParseNestedMeta<'_>) -> syn::Resu
     Ok(wide)
 }
 
-/// `substitute = "kind"` or `substitute(kind = "...", width = N)`.
-fn parse_substitute(ctx: &mut Ctx, meta: &syn::meta::ParseNestedMeta<'_>) -> syn::Result<Option<SubstituteAttr>> {
+/// `uid = "kind"` or `uid(kind = "...", width = N)`.
+fn parse_uid(ctx: &mut Ctx, meta: &syn::meta::ParseNestedMeta<'_>) -> syn::Result<Option<UidAttr>> {
     if meta.input.peek(syn::Token![=]) {
-        return Ok(
-            lit_str(ctx, &value_expr(meta)?).map(|s| SubstituteAttr { kind: s.value(), width: DEFAULT_ID_WIDTH })
-        );
+        return Ok(lit_str(ctx, &value_expr(meta)?).map(|s| UidAttr { kind: s.value(), width: DEFAULT_UID_WIDTH }));
     }
-    let (mut kind, mut width) = (None, DEFAULT_ID_WIDTH);
+    let (mut kind, mut width) = (None, DEFAULT_UID_WIDTH);
     meta.parse_nested_meta(|inner| {
         match name_of(&inner).as_str() {
             sym::KIND => kind = lit_str(ctx, &value_expr(&inner)?).map(|s| s.value()),
-            sym::WIDTH => width = lit_int(ctx, &value_expr(&inner)?, "id width (3 to 8 bytes)").unwrap_or(width),
+            sym::WIDTH => width = lit_int(ctx, &value_expr(&inner)?, "uid width (3 to 8 bytes)").unwrap_or(width),
             other => {
-                ctx.error(inner.path.span(), format!("unknown substitute option `{other}`; one of: kind, width"));
+                ctx.error(inner.path.span(), format!("unknown uid option `{other}`; one of: kind, width"));
                 skip_value(&inner)?;
             }
         }
         Ok(())
     })?;
     if kind.is_none() {
-        ctx.error(meta.path.span(), "`substitute(...)` needs `kind = \"...\"`: the kind of names its ids stand for");
+        ctx.error(meta.path.span(), "`uid(...)` needs `kind = \"...\"`: the kind of names its uids stand for");
     }
-    Ok(kind.map(|kind| SubstituteAttr { kind, width }))
+    Ok(kind.map(|kind| UidAttr { kind, width }))
 }
 
 /// The single identifier of a nested meta (a field name), or an error at its path.

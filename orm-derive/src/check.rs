@@ -70,7 +70,7 @@ pub fn check(ctx: &mut Ctx, e: &EntityAttr) {
     check_kind(ctx, e);
     check_indexes(ctx, e);
     check_wide(ctx, e);
-    check_substitute(ctx, e);
+    check_uid(ctx, e);
     let mut versions = 0;
     let mut columns: BTreeMap<(String, String), Span> = BTreeMap::new();
     let mut last_key_seen = false;
@@ -343,7 +343,7 @@ fn check_wide(ctx: &mut Ctx, e: &EntityAttr) {
         if map_types(&f.ty).is_none() {
             ctx.error(f.ty.span(), "a `columns(...)` field is a `BTreeMap<K, V>` (K a key-part type, V a column type)");
         }
-        let others = f.children.is_some() || f.index.is_some() || f.fixed.is_some() || f.substitute.is_some();
+        let others = f.children.is_some() || f.index.is_some() || f.fixed.is_some() || f.uid.is_some();
         if f.has_cell_attributes() || others {
             ctx.error(
                 span,
@@ -383,37 +383,37 @@ fn check_wide(ctx: &mut Ctx, e: &EntityAttr) {
     }
 }
 
-/// Substituted key parts: `String` key parts of an entity, ids of 3 to 8 bytes.
-fn check_substitute(ctx: &mut Ctx, e: &EntityAttr) {
+/// Key parts stored as uids: `String` key parts of an entity, uids of 3 to 8 bytes.
+fn check_uid(ctx: &mut Ctx, e: &EntityAttr) {
     for f in &e.fields {
-        let Some(sub) = &f.substitute else { continue };
-        let span = sub.span;
+        let Some(uid) = &f.uid else { continue };
+        let span = uid.span;
         if e.kind != Kind::Entity {
-            ctx.error(span, "`substitute` applies to #[derive(Entity)] key parts");
+            ctx.error(span, "`uid` applies to #[derive(Entity)] key parts");
         }
         if !f.is_key_part() {
-            ctx.error(span, "`substitute` applies to key parts: mark the field #[cellar(key)] or #[cellar(partition)]");
+            ctx.error(span, "`uid` applies to key parts: mark the field #[cellar(key)] or #[cellar(partition)]");
         }
         if type_name(&f.ty).as_deref() != Some("String") {
-            ctx.error(f.ty.span(), "a substituted key part is a `String`");
+            ctx.error(f.ty.span(), "a key part stored as a uid is a `String`");
         }
         if !f.modifiers.is_empty() || f.fixed.is_some() {
-            ctx.error(span, "a substituted key part takes no modifier or `fixed`: its id has a width of its own");
+            ctx.error(span, "a key part stored as a uid takes no modifier or `fixed`: its uid has a width of its own");
         }
-        if !(3..=8).contains(&sub.value.width) {
-            ctx.error(span, format!("id width {}: ids take 3 to 8 bytes", sub.value.width));
+        if !(3..=8).contains(&uid.value.width) {
+            ctx.error(span, format!("uid width {}: uids take 3 to 8 bytes", uid.value.width));
         }
         if let Some(index) = e.indexes.first() {
             ctx.error(
                 span,
                 format!(
-                    "substituted key parts and secondary indexes do not combine yet (index `{}`): index rows \
-                     would need the ids resolved",
+                    "key parts stored as uids and secondary indexes do not combine yet (index `{}`): index \
+                     rows would need the uids resolved",
                     index.name.value
                 ),
             );
         }
-        if sub.value.kind.is_empty() || sub.value.kind.contains('\0') {
+        if uid.value.kind.is_empty() || uid.value.kind.contains('\0') {
             ctx.error(span, "the kind of names must not be empty or hold a zero byte");
         }
     }

@@ -91,20 +91,21 @@ pub fn expand(e: &EntityAttr) -> TokenStream {
             Some(ModifierAttr::Reversed) => quote!(Reversed),
             Some(ModifierAttr::Md5) => quote!(Md5),
         };
-        let substitute = match &f.substitute {
-            Some(sub) => {
-                let (kind, width) = (lit(&sub.value.kind), sub.value.width);
-                quote!(::core::option::Option::Some(#orm::key::Substitute { kind: #kind, width: #width }))
+        let uid = match &f.uid {
+            Some(uid) => {
+                let (kind, width) = (lit(&uid.value.kind), uid.value.width);
+                quote!(::core::option::Option::Some(#orm::key::UidSpec { kind: #kind, width: #width }))
             }
             None => quote!(::core::option::Option::None),
         };
-        let encoding = match &f.substitute {
-            Some(sub) => lit(&format!("id of a `{}` name", sub.value.kind)).into_token_stream(),
+        // The catalog stores this text: it stays as it was first written.
+        let encoding = match &f.uid {
+            Some(uid) => lit(&format!("id of a `{}` name", uid.value.kind)).into_token_stream(),
             None => quote!(<#ty as #orm::key::KeyPart>::ENCODING),
         };
         let width = match (f.modifiers.first().map(|m| m.value), &f.fixed) {
-            _ if f.substitute.is_some() => {
-                let n = f.substitute.as_ref().map_or(0, |s| usize::from(s.value.width));
+            _ if f.uid.is_some() => {
+                let n = f.uid.as_ref().map_or(0, |u| usize::from(u.value.width));
                 quote!(::core::option::Option::Some(#n))
             }
             (Some(ModifierAttr::Md5), _) => quote!(::core::option::Option::Some(#orm::key::MD5_WIDTH)),
@@ -120,7 +121,7 @@ pub fn expand(e: &EntityAttr) -> TokenStream {
                 type_name: #ty_name,
                 width: #width,
                 encoding: #encoding,
-                substitute: #substitute,
+                uid: #uid,
             }
         }
     };
@@ -288,8 +289,8 @@ pub fn expand(e: &EntityAttr) -> TokenStream {
             let end = (i + 1 == partition.len()).then(|| quote!(b.end_partition();));
             let bucket = (bucket_field.as_deref() == Some(&f.to_string()))
                 .then(|| quote!(b.bucket(#orm::entity::BucketValue::bucket_value(&src.#f));));
-            let part = if p.field.substitute.is_some() {
-                quote!(b.substituted(&src.#f, &S.#list[#index], names)?;)
+            let part = if p.field.uid.is_some() {
+                quote!(b.uid(&src.#f, &S.#list[#index], uids)?;)
             } else {
                 quote!(b.part(&src.#f, &S.#list[#index])?;)
             };
@@ -303,7 +304,7 @@ pub fn expand(e: &EntityAttr) -> TokenStream {
         let complete = k == n_parts;
         quote! {
             const S: &#orm::Schema = &<#ident as #orm::Entity>::SCHEMA;
-            let _ = names;
+            let _ = uids;
             let mut b = #orm::key::KeyBuilder::new(S);
             #start
             #(#steps)*
@@ -411,7 +412,7 @@ pub fn expand(e: &EntityAttr) -> TokenStream {
             impl #orm::KeyPrefix<#ident> for #this {
                 fn encode_prefix_in(
                     &self,
-                    names: &dyn #orm::key::Names,
+                    uids: &dyn #orm::key::UidResolver,
                 ) -> ::core::result::Result<#orm::key::RowKey, #orm::key::KeyError> {
                     let src = self;
                     #encode
@@ -462,7 +463,7 @@ pub fn expand(e: &EntityAttr) -> TokenStream {
     // Row -> entity. Hashed parts leave a digest; their values are restored from their
     // columns only after the whole key (record type included) has been read.
     let digest_of = |f: &FieldAttr| format_ident!("__digest_{}", f.ident);
-    let id_of = |f: &FieldAttr| format_ident!("__id_{}", f.ident);
+    let uid_of = |f: &FieldAttr| format_ident!("__uid_{}", f.ident);
     let read_parts = parts
         .iter()
         .enumerate()
@@ -472,9 +473,9 @@ pub fn expand(e: &EntityAttr) -> TokenStream {
             let read = if p.field.is_hashed() {
                 let digest = digest_of(p.field);
                 quote!(let #digest = reader.digest(&S.#list[#index])?;)
-            } else if p.field.substitute.is_some() {
-                let id = id_of(p.field);
-                quote!(let #id = reader.id(&S.#list[#index])?;)
+            } else if p.field.uid.is_some() {
+                let uid = uid_of(p.field);
+                quote!(let #uid = reader.uid(&S.#list[#index])?;)
             } else {
                 quote!(let #name: #ty = reader.part::<#ty>(&S.#list[#index])?;)
             };
@@ -496,11 +497,11 @@ pub fn expand(e: &EntityAttr) -> TokenStream {
         .collect::<Vec<_>>();
     let restore_names = parts
         .iter()
-        .filter(|p| p.field.substitute.is_some())
+        .filter(|p| p.field.uid.is_some())
         .map(|p| {
             let (name, list, index) = (&p.field.ident, &p.list, p.index);
-            let id = id_of(p.field);
-            quote!(let #name: ::std::string::String = #private::name_of(&S.#list[#index], #id, names)?;)
+            let uid = uid_of(p.field);
+            quote!(let #name: ::std::string::String = #private::name_of(&S.#list[#index], #uid, uids)?;)
         })
         .collect::<Vec<_>>();
     let start_partition = partition.is_empty().then(|| quote!(reader.end_partition()?;));
@@ -638,9 +639,9 @@ pub fn expand(e: &EntityAttr) -> TokenStream {
             impl #orm::KeyPrefix<#ident> for #key_ident {
                 fn encode_prefix_in(
                     &self,
-                    names: &dyn #orm::key::Names,
+                    uids: &dyn #orm::key::UidResolver,
                 ) -> ::core::result::Result<#orm::key::RowKey, #orm::key::KeyError> {
-                    <#ident as #orm::Entity>::row_key_in(self, names)
+                    <#ident as #orm::Entity>::row_key_in(self, uids)
                 }
             }
 
@@ -677,7 +678,7 @@ pub fn expand(e: &EntityAttr) -> TokenStream {
 
                 fn row_key_in(
                     src: &#key_ident,
-                    names: &dyn #orm::key::Names,
+                    uids: &dyn #orm::key::UidResolver,
                 ) -> ::core::result::Result<#orm::key::RowKey, #orm::key::KeyError> {
                     #encode_key
                 }
@@ -699,10 +700,10 @@ pub fn expand(e: &EntityAttr) -> TokenStream {
 
                 fn key_from_row_in(
                     row: #orm::store::LentRow<'_>,
-                    names: &dyn #orm::key::Names,
+                    uids: &dyn #orm::key::UidResolver,
                 ) -> ::core::result::Result<#key_ident, #orm::entity::FieldError> {
                     const S: &#orm::Schema = &<#ident as #orm::Entity>::SCHEMA;
-                    let _ = names;
+                    let _ = uids;
                     let mut reader = #orm::key::KeyReader::new(S, row.key())?;
                     #start_partition
                     #(#read_parts)*
@@ -715,10 +716,10 @@ pub fn expand(e: &EntityAttr) -> TokenStream {
                 fn from_row_in(
                     row: #orm::store::LentRow<'_>,
                     as_of: u64,
-                    names: &dyn #orm::key::Names,
+                    uids: &dyn #orm::key::UidResolver,
                 ) -> ::core::result::Result<Self, #orm::entity::FieldError> {
                     const S: &#orm::Schema = &<#ident as #orm::Entity>::SCHEMA;
-                    let _ = names;
+                    let _ = uids;
                     let mut reader = #orm::key::KeyReader::new(S, row.key())?;
                     #start_partition
                     #(#read_parts)*

@@ -57,7 +57,7 @@ use syn::{parse_macro_input, DeriveInput};
 /// | `default`, `default = "path::to::fn"` | a row without the cell reads as `Default::default()` or `fn()` (for fields added after rows were written; also in index copies) |
 /// | `rename_from = "q"`, `aliases = ["q", ...]` | earlier qualifiers of the column, in its family: reads take the newest cell of the column and these; writes put only the column (a `None` also deletes them) |
 /// | `index = "by_x"`, `unique` | a secondary index on this field alone (`unique`: one entity per value) |
-/// | `substitute = "kind"`, `substitute(kind = "kind", width = N)` | a `String` key part stored as a fixed-width id of its name (3 bytes by default, 3 to 8): see `cellar::orm::uid` |
+/// | `uid = "kind"`, `uid(kind = "kind", width = N)` | a `String` key part stored as a fixed-width uid of its name (3 bytes by default, 3 to 8): see `cellar::orm::uid` |
 /// | `columns(family = "f", prefix = "p", desc, lazy)` | a `BTreeMap<K, V>` stored as one column per entry in a family of its own, the key encoded into the qualifier (after `prefix`; `desc`: largest first); `lazy`: left out of entity reads. Each gets a constant (`points` → `Sensor::POINTS`) for `Repository::wide` |
 ///
 /// Each index is a constant on the entity (`by_city_name` → `Customer::BY_CITY_NAME`, an

@@ -4,7 +4,7 @@
 
 use bytes::Bytes;
 
-use crate::key::{Digest, KeyError, Names, PartSpec, RowKey, Salt, Timestamp, Unresolved};
+use crate::key::{Digest, KeyError, PartSpec, RowKey, Salt, Timestamp, UidResolver, Unresolved};
 use crate::store::{CellMutation, LentRow};
 use crate::value::{ColumnValue, ValueError};
 
@@ -19,8 +19,8 @@ pub struct KeyField {
     pub width: Option<usize>,
     /// The type's encoding, in words (framing and modifier are in `spec`).
     pub encoding: &'static str,
-    /// Stored as the id of its name ([`crate::uid`]), if substituted.
-    pub substitute: Option<crate::key::Substitute>,
+    /// Stored as the uid of its name ([`crate::uid`]), if declared `uid`.
+    pub uid: Option<crate::key::UidSpec>,
 }
 
 /// How a field is stored in its cell.
@@ -288,17 +288,17 @@ pub trait Entity: Sized + 'static {
     /// Encodes a key.
     ///
     /// # Errors
-    /// A key part whose value does not fit its declared form; a substituted part (resolved
-    /// only by [`Entity::row_key_in`]).
+    /// A key part whose value does not fit its declared form; a part stored as a uid
+    /// (resolved only by [`Entity::row_key_in`]).
     fn row_key(key: &Self::Key) -> Result<RowKey, KeyError> {
         Self::row_key_in(key, &Unresolved)
     }
 
-    /// Encodes a key, substituted parts resolved by `names`.
+    /// Encodes a key, parts stored as uids resolved by `uids`.
     ///
     /// # Errors
-    /// As [`Entity::row_key`]; as [`Names::id`].
-    fn row_key_in(key: &Self::Key, names: &dyn Names) -> Result<RowKey, KeyError>;
+    /// As [`Entity::row_key`]; as [`UidResolver::id`].
+    fn row_key_in(key: &Self::Key, uids: &dyn UidResolver) -> Result<RowKey, KeyError>;
 
     /// The cells a put writes (counters excluded).
     ///
@@ -334,11 +334,11 @@ pub trait Entity: Sized + 'static {
         Self::key_from_row_in(row.into(), &Unresolved)
     }
 
-    /// Decodes the key of a stored row, substituted parts resolved by `names`.
+    /// Decodes the key of a stored row, parts stored as uids resolved by `uids`.
     ///
     /// # Errors
-    /// As [`Entity::key_from_row`]; as [`Names::name`].
-    fn key_from_row_in(row: LentRow<'_>, names: &dyn Names) -> Result<Self::Key, FieldError>;
+    /// As [`Entity::key_from_row`]; as [`UidResolver::name`].
+    fn key_from_row_in(row: LentRow<'_>, uids: &dyn UidResolver) -> Result<Self::Key, FieldError>;
 
     /// Rebuilds an entity from a row (a [`Row`](crate::store::Row) or a [`LentRow`]), taking
     /// each column's newest version at or before `as_of`.
@@ -349,11 +349,11 @@ pub trait Entity: Sized + 'static {
         Self::from_row_in(row.into(), as_of, &Unresolved)
     }
 
-    /// Rebuilds an entity from a row, substituted parts resolved by `names`.
+    /// Rebuilds an entity from a row, parts stored as uids resolved by `uids`.
     ///
     /// # Errors
-    /// As [`Entity::from_row`]; as [`Names::name`].
-    fn from_row_in(row: LentRow<'_>, as_of: u64, names: &dyn Names) -> Result<Self, FieldError>;
+    /// As [`Entity::from_row`]; as [`UidResolver::name`].
+    fn from_row_in(row: LentRow<'_>, as_of: u64, uids: &dyn UidResolver) -> Result<Self, FieldError>;
 
     /// The physical layout, printable: table, key parts with encodings and widths, record
     /// type, families and columns.
@@ -382,16 +382,16 @@ pub trait KeyPrefix<E: Entity> {
     /// The encoded prefix.
     ///
     /// # Errors
-    /// A part value that does not fit its declared form; a substituted part.
+    /// A part value that does not fit its declared form; a part stored as a uid.
     fn encode_prefix(&self) -> Result<RowKey, KeyError> {
         self.encode_prefix_in(&Unresolved)
     }
 
-    /// The encoded prefix, substituted parts resolved by `names`.
+    /// The encoded prefix, parts stored as uids resolved by `uids`.
     ///
     /// # Errors
-    /// As [`KeyPrefix::encode_prefix`]; as [`Names::id`].
-    fn encode_prefix_in(&self, names: &dyn Names) -> Result<RowKey, KeyError>;
+    /// As [`KeyPrefix::encode_prefix`]; as [`UidResolver::id`].
+    fn encode_prefix_in(&self, uids: &dyn UidResolver) -> Result<RowKey, KeyError>;
 }
 
 /// Decodes a column of `row` as `T` (helper for generated code).

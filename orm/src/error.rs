@@ -138,8 +138,8 @@ pub enum Error {
         /// The value, printable (its index encoding).
         value: String,
     },
-    /// Every id of a kind of substituted name is taken.
-    #[error("kind `{kind}`: every id of {width} bytes is taken; substitute it with a wider id")]
+    /// Every uid of a kind of name is taken.
+    #[error("kind `{kind}`: every id of {width} bytes is taken; store the kind as wider uids")]
     UidsExhausted {
         /// The kind of name.
         kind: String,

@@ -1,6 +1,6 @@
-//! Numeric substitution of names (OpenTSDB's UIDs): a fixed-width id stands for a string in
-//! row keys, so a metric name or host of any length takes 3 to 8 bytes of every key that
-//! holds it.
+//! Uids of names (OpenTSDB's UIDs): a fixed-width numeric id stands for a string in row keys,
+//! so a metric name or host of any length takes 3 to 8 bytes of every key that holds it. A key
+//! part declared `#[cellar(key, uid = "kind")]` is stored this way.
 //!
 //! Each kind of name (`"metrics"`, `"hosts"`, ...) has its own ids, kept in [`UIDS_TABLE`]
 //! (family `u`):

@@ -129,8 +129,8 @@ fn key_text(key: &KeyLayout) -> String {
         if p.form.starts_with("fixed") {
             s.push_str(&format!(" {}", p.form));
         }
-        if let Some(sub) = &p.substitute {
-            s.push_str(&format!(" substitute {sub}"));
+        if let Some(uid) = &p.uid {
+            s.push_str(&format!(" uid {uid}"));
         }
         s
     };

@@ -74,9 +74,10 @@ pub struct KeyPartLayout {
     pub modifier: String,
     /// Encoded width in bytes, if fixed.
     pub width: Option<usize>,
-    /// Stored as the id of a name of this kind, if substituted.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub substitute: Option<String>,
+    /// Stored as the uid of a name of this kind (`kind/width`), if declared `uid`.
+    // The stored name is the catalog format's, which predates the attribute's: keep it.
+    #[serde(rename = "substitute", default, skip_serializing_if = "Option::is_none")]
+    pub uid: Option<String>,
 }
 
 /// A family and its settings.
@@ -228,7 +229,7 @@ fn key_part(part: &KeyField) -> KeyPartLayout {
         form: form(part.spec.form),
         modifier: modifier(part.spec.modifier),
         width: part.width,
-        substitute: part.substitute.map(|s| format!("{}/{}", s.kind, s.width)),
+        uid: part.uid.map(|s| format!("{}/{}", s.kind, s.width)),
     }
 }
 
@@ -271,7 +272,7 @@ fn index(schema: &Schema, index: &IndexSpec) -> IndexLayout {
                 form: form(p.spec.form),
                 modifier: modifier(p.spec.modifier),
                 width: None,
-                substitute: None,
+                uid: None,
             })
             .collect(),
         unique: index.unique,

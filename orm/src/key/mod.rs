@@ -57,68 +57,68 @@ pub enum KeyError {
         /// What is wrong.
         reason: String,
     },
-    /// A substituted part's name has no id yet: no row holds it.
+    /// The name of a part stored as a uid has no uid yet: no row holds it.
     #[error("key part `{part}`: `{name}` has no id yet, so no row holds it")]
     Unassigned {
-        /// The substituted part.
+        /// The part stored as a uid.
         part: &'static str,
         /// The name.
         name: String,
     },
-    /// A substituted part could not be resolved (its id or name could not be read or
+    /// A part stored as a uid could not be resolved (its uid or name could not be read or
     /// assigned, or the key was encoded without a repository to resolve it).
-    #[error("key part `{part}` is substituted: {reason}")]
-    Substitution {
-        /// The substituted part.
+    #[error("key part `{part}` is stored as a uid: {reason}")]
+    Uid {
+        /// The part stored as a uid.
         part: &'static str,
         /// What went wrong.
         reason: String,
     },
 }
 
-/// A `String` key part stored as a fixed-width id of its kind (`#[cellar(key, substitute =
+/// A `String` key part stored as a fixed-width uid of its name (`#[cellar(key, uid =
 /// "hosts")]`): see [`crate::uid`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Substitute {
-    /// The kind of names the ids stand for.
+pub struct UidSpec {
+    /// The kind of names the uids stand for.
     pub kind: &'static str,
-    /// Id width in bytes (3 to 8).
+    /// Uid width in bytes (3 to 8).
     pub width: u8,
 }
 
-/// Resolves substituted key parts: names to ids when keys are encoded, ids to names when they
-/// are decoded. A repository supplies one backed by the database's id tables.
-pub trait Names {
-    /// The id of `name` for the substituted part `part`: for a write, assigned if new; for a
-    /// read, [`KeyError::Unassigned`] if it has none.
+/// Resolves key parts stored as uids: names to uids when keys are encoded, uids to names when
+/// they are decoded. A repository supplies one backed by the database's [`crate::uid::Uids`].
+pub trait UidResolver {
+    /// The uid of `name` for the part `part`: for a write, assigned if new; for a read,
+    /// [`KeyError::Unassigned`] if it has none.
     ///
     /// # Errors
-    /// [`KeyError::Unassigned`]; [`KeyError::Substitution`] when it cannot be resolved.
-    fn id(&self, part: &'static str, sub: &Substitute, name: &str) -> Result<Vec<u8>, KeyError>;
+    /// [`KeyError::Unassigned`]; [`KeyError::Uid`] when it cannot be resolved.
+    fn id(&self, part: &'static str, spec: &UidSpec, name: &str) -> Result<Vec<u8>, KeyError>;
 
     /// The name `id` stands for.
     ///
     /// # Errors
-    /// [`KeyError::Substitution`] when it cannot be resolved, or the id has no name.
-    fn name(&self, part: &'static str, sub: &Substitute, id: &[u8]) -> Result<String, KeyError>;
+    /// [`KeyError::Uid`] when it cannot be resolved, or the uid has no name.
+    fn name(&self, part: &'static str, spec: &UidSpec, id: &[u8]) -> Result<String, KeyError>;
 }
 
-/// The [`Names`] of code without a repository: every substituted part is an error.
+/// The [`UidResolver`] of code without a repository: every part stored as a uid is an error.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Unresolved;
 
-impl Names for Unresolved {
-    fn id(&self, part: &'static str, _: &Substitute, _: &str) -> Result<Vec<u8>, KeyError> {
+impl UidResolver for Unresolved {
+    fn id(&self, part: &'static str, _: &UidSpec, _: &str) -> Result<Vec<u8>, KeyError> {
         Err(unresolved(part))
     }
 
-    fn name(&self, part: &'static str, _: &Substitute, _: &[u8]) -> Result<String, KeyError> {
+    fn name(&self, part: &'static str, _: &UidSpec, _: &[u8]) -> Result<String, KeyError> {
         Err(unresolved(part))
     }
 }
 
 fn unresolved(part: &'static str) -> KeyError {
-    KeyError::Substitution { part, reason: "its id is resolved by a repository: read and write through one".into() }
+    KeyError::Uid { part, reason: "its id is resolved by a repository: read and write through one".into() }
 }
 
 /// How a part's encoding is framed inside the row key.

@@ -4,8 +4,8 @@
 use bytes::Bytes;
 
 use super::{
-    decode_part, encode_part, md5_of, random_bucket, salt_of, take, KeyError, KeyPart, Modifier, Names, Salt,
-    Substitute, MD5_WIDTH,
+    decode_part, encode_part, md5_of, random_bucket, salt_of, take, KeyError, KeyPart, Modifier, Salt, UidResolver,
+    UidSpec, MD5_WIDTH,
 };
 use crate::entity::{KeyField, Schema};
 
@@ -141,17 +141,17 @@ impl KeyBuilder {
         encode_part(value, &field.spec, &mut self.body)
     }
 
-    /// Appends a substituted part: the id `names` gives its name.
+    /// Appends a part stored as a uid: the uid `uids` gives its name.
     ///
     /// # Errors
-    /// As [`Names::id`]; [`KeyError::Layout`] for a part that is not substituted.
-    pub fn substituted(&mut self, name: &str, field: &KeyField, names: &dyn Names) -> Result<(), KeyError> {
-        let sub = substitute_of(field)?;
-        let id = names.id(field.spec.name, sub, name)?;
-        if id.len() != usize::from(sub.width) {
-            return Err(KeyError::Substitution {
+    /// As [`UidResolver::id`]; [`KeyError::Layout`] for a part that is not stored as a uid.
+    pub fn uid(&mut self, name: &str, field: &KeyField, uids: &dyn UidResolver) -> Result<(), KeyError> {
+        let spec = uid_spec_of(field)?;
+        let id = uids.id(field.spec.name, spec, name)?;
+        if id.len() != usize::from(spec.width) {
+            return Err(KeyError::Uid {
                 part: field.spec.name,
-                reason: format!("an id of {} bytes where {} were declared", id.len(), sub.width),
+                reason: format!("a uid of {} bytes where {} were declared", id.len(), spec.width),
             });
         }
         self.body.extend_from_slice(&id);
@@ -191,13 +191,13 @@ impl KeyBuilder {
     }
 }
 
-/// The name a substituted part's id stands for.
+/// The name the uid of a part stored as a uid stands for.
 ///
 /// # Errors
-/// As [`Names::name`]; [`KeyError::Layout`] for a part that is not substituted.
+/// As [`UidResolver::name`]; [`KeyError::Layout`] for a part that is not stored as a uid.
 #[doc(hidden)]
-pub fn name_of(field: &KeyField, id: &[u8], names: &dyn Names) -> Result<String, KeyError> {
-    names.name(field.spec.name, substitute_of(field)?, id)
+pub fn name_of(field: &KeyField, id: &[u8], uids: &dyn UidResolver) -> Result<String, KeyError> {
+    uids.name(field.spec.name, uid_spec_of(field)?, id)
 }
 
 /// A built key as `Bytes`. `Bytes::from` takes a vector without spare room as it is, but gives
@@ -208,11 +208,11 @@ fn exact_bytes(mut body: Vec<u8>) -> Bytes {
     Bytes::from(body)
 }
 
-fn substitute_of(field: &KeyField) -> Result<&Substitute, KeyError> {
+fn uid_spec_of(field: &KeyField) -> Result<&UidSpec, KeyError> {
     field
-        .substitute
+        .uid
         .as_ref()
-        .ok_or_else(|| KeyError::Layout { reason: format!("key part `{}` is not substituted", field.spec.name) })
+        .ok_or_else(|| KeyError::Layout { reason: format!("key part `{}` is not stored as a uid", field.spec.name) })
 }
 
 /// Reads a row key part by part, in layout order.
@@ -280,13 +280,13 @@ impl<'a> KeyReader<'a> {
         Ok(Digest(digest))
     }
 
-    /// Reads a substituted part's id. Resolve its name once the whole key has been read (so
-    /// a row of another record type is recognised first) with [`Names::name`].
+    /// Reads the uid of a part stored as a uid. Resolve its name once the whole key has been
+    /// read (so a row of another record type is recognised first) with [`UidResolver::name`].
     ///
     /// # Errors
-    /// [`KeyError::Truncated`]; [`KeyError::Layout`] for a part that is not substituted.
-    pub fn id(&mut self, field: &KeyField) -> Result<&'a [u8], KeyError> {
-        let width = substitute_of(field)?.width;
+    /// [`KeyError::Truncated`]; [`KeyError::Layout`] for a part that is not stored as a uid.
+    pub fn uid(&mut self, field: &KeyField) -> Result<&'a [u8], KeyError> {
+        let width = uid_spec_of(field)?.width;
         take(&mut self.input, usize::from(width), field.spec.name)
     }
 

@@ -1,6 +1,6 @@
 //! [`Repository`]: typed reads and writes of one entity type over a [`Store`].
 
-mod names;
+mod key_uids;
 mod query;
 
 use std::marker::PhantomData;
@@ -16,7 +16,7 @@ use crate::key::{KeyError, RowKey};
 use crate::store::{CellMutation, ColumnSlice, Columns, Commit, Condition, LentRow, ReadSpec, Row, RowMutation, Store};
 use crate::value::ColumnValue;
 use crate::{Error, Result};
-use names::SubstitutedNames;
+use key_uids::KeyUids;
 
 /// A blob column read at an older version or codec, and the bytes read.
 type StaleBlob = (&'static ColumnSpec, Bytes, u64);
@@ -60,8 +60,8 @@ pub struct Repository<E> {
     write_back: bool,
     /// Which of the entity's indexes can answer.
     indexes: Arc<Statuses>,
-    /// The ids of substituted key parts.
-    names: Arc<SubstitutedNames>,
+    /// The uids of key parts stored as uids.
+    uids: Arc<KeyUids>,
     _entity: PhantomData<fn() -> E>,
 }
 
@@ -71,7 +71,7 @@ impl<E> Clone for Repository<E> {
             store: self.store.clone(),
             write_back: self.write_back,
             indexes: self.indexes.clone(),
-            names: self.names.clone(),
+            uids: self.uids.clone(),
             _entity: PhantomData,
         }
     }
@@ -119,8 +119,8 @@ impl<E: Entity> Repository<E> {
     /// A repository of `E` on `store`: records the status of new indexes (see
     /// [`crate::index`]).
     pub(crate) fn open(store: Arc<dyn Store>) -> Result<Self> {
-        let names = Arc::new(SubstitutedNames::open(&store, &E::SCHEMA)?);
-        let mut repo = Repository { store, write_back: false, indexes: Arc::default(), names, _entity: PhantomData };
+        let uids = Arc::new(KeyUids::open(&store, &E::SCHEMA)?);
+        let mut repo = Repository { store, write_back: false, indexes: Arc::default(), uids, _entity: PhantomData };
         if !E::SCHEMA.indexes.is_empty() {
             if matches!(E::SCHEMA.salt, crate::key::Salt::Random { .. }) {
                 return Err(Error::SchemaMismatch {
@@ -162,19 +162,20 @@ impl<E: Entity> Repository<E> {
         E::SCHEMA.table
     }
 
-    /// Encodes `key` for a write: substituted names without an id get one.
+    /// Encodes `key` for a write: names stored as uids that have none get one.
     fn write_key(&self, key: &E::Key) -> Result<RowKey> {
-        let names = self.names.writing();
-        E::row_key_in(key, &names).map_err(|e| names.error(E::SCHEMA.entity, e))
+        let uids = self.uids.writing();
+        E::row_key_in(key, &uids).map_err(|e| uids.error(E::SCHEMA.entity, e))
     }
 
-    /// Encodes `key` for a read: `None` if a substituted name has no id, so no row holds it.
+    /// Encodes `key` for a read: `None` if a name stored as a uid has none yet, so no row
+    /// holds it.
     fn read_key(&self, key: &E::Key) -> Result<Option<RowKey>> {
-        let names = self.names.reading();
-        match E::row_key_in(key, &names) {
+        let uids = self.uids.reading();
+        match E::row_key_in(key, &uids) {
             Ok(key) => Ok(Some(key)),
             Err(KeyError::Unassigned { .. }) => Ok(None),
-            Err(e) => Err(names.error(E::SCHEMA.entity, e)),
+            Err(e) => Err(uids.error(E::SCHEMA.entity, e)),
         }
     }
 
@@ -232,9 +233,9 @@ impl<E: Entity> Repository<E> {
     }
 
     pub(crate) fn decode(&self, row: LentRow<'_>, as_of: u64) -> Result<E> {
-        let names = self.names.reading();
-        E::from_row_in(row, as_of, &names)
-            .map_err(|e| names.take_failure().unwrap_or_else(|| decode_error(E::SCHEMA.table, row.key(), e)))
+        let uids = self.uids.reading();
+        E::from_row_in(row, as_of, &uids)
+            .map_err(|e| uids.take_failure().unwrap_or_else(|| decode_error(E::SCHEMA.table, row.key(), e)))
     }
 
     /// An entity read by key, and the blob columns to write back (see
@@ -506,7 +507,7 @@ impl<E: Entity> Repository<E> {
     /// As [`Repository::get`].
     pub fn get_many<K: Into<E::Key>>(&self, keys: impl IntoIterator<Item = K>) -> Result<Vec<Option<E>>> {
         // Every key's candidate rows, in one list, and the key each belongs to; a key whose
-        // substituted name has no id has none.
+        // name stored as a uid has no uid yet has none.
         let mut owners = Vec::new();
         let mut flat: Vec<Bytes> = Vec::new();
         let mut entities = 0;
@@ -611,7 +612,7 @@ impl<E: Entity> Repository<E> {
         times.dedup();
         let mut states = Vec::new();
         for ts in times.into_iter().take(max as usize) {
-            match E::from_row_in(row.lend(), ts, &self.names.reading()) {
+            match E::from_row_in(row.lend(), ts, &self.uids.reading()) {
                 Ok(e) => states.push((ts, e)),
                 // Before its first complete write the entity did not exist yet.
                 Err(e) if e.column.is_some() && !states.is_empty() => break,

@@ -10,9 +10,9 @@ use bytes::Bytes;
 use super::{Records, Repository};
 use std::sync::Arc;
 
-use super::names::SubstitutedNames;
+use super::key_uids::KeyUids;
 use crate::entity::{Entity, FieldError, KeyPrefix};
-use crate::key::Names;
+use crate::key::UidResolver;
 use crate::key::{prefix_end, KeyBuilder, RowKey, Salt, SaltByte};
 use crate::record::{Member, Record};
 use crate::store::{LentRow, ReadSpec, Row, RowCursorBox, ScanSpec, Store};
@@ -87,9 +87,9 @@ struct Target<T> {
     mixed: bool,
     /// Which columns a row is read with.
     columns: crate::store::Columns,
-    /// Resolves substituted key parts.
-    names: Arc<SubstitutedNames>,
-    decode: fn(LentRow<'_>, &dyn Names) -> std::result::Result<T, FieldError>,
+    /// Resolves key parts stored as uids.
+    uids: Arc<KeyUids>,
+    decode: fn(LentRow<'_>, &dyn UidResolver) -> std::result::Result<T, FieldError>,
     /// True for a deleted entity's tombstone (see `crate::index`), which the scan skips.
     tombstone: fn(LentRow<'_>) -> bool,
 }
@@ -109,7 +109,7 @@ pub struct Query<'a, E> {
     error: Option<Error>,
     /// Rows that do not decode are set aside instead of ending the scan.
     skip_unreadable: bool,
-    /// Nothing can match (a prefix names a substituted name that has no id).
+    /// Nothing can match (a prefix holds a name stored as a uid that has none yet).
     nothing: bool,
 }
 
@@ -131,8 +131,8 @@ impl<E: Entity> Repository<E> {
             // Rows the scan skips may lie in range: other record types, tombstones.
             mixed: schema.record_type.is_some() || !schema.indexes.is_empty(),
             columns: schema.read_columns(),
-            names: self.names.clone(),
-            decode: |row, names| E::from_row_in(row, u64::MAX, names),
+            uids: self.uids.clone(),
+            decode: |row, uids| E::from_row_in(row, u64::MAX, uids),
             tombstone: |row| crate::index::is_tombstone(&E::SCHEMA, row),
         };
         Query::new(&*self.store, target)
@@ -151,7 +151,7 @@ impl<R: Record> Records<R> {
             own: None,
             mixed: true,
             columns: crate::store::Columns::All,
-            names: Arc::default(),
+            uids: Arc::default(),
             decode: |row, _| R::from_row(row),
             tombstone: |row| R::MEMBERS.iter().any(|m| crate::index::is_tombstone(m, row)),
         };
@@ -201,16 +201,16 @@ impl<E: Entity> Query<'_, E> {
     /// Only entities whose key starts with `prefix` (built with the generated
     /// `<Entity>Key::<first part>(..)` methods).
     pub fn prefix(mut self, prefix: impl KeyPrefix<E>) -> Self {
-        let names = self.target.names.clone();
-        let names = names.reading();
-        match prefix.encode_prefix_in(&names) {
+        let uids = self.target.uids.clone();
+        let uids = uids.reading();
+        match prefix.encode_prefix_in(&uids) {
             // A name without an id is in no key: nothing starts with the prefix.
             Err(crate::key::KeyError::Unassigned { .. }) => {
                 self.nothing = true;
                 self
             }
             Err(e) => {
-                self.error.get_or_insert(names.error(self.target.name, e));
+                self.error.get_or_insert(uids.error(self.target.name, e));
                 self
             }
             encoded => self.with_prefix(encoded),
@@ -235,7 +235,7 @@ impl<'a, T> Query<'a, T> {
             own: None,
             mixed,
             columns: schema.read_columns(),
-            names: Arc::default(),
+            uids: Arc::default(),
             decode: |_, _| Ok(()),
             tombstone: |_| false,
         };
@@ -248,15 +248,15 @@ impl<'a, T> Query<'a, T> {
         self
     }
 
-    /// Only rows with keys of `E` in `range` (substituted parts order by id).
+    /// Only rows with keys of `E` in `range` (parts stored as uids order by uid).
     pub(crate) fn with_range<E: Entity>(mut self, range: impl std::ops::RangeBounds<E::Key>) -> Self {
         use std::ops::Bound;
-        let names = self.target.names.clone();
-        let names = names.reading();
-        let encode = |q: &mut Self, k: &E::Key| match E::row_key_in(k, &names) {
+        let uids = self.target.uids.clone();
+        let uids = uids.reading();
+        let encode = |q: &mut Self, k: &E::Key| match E::row_key_in(k, &uids) {
             Ok(k) => Some(k),
             Err(e) => {
-                q.error.get_or_insert(names.error(q.target.name, e));
+                q.error.get_or_insert(uids.error(q.target.name, e));
                 None
             }
         };
@@ -596,8 +596,8 @@ impl<E> EntityIter<'_, E> {
                 if (iter.target.tombstone)(row) {
                     return Read::Skipped;
                 }
-                let names = iter.target.names.reading();
-                match (iter.target.decode)(row, &names) {
+                let uids = iter.target.uids.reading();
+                match (iter.target.decode)(row, &uids) {
                     Ok(e) => {
                         if let Some(key) = key.as_deref_mut() {
                             key.clear();
@@ -606,9 +606,9 @@ impl<E> EntityIter<'_, E> {
                         Read::Entity(e)
                     }
                     Err(e) if e.other_record_type => Read::Skipped,
-                    // A store error while resolving a substituted part is the scan's error,
-                    // not the row's.
-                    Err(e) => match names.take_failure() {
+                    // A store error while resolving a part stored as a uid is the scan's
+                    // error, not the row's.
+                    Err(e) => match uids.take_failure() {
                         Some(failure) => Read::Failed(failure),
                         None => {
                             Read::Unreadable(row.key().to_vec(), super::decode_error(iter.target.table, row.key(), e))

@@ -3,24 +3,24 @@ use cellar::Entity;
 #[derive(Entity)]
 #[cellar(table = "t")]
 struct Metric {
-    #[cellar(key, substitute = "metrics")]
+    #[cellar(key, uid = "metrics")]
     metric: String,
-    #[cellar(key, substitute(kind = "hosts", width = 9))]
+    #[cellar(key, uid(kind = "hosts", width = 9))]
     host: String,
-    #[cellar(key, substitute = "ids")]
+    #[cellar(key, uid = "ids")]
     id: u64,
-    #[cellar(key, desc, substitute = "tags")]
+    #[cellar(key, desc, uid = "tags")]
     tag: String,
-    #[cellar(key, substitute(width = 4))]
+    #[cellar(key, uid(width = 4))]
     other: String,
-    #[cellar(substitute = "names")]
+    #[cellar(uid = "names")]
     name: String,
 }
 
 #[derive(Entity)]
 #[cellar(table = "t", index(name = "by_value", on(value)))]
 struct Indexed {
-    #[cellar(key, substitute = "metrics")]
+    #[cellar(key, uid = "metrics")]
     metric: String,
     value: u64,
 }
