@@ -41,6 +41,10 @@ pub(crate) struct Chunk {
 #[error("invalid ReadRows chunk: {0}")]
 pub(crate) struct ChunkError(pub &'static str);
 
+/// The most a split value's announced size reserves up front: the size comes from the server,
+/// and a bogus one must not make the client allocate gigabytes before the value is checked.
+const MAX_RESERVE: usize = 1 << 20;
+
 /// A cell whose value may still be arriving.
 #[derive(Debug)]
 struct OpenCell {
@@ -48,6 +52,8 @@ struct OpenCell {
     value: BytesMut,
     /// More pieces follow.
     split: bool,
+    /// The whole value's size as announced by the pieces of a split value (0 if unsplit).
+    size: usize,
 }
 
 #[derive(Debug)]
@@ -66,6 +72,7 @@ impl OpenRow {
             let (Some(family), Some(qualifier)) = (&self.family, &self.qualifier) else {
                 return Err(ChunkError("a cell without a family and qualifier"));
             };
+            // Negative timestamps are refused as the cell starts; a millisecond is never negative.
             let timestamp =
                 u64::try_from(cell.timestamp_micros / 1000).map_err(|_| ChunkError("a negative timestamp"))?;
             self.cells.push(StoredCell {
@@ -168,8 +175,16 @@ impl RowMerger {
             return Err(ChunkError("a timestamp or labels inside a split value"));
         }
         let cell = self.row.as_mut().and_then(|r| r.cell.as_mut()).ok_or(ChunkError("no open cell"))?;
+        // Every piece but the last announces the whole value's size; the pieces must add up to it.
+        let announced = usize::try_from(chunk.value_size).map_err(|_| ChunkError("a negative value size"))?;
+        if announced > 0 && announced != cell.size {
+            return Err(ChunkError("a split value whose announced size changes"));
+        }
         cell.value.extend_from_slice(&chunk.value);
-        cell.split = chunk.value_size > 0;
+        cell.split = announced > 0;
+        if cell.value.len() > cell.size || (!cell.split && cell.value.len() != cell.size) {
+            return Err(ChunkError("a split value that does not add up to its announced size"));
+        }
         Ok(())
     }
 
@@ -211,15 +226,24 @@ impl RowMerger {
         if row.qualifier.is_none() {
             return Err(ChunkError("a cell without a qualifier"));
         }
-        if chunk.value_size < 0 {
-            return Err(ChunkError("a negative value size"));
+        let size = usize::try_from(chunk.value_size).map_err(|_| ChunkError("a negative value size"))?;
+        // Checked here, not as the cell closes: -999..-1 microseconds would truncate to 0 ms.
+        if chunk.timestamp_micros < 0 {
+            return Err(ChunkError("a negative timestamp"));
         }
-        let mut value = BytesMut::with_capacity(usize::try_from(chunk.value_size).unwrap_or(0).max(chunk.value.len()));
+        if chunk.value.len() > size && size > 0 {
+            return Err(ChunkError("a split value that does not add up to its announced size"));
+        }
+        let mut value = BytesMut::with_capacity(size.min(MAX_RESERVE).max(chunk.value.len()));
         value.extend_from_slice(&chunk.value);
-        row.cell = Some(OpenCell { timestamp_micros: chunk.timestamp_micros, value, split: chunk.value_size > 0 });
+        row.cell = Some(OpenCell { timestamp_micros: chunk.timestamp_micros, value, split: size > 0, size });
         Ok(())
     }
 }
+
+#[cfg(test)]
+#[path = "merge_cases.rs"]
+mod cases;
 
 #[cfg(test)]
 mod tests {
