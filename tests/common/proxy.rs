@@ -2,7 +2,8 @@
 //! server and, once armed, cuts every open connection after the server has sent a given number
 //! of bytes more. What a network failure, a restarted front end or a dropped stream looks like
 //! to a gRPC client. It can also hold what the client sends until released: a request that
-//! was built, then reached the server late.
+//! was built, then reached the server late. It counts the connections clients open and close,
+//! and what each one carried.
 
 use std::io::{Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
@@ -23,6 +24,12 @@ struct State {
     holding: AtomicBool,
     /// Reads from clients that waited on the hold.
     held: AtomicU64,
+    /// Connections accepted so far.
+    accepted: AtomicU64,
+    /// Connections whose client has closed them (its sending side).
+    closed: AtomicU64,
+    /// Bytes each connection's client has sent, in the order they were accepted.
+    sent: Mutex<Vec<Arc<AtomicU64>>>,
 }
 
 /// A running proxy; stops accepting when dropped.
@@ -47,12 +54,20 @@ impl Proxy {
                 }
                 let Ok(client) = client else { continue };
                 let Ok(upstream) = TcpStream::connect(&server) else { continue };
+                shared.accepted.fetch_add(1, Ordering::SeqCst);
+                let sent = Arc::new(AtomicU64::new(0));
+                shared.sent.lock().unwrap().push(sent.clone());
                 let _ = client.set_nodelay(true);
                 let _ = upstream.set_nodelay(true);
                 if let (Ok(c), Ok(u)) = (client.try_clone(), upstream.try_clone()) {
                     shared.open.lock().unwrap().extend([c, u]);
                 }
-                pump(client.try_clone().unwrap(), upstream.try_clone().unwrap(), shared.clone(), Direction::ToServer);
+                pump(
+                    client.try_clone().unwrap(),
+                    upstream.try_clone().unwrap(),
+                    shared.clone(),
+                    Direction::ToServer(sent),
+                );
                 pump(upstream, client, shared.clone(), Direction::ToClient);
             }
         });
@@ -84,6 +99,21 @@ impl Proxy {
     pub fn cuts(&self) -> u64 {
         self.state.cuts.load(Ordering::SeqCst)
     }
+
+    /// How many connections clients have opened through the proxy.
+    pub fn connections(&self) -> u64 {
+        self.state.accepted.load(Ordering::SeqCst)
+    }
+
+    /// How many of them their clients have closed.
+    pub fn closed(&self) -> u64 {
+        self.state.closed.load(Ordering::SeqCst)
+    }
+
+    /// The bytes clients have sent on each connection so far, in the order they were opened.
+    pub fn sent_per_connection(&self) -> Vec<u64> {
+        self.state.sent.lock().unwrap().iter().map(|n| n.load(Ordering::SeqCst)).collect()
+    }
 }
 
 impl Drop for Proxy {
@@ -101,9 +131,9 @@ fn cut_all(state: &State) {
     }
 }
 
-#[derive(Clone, Copy, PartialEq, Eq)]
 enum Direction {
-    ToServer,
+    /// Counting the bytes into the connection's counter.
+    ToServer(Arc<AtomicU64>),
     ToClient,
 }
 
@@ -118,13 +148,16 @@ fn pump(mut from: TcpStream, mut to: TcpStream, state: Arc<State>, direction: Di
                 Ok(0) | Err(_) => break,
                 Ok(n) => n,
             };
-            if direction == Direction::ToServer && state.holding.load(Ordering::SeqCst) {
+            if let Direction::ToServer(sent) = &direction {
+                sent.fetch_add(n as u64, Ordering::SeqCst);
+            }
+            if matches!(direction, Direction::ToServer(_)) && state.holding.load(Ordering::SeqCst) {
                 state.held.fetch_add(1, Ordering::SeqCst);
                 while state.holding.load(Ordering::SeqCst) {
                     thread::sleep(std::time::Duration::from_millis(1));
                 }
             }
-            if direction == Direction::ToClient {
+            if matches!(direction, Direction::ToClient) {
                 let before = state.budget.load(Ordering::SeqCst);
                 if before >= 0 {
                     let left = before - n as i64;
@@ -144,5 +177,8 @@ fn pump(mut from: TcpStream, mut to: TcpStream, state: Arc<State>, direction: Di
             }
         }
         let _ = to.shutdown(Shutdown::Write);
+        if matches!(direction, Direction::ToServer(_)) {
+            state.closed.fetch_add(1, Ordering::SeqCst);
+        }
     });
 }

@@ -1,5 +1,16 @@
 //! The gRPC connection: channels to the data and admin APIs, credentials, per-call deadlines,
 //! retries of transient failures, and the count of calls made.
+//!
+//! Data calls go over a pool of channels (`pool`), each one HTTP/2 connection: one connection
+//! carries at most ~100 concurrent streams on Cloud Bigtable's front end, which also closes
+//! every connection about once an hour. So the store keeps [`BigtableOptions::channels`]
+//! connections (4 by default), spreads calls over them round-robin, and replaces each one
+//! every [`BigtableOptions::channel_refresh`] (45 min, ± 10 % jitter, staggered), connecting
+//! the replacement before the old one is let go, so no call waits for a connection and none
+//! meets a connection the server closes; HTTP/2 keepalive pings every 30 s find dead ones in
+//! between. Admin calls get a pool of one channel, refreshed alike (on the emulator they share
+//! the data pool). All channels connect eagerly, so an unreachable endpoint fails
+//! [`BigtableStore::connect`](super::BigtableStore::connect).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -10,6 +21,7 @@ use googleapis_tonic_google_bigtable_v2::google::bigtable::v2::bigtable_client::
 use tonic::transport::{Channel, ClientTlsConfig, Endpoint};
 use tonic::{Code, Request, Status};
 
+use super::pool::Pool;
 use crate::repo::printable;
 use crate::{Error, Result};
 
@@ -33,6 +45,17 @@ pub struct BigtableOptions {
     /// How long one call may take before it fails (a scan: how long it may wait for the next
     /// response).
     pub timeout: Duration,
+    /// How many connections (gRPC channels) data calls are spread over, 1 to 64; default 4.
+    /// One HTTP/2 connection carries at most ~100 concurrent streams on Cloud Bigtable, and
+    /// this store can have a few hundred calls in flight (a salted scan reads every bucket at
+    /// once, `check_and_mutate_many` runs 64 at a time); 4 is also what Google's Go client
+    /// opens. More cost a TLS handshake and keepalive pings each and add no parallelism on the
+    /// client's side (its runtime has 2 threads).
+    pub channels: usize,
+    /// How often each channel is replaced by a fresh connection, ± up to 10 % at random, the
+    /// channels staggered; default 45 minutes (Cloud Bigtable closes connections after about
+    /// an hour; Google's Java client refreshes every 45–50). At least 100 ms (for tests).
+    pub channel_refresh: Duration,
     /// How long connecting may take before [`BigtableStore::connect`](super::BigtableStore)
     /// gives up.
     pub connect_timeout: Duration,
@@ -41,7 +64,7 @@ pub struct BigtableOptions {
 impl BigtableOptions {
     /// Options for `projects/{project}/instances/{instance}`: the emulator named by
     /// `BIGTABLE_EMULATOR_HOST` if that is set, else Cloud Bigtable with application-default
-    /// credentials; 30 s per call, 10 s to connect.
+    /// credentials; 30 s per call, 10 s to connect, 4 channels replaced every 45 minutes.
     pub fn new(project: impl Into<String>, instance: impl Into<String>) -> Self {
         BigtableOptions {
             project: project.into(),
@@ -49,6 +72,8 @@ impl BigtableOptions {
             app_profile: None,
             emulator: std::env::var("BIGTABLE_EMULATOR_HOST").ok().filter(|h| !h.is_empty()),
             timeout: Duration::from_secs(30),
+            channels: 4,
+            channel_refresh: Duration::from_secs(45 * 60),
             connect_timeout: Duration::from_secs(10),
         }
     }
@@ -68,6 +93,20 @@ impl BigtableOptions {
     /// Sets the per-call timeout.
     pub fn timeout(mut self, timeout: Duration) -> Self {
         self.timeout = timeout;
+        self
+    }
+
+    /// Sets how many channels data calls are spread over (see [`BigtableOptions::channels`]);
+    /// outside 1..=64, connecting fails with [`Error::InvalidArgument`].
+    pub fn channels(mut self, channels: usize) -> Self {
+        self.channels = channels;
+        self
+    }
+
+    /// Sets how often each channel is replaced (see [`BigtableOptions::channel_refresh`]);
+    /// under 100 ms, connecting fails with [`Error::InvalidArgument`].
+    pub fn channel_refresh(mut self, period: Duration) -> Self {
+        self.channel_refresh = period;
         self
     }
 
@@ -136,8 +175,8 @@ impl RpcCounters {
 /// Everything a call needs; cheap to clone into the task that makes it.
 #[derive(Clone)]
 pub(crate) struct Ctx {
-    pub data: BigtableClient<Channel>,
-    pub admin: BigtableTableAdminClient<Channel>,
+    pub data: BigtableClient<Pool>,
+    pub admin: BigtableTableAdminClient<Pool>,
     auth: Option<Arc<dyn gcp_auth::TokenProvider>>,
     /// `projects/{project}/instances/{instance}`.
     pub instance: String,
@@ -160,8 +199,9 @@ impl Ctx {
             Some(host) => (format!("http://{host}"), format!("http://{host}"), false),
             None => (DATA_ENDPOINT.to_string(), ADMIN_ENDPOINT.to_string(), true),
         };
-        let data = channel(&data_uri, tls, options).await?;
-        let admin = if admin_uri == data_uri { data.clone() } else { channel(&admin_uri, tls, options).await? };
+        super::pool::check(options.channels, options.channel_refresh)?;
+        let data = channel(&data_uri, tls, options, options.channels).await?;
+        let admin = if admin_uri == data_uri { data.clone() } else { channel(&admin_uri, tls, options, 1).await? };
         let auth = match options.emulator {
             Some(_) => None,
             None => Some(gcp_auth::provider().await.map_err(|e| {
@@ -231,8 +271,10 @@ impl Ctx {
     }
 }
 
-async fn channel(uri: &str, tls: bool, options: &BigtableOptions) -> Result<Channel> {
-    let unreachable = |reason: String| Error::Remote {
+/// A pool of `channels` channels to `uri`, each connected eagerly within the connect timeout,
+/// and refreshed every [`BigtableOptions::channel_refresh`].
+async fn channel(uri: &str, tls: bool, options: &BigtableOptions, channels: usize) -> Result<Pool> {
+    let unreachable = |uri: &str, reason: String| Error::Remote {
         rpc: "connect",
         table: String::new(),
         row: None,
@@ -248,13 +290,20 @@ async fn channel(uri: &str, tls: bool, options: &BigtableOptions) -> Result<Chan
     if tls {
         endpoint = endpoint
             .tls_config(ClientTlsConfig::new().with_native_roots())
-            .map_err(|e| unreachable(format!("TLS: {e}")))?;
+            .map_err(|e| unreachable(uri, format!("TLS: {e}")))?;
     }
-    match tokio::time::timeout(options.connect_timeout, endpoint.connect()).await {
-        Ok(Ok(channel)) => Ok(channel),
-        Ok(Err(e)) => Err(unreachable(source_chain(&e))),
-        Err(_) => Err(unreachable(format!("no connection within {:?}", options.connect_timeout))),
-    }
+    let (uri, timeout) = (Arc::<str>::from(uri), options.connect_timeout);
+    let connect = move || {
+        let (endpoint, uri) = (endpoint.clone(), uri.clone());
+        async move {
+            match tokio::time::timeout(timeout, endpoint.connect()).await {
+                Ok(Ok(channel)) => Ok::<Channel, Error>(channel),
+                Ok(Err(e)) => Err(unreachable(&uri, source_chain(&e))),
+                Err(_) => Err(unreachable(&uri, format!("no connection within {timeout:?}"))),
+            }
+        }
+    };
+    Pool::connect(connect, channels, options.channel_refresh).await
 }
 
 fn source_chain(e: &dyn std::error::Error) -> String {

@@ -33,6 +33,7 @@ mod conditional;
 mod filters;
 mod gc;
 mod merge;
+mod pool;
 mod read;
 mod tables;
 mod url;
