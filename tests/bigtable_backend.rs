@@ -244,3 +244,59 @@ fn a_put_stamped_when_it_applies_sorts_above_what_was_applied_before_it() {
     assert!(direct.check_and_mutate("states", condition, settle).unwrap());
     assert_eq!(state().as_deref(), Some("settled"));
 }
+
+/// Calls that are not safe to repeat — a check-and-mutate, a batch with a cell the server
+/// stamps when it applies — are sent once. When the answer is lost the caller learns that the
+/// call may or may not have applied, instead of a blind repeat (which could apply a
+/// conditional write against a state it was not meant for, or stamp a mark later than a
+/// write that came after it).
+#[test]
+fn calls_not_safe_to_repeat_whose_answer_is_lost_are_indeterminate_not_repeated() {
+    let Some((direct, proxied, proxy)) = direct_and_proxied() else { return };
+    let spec = TableSpec {
+        name: "unrepeatable".into(),
+        families: vec![FamilySpec { name: "i".into(), max_versions: 1, ttl_secs: None }],
+        split_keys: Vec::new(),
+        split_policy: Default::default(),
+        deferred: true,
+    };
+    direct.ensure_table(&spec).unwrap();
+    proxied.ensure_table(&spec).unwrap();
+    let b = bytes::Bytes::from_static;
+    let put = |value: &'static str| RowMutation {
+        row: b(b"r"),
+        mutations: vec![CellMutation::Put {
+            family: b(b"i"),
+            qualifier: b(b"s"),
+            value: b(value.as_bytes()),
+            timestamp: None,
+        }],
+    };
+
+    let before = proxied.rpcs();
+    proxy.cut_after(0);
+    let condition = Condition::Absent { family: b(b"i"), qualifier: b(b"s") };
+    let err = proxied.check_and_mutate("unrepeatable", condition, put("claimed")).unwrap_err();
+    assert_eq!(proxy.cuts(), 1);
+    assert!(matches!(err, Error::Indeterminate { rpc: "CheckAndMutateRow", .. }), "{err}");
+    assert!(err.to_string().contains("may or may not have applied"), "{err}");
+    let after = proxied.rpcs();
+    assert_eq!(after.check_and_mutate_row, before.check_and_mutate_row + 1, "sent once");
+    assert_eq!(after.retries, before.retries);
+
+    let before = proxied.rpcs();
+    proxy.cut_after(0);
+    let mark = RowMutation {
+        row: b(b"m"),
+        mutations: vec![CellMutation::PutAtApply { family: b(b"i"), qualifier: b(b"s"), value: b(b"mark") }],
+    };
+    let err = proxied.mutate("unrepeatable", vec![mark]).unwrap_err();
+    assert!(matches!(err, Error::Indeterminate { rpc: "MutateRows", .. }), "{err}");
+    assert_eq!(proxied.rpcs().mutate_rows, before.mutate_rows + 1, "sent once");
+
+    // A batch of client-stamped cells in the same situation is repeated and succeeds.
+    proxy.cut_after(0);
+    proxied.mutate("unrepeatable", vec![put("again")]).unwrap();
+    let rows = direct.read_rows("unrepeatable", &[b(b"r")], &Default::default()).unwrap();
+    assert_eq!(rows[0].as_ref().and_then(|r| r.value("i", "s")), Some(&b"again"[..]));
+}

@@ -27,6 +27,23 @@ pub enum Error {
         /// What the server or transport said.
         message: String,
     },
+    /// A call that is not safe to repeat (a check-and-mutate, an increment) failed after it
+    /// was sent, in a way that leaves open whether it applied: the connection broke or the
+    /// deadline passed before the answer came. It was not retried. Read the row to learn what
+    /// happened, or make the change again only if it is safe to apply twice.
+    #[error("{rpc} on table `{table}`{}: may or may not have applied: {code}: {message}", row.as_ref().map(|r| format!(", row {r}")).unwrap_or_default())]
+    Indeterminate {
+        /// The call (`CheckAndMutateRow`, `ReadModifyWriteRow`).
+        rpc: &'static str,
+        /// The table.
+        table: String,
+        /// The row, printable.
+        row: Option<String>,
+        /// The gRPC status code (`Unavailable`, `DeadlineExceeded`, ...).
+        code: String,
+        /// What the server or transport said.
+        message: String,
+    },
     /// A store backend failed in a way not covered by another variant.
     #[error("store: {0}")]
     Store(String),

@@ -1,5 +1,5 @@
 //! The gRPC connection: channels to the data and admin APIs, credentials, per-call deadlines,
-//! retries of transient failures, and the count of calls made.
+//! the retry policy each call follows, and the count of calls made.
 //!
 //! Data calls go over a pool of channels (`pool`), each one HTTP/2 connection: one connection
 //! carries at most ~100 concurrent streams on Cloud Bigtable's front end, which also closes
@@ -19,9 +19,10 @@ use std::time::Duration;
 use googleapis_tonic_google_bigtable_admin_v2::google::bigtable::admin::v2::bigtable_table_admin_client::BigtableTableAdminClient;
 use googleapis_tonic_google_bigtable_v2::google::bigtable::v2::bigtable_client::BigtableClient;
 use tonic::transport::{Channel, ClientTlsConfig, Endpoint};
-use tonic::{Code, Request, Status};
+use tonic::{Request, Status};
 
 use super::pool::Pool;
+use super::retry::RetryPolicy;
 use crate::repo::printable;
 use crate::{Error, Result};
 
@@ -59,6 +60,10 @@ pub struct BigtableOptions {
     /// How long connecting may take before [`BigtableStore::connect`](super::BigtableStore)
     /// gives up.
     pub connect_timeout: Duration,
+    /// How long a call may keep retrying transient failures, all attempts and the waits
+    /// between them together (a scan: how long it may go without making progress). Default
+    /// 2 minutes.
+    pub operation_timeout: Duration,
 }
 
 impl BigtableOptions {
@@ -75,6 +80,7 @@ impl BigtableOptions {
             channels: 4,
             channel_refresh: Duration::from_secs(45 * 60),
             connect_timeout: Duration::from_secs(10),
+            operation_timeout: Duration::from_secs(120),
         }
     }
 
@@ -113,6 +119,12 @@ impl BigtableOptions {
     /// Sets the connect timeout.
     pub fn connect_timeout(mut self, timeout: Duration) -> Self {
         self.connect_timeout = timeout;
+        self
+    }
+
+    /// Sets how long a call may keep retrying (see [`BigtableOptions::operation_timeout`]).
+    pub fn operation_timeout(mut self, timeout: Duration) -> Self {
+        self.operation_timeout = timeout;
         self
     }
 }
@@ -182,6 +194,8 @@ pub(crate) struct Ctx {
     pub instance: String,
     pub app_profile: String,
     pub timeout: Duration,
+    /// When failed calls are tried again.
+    pub retry: RetryPolicy,
     pub rpcs: Arc<RpcCounters>,
 }
 
@@ -219,6 +233,7 @@ impl Ctx {
             instance: format!("projects/{}/instances/{}", options.project, options.instance),
             app_profile: options.app_profile.clone().unwrap_or_default(),
             timeout: options.timeout,
+            retry: RetryPolicy::new(options.operation_timeout),
             rpcs: Arc::default(),
         })
     }
@@ -357,31 +372,6 @@ fn url_encode(s: &str) -> String {
     }
     out
 }
-
-/// Whether a failed call may be repeated (it failed before taking effect, or repeating it
-/// changes nothing): the server said to try again, or the connection broke. A status the
-/// server sent never carries a source error; one made here from a transport failure (reset,
-/// closed or unreadable connection: tonic reports those as `Unknown`) does.
-pub(crate) fn transient(status: &Status) -> bool {
-    match status.code() {
-        Code::Unavailable | Code::DeadlineExceeded | Code::Aborted => true,
-        Code::Unknown => std::error::Error::source(status).is_some(),
-        // A stream the server's front end reset.
-        Code::Internal => {
-            let message = status.message().to_ascii_lowercase();
-            message.contains("rst_stream") || message.contains("rst stream")
-        }
-        _ => false,
-    }
-}
-
-/// How long to wait before retry `attempt` (1-based): 10 ms doubling to 1 s.
-pub(crate) fn backoff(attempt: u32) -> Duration {
-    Duration::from_millis((10u64 << attempt.saturating_sub(1).min(7)).min(1000))
-}
-
-/// How often a transient failure is retried.
-pub(crate) const MAX_ATTEMPTS: u32 = 8;
 
 /// A failed call as a Cellar error naming the call, table and row.
 pub(crate) fn rpc_error(rpc: &'static str, table: &str, row: Option<&[u8]>, status: &Status) -> Error {

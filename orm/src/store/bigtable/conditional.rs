@@ -27,7 +27,7 @@ pub(super) async fn check_and_mutate_row(
     let response = ctx
         .deadline(ctx.data.clone().check_and_mutate_row(request))
         .await
-        .map_err(|s| rpc_error("CheckAndMutateRow", &table, Some(&row), &s))?;
+        .map_err(|s| unrepeatable_error("CheckAndMutateRow", &table, &row, &s))?;
     Ok(response.into_inner().predicate_matched == on_match)
 }
 

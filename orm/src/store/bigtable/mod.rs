@@ -20,8 +20,9 @@
 //! * **Pre-splitting**: tables are created with the split keys as initial splits; split
 //!   policies that keep prefixes together do not exist on Bigtable.
 //!
-//! One concept per module: `url` (addresses), `client` (the channel, credentials, retries and
-//! RPC counts), `blocking` (waiting on the runtime), `tables` (table and family
+//! One concept per module: `url` (addresses), `client` (connecting, credentials and RPC
+//! counts), `pool` (the channels calls spread over, and their refresh), `retry` (what is
+//! repeated, how long it waits), `blocking` (waiting on the runtime), `tables` (table and family
 //! administration), `read` (ReadRows requests and streams), `merge` (cell chunks into rows),
 //! `filters` (a read's filter), `write` (MutateRows batches), `conditional`
 //! (CheckAndMutateRow), `gc` (family limits as GC rules). This module holds the store and its
@@ -35,6 +36,7 @@ mod gc;
 mod merge;
 mod pool;
 mod read;
+mod retry;
 mod tables;
 mod url;
 mod write;
@@ -55,9 +57,10 @@ use tonic::{Code, Status};
 pub use client::{BigtableOptions, RpcCounts};
 
 use self::blocking::wait;
-use self::client::{backoff, rpc_error, transient, Ctx, Rpc, MAX_ATTEMPTS};
+use self::client::{rpc_error, Ctx, Rpc};
 use self::merge::{Chunk, RowMerger};
 use self::read::*;
+use self::retry::{transient, unrepeatable_error};
 use self::tables::*;
 use self::url::*;
 use self::write::*;
@@ -88,6 +91,8 @@ struct Inner {
     /// async context does not panic.
     runtime: Option<Runtime>,
     ctx: Ctx,
+    /// Bulk writes in flight, across every caller.
+    flow: Arc<FlowControl>,
     /// Each table's families as Bigtable keeps them, for read filters.
     families: RwLock<HashMap<String, Arc<[FamilySpec]>>>,
 }
@@ -138,7 +143,8 @@ impl BigtableStore {
             wait(runtime.spawn(async move { Ctx::connect(&options).await }))
                 .map_err(|e| Error::Store(format!("connecting to Bigtable: {e}")))??
         };
-        Ok(BigtableStore { inner: Arc::new(Inner { runtime: Some(runtime), ctx, families: RwLock::default() }) })
+        let flow = Arc::new(FlowControl::new(CALLS_IN_FLIGHT, BYTES_IN_FLIGHT));
+        Ok(BigtableStore { inner: Arc::new(Inner { runtime: Some(runtime), ctx, flow, families: RwLock::default() }) })
     }
 
     /// Connects to `bigtable://projects/{project}/instances/{instance}`, with an optional
@@ -165,9 +171,13 @@ impl BigtableStore {
         let table_owned = table.to_string();
         self.inner.families.write().remove(table);
         self.run(async move {
-            let request =
-                ctx.request(Rpc::Admin, admin::DeleteTableRequest { name: name.clone() }, ("name", &name)).await?;
-            match ctx.deadline(ctx.admin.clone().delete_table(request)).await {
+            // Repeated after a lost answer, it finds no table: `NotFound`.
+            let delete = || async {
+                let message = admin::DeleteTableRequest { name: name.clone() };
+                let request = ctx.request(Rpc::Admin, message, ("name", &name)).await.map_err(retry::unbuilt)?;
+                ctx.deadline(ctx.admin.clone().delete_table(request)).await
+            };
+            match retry::repeated(&ctx, delete).await {
                 Ok(_) => Ok(()),
                 Err(s) if s.code() == Code::NotFound => Ok(()),
                 Err(s) => Err(rpc_error("DeleteTable", &table_owned, None, &s)),
@@ -302,14 +312,8 @@ impl Store for BigtableStore {
         if entries.is_empty() {
             return Ok(());
         }
-        let ctx = self.inner.ctx.clone();
-        let table = table.to_string();
-        self.run(async move {
-            for call in calls(entries) {
-                mutate_rows(ctx.clone(), table.clone(), call).await?;
-            }
-            Ok(())
-        })
+        let (ctx, flow) = (self.inner.ctx.clone(), self.inner.flow.clone());
+        self.run(mutate_all(ctx, flow, table.to_string(), entries))
     }
 
     fn read_rows(&self, table: &str, rows: &[Bytes], read: &ReadSpec) -> Result<Vec<Option<Row>>> {
@@ -461,7 +465,7 @@ impl Store for BigtableStore {
             let response = ctx
                 .deadline(ctx.data.clone().read_modify_write_row(request))
                 .await
-                .map_err(|s| rpc_error("ReadModifyWriteRow", &table, Some(&row), &s))?;
+                .map_err(|s| unrepeatable_error("ReadModifyWriteRow", &table, &row, &s))?;
             let cell = response
                 .into_inner()
                 .row

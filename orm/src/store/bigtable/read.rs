@@ -108,10 +108,14 @@ pub(super) fn resume(mut request: pb::ReadRowsRequest, last: &Bytes, delivered: 
 /// failures; ends when the read ends, fails, or the receiver is dropped.
 pub(super) async fn read_rows(ctx: Ctx, table: String, request: pb::ReadRowsRequest, tx: mpsc::Sender<Result<Row>>) {
     let mut merger = RowMerger::new(request.reversed);
-    let (mut last, mut delivered, mut attempt) = (None::<Bytes>, 0i64, 0);
+    let (mut last, mut delivered) = (None::<Bytes>, 0i64);
+    let mut retry = ctx.retry.start();
     let mut next = Some(request.clone());
     while let Some(message) = next.take() {
         let delivered_before = delivered;
+        // No deadline on the whole attempt: a scan may stream for longer than any deadline.
+        // Each wait for a response has one (`Ctx::deadline`), and retries stop at the
+        // operation deadline counted from the last progress.
         let failure = match read_once(&ctx, &table, message, &mut merger, &tx, &mut last, &mut delivered).await {
             Ok(()) => return,
             Err(ReadFailure::Fatal(e)) => {
@@ -121,15 +125,17 @@ pub(super) async fn read_rows(ctx: Ctx, table: String, request: pb::ReadRowsRequ
             Err(ReadFailure::ReceiverGone) => return,
             Err(ReadFailure::Transient(s)) => s,
         };
-        // A stream that made progress before it broke starts a fresh count of attempts.
-        attempt = if delivered > delivered_before { 1 } else { attempt + 1 };
-        if attempt >= MAX_ATTEMPTS {
+        // A stream that made progress before it broke starts its attempts and deadline over.
+        if delivered > delivered_before {
+            retry.progressed(&ctx.retry);
+        }
+        let Some(wait) = retry.after(&failure) else {
             let _ = tx.send(Err(rpc_error("ReadRows", &table, None, &failure))).await;
             return;
-        }
+        };
         merger.restart();
         ctx.rpcs.count(Rpc::Retry);
-        tokio::time::sleep(backoff(attempt)).await;
+        tokio::time::sleep(wait).await;
         next = match &last {
             Some(last) => resume(request.clone(), last, delivered),
             None => Some(request.clone()),

@@ -1,5 +1,6 @@
 //! Table administration: creating tables and families, their GC rules, tablet boundaries.
 
+use super::retry::{repeated, unbuilt};
 use super::*;
 
 /// Where the table's tablets begin, as SampleRowKeys reports them (the table's end, an empty
@@ -11,15 +12,18 @@ pub(super) async fn sample_row_keys(ctx: &Ctx, table: &str) -> Result<Vec<Bytes>
         app_profile_id: ctx.app_profile.clone(),
         ..Default::default()
     };
-    let request = ctx.request(Rpc::SampleRowKeys, message, ("table_name", &name)).await?;
-    let fail = |s: Status| rpc_error("SampleRowKeys", table, None, &s);
-    let mut stream = ctx.deadline(ctx.data.clone().sample_row_keys(request)).await.map_err(fail)?.into_inner();
-    let mut keys = Vec::new();
-    while let Some(sample) = ctx.deadline(stream.message()).await.map_err(fail)? {
-        if !sample.row_key.is_empty() {
-            keys.push(sample.row_key);
+    let sample = || async {
+        let request = ctx.request(Rpc::SampleRowKeys, message.clone(), ("table_name", &name)).await.map_err(unbuilt)?;
+        let mut stream = ctx.deadline(ctx.data.clone().sample_row_keys(request)).await?.into_inner();
+        let mut keys = Vec::new();
+        while let Some(sample) = ctx.deadline(stream.message()).await? {
+            if !sample.row_key.is_empty() {
+                keys.push(sample.row_key);
+            }
         }
-    }
+        Ok(keys)
+    };
+    let mut keys = repeated(ctx, sample).await.map_err(|s| rpc_error("SampleRowKeys", table, None, &s))?;
     keys.dedup();
     Ok(keys)
 }
@@ -28,8 +32,12 @@ pub(super) async fn sample_row_keys(ctx: &Ctx, table: &str) -> Result<Vec<Bytes>
 pub(super) async fn get_table(ctx: &Ctx, table: &str) -> Result<Option<Vec<FamilySpec>>> {
     let name = ctx.table_name(table);
     let message = admin::GetTableRequest { name: name.clone(), view: admin::table::View::SchemaView as i32 };
-    let request = ctx.request(Rpc::Admin, message, ("name", &name)).await?;
-    match ctx.deadline(ctx.admin.clone().get_table(request)).await {
+    let get = || async {
+        let request = ctx.request(Rpc::Admin, message.clone(), ("name", &name)).await.map_err(unbuilt)?;
+        ctx.deadline(ctx.admin.clone().get_table(request)).await
+    };
+    let response = repeated(ctx, get).await;
+    match response {
         Ok(t) => {
             let mut families: Vec<FamilySpec> = t
                 .into_inner()
@@ -65,8 +73,12 @@ pub(super) async fn create_table(ctx: &Ctx, spec: &TableSpec) -> Result<()> {
             .map(|k| admin::create_table_request::Split { key: Bytes::copy_from_slice(k) })
             .collect(),
     };
-    let request = ctx.request(Rpc::Admin, message, ("parent", &ctx.instance)).await?;
-    match ctx.deadline(ctx.admin.clone().create_table(request)).await {
+    // Repeated after a lost answer, it finds the table it created: `AlreadyExists`.
+    let create = || async {
+        let request = ctx.request(Rpc::Admin, message.clone(), ("parent", &ctx.instance)).await.map_err(unbuilt)?;
+        ctx.deadline(ctx.admin.clone().create_table(request)).await
+    };
+    match repeated(ctx, create).await {
         // Another client created it first: it is checked like any existing table.
         Ok(_) => Ok(()),
         Err(s) if s.code() == Code::AlreadyExists => Ok(()),
@@ -89,8 +101,12 @@ pub(super) async fn add_families(ctx: &Ctx, table: &str, missing: &[&FamilySpec]
             .collect(),
         ..Default::default()
     };
-    let request = ctx.request(Rpc::Admin, message, ("name", &name)).await?;
-    match ctx.deadline(ctx.admin.clone().modify_column_families(request)).await {
+    // Only creations: repeated after a lost answer, they find the families they added.
+    let add = || async {
+        let request = ctx.request(Rpc::Admin, message.clone(), ("name", &name)).await.map_err(unbuilt)?;
+        ctx.deadline(ctx.admin.clone().modify_column_families(request)).await
+    };
+    match repeated(ctx, add).await {
         Ok(_) => Ok(()),
         // Added by another client meanwhile; the caller checks the result.
         Err(s) if s.code() == Code::AlreadyExists => Ok(()),
@@ -139,6 +155,8 @@ pub(super) async fn modify_families(
 ) -> Result<()> {
     let name = ctx.table_name(table);
     let message = admin::ModifyColumnFamiliesRequest { name: name.clone(), modifications, ..Default::default() };
+    // Not repeated: a creation among the modifications would fail a repeat with
+    // `AlreadyExists` after the first call applied.
     let request = ctx.request(Rpc::Admin, message, ("name", &name)).await?;
     match ctx.deadline(ctx.admin.clone().modify_column_families(request)).await {
         Ok(_) => Ok(()),

@@ -79,6 +79,117 @@ pub(super) fn calls(entries: Vec<pb::mutate_rows_request::Entry>) -> Vec<Vec<pb:
     out
 }
 
+/// Whether sending `entry` again changes nothing that already applied: it sets no cell at the
+/// server's time (every other mutation Cellar sends is idempotent, as Google's clients count
+/// them).
+pub(super) fn repeatable(entry: &pb::mutate_rows_request::Entry) -> bool {
+    use pb::mutation::Mutation;
+    !entry
+        .mutations
+        .iter()
+        .any(|m| matches!(&m.mutation, Some(Mutation::SetCell(c)) if c.timestamp_micros == SERVER_TIME))
+}
+
+/// Bounds on the bulk writes of one store in flight at once, shared by all its callers, as
+/// Google's bulk writers bound theirs: a caller writing more waits for earlier calls to end
+/// instead of queueing unbounded requests in memory.
+#[derive(Debug)]
+pub(super) struct FlowControl {
+    calls: Arc<tokio::sync::Semaphore>,
+    bytes: Arc<tokio::sync::Semaphore>,
+    max_bytes: usize,
+}
+
+/// MutateRows calls of one store in flight at once, and their bytes.
+pub(super) const CALLS_IN_FLIGHT: usize = 8;
+pub(super) const BYTES_IN_FLIGHT: usize = 32 << 20;
+
+/// A call's place in the flow control: in flight while it lives.
+pub(super) type Admission = (tokio::sync::OwnedSemaphorePermit, tokio::sync::OwnedSemaphorePermit);
+
+impl FlowControl {
+    pub(super) fn new(calls: usize, bytes: usize) -> FlowControl {
+        FlowControl {
+            calls: Arc::new(tokio::sync::Semaphore::new(calls)),
+            bytes: Arc::new(tokio::sync::Semaphore::new(bytes)),
+            max_bytes: bytes,
+        }
+    }
+
+    /// Waits until a call of `size` bytes may start. A call larger than the whole byte budget
+    /// waits for every other to end.
+    pub(super) async fn admit(&self, size: usize) -> Result<Admission> {
+        let closed = |_| Error::Store("the Bigtable client is closed".into());
+        let call = self.calls.clone().acquire_owned().await.map_err(closed)?;
+        let n = u32::try_from(size.clamp(1, self.max_bytes)).unwrap_or(u32::MAX);
+        let bytes = self.bytes.clone().acquire_many_owned(n).await.map_err(closed)?;
+        Ok((call, bytes))
+    }
+
+    /// Calls and bytes free now.
+    #[cfg(test)]
+    pub(super) fn available(&self) -> (usize, usize) {
+        (self.calls.available_permits(), self.bytes.available_permits())
+    }
+}
+
+/// Writes `entries` in MutateRows calls within Bigtable's limits, several at once within the
+/// store's flow control. When a row has entries in more than one call, the calls go one after
+/// another instead, so the row's changes apply in order. After a failure no further call
+/// starts; the first failure is returned once every call started has ended.
+pub(super) async fn mutate_all(
+    ctx: Ctx,
+    flow: Arc<FlowControl>,
+    table: String,
+    entries: Vec<pb::mutate_rows_request::Entry>,
+) -> Result<()> {
+    let mut seen = std::collections::HashSet::with_capacity(entries.len());
+    let in_order = !entries.iter().all(|e| seen.insert(e.row_key.clone()));
+    let calls = calls(entries);
+    if in_order || calls.len() == 1 {
+        for call in calls {
+            let _admission = flow.admit(call.iter().map(entry_size).sum()).await?;
+            mutate_rows(ctx.clone(), table.clone(), call).await?;
+        }
+        return Ok(());
+    }
+    let failed = |done: Result<Result<()>, tokio::task::JoinError>| match done {
+        Ok(result) => result.err(),
+        Err(e) => Some(Error::Store(format!("a MutateRows call failed to complete: {e}"))),
+    };
+    let mut running = tokio::task::JoinSet::new();
+    let mut first_error = None;
+    for call in calls {
+        // Admitted before it is spawned: a caller with many calls waits here, not as tasks.
+        let admission = match flow.admit(call.iter().map(entry_size).sum()).await {
+            Ok(admission) => admission,
+            Err(e) => {
+                first_error = Some(e);
+                break;
+            }
+        };
+        let (ctx, table) = (ctx.clone(), table.clone());
+        running.spawn(async move {
+            let _admission = admission;
+            mutate_rows(ctx, table, call).await
+        });
+        while let Some(done) = running.try_join_next() {
+            if let Some(e) = failed(done) {
+                first_error.get_or_insert(e);
+            }
+        }
+        if first_error.is_some() {
+            break;
+        }
+    }
+    while let Some(done) = running.join_next().await {
+        if let Some(e) = failed(done) {
+            first_error.get_or_insert(e);
+        }
+    }
+    first_error.map_or(Ok(()), Err)
+}
+
 /// One MutateRows call with its retries: entries that fail transiently (or that the stream
 /// never reported on) are sent again, with their explicit timestamps, so a repeat changes
 /// nothing that already applied.
@@ -88,7 +199,7 @@ pub(super) async fn mutate_rows(
     mut pending: Vec<pb::mutate_rows_request::Entry>,
 ) -> Result<()> {
     let name = ctx.table_name(&table);
-    let mut attempt = 0;
+    let mut retry = ctx.retry.start();
     loop {
         let message = pb::MutateRowsRequest {
             table_name: name.clone(),
@@ -98,14 +209,14 @@ pub(super) async fn mutate_rows(
         };
         let request = ctx.request(Rpc::MutateRows, message, ("table_name", &name)).await?;
         let mut reported = vec![false; pending.len()];
-        let mut retry = Vec::new();
+        let mut again = Vec::new();
         let mut failure: Option<Status> = None;
-        match ctx.deadline(ctx.data.clone().mutate_rows(request)).await {
+        match retry.bound(ctx.deadline(ctx.data.clone().mutate_rows(request))).await {
             Err(s) => failure = Some(s),
             Ok(response) => {
                 let mut stream = response.into_inner();
                 loop {
-                    match ctx.deadline(stream.message()).await {
+                    match retry.bound(ctx.deadline(stream.message())).await {
                         Ok(Some(batch)) => {
                             for e in batch.entries {
                                 let Some(i) = usize::try_from(e.index).ok().filter(|i| *i < pending.len()) else {
@@ -121,7 +232,7 @@ pub(super) async fn mutate_rows(
                                 if !transient(&s) {
                                     return Err(rpc_error("MutateRows", &table, Some(&pending[i].row_key), &s));
                                 }
-                                retry.push(i);
+                                again.push(i);
                                 failure = Some(s);
                             }
                         }
@@ -134,20 +245,79 @@ pub(super) async fn mutate_rows(
                 }
             }
         }
-        retry.extend(reported.iter().enumerate().filter(|(_, r)| !**r).map(|(i, _)| i));
-        if retry.is_empty() {
+        again.extend(reported.iter().enumerate().filter(|(_, r)| !**r).map(|(i, _)| i));
+        if again.is_empty() {
             return Ok(());
         }
         let status = failure.unwrap_or_else(|| Status::unavailable("the stream ended without reporting every row"));
-        attempt += 1;
-        if !transient(&status) || attempt >= MAX_ATTEMPTS {
-            let row = (retry.len() == 1).then(|| pending[retry[0]].row_key.clone());
-            return Err(rpc_error("MutateRows", &table, row.as_deref(), &status));
+        // An entry with a cell the server timestamps would write another version if sent
+        // again: never repeated, whether it applied is left open.
+        if let Some(&i) = again.iter().find(|&&i| !repeatable(&pending[i])) {
+            return Err(unrepeatable_error("MutateRows", &table, &pending[i].row_key, &status));
         }
-        retry.sort_unstable();
-        retry.dedup();
-        pending = retry.into_iter().map(|i| pending[i].clone()).collect();
+        let Some(wait) = retry.after(&status) else {
+            let row = (again.len() == 1).then(|| pending[again[0]].row_key.clone());
+            return Err(rpc_error("MutateRows", &table, row.as_deref(), &status));
+        };
+        again.sort_unstable();
+        again.dedup();
+        pending = again.into_iter().map(|i| pending[i].clone()).collect();
         ctx.rpcs.count(Rpc::Retry);
-        tokio::time::sleep(backoff(attempt)).await;
+        tokio::time::sleep(wait).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    fn set_cell(timestamp_micros: i64) -> pb::Mutation {
+        pb::Mutation {
+            mutation: Some(pb::mutation::Mutation::SetCell(pb::mutation::SetCell {
+                family_name: "d".into(),
+                column_qualifier: Bytes::from_static(b"q"),
+                timestamp_micros,
+                value: Bytes::from_static(b"v"),
+            })),
+        }
+    }
+
+    #[test]
+    fn only_entries_without_server_timestamps_are_repeated() {
+        let entry = |mutations| pb::mutate_rows_request::Entry {
+            row_key: Bytes::from_static(b"r"),
+            mutations,
+            ..Default::default()
+        };
+        assert!(repeatable(&entry(vec![set_cell(1_000)])));
+        let delete = pb::Mutation { mutation: Some(pb::mutation::Mutation::DeleteFromRow(Default::default())) };
+        assert!(repeatable(&entry(vec![delete.clone(), set_cell(5)])));
+        assert!(!repeatable(&entry(vec![set_cell(5), set_cell(SERVER_TIME)])));
+    }
+
+    #[test]
+    fn flow_control_holds_calls_past_its_bounds_until_others_end() {
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap();
+        runtime.block_on(async {
+            let flow = FlowControl::new(2, 1000);
+            let a = flow.admit(600).await.unwrap();
+            assert_eq!(flow.available(), (1, 400));
+            // Over the byte budget left: waits.
+            let blocked = tokio::time::timeout(Duration::from_millis(20), flow.admit(500)).await;
+            assert!(blocked.is_err(), "admitted past the byte budget");
+            let b = flow.admit(400).await.unwrap();
+            // Over the call budget: waits, whatever its size.
+            assert!(tokio::time::timeout(Duration::from_millis(20), flow.admit(1)).await.is_err());
+            drop(a);
+            // Larger than the whole budget: admitted alone, once the rest ended.
+            assert!(tokio::time::timeout(Duration::from_millis(20), flow.admit(5000)).await.is_err());
+            drop(b);
+            let huge = flow.admit(5000).await.unwrap();
+            assert_eq!(flow.available(), (1, 0));
+            drop(huge);
+            assert_eq!(flow.available(), (2, 1000));
+        });
     }
 }
