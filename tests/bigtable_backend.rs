@@ -137,6 +137,20 @@ fn direct_and_proxied() -> Option<(BigtableStore, BigtableStore, common::proxy::
     Some((connect(&emulator.host), connect(&proxy.addr), proxy))
 }
 
+/// Creates `name` with one family `i` keeping one version, through each of `stores`.
+fn one_family_table(name: &str, stores: &[&BigtableStore]) {
+    let spec = TableSpec {
+        name: name.into(),
+        families: vec![FamilySpec { name: "i".into(), max_versions: 1, ttl_secs: None }],
+        split_keys: Vec::new(),
+        split_policy: Default::default(),
+        deferred: true,
+    };
+    for store in stores {
+        store.ensure_table(&spec).unwrap();
+    }
+}
+
 fn events(n: u64) -> Vec<Event> {
     (0..n).map(|id| Event { id, kind: "tick".into(), payload: vec![1; 200] }).collect()
 }
@@ -184,15 +198,7 @@ fn a_batch_whose_answer_is_lost_is_sent_again_and_applies_once() {
 #[test]
 fn a_put_stamped_when_it_applies_sorts_above_what_was_applied_before_it() {
     let Some((direct, proxied, proxy)) = direct_and_proxied() else { return };
-    let spec = TableSpec {
-        name: "states".into(),
-        families: vec![FamilySpec { name: "i".into(), max_versions: 1, ttl_secs: None }],
-        split_keys: Vec::new(),
-        split_policy: Default::default(),
-        deferred: true,
-    };
-    direct.ensure_table(&spec).unwrap();
-    proxied.ensure_table(&spec).unwrap();
+    one_family_table("states", &[&direct, &proxied]);
     let row = bytes::Bytes::from_static(b"r");
     let cell = |value: &'static str| {
         (bytes::Bytes::from_static(b"i"), bytes::Bytes::from_static(b"s"), bytes::Bytes::from_static(value.as_bytes()))
@@ -253,15 +259,7 @@ fn a_put_stamped_when_it_applies_sorts_above_what_was_applied_before_it() {
 #[test]
 fn calls_not_safe_to_repeat_whose_answer_is_lost_are_indeterminate_not_repeated() {
     let Some((direct, proxied, proxy)) = direct_and_proxied() else { return };
-    let spec = TableSpec {
-        name: "unrepeatable".into(),
-        families: vec![FamilySpec { name: "i".into(), max_versions: 1, ttl_secs: None }],
-        split_keys: Vec::new(),
-        split_policy: Default::default(),
-        deferred: true,
-    };
-    direct.ensure_table(&spec).unwrap();
-    proxied.ensure_table(&spec).unwrap();
+    one_family_table("unrepeatable", &[&direct, &proxied]);
     let b = bytes::Bytes::from_static;
     let put = |value: &'static str| RowMutation {
         row: b(b"r"),
