@@ -20,10 +20,8 @@
 //! endpoint would fail the first call rather than `connect`), and nothing tells when an
 //! inserted endpoint is connected, so a refresh could not wait for its replacement.
 
-use std::collections::hash_map::RandomState;
 use std::future::Future;
-use std::hash::BuildHasher;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Weak};
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -173,11 +171,9 @@ pub(crate) fn jittered(period: Duration, unit: f64) -> Duration {
     Duration::try_from_secs_f64(period.as_secs_f64() * factor).unwrap_or(Duration::MAX)
 }
 
-/// A random number in [0, 1), from the standard library's randomly seeded hasher.
+/// A random number in [0, 1).
 fn random_unit() -> f64 {
-    static COUNTER: AtomicU64 = AtomicU64::new(0);
-    let bits = RandomState::new().hash_one(COUNTER.fetch_add(1, Ordering::Relaxed));
-    (bits >> 11) as f64 / (1u64 << 53) as f64
+    (super::retry::random() >> 11) as f64 / (1u64 << 53) as f64
 }
 
 #[cfg(test)]

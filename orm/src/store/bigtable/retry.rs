@@ -160,12 +160,12 @@ fn full_jitter(attempt: u32) -> Duration {
     Duration::from_micros(random() % (cap_us + 1))
 }
 
-/// A pseudo-random number: a counter mixed with the time, enough to spread clients' waits.
-fn random() -> u64 {
+/// A random number from the standard library's randomly seeded hasher: enough to spread
+/// clients' waits and refreshes (the channel pool draws from it too).
+pub(crate) fn random() -> u64 {
+    use std::hash::BuildHasher;
     static COUNTER: AtomicU64 = AtomicU64::new(0);
-    let n = COUNTER.fetch_add(0x9E37_79B9_7F4A_7C15, Ordering::Relaxed);
-    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64);
-    xxhash_rust::xxh3::xxh3_64(&[n.to_le_bytes(), nanos.to_le_bytes()].concat())
+    std::collections::hash_map::RandomState::new().hash_one(COUNTER.fetch_add(1, Ordering::Relaxed))
 }
 
 /// A non-idempotent call that failed in a way that leaves open whether it applied (it was
