@@ -5,15 +5,18 @@
 //! backfilled, verified and repaired; time series the OpenTSDB way (names stored as uids, an
 //! hour per row, a column per second); and per-user lists tall, wide and in between, with what
 //! each read costs; what survives a power loss, a full disk and a failed fsync; and three
-//! releases of an application evolving their entities on one database — each example in
-//! turn, every result asserted.
+//! releases of an application evolving their entities on one database; and an async service
+//! with 2,000 requests in flight on two runtime workers — each example in turn, every result
+//! asserted.
 //!
 //! Run with `cargo run --release --example tour`; each part also runs on its own
 //! (`--example customer_orders`, `--example followers`, `--example timeseries`,
 //! `--example order_strategies`, `--example blob_migration`, `--example index_backfill`,
 //! `--example opentsdb`, `--example list_data`, `--example power_loss`,
-//! `--example schema_evolution`).
+//! `--example schema_evolution`, `--example async_service`).
 
+#[path = "async_service.rs"]
+mod async_service;
 #[path = "blob_migration.rs"]
 mod blob_migration;
 #[path = "customer_orders.rs"]
@@ -56,6 +59,8 @@ fn main() -> cellar::orm::Result<()> {
     power_loss::main()?;
     println!("\n== schema_evolution ==");
     schema_evolution::main()?;
+    println!("\n== async_service ==");
+    async_service::main()?;
     println!("\ntour: ok");
     Ok(())
 }

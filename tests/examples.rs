@@ -1,9 +1,11 @@
 //! The examples run as tests, so what they print and assert stays true. `scale_out` runs
-//! against the Bigtable emulator the test binary starts, and `schema_evolution` on both
-//! backends.
+//! against the Bigtable emulator the test binary starts, and `schema_evolution` and
+//! `async_service` on both backends.
 
 mod common;
 
+#[path = "../examples/async_service.rs"]
+mod async_service;
 #[path = "../examples/blob_migration.rs"]
 mod blob_migration;
 #[path = "../examples/customer_orders.rs"]
@@ -79,6 +81,17 @@ fn schema_evolution_example() {
 fn schema_evolution_example_on_bigtable() {
     let Some(store) = common::backend::bigtable_store() else { return };
     schema_evolution::run(&cellar::orm::Db::with_store(std::sync::Arc::new(store))).unwrap();
+}
+
+#[test]
+fn async_service_example() {
+    async_service::main().unwrap();
+}
+
+#[test]
+fn async_service_example_on_bigtable() {
+    let Some(store) = common::backend::bigtable_store() else { return };
+    async_service::run(&cellar::orm::Db::with_store(std::sync::Arc::new(store))).unwrap();
 }
 
 #[test]

@@ -215,3 +215,29 @@ fn hashed_partitions_tell_record_types_apart_before_restoring_values(db: Db) {
     assert_eq!(payments.scan().to_vec().unwrap().len(), 2);
 }
 }
+
+on_every_backend! {
+fn async_record_scans_answer_as_the_synchronous_ones(db: Db) {
+    use futures::StreamExt;
+    let db = shop(db);
+    let records = db.records::<ShopRecord>().unwrap();
+    let nonblocking = records.to_async();
+    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    runtime.block_on(async {
+        let partition = nonblocking.scan().partition(CustomerKey::customer("anna".into())).to_vec().await.unwrap();
+        assert_eq!(partition, records.scan().partition(CustomerKey::customer("anna".into())).to_vec().unwrap());
+        assert_eq!(partition.len(), 4);
+        let back = nonblocking.scan().partition(OrderKey::customer("anna".into())).reverse().to_vec().await.unwrap();
+        assert_eq!(back, records.scan().partition(OrderKey::customer("anna".into())).reverse().to_vec().unwrap());
+        // The whole table: four salt buckets merged in key order, streamed a page at a time.
+        let all: Vec<String> = nonblocking.scan().stream().map(|r| describe(&r.unwrap())).collect().await;
+        let want: Vec<String> = records.scan().to_vec().unwrap().iter().map(describe).collect();
+        assert_eq!(all, want);
+        assert_eq!(all.len(), 12, "three customers and nine orders; the notes are not members");
+        let page = nonblocking.scan().page(5).await.unwrap();
+        let rest = nonblocking.scan().after(page.next.as_ref().unwrap()).to_vec().await.unwrap();
+        let paged: Vec<String> = page.items.iter().chain(&rest).map(describe).collect();
+        assert_eq!(paged, want);
+    });
+}
+}

@@ -438,3 +438,29 @@ fn the_empty_key_is_an_entry_like_any_other(db: Db) {
     assert_eq!(tags.count().unwrap(), 5, "a put leaves a lazy map's entries");
 }
 }
+
+on_every_backend! {
+fn async_entries_answer_as_the_synchronous_ones(db: Db) {
+    let sensors = db.repo::<Sensor>().unwrap();
+    sensors.put(&sensor(7, &[(1, 0.5), (2, 1.5), (3, 2.5)], &[(100, "boot"), (200, "calibrated")])).unwrap();
+    let log = sensors.wide(7, Sensor::LOG).unwrap();
+    let nonblocking = sensors.to_async().wide(7, Sensor::LOG).unwrap();
+    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    runtime.block_on(async {
+        nonblocking.put(&300, &"rebooted".to_string()).await.unwrap();
+        let more = [(400, "moved".to_string()), (500, "parked".to_string())];
+        nonblocking.put_many(more.iter().map(|(k, v)| (k, v))).await.unwrap();
+        nonblocking.delete(&100).await.unwrap();
+        assert_eq!(nonblocking.all().await.unwrap(), log.all().unwrap());
+        assert_eq!(nonblocking.count().await.unwrap(), 4);
+        assert_eq!(nonblocking.first(2).await.unwrap(), log.first(2).unwrap());
+        assert_eq!(nonblocking.last(2).await.unwrap(), log.last(2).unwrap());
+        assert_eq!(nonblocking.page(1, 2).await.unwrap(), log.page(1, 2).unwrap());
+        assert_eq!(nonblocking.after(&400, 2).await.unwrap(), log.after(&400, 2).unwrap());
+        assert_eq!(nonblocking.between(&500, &200, None).await.unwrap(), log.between(&500, &200, None).unwrap());
+        assert_eq!(nonblocking.get(&300).await.unwrap(), Some("rebooted".to_string()));
+        assert_eq!(nonblocking.get(&100).await.unwrap(), None);
+    });
+    assert_eq!(log.all().unwrap().iter().map(|(k, _)| *k).collect::<Vec<_>>(), [500, 400, 300, 200]);
+}
+}

@@ -271,9 +271,12 @@ impl FieldError {
 }
 
 /// A Rust type stored as rows of a table. Implemented by `#[derive(Entity)]`.
-pub trait Entity: Sized + 'static {
+///
+/// Entities are plain data, shared with the threads and tasks that read and write them:
+/// `Send + Sync`.
+pub trait Entity: Sized + Send + Sync + 'static {
     /// The typed row key (`<Entity>Key`).
-    type Key: Clone + std::fmt::Debug;
+    type Key: Clone + std::fmt::Debug + Send + Sync;
 
     /// The physical layout.
     const SCHEMA: Schema;

@@ -68,5 +68,8 @@ pub use key::Timestamp;
 pub use layout::Layout;
 pub use record::{Member, Record};
 pub use rename::{MoveRenamed, MoveReport};
-pub use repo::{Counter, Cursor, EntityIter, Page, Query, Records, Repository, Skipped};
+pub use repo::{
+    AsyncQuery, AsyncRecords, AsyncRepository, Counter, Cursor, EntityIter, EntityStream, Page, Query, Records,
+    Repository, Skipped,
+};
 pub use store::{Costs, EmbeddedStore, Metered, Store};

@@ -9,7 +9,7 @@ use crate::store::LentRow;
 
 /// An enum with one variant per entity type sharing a table. Implemented by
 /// `#[derive(Record)]`, which also checks at compile time that the members fit together.
-pub trait Record: Sized + 'static {
+pub trait Record: Sized + Send + Sync + 'static {
     /// The enum's name, for errors.
     const NAME: &'static str;
 

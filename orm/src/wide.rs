@@ -19,6 +19,7 @@
 //! row that can outgrow a region. Bound it, or store the entries as rows of their own.
 
 use std::collections::BTreeMap;
+use std::future::Future;
 use std::marker::PhantomData;
 use std::ops::{Bound, RangeBounds};
 use std::sync::Arc;
@@ -28,7 +29,11 @@ use bytes::Bytes;
 use crate::entity::FieldError;
 use crate::key::{decode_part, encode_part, KeyPart, PartSpec};
 use crate::repo::printable;
-use crate::store::{CellMutation, ColumnSlice, Columns, LentCell, LentRow, ReadSpec, Row, RowMutation, Store};
+use crate::store::drive::drive;
+use crate::store::{
+    AsyncStore, AsyncView, CellMutation, ColumnSlice, Columns, Inline, LentCell, LentRow, ReadSpec, Row, RowMutation,
+    Store,
+};
 use crate::value::{ColumnValue, ValueError};
 use crate::{Error, Result};
 
@@ -178,13 +183,24 @@ pub fn decode_entries<K: KeyPart + Ord, V: ColumnValue>(
 
 /// The entries of one map field of one row; reads and writes go straight to the row's
 /// columns. Cheap to clone.
-#[derive(Clone)]
 pub struct WideColumns<K, V> {
     store: Arc<dyn Store>,
     table: &'static str,
     row: Bytes,
     spec: WideSpec,
     _types: PhantomData<fn() -> (K, V)>,
+}
+
+impl<K, V> Clone for WideColumns<K, V> {
+    fn clone(&self) -> Self {
+        WideColumns {
+            store: self.store.clone(),
+            table: self.table,
+            row: self.row.clone(),
+            spec: self.spec,
+            _types: PhantomData,
+        }
+    }
 }
 
 impl<K, V> std::fmt::Debug for WideColumns<K, V> {
@@ -223,18 +239,20 @@ impl<K: KeyPart, V: ColumnValue> WideColumns<K, V> {
             .map_err(|e| crate::repo::decode_error(self.table, &row.key, e))
     }
 
-    fn slice(&self, from: Option<Bytes>, to: Option<Bytes>, limit: Option<usize>) -> Result<Vec<(K, V)>> {
-        self.slice_at(from, to, 0, limit)
+    /// The store, called on the spot: what the synchronous methods run over.
+    fn inline(&self) -> Inline<'_> {
+        Inline(&*self.store)
     }
 
-    fn slice_at(
+    async fn slice(
         &self,
+        store: &dyn AsyncStore,
         from: Option<Bytes>,
         to: Option<Bytes>,
         offset: usize,
         limit: Option<usize>,
     ) -> Result<Vec<(K, V)>> {
-        match self.read(from, to, offset, limit, false)? {
+        match self.read(store, from, to, offset, limit, false).await? {
             Some(row) => self.decode(&row),
             None => Ok(Vec::new()),
         }
@@ -242,8 +260,9 @@ impl<K: KeyPart, V: ColumnValue> WideColumns<K, V> {
 
     /// The row's columns of this map from `from` to `to` (the whole map where open), past
     /// `offset`, at most `limit`.
-    fn read(
+    async fn read(
         &self,
+        store: &dyn AsyncStore,
         from: Option<Bytes>,
         to: Option<Bytes>,
         offset: usize,
@@ -256,8 +275,75 @@ impl<K: KeyPart, V: ColumnValue> WideColumns<K, V> {
         let to = to.or_else(|| crate::key::prefix_end(&prefix).map(Bytes::from));
         let slice = ColumnSlice { family: self.family(), from, to, offset, limit, keys_only };
         let read = ReadSpec { columns: Columns::Slice(slice), ..ReadSpec::default() };
-        let rows = self.store.read_rows(self.table, std::slice::from_ref(&self.row), &read)?;
+        let rows = store.read_rows(self.table, std::slice::from_ref(&self.row), &read).await?;
         Ok(rows.into_iter().next().flatten())
+    }
+
+    /// The mutation that writes `entries`; `None` for no entries.
+    fn put_mutation<'a>(&self, entries: impl IntoIterator<Item = (&'a K, &'a V)>) -> Result<Option<RowMutation>>
+    where
+        K: 'a,
+        V: 'a,
+    {
+        let mutations = entries
+            .into_iter()
+            .map(|(k, v)| {
+                Ok(CellMutation::Put {
+                    family: self.family(),
+                    qualifier: self.qualifier(k)?,
+                    value: v.to_bytes().into(),
+                    timestamp: None,
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        Ok((!mutations.is_empty()).then(|| RowMutation { row: self.row.clone(), mutations }))
+    }
+
+    async fn put_many_via(&self, store: &dyn AsyncStore, mutation: Result<Option<RowMutation>>) -> Result<()> {
+        match mutation? {
+            Some(m) => store.mutate_row(self.table, m).await,
+            None => Ok(()),
+        }
+    }
+
+    async fn delete_via(&self, store: &dyn AsyncStore, key: &K) -> Result<()> {
+        let m = CellMutation::DeleteColumn { family: self.family(), qualifier: self.qualifier(key)? };
+        store.mutate_row(self.table, RowMutation { row: self.row.clone(), mutations: vec![m] }).await
+    }
+
+    async fn get_via(&self, store: &dyn AsyncStore, key: &K) -> Result<Option<V>> {
+        let found = self.bounded(store, Bound::Included(key), Bound::Included(key), Some(1)).await?;
+        Ok(found.into_iter().next().map(|(_, v)| v))
+    }
+
+    async fn last_via(&self, store: &dyn AsyncStore, n: usize) -> Result<Vec<(K, V)>> {
+        let total = self.count_via(store).await?;
+        self.slice(store, None, None, total.saturating_sub(n), Some(n)).await
+    }
+
+    async fn bounded(
+        &self,
+        store: &dyn AsyncStore,
+        start: Bound<&K>,
+        end: Bound<&K>,
+        limit: Option<usize>,
+    ) -> Result<Vec<(K, V)>> {
+        let successor = |q: Bytes| Bytes::from([&q[..], &[0]].concat());
+        let from = match start {
+            Bound::Included(k) => Some(self.qualifier(k)?),
+            Bound::Excluded(k) => Some(successor(self.qualifier(k)?)),
+            Bound::Unbounded => None,
+        };
+        let to = match end {
+            Bound::Included(k) => Some(successor(self.qualifier(k)?)),
+            Bound::Excluded(k) => Some(self.qualifier(k)?),
+            Bound::Unbounded => None,
+        };
+        self.slice(store, from, to, 0, limit).await
+    }
+
+    async fn count_via(&self, store: &dyn AsyncStore) -> Result<usize> {
+        Ok(self.read(store, None, None, 0, None, true).await?.map_or(0, |r| r.cells.len()))
     }
 
     /// Writes one entry, without reading the row.
@@ -277,21 +363,7 @@ impl<K: KeyPart, V: ColumnValue> WideColumns<K, V> {
         K: 'a,
         V: 'a,
     {
-        let mutations = entries
-            .into_iter()
-            .map(|(k, v)| {
-                Ok(CellMutation::Put {
-                    family: self.family(),
-                    qualifier: self.qualifier(k)?,
-                    value: v.to_bytes().into(),
-                    timestamp: None,
-                })
-            })
-            .collect::<Result<Vec<_>>>()?;
-        if mutations.is_empty() {
-            return Ok(());
-        }
-        self.store.mutate_row(self.table, RowMutation { row: self.row.clone(), mutations })
+        drive(self.put_many_via(&self.inline(), self.put_mutation(entries)))
     }
 
     /// Deletes one entry.
@@ -299,8 +371,7 @@ impl<K: KeyPart, V: ColumnValue> WideColumns<K, V> {
     /// # Errors
     /// As [`WideColumns::put`].
     pub fn delete(&self, key: &K) -> Result<()> {
-        let m = CellMutation::DeleteColumn { family: self.family(), qualifier: self.qualifier(key)? };
-        self.store.mutate_row(self.table, RowMutation { row: self.row.clone(), mutations: vec![m] })
+        drive(self.delete_via(&self.inline(), key))
     }
 
     /// The value of one entry.
@@ -308,7 +379,7 @@ impl<K: KeyPart, V: ColumnValue> WideColumns<K, V> {
     /// # Errors
     /// Store errors; a stored entry that does not decode.
     pub fn get(&self, key: &K) -> Result<Option<V>> {
-        Ok(self.bounded(Bound::Included(key), Bound::Included(key), Some(1))?.into_iter().next().map(|(_, v)| v))
+        drive(self.get_via(&self.inline(), key))
     }
 
     /// The first `n` entries in the key's order (the largest keys for a `desc` key).
@@ -316,7 +387,7 @@ impl<K: KeyPart, V: ColumnValue> WideColumns<K, V> {
     /// # Errors
     /// As [`WideColumns::get`].
     pub fn first(&self, n: usize) -> Result<Vec<(K, V)>> {
-        self.slice(None, None, Some(n))
+        drive(self.slice(&self.inline(), None, None, 0, Some(n)))
     }
 
     /// The `n` entries after the first `offset` (a page by position, as HBase's
@@ -326,7 +397,7 @@ impl<K: KeyPart, V: ColumnValue> WideColumns<K, V> {
     /// # Errors
     /// As [`WideColumns::get`].
     pub fn page(&self, offset: usize, n: usize) -> Result<Vec<(K, V)>> {
-        self.slice_at(None, None, offset, Some(n))
+        drive(self.slice(&self.inline(), None, None, offset, Some(n)))
     }
 
     /// The last `n` entries in the key's order: a count of the entries (qualifiers only), then
@@ -335,8 +406,7 @@ impl<K: KeyPart, V: ColumnValue> WideColumns<K, V> {
     /// # Errors
     /// As [`WideColumns::get`].
     pub fn last(&self, n: usize) -> Result<Vec<(K, V)>> {
-        let total = self.count()?;
-        self.page(total.saturating_sub(n), n)
+        drive(self.last_via(&self.inline(), n))
     }
 
     /// The `n` entries after `key` (a page that starts where the last one ended).
@@ -344,7 +414,7 @@ impl<K: KeyPart, V: ColumnValue> WideColumns<K, V> {
     /// # Errors
     /// As [`WideColumns::get`].
     pub fn after(&self, key: &K, n: usize) -> Result<Vec<(K, V)>> {
-        self.bounded(Bound::Excluded(key), Bound::Unbounded, Some(n))
+        drive(self.bounded(&self.inline(), Bound::Excluded(key), Bound::Unbounded, Some(n)))
     }
 
     /// Entries from `from` (inclusive) to `to` (exclusive) in the key's order, at most `limit`.
@@ -352,7 +422,7 @@ impl<K: KeyPart, V: ColumnValue> WideColumns<K, V> {
     /// # Errors
     /// As [`WideColumns::get`].
     pub fn between(&self, from: &K, to: &K, limit: Option<usize>) -> Result<Vec<(K, V)>> {
-        self.bounded(Bound::Included(from), Bound::Excluded(to), limit)
+        drive(self.bounded(&self.inline(), Bound::Included(from), Bound::Excluded(to), limit))
     }
 
     /// Entries with keys in `range` (in the key's order: for a `desc` key, `a..b` runs from
@@ -361,22 +431,7 @@ impl<K: KeyPart, V: ColumnValue> WideColumns<K, V> {
     /// # Errors
     /// As [`WideColumns::get`].
     pub fn range(&self, range: impl RangeBounds<K>, limit: Option<usize>) -> Result<Vec<(K, V)>> {
-        self.bounded(range.start_bound(), range.end_bound(), limit)
-    }
-
-    fn bounded(&self, start: Bound<&K>, end: Bound<&K>, limit: Option<usize>) -> Result<Vec<(K, V)>> {
-        let successor = |q: Bytes| Bytes::from([&q[..], &[0]].concat());
-        let from = match start {
-            Bound::Included(k) => Some(self.qualifier(k)?),
-            Bound::Excluded(k) => Some(successor(self.qualifier(k)?)),
-            Bound::Unbounded => None,
-        };
-        let to = match end {
-            Bound::Included(k) => Some(successor(self.qualifier(k)?)),
-            Bound::Excluded(k) => Some(self.qualifier(k)?),
-            Bound::Unbounded => None,
-        };
-        self.slice(from, to, limit)
+        drive(self.bounded(&self.inline(), range.start_bound(), range.end_bound(), limit))
     }
 
     /// Every entry.
@@ -384,7 +439,7 @@ impl<K: KeyPart, V: ColumnValue> WideColumns<K, V> {
     /// # Errors
     /// As [`WideColumns::get`].
     pub fn all(&self) -> Result<Vec<(K, V)>> {
-        self.slice(None, None, None)
+        drive(self.slice(&self.inline(), None, None, 0, None))
     }
 
     /// How many entries there are, reading qualifiers only.
@@ -392,6 +447,130 @@ impl<K: KeyPart, V: ColumnValue> WideColumns<K, V> {
     /// # Errors
     /// Store errors.
     pub fn count(&self) -> Result<usize> {
-        Ok(self.read(None, None, 0, None, true)?.map_or(0, |r| r.cells.len()))
+        drive(self.count_via(&self.inline()))
+    }
+
+    /// These entries' reads and writes as futures (see [`AsyncWideColumns`]).
+    pub fn to_async(&self) -> AsyncWideColumns<K, V> {
+        AsyncWideColumns { store: AsyncView::new(self.store.clone()), wide: self.clone() }
+    }
+}
+
+/// The entries of a wide field of one row, read and written through futures: what
+/// [`WideColumns`] does, for async services (each method runs the same code). Made with
+/// [`WideColumns::to_async`]. Cheap to clone.
+pub struct AsyncWideColumns<K, V> {
+    wide: WideColumns<K, V>,
+    store: AsyncView,
+}
+
+impl<K, V> Clone for AsyncWideColumns<K, V> {
+    fn clone(&self) -> Self {
+        AsyncWideColumns { wide: self.wide.clone(), store: self.store.clone() }
+    }
+}
+
+impl<K, V> std::fmt::Debug for AsyncWideColumns<K, V> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("AsyncWideColumns").field(&self.wide).finish()
+    }
+}
+
+impl<K: KeyPart + Send + Sync, V: ColumnValue + Send + Sync> AsyncWideColumns<K, V> {
+    /// As [`WideColumns::put`].
+    ///
+    /// # Errors
+    /// As [`WideColumns::put`].
+    pub async fn put(&self, key: &K, value: &V) -> Result<()> {
+        let mutation = self.wide.put_mutation([(key, value)]);
+        self.wide.put_many_via(self.store.get(), mutation).await
+    }
+
+    /// As [`WideColumns::put_many`].
+    ///
+    /// # Errors
+    /// As [`WideColumns::put`].
+    pub fn put_many<'a>(
+        &self,
+        entries: impl IntoIterator<Item = (&'a K, &'a V)>,
+    ) -> impl Future<Output = Result<()>> + Send + '_
+    where
+        K: 'a,
+        V: 'a,
+    {
+        let mutation = self.wide.put_mutation(entries);
+        async move { self.wide.put_many_via(self.store.get(), mutation).await }
+    }
+
+    /// As [`WideColumns::delete`].
+    ///
+    /// # Errors
+    /// As [`WideColumns::put`].
+    pub async fn delete(&self, key: &K) -> Result<()> {
+        self.wide.delete_via(self.store.get(), key).await
+    }
+
+    /// As [`WideColumns::get`].
+    ///
+    /// # Errors
+    /// As [`WideColumns::get`].
+    pub async fn get(&self, key: &K) -> Result<Option<V>> {
+        self.wide.get_via(self.store.get(), key).await
+    }
+
+    /// As [`WideColumns::first`].
+    ///
+    /// # Errors
+    /// As [`WideColumns::get`].
+    pub async fn first(&self, n: usize) -> Result<Vec<(K, V)>> {
+        self.wide.slice(self.store.get(), None, None, 0, Some(n)).await
+    }
+
+    /// As [`WideColumns::page`].
+    ///
+    /// # Errors
+    /// As [`WideColumns::get`].
+    pub async fn page(&self, offset: usize, n: usize) -> Result<Vec<(K, V)>> {
+        self.wide.slice(self.store.get(), None, None, offset, Some(n)).await
+    }
+
+    /// As [`WideColumns::last`].
+    ///
+    /// # Errors
+    /// As [`WideColumns::get`].
+    pub async fn last(&self, n: usize) -> Result<Vec<(K, V)>> {
+        self.wide.last_via(self.store.get(), n).await
+    }
+
+    /// As [`WideColumns::after`].
+    ///
+    /// # Errors
+    /// As [`WideColumns::get`].
+    pub async fn after(&self, key: &K, n: usize) -> Result<Vec<(K, V)>> {
+        self.wide.bounded(self.store.get(), Bound::Excluded(key), Bound::Unbounded, Some(n)).await
+    }
+
+    /// As [`WideColumns::between`].
+    ///
+    /// # Errors
+    /// As [`WideColumns::get`].
+    pub async fn between(&self, from: &K, to: &K, limit: Option<usize>) -> Result<Vec<(K, V)>> {
+        self.wide.bounded(self.store.get(), Bound::Included(from), Bound::Excluded(to), limit).await
+    }
+
+    /// As [`WideColumns::all`].
+    ///
+    /// # Errors
+    /// As [`WideColumns::get`].
+    pub async fn all(&self) -> Result<Vec<(K, V)>> {
+        self.wide.slice(self.store.get(), None, None, 0, None).await
+    }
+
+    /// As [`WideColumns::count`].
+    ///
+    /// # Errors
+    /// As [`WideColumns::count`].
+    pub async fn count(&self) -> Result<usize> {
+        self.wide.count_via(self.store.get()).await
     }
 }

@@ -11,4 +11,5 @@ pub mod pausing;
 pub mod people;
 pub mod proxy;
 pub mod raw;
+pub mod stepped;
 pub mod versions;

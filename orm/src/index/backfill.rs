@@ -9,6 +9,8 @@ use super::{write_many, Change, Index};
 use crate::entity::Entity;
 use crate::jobs::Checkpoint;
 use crate::repo::{printable, Repository};
+use crate::store::drive::drive;
+use crate::store::Inline;
 use crate::store::{CellMutation, RowMutation, ScanSpec};
 use crate::{Error, Result};
 
@@ -159,7 +161,8 @@ impl<'a, E: Entity> Backfill<'a, E> {
     fn rebuild(&self, rows: Vec<(Bytes, Option<E::Key>)>, report: &mut BackfillReport) -> Result<()> {
         report.rows += rows.len() as u64;
         let writes = rows.iter().map(|(row, _)| (row.clone(), Change::Rebuild(self.position))).collect();
-        for ((row, key), result) in rows.iter().zip(write_many(self.repo.store(), &E::SCHEMA, writes)?) {
+        for ((row, key), result) in rows.iter().zip(drive(write_many(&Inline(self.repo.store()), &E::SCHEMA, writes))?)
+        {
             match result {
                 Ok(true) => report.indexed += 1,
                 Ok(false) => {}

@@ -15,7 +15,7 @@ use super::commit::{Staging, COMMIT_BYTES};
 use super::entry::{self, Entry};
 use super::write::{Change, IndexedWrite, Version};
 use crate::entity::Schema;
-use crate::store::{Commit, Condition, RowMutation, Store};
+use crate::store::{AsyncStore, Commit, Condition, RowMutation};
 use crate::writer::{self, now_ms, Owner};
 use crate::Result;
 
@@ -43,8 +43,8 @@ struct Pending<'a> {
 /// # Errors
 /// Store errors of the batch's own calls (writes may be partly done: only unverified marks,
 /// which readers settle).
-pub(crate) fn write_many(
-    store: &dyn Store,
+pub(crate) async fn write_many(
+    store: &dyn AsyncStore,
     schema: &'static Schema,
     rows: Vec<(Bytes, Change)>,
 ) -> Result<Vec<Result<bool>>> {
@@ -74,21 +74,21 @@ pub(crate) fn write_many(
         }
     }
     if store.guarantees().atomic_commits {
-        batch = commit_chunks(store, schema, batch, &mut results)?;
+        batch = commit_chunks(store, schema, batch, &mut results).await?;
     }
     if !batch.is_empty() {
-        run_batch(store, schema, &mut batch)?;
+        run_batch(store, schema, &mut batch).await?;
     }
     for (i, p) in batch {
         if p.alone {
-            results[i] = Some(p.write.run_with(p.leftovers));
+            results[i] = Some(p.write.run_with(p.leftovers).await);
         } else if results[i].is_none() {
             let plan = p.plan.as_ref();
             results[i] = Some(Ok(plan.is_some_and(|p| !p.additions.is_empty() || !p.removals.is_empty())));
         }
     }
     for (i, write) in later {
-        results[i] = Some(write.run());
+        results[i] = Some(write.run().await);
     }
     Ok(results.into_iter().map(|r| r.unwrap_or(Ok(false))).collect())
 }
@@ -96,8 +96,8 @@ pub(crate) fn write_many(
 /// Writes the batch as commits of up to [`COMMIT_ROWS`] writes and [`COMMIT_BYTES`], setting
 /// their results; returns the writes that cannot go as a commit and those of the chunks whose
 /// commit did not hold, for the steps of the protocol.
-fn commit_chunks<'a>(
-    store: &dyn Store,
+async fn commit_chunks<'a>(
+    store: &dyn AsyncStore,
     schema: &'static Schema,
     batch: Vec<(usize, Pending<'a>)>,
     results: &mut [Option<Result<bool>>],
@@ -121,7 +121,8 @@ fn commit_chunks<'a>(
     }
     for (chunk, _) in chunks {
         let keys: Vec<Bytes> = chunk.iter().map(|(_, p)| p.write.row.clone()).collect();
-        let olds = store.read_rows(schema.table, &keys, &schema.read_spec())?;
+        let spec = schema.read_spec();
+        let olds = store.read_rows(schema.table, &keys, &spec).await?;
         let mut commit = Commit::default();
         let mut index_rows = std::collections::HashSet::new();
         let mut changed = Vec::with_capacity(chunk.len());
@@ -135,7 +136,7 @@ fn commit_chunks<'a>(
         }
         // A write that would touch an index row another one of the chunk touches cannot share
         // its commit: the protocol sorts them out.
-        if changed.iter().any(Option::is_none) || (!commit.rows.is_empty() && !store.commit(commit)?) {
+        if changed.iter().any(Option::is_none) || (!commit.rows.is_empty() && !store.commit(commit).await?) {
             rest.extend(chunk);
             continue;
         }
@@ -146,11 +147,12 @@ fn commit_chunks<'a>(
     Ok(rest)
 }
 
-fn run_batch(store: &dyn Store, schema: &'static Schema, batch: &mut [(usize, Pending<'_>)]) -> Result<()> {
+async fn run_batch(store: &dyn AsyncStore, schema: &'static Schema, batch: &mut [(usize, Pending<'_>)]) -> Result<()> {
     let index_table = super::index_table(schema.table);
     // Step 1: the data rows.
     let keys: Vec<Bytes> = batch.iter().map(|(_, p)| p.write.row.clone()).collect();
-    let olds = store.read_rows(schema.table, &keys, &schema.read_spec())?;
+    let spec = schema.read_spec();
+    let olds = store.read_rows(schema.table, &keys, &spec).await?;
     for ((_, p), old) in batch.iter_mut().zip(olds) {
         if p.write.nothing_to_do(old.as_ref()) {
             continue; // Nothing to write: no plan.
@@ -174,7 +176,7 @@ fn run_batch(store: &dyn Store, schema: &'static Schema, batch: &mut [(usize, Pe
         conditional.extend(marks);
     }
     if !conditional.is_empty() {
-        let applied = store.check_and_mutate_many(&index_table, conditional)?;
+        let applied = store.check_and_mutate_many(&index_table, conditional).await?;
         let mut release = Vec::new();
         let mut at = 0;
         while at < applied.len() {
@@ -206,7 +208,7 @@ fn run_batch(store: &dyn Store, schema: &'static Schema, batch: &mut [(usize, Pe
             at += count;
         }
         if !release.is_empty() {
-            store.check_and_mutate_many(&index_table, release)?;
+            store.check_and_mutate_many(&index_table, release).await?;
         }
     }
     let plain: Vec<RowMutation> = batch
@@ -216,7 +218,7 @@ fn run_batch(store: &dyn Store, schema: &'static Schema, batch: &mut [(usize, Pe
         .flatten()
         .collect();
     if !plain.is_empty() {
-        store.mutate(&index_table, plain)?;
+        store.mutate(&index_table, plain).await?;
     }
     // Step 3: the data rows, each on its write token.
     let writing: Vec<usize> = (0..batch.len()).filter(|&k| !batch[k].1.alone && batch[k].1.plan.is_some()).collect();
@@ -227,7 +229,7 @@ fn run_batch(store: &dyn Store, schema: &'static Schema, batch: &mut [(usize, Pe
             (p.write.token_condition(p.old.as_ref()), p.write.data_mutation(p.token, None))
         })
         .collect();
-    let applied = if data.is_empty() { Vec::new() } else { store.check_and_mutate_many(schema.table, data)? };
+    let applied = if data.is_empty() { Vec::new() } else { store.check_and_mutate_many(schema.table, data).await? };
     // Step 4: settle the writes that landed; the others start over alone.
     let mut settle = Vec::new();
     for (&k, landed) in writing.iter().zip(applied) {
@@ -242,7 +244,7 @@ fn run_batch(store: &dyn Store, schema: &'static Schema, batch: &mut [(usize, Pe
         }
     }
     if !settle.is_empty() {
-        store.check_and_mutate_many(&index_table, settle)?;
+        store.check_and_mutate_many(&index_table, settle).await?;
     }
     Ok(())
 }

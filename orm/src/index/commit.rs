@@ -81,12 +81,12 @@ impl IndexedWrite<'_> {
     /// errors (nothing written).
     ///
     /// [`Store::read_and_commit`]: crate::store::Store::read_and_commit
-    pub(super) fn try_commit(&self, new: &[Option<Entry>]) -> Result<Option<bool>> {
+    pub(super) async fn try_commit(&self, new: &[Option<Entry>]) -> Result<Option<bool>> {
         // What `build` found, for after the store call: it runs under the store's locks.
         let mut settled: Result<Option<bool>> = Ok(None);
         let mut changed = false;
         let spec = self.schema.read_spec();
-        let applied = self.store.read_and_commit(self.schema.table, &self.row, &spec, &mut |old| {
+        let mut build = |old: Option<&Row>| {
             settled = Ok(None);
             if let Err(e) = self.check_version(old) {
                 settled = Err(e);
@@ -111,7 +111,8 @@ impl IndexedWrite<'_> {
             let mut commit = Commit::default();
             changed = self.stage(old, renewed.as_deref().unwrap_or(new), &mut commit, Staging::Held, version)?;
             Some(commit)
-        })?;
+        };
+        let applied = self.store.read_and_commit(self.schema.table, &self.row, &spec, &mut build).await?;
         match applied {
             Some(applied) => Ok(applied.then_some(changed)),
             None => settled,

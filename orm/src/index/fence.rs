@@ -18,7 +18,7 @@ use bytes::Bytes;
 
 use super::entry;
 use crate::entity::Schema;
-use crate::store::{Condition, Row, RowMutation, Store};
+use crate::store::{AsyncStore, Condition, Row, RowMutation};
 use crate::writer;
 use crate::Result;
 
@@ -45,7 +45,7 @@ impl Fenced {
 /// # Errors
 /// Store errors (a fence may have moved a token without its settlement: harmless, as a
 /// token moves with every write).
-pub(super) fn settle(store: &dyn Store, schema: &'static Schema, pending: Vec<Fenced>) -> Result<usize> {
+pub(super) async fn settle(store: &dyn AsyncStore, schema: &'static Schema, pending: Vec<Fenced>) -> Result<usize> {
     if pending.is_empty() {
         return Ok(0);
     }
@@ -64,14 +64,14 @@ pub(super) fn settle(store: &dyn Store, schema: &'static Schema, pending: Vec<Fe
             (token.clone(), m)
         })
         .collect();
-    let held = store.check_and_mutate_many(schema.table, fences)?;
+    let held = store.check_and_mutate_many(schema.table, fences).await?;
     let fenced: Vec<&Bytes> = rows.iter().zip(held).filter(|(_, held)| *held).map(|((row, _), _)| row).collect();
     let settlements: Vec<(Condition, RowMutation)> =
         pending.into_iter().filter(|p| fenced.contains(&&p.primary)).map(|p| p.settle).collect();
     if settlements.is_empty() {
         return Ok(0);
     }
-    let applied = store.check_and_mutate_many(&super::index_table(schema.table), settlements)?;
+    let applied = store.check_and_mutate_many(&super::index_table(schema.table), settlements).await?;
     Ok(applied.into_iter().filter(|&a| a).count())
 }
 
@@ -80,13 +80,13 @@ pub(super) fn settle(store: &dyn Store, schema: &'static Schema, pending: Vec<Fe
 ///
 /// # Errors
 /// Store errors.
-pub(super) fn fence_row(
-    store: &dyn Store,
+pub(super) async fn fence_row(
+    store: &dyn AsyncStore,
     schema: &'static Schema,
     primary: &Bytes,
     data: Option<&Row>,
 ) -> Result<bool> {
     let shared = !store.guarantees().single_process;
     let m = RowMutation { row: primary.clone(), mutations: entry::put_token(schema, writer::token(), shared) };
-    store.check_and_mutate(schema.table, entry::token_condition(schema, data), m)
+    store.check_and_mutate(schema.table, entry::token_condition(schema, data), m).await
 }

@@ -30,7 +30,7 @@ use crate::value::Column;
 pub use backfill::{Backfill, BackfillProgress, BackfillReport, Violation, CHECKPOINT_EVERY};
 pub(crate) use batch::write_many;
 pub(crate) use entry::is_tombstone;
-pub use read::{IndexEntry, IndexQuery, IndexReader};
+pub use read::{AsyncIndexQuery, AsyncIndexReader, IndexEntry, IndexQuery, IndexReader};
 pub use status::STATUS_TABLE;
 pub(crate) use status::{drop_status, Statuses};
 pub use verify::{Verify, VerifyReport};

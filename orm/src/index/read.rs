@@ -14,8 +14,9 @@ use super::fence::{self, Fenced};
 use super::{Index, IndexValue, PrefixOf};
 use crate::entity::Entity;
 use crate::key::prefix_end;
-use crate::repo::{Cursor, Page, Repository};
-use crate::store::{ReadSpec, Row, ScanSpec, StoredCell};
+use crate::repo::{AsyncRepository, Cursor, Page, Repository};
+use crate::store::drive::drive;
+use crate::store::{AsyncStore, AsyncView, Inline, ReadSpec, Row, ScanSpec, StoredCell};
 use crate::value::Column;
 use crate::{Error, Result};
 
@@ -97,6 +98,10 @@ impl<E: Entity, V: IndexValue> IndexReader<E, V> {
     /// [`Error::InvalidArgument`] on an index that is not unique (scan it instead);
     /// [`Error::IndexNotReady`]; key encoding, decoding and store errors.
     pub fn get(&self, value: V) -> Result<Option<E>> {
+        drive(self.get_via(&Inline(self.repo.store()), value))
+    }
+
+    async fn get_via(&self, store: &dyn AsyncStore, value: V) -> Result<Option<E>> {
         if !self.spec().unique {
             return Err(Error::InvalidArgument {
                 arg: "index",
@@ -108,14 +113,14 @@ impl<E: Entity, V: IndexValue> IndexReader<E, V> {
         value
             .encode_value(self.spec().parts, &mut key)
             .map_err(|source| Error::Key { entity: schema.entity, source })?;
-        self.repo.index_statuses().check(self.repo.store(), schema, self.index.position())?;
+        self.repo.index_statuses().check(store, schema, self.index.position()).await?;
         // A unique index has one row per value: a point read, not a scan.
-        let rows =
-            self.repo.store().read_rows(&super::index_table(schema.table), &[key.into()], &ReadSpec::default())?;
+        let (table, keys, read) = (super::index_table(schema.table), [key.into()], ReadSpec::default());
+        let rows = store.read_rows(&table, &keys, &read).await?;
         let Some(index_row) = rows.into_iter().flatten().next().as_ref().and_then(entry::parse_row) else {
             return Ok(None);
         };
-        match self.check(vec![index_row], &Mode::Entities)?.pop().and_then(|hit| hit.data) {
+        match self.check(store, vec![index_row], &Mode::Entities).await?.pop().and_then(|hit| hit.data) {
             Some(row) => self.repo.decode(row.lend(), u64::MAX).map(Some),
             None => Ok(None),
         }
@@ -124,18 +129,15 @@ impl<E: Entity, V: IndexValue> IndexReader<E, V> {
     /// Keeps the rows of `chunk` that hold (see the module docs), settling abandoned
     /// unverified ones. Reads data rows for unverified index rows, and for all of them when
     /// entities are wanted.
-    fn check(&self, chunk: Vec<IndexRow>, mode: &Mode) -> Result<Vec<Hit>> {
-        let repo = &self.repo;
+    async fn check(&self, store: &dyn AsyncStore, chunk: Vec<IndexRow>, mode: &Mode) -> Result<Vec<Hit>> {
         let schema = &E::SCHEMA;
         let position = self.index.position();
         let needs_data = |r: &IndexRow| matches!(mode, Mode::Entities) || r.state != State::Verified;
         let wanted: Vec<Bytes> = chunk.iter().filter(|r| needs_data(r)).map(|r| r.primary.clone()).collect();
-        let mut data = if wanted.is_empty() {
-            Vec::new()
-        } else {
-            repo.store().read_rows(schema.table, &wanted, &schema.read_spec())?
-        }
-        .into_iter();
+        let read = schema.read_spec();
+        let mut data =
+            if wanted.is_empty() { Vec::new() } else { store.read_rows(schema.table, &wanted, &read).await? }
+                .into_iter();
         let mut hits = Vec::new();
         let mut settle = Vec::new();
         for index_row in chunk {
@@ -154,7 +156,7 @@ impl<E: Entity, V: IndexValue> IndexReader<E, V> {
             }
             let implied = row.as_ref().and_then(|r| entry::entry_of_row(schema, r, position));
             let holds = implied.as_ref().is_some_and(|e| e.key == index_row.key);
-            if let Some(s) = entry::settle_abandoned(schema, &index_row, implied.as_ref(), repo.store().guarantees()) {
+            if let Some(s) = entry::settle_abandoned(schema, &index_row, implied.as_ref(), store.guarantees()) {
                 settle.push(Fenced::new(schema, index_row.primary.clone(), row.as_ref(), s));
             }
             if holds {
@@ -163,7 +165,7 @@ impl<E: Entity, V: IndexValue> IndexReader<E, V> {
         }
         // Best effort: the answer stands either way, and a later reader settles what this one
         // could not. A failed write must not fail a read.
-        let _ = fence::settle(repo.store(), schema, settle);
+        let _ = fence::settle(store, schema, settle).await;
         Ok(hits)
     }
 
@@ -260,7 +262,12 @@ impl<'r, E: Entity, V: IndexValue> IndexQuery<'r, E, V> {
     /// # Errors
     /// [`Error::IndexNotReady`]; key encoding, decoding and store errors.
     pub fn to_vec(self) -> Result<Vec<E>> {
-        Ok(self.run(Mode::Entities)?.0.into_iter().filter_map(|(_, e)| e).collect())
+        let store = self.reader.repo.store();
+        drive(self.entities_via(&Inline(store)))
+    }
+
+    async fn entities_via(self, store: &dyn AsyncStore) -> Result<Vec<E>> {
+        Ok(self.run(store, Mode::Entities).await?.0.into_iter().filter_map(|(_, e)| e).collect())
     }
 
     /// The keys of the matching entities, from the index alone (unverified rows excepted).
@@ -268,8 +275,13 @@ impl<'r, E: Entity, V: IndexValue> IndexQuery<'r, E, V> {
     /// # Errors
     /// As [`IndexQuery::to_vec`]; [`Error::Decode`] for an entity with a hashed key part.
     pub fn keys(self) -> Result<Vec<E::Key>> {
+        let store = self.reader.repo.store();
+        drive(self.keys_via(&Inline(store)))
+    }
+
+    async fn keys_via(self, store: &dyn AsyncStore) -> Result<Vec<E::Key>> {
         let position = self.reader.index.position();
-        let (hits, _) = self.run(Mode::Keys)?;
+        let (hits, _) = self.run(store, Mode::Keys).await?;
         hits.into_iter().map(|(h, _)| covered::<E>(&h, position).map(|e| e.key)).collect()
     }
 
@@ -279,8 +291,13 @@ impl<'r, E: Entity, V: IndexValue> IndexQuery<'r, E, V> {
     /// # Errors
     /// As [`IndexQuery::keys`].
     pub fn entries(self) -> Result<Vec<IndexEntry<E>>> {
+        let store = self.reader.repo.store();
+        drive(self.entries_via(&Inline(store)))
+    }
+
+    async fn entries_via(self, store: &dyn AsyncStore) -> Result<Vec<IndexEntry<E>>> {
         let position = self.reader.index.position();
-        let (hits, _) = self.run(Mode::Covered)?;
+        let (hits, _) = self.run(store, Mode::Covered).await?;
         hits.into_iter().map(|(h, _)| covered::<E>(&h, position)).collect()
     }
 
@@ -288,13 +305,18 @@ impl<'r, E: Entity, V: IndexValue> IndexQuery<'r, E, V> {
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] for a zero size; as [`IndexQuery::to_vec`].
-    pub fn page(mut self, size: usize) -> Result<Page<E>> {
+    pub fn page(self, size: usize) -> Result<Page<E>> {
+        let store = self.reader.repo.store();
+        drive(self.page_via(&Inline(store), size))
+    }
+
+    async fn page_via(mut self, store: &dyn AsyncStore, size: usize) -> Result<Page<E>> {
         if size == 0 {
             return Err(Error::InvalidArgument { arg: "size", reason: "a page holds at least one entity".into() });
         }
         self.limit = Some(size);
         let reverse = self.reverse;
-        let (found, more) = self.run(Mode::Entities)?;
+        let (found, more) = self.run(store, Mode::Entities).await?;
         let next = match found.last() {
             Some((last, _)) if more => Some(Cursor { reverse, after: last.index_row.key.to_vec(), group: false }),
             _ => None,
@@ -304,14 +326,14 @@ impl<'r, E: Entity, V: IndexValue> IndexQuery<'r, E, V> {
 
     /// The index rows of the range, checked; with the entity for [`Mode::Entities`]. Also
     /// returns whether rows may remain past the limit.
-    fn run(mut self, mode: Mode) -> Result<(Found<E>, bool)> {
+    async fn run(mut self, store: &dyn AsyncStore, mode: Mode) -> Result<(Found<E>, bool)> {
         if let Some(e) = self.error.take() {
             return Err(e);
         }
         let repo = &self.reader.repo;
         let schema = &E::SCHEMA;
         let position = self.reader.index.position();
-        repo.index_statuses().check(repo.store(), schema, position)?;
+        repo.index_statuses().check(store, schema, position).await?;
         let prefix = entry::index_prefix(schema, self.reader.spec());
         let with_prefix = |v: &[u8]| Bytes::from([&prefix[..], v].concat());
         let mut start = self.from.as_deref().map_or_else(|| Bytes::from(prefix.clone()), with_prefix);
@@ -338,23 +360,19 @@ impl<'r, E: Entity, V: IndexValue> IndexQuery<'r, E, V> {
         }
         let table = super::index_table(schema.table);
         let spec = ScanSpec { start, end, reverse: self.reverse, limit: None, read: ReadSpec::default() };
-        let store = repo.store();
-        let mut rows = store.scan(&table, &spec)?;
+        let mut rows = store.scan_cursor(&table, &spec).await?;
         let mut found = Vec::new();
         loop {
             let want = (limit - found.len()).min(CHUNK);
             let mut chunk = Vec::with_capacity(want);
-            for row in rows.by_ref() {
+            while chunk.len() < want && rows.advance().await? {
                 // Rows that do not parse are left to verification.
-                if let Some(r) = entry::parse_row(&row?) {
+                if let Some(r) = rows.row().and_then(|row| entry::parse_row(&row.to_row())) {
                     chunk.push(r);
-                }
-                if chunk.len() == want {
-                    break;
                 }
             }
             let exhausted = chunk.len() < want;
-            for hit in self.reader.check(chunk, &mode)? {
+            for hit in self.reader.check(store, chunk, &mode).await? {
                 let entity = match (&mode, &hit.data) {
                     (Mode::Entities, Some(row)) => Some(self.reader.repo.decode(row.lend(), u64::MAX)?),
                     _ => None,
@@ -369,6 +387,112 @@ impl<'r, E: Entity, V: IndexValue> IndexQuery<'r, E, V> {
                 return Ok((found, false));
             }
         }
+    }
+}
+
+/// Reads of entities `E` through one index, as futures; from [`AsyncRepository::index`].
+/// Each read runs what the synchronous [`IndexReader`] runs.
+pub struct AsyncIndexReader<E, V> {
+    reader: IndexReader<E, V>,
+    store: AsyncView,
+}
+
+impl<E: Entity> AsyncRepository<E> {
+    /// Reads through `index`, as [`Repository::index`] does.
+    pub fn index<V>(&self, index: Index<E, V>) -> AsyncIndexReader<E, V> {
+        let (repo, store) = self.parts();
+        AsyncIndexReader { reader: repo.index(index), store: store.clone() }
+    }
+}
+
+impl<E: Entity, V: IndexValue + Send> AsyncIndexReader<E, V> {
+    /// As [`IndexReader::get`].
+    ///
+    /// # Errors
+    /// As [`IndexReader::get`].
+    pub async fn get(&self, value: V) -> Result<Option<E>> {
+        self.reader.get_via(self.store.get(), value).await
+    }
+
+    /// A scan of the index, as [`IndexReader::scan`].
+    pub fn scan(&self) -> AsyncIndexQuery<'_, E, V> {
+        AsyncIndexQuery { query: self.reader.scan(), store: &self.store }
+    }
+}
+
+/// An asynchronous index scan being set up; from [`AsyncIndexReader::scan`].
+pub struct AsyncIndexQuery<'r, E, V> {
+    query: IndexQuery<'r, E, V>,
+    store: &'r AsyncView,
+}
+
+impl<E: Entity, V: IndexValue + Send + Sync> AsyncIndexQuery<'_, E, V> {
+    /// As [`IndexQuery::prefix`].
+    pub fn prefix<P: PrefixOf<V>>(mut self, prefix: P) -> Self {
+        self.query = self.query.prefix(prefix);
+        self
+    }
+
+    /// As [`IndexQuery::from`].
+    pub fn from<P: PrefixOf<V>>(mut self, from: P) -> Self {
+        self.query = self.query.from(from);
+        self
+    }
+
+    /// As [`IndexQuery::to`].
+    pub fn to<P: PrefixOf<V>>(mut self, to: P) -> Self {
+        self.query = self.query.to(to);
+        self
+    }
+
+    /// Largest values first.
+    pub fn reverse(mut self) -> Self {
+        self.query = self.query.reverse();
+        self
+    }
+
+    /// At most `n` entities.
+    pub fn limit(mut self, n: usize) -> Self {
+        self.query = self.query.limit(n);
+        self
+    }
+
+    /// Resumes after the last entity of an earlier page (from either API).
+    pub fn after(mut self, cursor: &Cursor) -> Self {
+        self.query = self.query.after(cursor);
+        self
+    }
+
+    /// As [`IndexQuery::to_vec`].
+    ///
+    /// # Errors
+    /// As [`IndexQuery::to_vec`].
+    pub async fn to_vec(self) -> Result<Vec<E>> {
+        self.query.entities_via(self.store.get()).await
+    }
+
+    /// As [`IndexQuery::keys`].
+    ///
+    /// # Errors
+    /// As [`IndexQuery::keys`].
+    pub async fn keys(self) -> Result<Vec<E::Key>> {
+        self.query.keys_via(self.store.get()).await
+    }
+
+    /// As [`IndexQuery::entries`].
+    ///
+    /// # Errors
+    /// As [`IndexQuery::entries`].
+    pub async fn entries(self) -> Result<Vec<IndexEntry<E>>> {
+        self.query.entries_via(self.store.get()).await
+    }
+
+    /// As [`IndexQuery::page`].
+    ///
+    /// # Errors
+    /// As [`IndexQuery::page`].
+    pub async fn page(self, size: usize) -> Result<Page<E>> {
+        self.query.page_via(self.store.get(), size).await
     }
 }
 

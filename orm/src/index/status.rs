@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use bytes::Bytes;
 
 use crate::entity::Schema;
-use crate::store::{CellMutation, Condition, ReadSpec, RowMutation, Store, TableSpec};
+use crate::store::{AsyncStore, CellMutation, Condition, ReadSpec, RowMutation, Store, TableSpec};
 use crate::{Error, Result};
 
 /// Where index statuses are kept.
@@ -180,11 +180,12 @@ impl Statuses {
     }
 
     /// Fails with [`Error::IndexNotReady`] unless index `position` is built.
-    pub(crate) fn check(&self, store: &dyn Store, schema: &Schema, position: usize) -> Result<()> {
+    pub(crate) async fn check(&self, store: &dyn AsyncStore, schema: &Schema, position: usize) -> Result<()> {
         if self.0.get(position).is_some_and(|b| b.load(Ordering::Acquire)) {
             return Ok(());
         }
-        let rows = store.read_rows(STATUS_TABLE, &[key(schema, position)], &ReadSpec::default())?;
+        let (keys, read) = ([key(schema, position)], ReadSpec::default());
+        let rows = store.read_rows(STATUS_TABLE, &keys, &read).await?;
         let status = rows.into_iter().flatten().next().as_ref().and_then(cell).map(<[u8]>::to_vec);
         if status.as_deref() == Some(BUILT) {
             if let Some(b) = self.0.get(position) {

@@ -16,6 +16,8 @@ use super::fence::{self, Fenced};
 use super::{Change, Index, IndexedWrite};
 use crate::entity::Entity;
 use crate::repo::{printable, Repository};
+use crate::store::drive::drive;
+use crate::store::Inline;
 use crate::store::{CellMutation, ReadSpec, Row, RowMutation, ScanSpec};
 use crate::{writer, Error, Result};
 
@@ -165,13 +167,13 @@ impl<E: Entity> Verify<'_, E> {
             return Ok(());
         }
         let write = IndexedWrite {
-            store: self.repo.store(),
+            store: &Inline(self.repo.store()),
             schema: &E::SCHEMA,
             row: row.clone(),
             change: Change::Rebuild(self.position),
             version: super::Version::Untouched,
         };
-        match write.run() {
+        match drive(write.run()) {
             Ok(_) => report.repaired += 1,
             Err(Error::UniqueViolation { index, value, .. }) => {
                 // Another entity's entry took the value since this pass read the index.
@@ -297,7 +299,7 @@ impl<E: Entity> Verify<'_, E> {
             report.repaired += applied.iter().filter(|&&a| a).count() as u64;
         }
         if self.repair {
-            report.repaired += fence::settle(store, schema, fenced)? as u64;
+            report.repaired += drive(fence::settle(&Inline(store), schema, fenced))? as u64;
         }
         Ok(())
     }

@@ -29,7 +29,7 @@ use super::entry::{self, Entry, IndexRow, State};
 use super::fence;
 use crate::entity::{ColumnSpec, Schema};
 use crate::repo::printable;
-use crate::store::{CellMutation, Condition, ReadSpec, Row, RowMutation, Store};
+use crate::store::{AsyncStore, CellMutation, Condition, ReadSpec, Row, RowMutation};
 use crate::writer::{self, now_ms, Owner};
 use crate::{Error, Result};
 
@@ -69,7 +69,7 @@ enum Claimed {
 
 /// One indexed write of the data row `row` of `schema`'s table.
 pub(crate) struct IndexedWrite<'a> {
-    pub store: &'a dyn Store,
+    pub store: &'a dyn AsyncStore,
     pub schema: &'static Schema,
     pub row: Bytes,
     pub change: Change,
@@ -189,30 +189,32 @@ impl IndexedWrite<'_> {
     /// races; store errors (the write may be partly done: only unverified marks, which
     /// readers settle).
     /// Returns whether the write changed any index row.
-    pub(crate) fn run(self) -> Result<bool> {
-        self.run_with(Vec::new())
+    pub(crate) async fn run(self) -> Result<bool> {
+        self.run_with(Vec::new()).await
     }
 
     /// [`IndexedWrite::run`], with marks an earlier try of this write left (`leftovers`: each
     /// entry with the mark it got), settled like those of lost attempts.
-    pub(crate) fn run_with(self, mut leftovers: Vec<(Entry, Bytes)>) -> Result<bool> {
+    pub(crate) async fn run_with(self, mut leftovers: Vec<(Entry, Bytes)>) -> Result<bool> {
         let mut new = self.new_entries(None)?;
         if leftovers.is_empty() && self.commits() {
-            if let Some(changed) = self.try_commit(&new)? {
+            if let Some(changed) = self.try_commit(&new).await? {
                 return Ok(changed);
             }
         }
         let owner = Owner::new();
         for _ in 0..ATTEMPTS {
-            let old =
-                self.store.read_rows(self.schema.table, std::slice::from_ref(&self.row), &self.schema.read_spec())?;
+            let old = self
+                .store
+                .read_rows(self.schema.table, std::slice::from_ref(&self.row), &self.schema.read_spec())
+                .await?;
             let old = old.into_iter().flatten().next();
             self.check_version(old.as_ref())?;
             if self.nothing_to_do(old.as_ref()) {
                 return Ok(false);
             }
             if let Some(row) = old.as_ref().filter(|r| self.needs_stamp(r)) {
-                self.stamp(row)?;
+                self.stamp(row).await?;
                 continue;
             }
             let version = self.version_put(old.as_ref())?;
@@ -222,9 +224,9 @@ impl IndexedWrite<'_> {
             let token = writer::token();
             let mark = entry::unverified(token, owner.name(), now_ms() + LEASE_MS);
             let plan = self.plan(old.as_ref(), &new);
-            self.prepare(&plan, &mark)?;
+            self.prepare(&plan, &mark).await?;
             let data = self.data_mutation(token, version);
-            if !self.store.check_and_mutate(self.schema.table, self.token_condition(old.as_ref()), data)? {
+            if !self.store.check_and_mutate(self.schema.table, self.token_condition(old.as_ref()), data).await? {
                 // Another writer changed the row since the read: start over from the row as it
                 // is now. This attempt's marks are settled against the data the write that
                 // wins leaves: deleting its additions now could delete an entry the other
@@ -233,7 +235,7 @@ impl IndexedWrite<'_> {
                 continue;
             }
             let written = self.written(old.as_ref(), &new);
-            self.settle(&plan, &mark, &leftovers, &written)?;
+            self.settle(&plan, &mark, &leftovers, &written).await?;
             return Ok(!plan.additions.is_empty() || !plan.removals.is_empty());
         }
         Err(Error::Contended { entity: self.schema.entity, row: printable(&self.row), attempts: ATTEMPTS })
@@ -249,7 +251,7 @@ impl IndexedWrite<'_> {
 
     /// Gives a row without a write token one, changing nothing else, on condition that one of
     /// its cells still holds what was read (so a deleted row stays deleted).
-    pub(super) fn stamp(&self, old: &Row) -> Result<()> {
+    pub(super) async fn stamp(&self, old: &Row) -> Result<()> {
         let Some(cell) = old.cells.first() else { return Ok(()) };
         let still_there = Condition::Equals {
             family: cell.family.clone(),
@@ -260,7 +262,7 @@ impl IndexedWrite<'_> {
         let m =
             RowMutation { row: self.row.clone(), mutations: entry::put_token(self.schema, writer::token(), shared) };
         // Either way the next attempt reads the row again.
-        self.store.check_and_mutate(self.schema.table, still_there, m)?;
+        self.store.check_and_mutate(self.schema.table, still_there, m).await?;
         Ok(())
     }
 
@@ -348,16 +350,16 @@ impl IndexedWrite<'_> {
     /// unverified by `mark`: one batch of conditional writes (claims, marks of unique values)
     /// and one of plain ones. A claim that finds the value taken goes the slow way
     /// ([`IndexedWrite::claim`]); if it stays taken, the claims made are taken back.
-    pub(super) fn prepare(&self, plan: &Plan, mark: &Bytes) -> Result<()> {
+    pub(super) async fn prepare(&self, plan: &Plan, mark: &Bytes) -> Result<()> {
         let table = self.index_table();
         let (claims, conditional) = self.conditional_marks(plan, mark);
         if !conditional.is_empty() {
-            let applied = self.store.check_and_mutate_many(&table, conditional)?;
-            self.finish_claims(plan, mark, &claims, &applied)?;
+            let applied = self.store.check_and_mutate_many(&table, conditional).await?;
+            self.finish_claims(plan, mark, &claims, &applied).await?;
         }
         let rows = self.plain_marks(plan, mark);
         if !rows.is_empty() {
-            self.store.mutate(&table, rows)?;
+            self.store.mutate(&table, rows).await?;
         }
         Ok(())
     }
@@ -389,20 +391,26 @@ impl IndexedWrite<'_> {
 
     /// Claims the values whose put-if-absent failed (`applied`, one per claim first) the slow
     /// way; if one stays taken, takes back the claims made and fails.
-    pub(super) fn finish_claims(&self, plan: &Plan, mark: &Bytes, claims: &[&Entry], applied: &[bool]) -> Result<()> {
+    pub(super) async fn finish_claims(
+        &self,
+        plan: &Plan,
+        mark: &Bytes,
+        claims: &[&Entry],
+        applied: &[bool],
+    ) -> Result<()> {
         // Claims this write may take back: those it created, and those it took from another
         // entity. A row it took over from this same entity stays (marked): the entity's own
         // committed data may hold that value (another writer of the row got there first).
         let mut claimed: Vec<Entry> = Vec::new();
         for (addition, fresh) in claims.iter().zip(applied) {
             if !*fresh {
-                match self.claim(addition, mark) {
+                match self.claim(addition, mark).await {
                     Ok(Claimed::Other) => claimed.push((*addition).clone()),
                     Ok(Claimed::Own) => {}
                     Err(e) => {
                         let made: Vec<Entry> =
                             claims.iter().zip(applied).filter(|(_, &a)| a).map(|(c, _)| (*c).clone()).collect();
-                        self.release(&[made, claimed].concat(), &plan.same_key, mark)?;
+                        self.release(&[made, claimed].concat(), &plan.same_key, mark).await?;
                         // The marks on the old values stay: the data row may have moved on since
                         // this write read it (another writer's marks were overwritten), so only a
                         // check against the data, by readers once this writer is gone, can settle
@@ -435,7 +443,7 @@ impl IndexedWrite<'_> {
 
     /// Claims a unique value another row's entry holds (or held): takes it over if its holder
     /// does not hold the value and cannot be about to (see `crate::writer`).
-    fn claim(&self, addition: &Entry, mark: &Bytes) -> Result<Claimed> {
+    async fn claim(&self, addition: &Entry, mark: &Bytes) -> Result<Claimed> {
         let table = self.index_table();
         let write = |condition: Condition| {
             let m = RowMutation {
@@ -444,17 +452,18 @@ impl IndexedWrite<'_> {
             };
             self.store.check_and_mutate(&table, condition, m)
         };
+        let read = ReadSpec::default();
         for _ in 0..ATTEMPTS {
-            if write(entry::state_is(None))? {
+            if write(entry::state_is(None)).await? {
                 return Ok(Claimed::Other);
             }
-            let rows = self.store.read_rows(&table, std::slice::from_ref(&addition.key), &ReadSpec::default())?;
+            let rows = self.store.read_rows(&table, std::slice::from_ref(&addition.key), &read).await?;
             let Some(row) = rows.into_iter().flatten().next() else { continue };
             let raw_state = row.value(entry::FAMILY, "s").map(Bytes::copy_from_slice);
             let holder = entry::parse_row(&row);
             let reclaimable = match &holder {
                 Some(h) if h.primary == addition.primary => true,
-                Some(h) => match self.holder(addition, h)? {
+                Some(h) => match self.holder(addition, h).await? {
                     Holder::Keeps => false,
                     Holder::Gone => true,
                     // Its data row changed meanwhile: look again.
@@ -470,7 +479,7 @@ impl IndexedWrite<'_> {
                     value: entry::values_of(self.schema, addition),
                 });
             }
-            if write(entry::state_is(raw_state))? {
+            if write(entry::state_is(raw_state)).await? {
                 let own = holder.is_some_and(|h| h.primary == addition.primary);
                 return Ok(if own { Claimed::Own } else { Claimed::Other });
             }
@@ -482,7 +491,7 @@ impl IndexedWrite<'_> {
     /// be at work, or its data row holds the value. A claim whose writer is taken for gone is
     /// released only once its data row is fenced (see `fence`): a writer that only stalled
     /// must not commit the value after this write has taken it.
-    fn holder(&self, addition: &Entry, holder: &IndexRow) -> Result<Holder> {
+    async fn holder(&self, addition: &Entry, holder: &IndexRow) -> Result<Holder> {
         let unverified = match holder.state {
             State::Unverified { owner, deadline_ms } => {
                 if !writer::gone(owner, deadline_ms, self.store.guarantees()) {
@@ -492,14 +501,14 @@ impl IndexedWrite<'_> {
             }
             State::Verified => false,
         };
-        let rows =
-            self.store.read_rows(self.schema.table, std::slice::from_ref(&holder.primary), &self.schema.read_spec())?;
+        let read = self.schema.read_spec();
+        let rows = self.store.read_rows(self.schema.table, std::slice::from_ref(&holder.primary), &read).await?;
         let data = rows.into_iter().flatten().next();
         let holds = data.as_ref().and_then(|row| entry::key_of_row(self.schema, row, addition.index));
         if holds.is_some_and(|k| k == addition.key) {
             return Ok(Holder::Keeps);
         }
-        if unverified && !fence::fence_row(self.store, self.schema, &holder.primary, data.as_ref())? {
+        if unverified && !fence::fence_row(self.store, self.schema, &holder.primary, data.as_ref()).await? {
             return Ok(Holder::Moved);
         }
         Ok(Holder::Gone)
@@ -507,7 +516,7 @@ impl IndexedWrite<'_> {
 
     /// Takes back additions this write marked (all but those whose key the old values still
     /// need: they stay unverified, for readers to check against the data).
-    fn release(&self, additions: &[Entry], keep: &[Bytes], mark: &Bytes) -> Result<()> {
+    async fn release(&self, additions: &[Entry], keep: &[Bytes], mark: &Bytes) -> Result<()> {
         let undo: Vec<(Condition, RowMutation)> = additions
             .iter()
             .filter(|a| !keep.contains(&a.key))
@@ -517,14 +526,14 @@ impl IndexedWrite<'_> {
             })
             .collect();
         if !undo.is_empty() {
-            self.store.check_and_mutate_many(&self.index_table(), undo)?;
+            self.store.check_and_mutate_many(&self.index_table(), undo).await?;
         }
         Ok(())
     }
 
     /// Step 4: verifies the additions and deletes the removals this write marked; settles the
     /// marks of lost attempts against the data this write left (`written`: its entries).
-    pub(super) fn settle(
+    pub(super) async fn settle(
         &self,
         plan: &Plan,
         mark: &Bytes,
@@ -533,7 +542,7 @@ impl IndexedWrite<'_> {
     ) -> Result<()> {
         let all = self.settlements(plan, mark, leftovers, written);
         if !all.is_empty() {
-            self.store.check_and_mutate_many(&self.index_table(), all)?;
+            self.store.check_and_mutate_many(&self.index_table(), all).await?;
         }
         Ok(())
     }

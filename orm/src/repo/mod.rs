@@ -1,6 +1,7 @@
 //! [`Repository`]: typed reads and writes of one entity type over a [`Store`].
 
 mod key_uids;
+mod nonblocking;
 mod query;
 
 use std::marker::PhantomData;
@@ -8,12 +9,17 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 
+pub use nonblocking::{AsyncQuery, AsyncRecords, AsyncRepository, EntityStream, STREAM_PAGE};
 pub use query::{Cursor, EntityIter, Page, Query, Skipped};
 
 use crate::entity::{ColumnKind, ColumnSpec, Entity, FieldError};
 use crate::index::{write_many, Change, IndexedWrite, Statuses, Version};
 use crate::key::{KeyError, RowKey};
-use crate::store::{CellMutation, ColumnSlice, Columns, Commit, Condition, LentRow, ReadSpec, Row, RowMutation, Store};
+use crate::store::drive::drive;
+use crate::store::{
+    AsyncStore, CellMutation, ColumnSlice, Columns, Commit, Condition, Inline, LentRow, ReadSpec, Row, RowMutation,
+    Store,
+};
 use crate::value::ColumnValue;
 use crate::{Error, Result};
 use key_uids::KeyUids;
@@ -153,9 +159,14 @@ impl<E: Entity> Repository<E> {
         !E::SCHEMA.indexes.is_empty()
     }
 
+    /// The store, called on the spot: what the synchronous API runs its protocols over.
+    fn inline(&self) -> Inline<'_> {
+        Inline(&*self.store)
+    }
+
     /// Writes one data row through the index protocol.
-    fn write_indexed(&self, row: Bytes, change: Change, version: Version) -> Result<()> {
-        IndexedWrite { store: &*self.store, schema: &E::SCHEMA, row, change, version }.run().map(|_| ())
+    async fn write_indexed(&self, store: &dyn AsyncStore, row: Bytes, change: Change, version: Version) -> Result<()> {
+        IndexedWrite { store, schema: &E::SCHEMA, row, change, version }.run().await.map(|_| ())
     }
 
     fn table(&self) -> &'static str {
@@ -226,9 +237,9 @@ impl<E: Entity> Repository<E> {
     }
 
     /// The stored row of `key` (probing every bucket under a random salt).
-    fn read_one(&self, key: impl Into<E::Key>, read: &ReadSpec) -> Result<Option<Row>> {
-        let Some(key) = self.read_key(&key.into())? else { return Ok(None) };
-        let rows = self.store.read_rows(self.table(), &key.into_candidates(), read)?;
+    async fn read_one(&self, store: &dyn AsyncStore, key: E::Key, read: &ReadSpec) -> Result<Option<Row>> {
+        let Some(key) = self.read_key(&key)? else { return Ok(None) };
+        let rows = store.read_rows(self.table(), &key.into_candidates(), read).await?;
         Ok(rows.into_iter().flatten().find(|r| !crate::index::is_tombstone(&E::SCHEMA, r.lend())))
     }
 
@@ -262,14 +273,18 @@ impl<E: Entity> Repository<E> {
     /// Key or value encoding errors; [`Error::Decode`] for a stored version that is not one;
     /// [`Error::Contended`] if other writers keep moving the version; store errors.
     pub fn put(&self, entity: &E) -> Result<()> {
+        drive(self.put_via(&self.inline(), entity))
+    }
+
+    pub(crate) async fn put_via(&self, store: &dyn AsyncStore, entity: &E) -> Result<()> {
         let m = self.mutation(entity, None)?;
         if let Some(col) = E::SCHEMA.version_column() {
-            return self.put_versioned(vec![m], col);
+            return self.put_versioned(store, vec![m], col).await;
         }
         if self.indexed() {
-            return self.write_indexed(m.row, Change::Put(m.mutations), Version::Untouched);
+            return self.write_indexed(store, m.row, Change::Put(m.mutations), Version::Untouched).await;
         }
-        self.store.mutate_row(self.table(), m)
+        store.mutate_row(self.table(), m).await
     }
 
     /// Writes many entities in one batch (each row atomic on its own). With indexes, each step
@@ -284,32 +299,48 @@ impl<E: Entity> Repository<E> {
     /// As [`Repository::put`]; nothing is written if an entity does not encode; the first
     /// entity's error (a [`Error::UniqueViolation`]) once the others are written.
     pub fn put_many<'a>(&self, entities: impl IntoIterator<Item = &'a E>) -> Result<()> {
-        let rows = entities.into_iter().map(|e| self.mutation(e, None)).collect::<Result<Vec<_>>>()?;
+        let rows = self.mutations(entities)?;
+        drive(self.put_rows(&self.inline(), rows))
+    }
+
+    /// The mutations that write `entities`; nothing if one does not encode.
+    pub(crate) fn mutations<'a>(&self, entities: impl IntoIterator<Item = &'a E>) -> Result<Vec<RowMutation>> {
+        entities.into_iter().map(|e| self.mutation(e, None)).collect()
+    }
+
+    /// Writes the entity rows `rows` (from [`Repository::mutations`]) as
+    /// [`Repository::put_many`] does.
+    pub(crate) async fn put_rows(&self, store: &dyn AsyncStore, rows: Vec<RowMutation>) -> Result<()> {
         if rows.is_empty() {
             return Ok(());
         }
         if let Some(col) = E::SCHEMA.version_column() {
-            return self.put_versioned(rows, col);
+            return self.put_versioned(store, rows, col).await;
         }
         if self.indexed() {
             // Each step of the index protocol for all rows at once.
             let writes = rows.into_iter().map(|m| (m.row, Change::Put(m.mutations))).collect();
-            return write_many(&*self.store, &E::SCHEMA, writes)?.into_iter().try_for_each(|r| r.map(|_| ()));
+            return write_many(store, &E::SCHEMA, writes).await?.into_iter().try_for_each(|r| r.map(|_| ()));
         }
-        self.store.mutate(self.table(), rows)
+        store.mutate(self.table(), rows).await
     }
 
     /// Writes entity rows `rows` (each entity's cells, its version field as given among them)
     /// each with a put of its stored version + 1 after them, on condition that the stored
     /// version is still the one read: a put moves the version on as a save does, and never
     /// takes it back.
-    fn put_versioned(&self, rows: Vec<RowMutation>, col: &'static ColumnSpec) -> Result<()> {
+    async fn put_versioned(
+        &self,
+        store: &dyn AsyncStore,
+        rows: Vec<RowMutation>,
+        col: &'static ColumnSpec,
+    ) -> Result<()> {
         if self.indexed() {
             // The batched index protocol checks no versions: one write at a time, each failure
             // of an entity kept for after the others, as a batch would.
             let mut first = None;
             for m in rows {
-                match self.put_indexed_versioned(m, col) {
+                match self.put_indexed_versioned(store, m, col).await {
                     Err(e @ (Error::UniqueViolation { .. } | Error::Contended { .. })) => {
                         first.get_or_insert(e);
                     }
@@ -318,13 +349,14 @@ impl<E: Entity> Repository<E> {
             }
             return first.map_or(Ok(()), Err);
         }
-        if let ([m], true) = (&rows[..], self.store.guarantees().atomic_commits) {
-            return self.put_versioned_held(m, col);
+        if let ([m], true) = (&rows[..], store.guarantees().atomic_commits) {
+            return self.put_versioned_held(store, m, col).await;
         }
         let mut pending = rows;
+        let read = version_read(col);
         for _ in 0..PUT_ATTEMPTS {
             let keys: Vec<Bytes> = pending.iter().map(|m| m.row.clone()).collect();
-            let found = self.store.read_rows(self.table(), &keys, &version_read(col))?;
+            let found = store.read_rows(self.table(), &keys, &read).await?;
             let writes = pending
                 .iter()
                 .zip(&found)
@@ -334,7 +366,7 @@ impl<E: Entity> Repository<E> {
                     Ok((version_is(col, raw), write))
                 })
                 .collect::<Result<Vec<_>>>()?;
-            let applied = self.store.check_and_mutate_many(self.table(), writes)?;
+            let applied = store.check_and_mutate_many(self.table(), writes).await?;
             // Another write moved a version since the read: those rows go again.
             pending = pending.into_iter().zip(applied).filter(|(_, applied)| !applied).map(|(m, _)| m).collect();
             if pending.is_empty() {
@@ -346,10 +378,16 @@ impl<E: Entity> Repository<E> {
 
     /// [`Repository::put_versioned`] of one row on a store with atomic commits: the version
     /// read and the write in one call, the row held in between.
-    fn put_versioned_held(&self, m: &RowMutation, col: &'static ColumnSpec) -> Result<()> {
+    async fn put_versioned_held(
+        &self,
+        store: &dyn AsyncStore,
+        m: &RowMutation,
+        col: &'static ColumnSpec,
+    ) -> Result<()> {
+        let read = version_read(col);
         for _ in 0..PUT_ATTEMPTS {
             let mut failed = None;
-            let applied = self.store.read_and_commit(self.table(), &m.row, &version_read(col), &mut |row| {
+            let mut build = |row: Option<&Row>| {
                 let mutations = stored_version::<E>(row, col, &m.row)
                     .and_then(|(stored, _)| next_version(&m.mutations, col, stored))
                     .map_err(|e| failed = Some(e))
@@ -357,7 +395,8 @@ impl<E: Entity> Repository<E> {
                 let mut commit = Commit::default();
                 commit.row(E::SCHEMA.table, RowMutation { row: m.row.clone(), mutations });
                 Some(commit)
-            })?;
+            };
+            let applied = store.read_and_commit(self.table(), &m.row, &read, &mut build).await?;
             if let Some(e) = failed {
                 return Err(e);
             }
@@ -371,8 +410,13 @@ impl<E: Entity> Repository<E> {
     /// [`Repository::put_versioned`] of one row of an entity with indexes: the index write
     /// reads the stored version with the rest of the row and writes the next one
     /// ([`Version::Next`]), so it costs what a put without a version does.
-    fn put_indexed_versioned(&self, m: RowMutation, col: &'static ColumnSpec) -> Result<()> {
-        self.write_indexed(m.row, Change::Put(m.mutations), Version::Next(col))
+    async fn put_indexed_versioned(
+        &self,
+        store: &dyn AsyncStore,
+        m: RowMutation,
+        col: &'static ColumnSpec,
+    ) -> Result<()> {
+        self.write_indexed(store, m.row, Change::Put(m.mutations), Version::Next(col)).await
     }
 
     /// Writes `entity` only if the stored version is the one it was read at (absent for
@@ -384,6 +428,10 @@ impl<E: Entity> Repository<E> {
     /// [`Error::VersionConflict`] if another writer got there first; [`Error::InvalidArgument`]
     /// for an entity without a version field; as [`Repository::put`].
     pub fn save(&self, entity: &mut E) -> Result<()> {
+        drive(self.save_via(&self.inline(), entity))
+    }
+
+    pub(crate) async fn save_via(&self, store: &dyn AsyncStore, entity: &mut E) -> Result<()> {
         let (Some(expected), Some(col)) = (entity.version(), E::SCHEMA.version_column()) else {
             return Err(Error::InvalidArgument {
                 arg: "entity",
@@ -395,7 +443,8 @@ impl<E: Entity> Repository<E> {
             .ok_or(Error::InvalidArgument { arg: "entity", reason: "version counter is exhausted".into() })?;
         let mutation = self.mutation(entity, Some(next))?;
         if self.indexed() {
-            self.write_indexed(mutation.row, Change::Put(mutation.mutations), Version::Expect(expected, col))?;
+            self.write_indexed(store, mutation.row, Change::Put(mutation.mutations), Version::Expect(expected, col))
+                .await?;
             entity.set_version(next);
             return Ok(());
         }
@@ -407,7 +456,7 @@ impl<E: Entity> Repository<E> {
             Condition::Equals { family, qualifier, value: expected.to_bytes().into() }
         };
         let row = mutation.row.clone();
-        if !self.store.check_and_mutate(self.table(), condition, mutation)? {
+        if !store.check_and_mutate(self.table(), condition, mutation).await? {
             return Err(Error::VersionConflict { entity: E::SCHEMA.entity, row: printable(&row), expected });
         }
         entity.set_version(next);
@@ -419,14 +468,17 @@ impl<E: Entity> Repository<E> {
     /// # Errors
     /// [`Error::Decode`] for a stored row that is not a valid `E`; store errors.
     pub fn get(&self, key: impl Into<E::Key>) -> Result<Option<E>> {
-        let Some(key) = self.read_key(&key.into())? else { return Ok(None) };
+        drive(self.get_via(&self.inline(), key.into()))
+    }
+
+    pub(crate) async fn get_via(&self, store: &dyn AsyncStore, key: E::Key) -> Result<Option<E>> {
+        let Some(key) = self.read_key(&key)? else { return Ok(None) };
         // Under a random salt, one candidate row per bucket.
         let rows = key.into_candidates();
         let mut found = None;
-        self.store.read_rows_with(self.table(), &rows, &E::SCHEMA.read_spec(), &mut |i, row| {
-            self.decode_first(&mut found, i, row);
-        })?;
-        self.finish_read(&rows, found)
+        let spec = E::SCHEMA.read_spec();
+        store.read_rows_with(self.table(), &rows, &spec, &mut |i, row| self.decode_first(&mut found, i, row)).await?;
+        self.finish_read(store, &rows, found).await
     }
 
     /// Decodes `row`, the `i`-th row read, into `slot` unless an earlier row of the entity
@@ -440,11 +492,16 @@ impl<E: Entity> Repository<E> {
 
     /// The entity an entity read found in `rows` (or why it does not decode), once its stale
     /// blob columns are written back as [`Repository::with_write_back`] asks.
-    fn finish_read(&self, rows: &[Bytes], found: Option<Result<Decoded<E>>>) -> Result<Option<E>> {
+    async fn finish_read(
+        &self,
+        store: &dyn AsyncStore,
+        rows: &[Bytes],
+        found: Option<Result<Decoded<E>>>,
+    ) -> Result<Option<E>> {
         let Some(found) = found else { return Ok(None) };
         let (i, entity, stale) = found?;
         let row = rows.get(i).ok_or_else(|| Error::Store(format!("the store lent row {i} of {}", rows.len())))?;
-        self.write_back_blobs(row, &entity, stale)?;
+        self.write_back_blobs(store, row, &entity, stale).await?;
         Ok(Some(entity))
     }
 
@@ -476,7 +533,13 @@ impl<E: Entity> Repository<E> {
     }
 
     /// Rewrites the `stale` blob columns of `row`, which decoded as `entity`.
-    fn write_back_blobs(&self, row: &Bytes, entity: &E, stale: Vec<StaleBlob>) -> Result<()> {
+    async fn write_back_blobs(
+        &self,
+        store: &dyn AsyncStore,
+        row: &Bytes,
+        entity: &E,
+        stale: Vec<StaleBlob>,
+    ) -> Result<()> {
         if stale.is_empty() {
             return Ok(());
         }
@@ -492,11 +555,8 @@ impl<E: Entity> Repository<E> {
             // if its request was stamped first.
             let put = CellMutation::Put { family, qualifier, value: value.into(), timestamp: Some(timestamp) };
             // False: the cell changed since the read; the newer value stays.
-            self.store.check_and_mutate(
-                self.table(),
-                condition,
-                RowMutation { row: row.clone(), mutations: vec![put] },
-            )?;
+            let rewrite = RowMutation { row: row.clone(), mutations: vec![put] };
+            store.check_and_mutate(self.table(), condition, rewrite).await?;
         }
         Ok(())
     }
@@ -506,25 +566,36 @@ impl<E: Entity> Repository<E> {
     /// # Errors
     /// As [`Repository::get`].
     pub fn get_many<K: Into<E::Key>>(&self, keys: impl IntoIterator<Item = K>) -> Result<Vec<Option<E>>> {
+        let keys: Vec<E::Key> = keys.into_iter().map(Into::into).collect();
+        drive(self.get_many_via(&self.inline(), keys))
+    }
+
+    pub(crate) async fn get_many_via(&self, store: &dyn AsyncStore, keys: Vec<E::Key>) -> Result<Vec<Option<E>>> {
         // Every key's candidate rows, in one list, and the key each belongs to; a key whose
         // name stored as a uid has no uid yet has none.
         let mut owners = Vec::new();
         let mut flat: Vec<Bytes> = Vec::new();
         let mut entities = 0;
         for key in keys {
-            let candidates = self.read_key(&key.into())?.map(RowKey::into_candidates).unwrap_or_default();
+            let candidates = self.read_key(&key)?.map(RowKey::into_candidates).unwrap_or_default();
             owners.extend(std::iter::repeat_n(entities, candidates.len()));
             flat.extend(candidates);
             entities += 1;
         }
         // Per entity, its first row found, decoded.
         let mut found: Vec<Option<Result<Decoded<E>>>> = std::iter::repeat_with(|| None).take(entities).collect();
-        self.store.read_rows_with(self.table(), &flat, &E::SCHEMA.read_spec(), &mut |i, row| {
+        let spec = E::SCHEMA.read_spec();
+        let mut visit = |i: usize, row: Option<LentRow<'_>>| {
             if let Some(slot) = owners.get(i).and_then(|&e| found.get_mut(e)) {
                 self.decode_first(slot, i, row);
             }
-        })?;
-        found.into_iter().map(|f| self.finish_read(&flat, f)).collect()
+        };
+        store.read_rows_with(self.table(), &flat, &spec, &mut visit).await?;
+        let mut entities = Vec::with_capacity(found.len());
+        for f in found {
+            entities.push(self.finish_read(store, &flat, f).await?);
+        }
+        Ok(entities)
     }
 
     /// True if an entity with this key is stored.
@@ -532,7 +603,11 @@ impl<E: Entity> Repository<E> {
     /// # Errors
     /// Key encoding and store errors.
     pub fn exists(&self, key: impl Into<E::Key>) -> Result<bool> {
-        Ok(self.read_one(key, &E::SCHEMA.read_spec())?.is_some())
+        drive(self.exists_via(&self.inline(), key.into()))
+    }
+
+    pub(crate) async fn exists_via(&self, store: &dyn AsyncStore, key: E::Key) -> Result<bool> {
+        Ok(self.read_one(store, key, &E::SCHEMA.read_spec()).await?.is_some())
     }
 
     /// Deletes an entity (its whole row, counters included).
@@ -540,16 +615,20 @@ impl<E: Entity> Repository<E> {
     /// # Errors
     /// Key encoding and store errors.
     pub fn delete(&self, key: impl Into<E::Key>) -> Result<()> {
-        let Some(key) = self.read_key(&key.into())? else { return Ok(()) };
+        drive(self.delete_via(&self.inline(), key.into()))
+    }
+
+    pub(crate) async fn delete_via(&self, store: &dyn AsyncStore, key: E::Key) -> Result<()> {
+        let Some(key) = self.read_key(&key)? else { return Ok(()) };
         if self.indexed() {
-            return self.write_indexed(key.for_write(), Change::Delete, Version::Untouched);
+            return self.write_indexed(store, key.for_write(), Change::Delete, Version::Untouched).await;
         }
         let rows = key
             .candidates()
             .into_iter()
             .map(|row| RowMutation { row, mutations: vec![CellMutation::DeleteRow] })
             .collect();
-        self.store.mutate(self.table(), rows)
+        store.mutate(self.table(), rows).await
     }
 
     /// Adds `delta` to a counter of the entity at `key` and returns the new value. The row
@@ -558,13 +637,23 @@ impl<E: Entity> Repository<E> {
     /// # Errors
     /// [`Error::InvalidArgument`] under a random salt (the row is not known); store errors.
     pub fn increment(&self, key: impl Into<E::Key>, counter: Counter<E>, delta: i64) -> Result<i64> {
+        drive(self.increment_via(&self.inline(), key.into(), counter, delta))
+    }
+
+    pub(crate) async fn increment_via(
+        &self,
+        store: &dyn AsyncStore,
+        key: E::Key,
+        counter: Counter<E>,
+        delta: i64,
+    ) -> Result<i64> {
         let col = counter.column()?;
-        let key = self.write_key(&key.into())?;
+        let key = self.write_key(&key)?;
         let [row] = key.candidates().try_into().map_err(|_| Error::InvalidArgument {
             arg: "key",
             reason: "counters of randomly salted entities cannot be addressed".into(),
         })?;
-        self.store.increment(self.table(), row, col.family, col.qualifier, delta)
+        store.increment(self.table(), row, col.family, col.qualifier, delta).await
     }
 
     /// The entries of the wide field `field` of the entity at `key`, read and written one by
@@ -592,9 +681,13 @@ impl<E: Entity> Repository<E> {
     /// # Errors
     /// As [`Repository::get`].
     pub fn get_as_of(&self, key: impl Into<E::Key>, timestamp: u64) -> Result<Option<E>> {
+        drive(self.get_as_of_via(&self.inline(), key.into(), timestamp))
+    }
+
+    pub(crate) async fn get_as_of_via(&self, store: &dyn AsyncStore, key: E::Key, timestamp: u64) -> Result<Option<E>> {
         let read =
             ReadSpec { max_versions: 1, time_range: Some((0, timestamp.saturating_add(1))), ..E::SCHEMA.read_spec() };
-        self.read_one(key, &read)?.map(|row| self.decode(row.lend(), u64::MAX)).transpose()
+        self.read_one(store, key, &read).await?.map(|row| self.decode(row.lend(), u64::MAX)).transpose()
     }
 
     /// Up to `max` past states of an entity, newest first, each with the timestamp it took
@@ -603,8 +696,12 @@ impl<E: Entity> Repository<E> {
     /// # Errors
     /// As [`Repository::get`].
     pub fn history(&self, key: impl Into<E::Key>, max: u32) -> Result<Vec<(u64, E)>> {
+        drive(self.history_via(&self.inline(), key.into(), max))
+    }
+
+    pub(crate) async fn history_via(&self, store: &dyn AsyncStore, key: E::Key, max: u32) -> Result<Vec<(u64, E)>> {
         let read = ReadSpec { max_versions: max.max(1), time_range: None, ..E::SCHEMA.read_spec() };
-        let Some(row) = self.read_one(key, &read)? else {
+        let Some(row) = self.read_one(store, key, &read).await? else {
             return Ok(Vec::new());
         };
         let mut times: Vec<u64> = row.cells.iter().map(|c| c.timestamp).collect();

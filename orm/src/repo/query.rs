@@ -15,7 +15,8 @@ use crate::entity::{Entity, FieldError, KeyPrefix};
 use crate::key::UidResolver;
 use crate::key::{prefix_end, KeyBuilder, RowKey, Salt, SaltByte};
 use crate::record::{Member, Record};
-use crate::store::{LentRow, ReadSpec, Row, RowCursorBox, ScanSpec, Store};
+use crate::store::drive::drive;
+use crate::store::{AsyncCursorBox, AsyncStore, Inline, LentRow, ReadSpec, Row, RowCursorBox, ScanSpec, Store};
 use crate::{Error, Result};
 
 /// Where a scan resumes: after the last entity of the previous page. Opaque; it prints as a
@@ -94,11 +95,10 @@ struct Target<T> {
     tombstone: fn(LentRow<'_>) -> bool,
 }
 
-/// A scan being set up. Build it with [`Repository::scan`] or [`Records::scan`], then
-/// [`Query::iter`], [`Query::to_vec`] or [`Query::page`].
-pub struct Query<'a, E> {
-    store: &'a dyn Store,
-    target: Target<E>,
+/// What a scan reads — target, bounds, direction, limit — without the store it runs on: a
+/// [`Query`] runs it on a [`Store`], an asynchronous query on an [`AsyncStore`].
+pub(crate) struct Plan<T> {
+    target: Target<T>,
     /// Inclusive lower bound, exclusive upper bound (bodies without salt); `None` = open.
     from: Option<RowKey>,
     to: Option<RowKey>,
@@ -113,9 +113,21 @@ pub struct Query<'a, E> {
     nothing: bool,
 }
 
+/// A scan being set up. Build it with [`Repository::scan`] or [`Records::scan`], then
+/// [`Query::iter`], [`Query::to_vec`] or [`Query::page`].
+pub struct Query<'a, E> {
+    store: &'a dyn Store,
+    plan: Plan<E>,
+}
+
 impl<E: Entity> Repository<E> {
     /// A scan over the entities of this type, in key order unless reversed.
     pub fn scan(&self) -> Query<'_, E> {
+        Query { store: &*self.store, plan: self.plan() }
+    }
+
+    /// The plan of a scan over every entity of this type.
+    pub(crate) fn plan(&self) -> Plan<E> {
         let schema = &E::SCHEMA;
         // A type stored behind its record-type byte (no partition parts) has a range of its own.
         let own = (schema.partition.is_empty() && schema.record_type.is_some()).then(|| {
@@ -135,7 +147,7 @@ impl<E: Entity> Repository<E> {
             decode: |row, uids| E::from_row_in(row, u64::MAX, uids),
             tombstone: |row| crate::index::is_tombstone(&E::SCHEMA, row),
         };
-        Query::new(&*self.store, target)
+        Plan::new(target)
     }
 }
 
@@ -143,6 +155,11 @@ impl<R: Record> Records<R> {
     /// A scan over every record of the table that is a member of `R`, in key order unless
     /// reversed; narrow it to one partition with [`Query::partition`].
     pub fn scan(&self) -> Query<'_, R> {
+        Query { store: &*self.store, plan: self.plan() }
+    }
+
+    /// The plan of a scan over every record of `R`.
+    pub(crate) fn plan(&self) -> Plan<R> {
         let first = self.first;
         let target = Target {
             name: R::NAME,
@@ -155,14 +172,56 @@ impl<R: Record> Records<R> {
             decode: |row, _| R::from_row(row),
             tombstone: |row| R::MEMBERS.iter().any(|m| crate::index::is_tombstone(m, row)),
         };
-        Query::new(&*self.store, target)
+        Plan::new(target)
     }
 }
 
-impl<'a, T> Query<'a, T> {
-    fn new(store: &'a dyn Store, target: Target<T>) -> Self {
-        Query {
-            store,
+impl<T> Clone for Target<T> {
+    fn clone(&self) -> Self {
+        Target {
+            name: self.name,
+            table: self.table,
+            salt: self.salt,
+            own: self.own.clone(),
+            mixed: self.mixed,
+            columns: self.columns.clone(),
+            uids: self.uids.clone(),
+            decode: self.decode,
+            tombstone: self.tombstone,
+        }
+    }
+}
+
+impl<T> Plan<T> {
+    /// The error the plan holds (a key that did not encode), taken out: a plan is checked for
+    /// one before it is copied for each page of a stream.
+    pub(crate) fn take_error(&mut self) -> Option<Error> {
+        self.error.take()
+    }
+
+    /// A copy of the plan, without its error (see [`Plan::take_error`]).
+    pub(crate) fn copy(&self) -> Self {
+        Plan {
+            target: self.target.clone(),
+            from: self.from.clone(),
+            to: self.to.clone(),
+            prefix: self.prefix.clone(),
+            reverse: self.reverse,
+            limit: self.limit,
+            after: self.after.clone(),
+            error: None,
+            skip_unreadable: self.skip_unreadable,
+            nothing: self.nothing,
+        }
+    }
+
+    /// The limit set, if any.
+    pub(crate) fn limit_of(&self) -> Option<usize> {
+        self.limit
+    }
+
+    fn new(target: Target<T>) -> Self {
+        Plan {
             target,
             from: None,
             to: None,
@@ -185,61 +244,11 @@ impl<'a, T> Query<'a, T> {
             }
         }
     }
-}
 
-impl<R: Record> Query<'_, R> {
-    /// Only the records of one partition: `prefix` is a key prefix of any member entity. One
-    /// that ends with the partition parts covers the records of every member type; one that
-    /// goes further covers that member's records only.
-    pub fn partition<E: Member<R>>(mut self, prefix: impl KeyPrefix<E>) -> Self {
+    /// See [`Query::partition`].
+    pub(crate) fn partition<R: Record, E: Member<R>>(mut self, prefix: impl KeyPrefix<E>) -> Self {
         self.prefix = self.keep(prefix.encode_prefix()).map(|p| p.without_record_type(&E::SCHEMA));
         self
-    }
-}
-
-impl<E: Entity> Query<'_, E> {
-    /// Only entities whose key starts with `prefix` (built with the generated
-    /// `<Entity>Key::<first part>(..)` methods).
-    pub fn prefix(mut self, prefix: impl KeyPrefix<E>) -> Self {
-        let uids = self.target.uids.clone();
-        let uids = uids.reading();
-        match prefix.encode_prefix_in(&uids) {
-            // A name without an id is in no key: nothing starts with the prefix.
-            Err(crate::key::KeyError::Unassigned { .. }) => {
-                self.nothing = true;
-                self
-            }
-            Err(e) => {
-                self.error.get_or_insert(uids.error(self.target.name, e));
-                self
-            }
-            encoded => self.with_prefix(encoded),
-        }
-    }
-
-    /// Only entities with `from <= key < to`; either end may be left open with `..`.
-    pub fn range(self, range: impl std::ops::RangeBounds<E::Key>) -> Self {
-        self.with_range::<E>(range)
-    }
-}
-
-impl<'a, T> Query<'a, T> {
-    /// A scan of raw rows of `schema`'s table (for aggregates): items are decoded by the
-    /// caller from [`EntityIter::next_row`]. `mixed` if rows of other record types share the
-    /// range, so the store cannot apply the limit.
-    pub(crate) fn rows(store: &'a dyn Store, schema: &'static crate::Schema, mixed: bool) -> Query<'a, ()> {
-        let target = Target {
-            name: schema.entity,
-            table: schema.table,
-            salt: schema.salt,
-            own: None,
-            mixed,
-            columns: schema.read_columns(),
-            uids: Arc::default(),
-            decode: |_, _| Ok(()),
-            tombstone: |_| false,
-        };
-        Query::new(store, target)
     }
 
     /// Only rows whose key starts with `prefix`.
@@ -284,42 +293,29 @@ impl<'a, T> Query<'a, T> {
         self
     }
 
-    /// Whether the scan runs backwards.
-    pub(crate) fn is_reverse(&self) -> bool {
-        self.reverse
-    }
-
-    /// The limit set, if any.
-    pub(crate) fn limit_set(&self) -> Option<usize> {
-        self.limit
-    }
-}
-
-impl<'a, E> Query<'a, E> {
-    /// Largest key first.
-    pub fn reverse(mut self) -> Self {
+    pub(crate) fn reverse(mut self) -> Self {
         self.reverse = true;
         self
     }
 
-    /// At most `n` entities.
-    pub fn limit(mut self, n: usize) -> Self {
+    pub(crate) fn limit(mut self, n: usize) -> Self {
         self.limit = Some(n);
         self
     }
 
-    /// Continues after the page that returned `cursor`.
-    pub fn after(mut self, cursor: &Cursor) -> Self {
+    pub(crate) fn after(mut self, cursor: &Cursor) -> Self {
         self.after = Some(cursor.clone());
         self
     }
 
-    /// Streams the entities.
-    ///
-    /// # Errors
-    /// A key that did not encode; a cursor from a scan in the other direction; store errors
-    /// (also later, from the iterator).
-    pub fn iter(self) -> Result<EntityIter<'a, E>> {
+    pub(crate) fn skip_unreadable(mut self) -> Self {
+        self.skip_unreadable = true;
+        self
+    }
+
+    /// The scans of each bucket the plan reads, and the merge of their rows (its streams not
+    /// yet opened).
+    fn start<C>(self) -> Result<(Vec<ScanSpec>, Merge<T, C>)> {
         if let Some(e) = self.error {
             return Err(e);
         }
@@ -346,7 +342,7 @@ impl<'a, E> Query<'a, E> {
             }
         }
         let salted = self.target.salt.is_some();
-        let mut streams = Vec::new();
+        let mut specs = Vec::new();
         for bucket in buckets.into_iter().filter(|_| !self.nothing) {
             let with = |body: &[u8]| -> Bytes {
                 let mut k = Vec::with_capacity(body.len() + 1);
@@ -359,7 +355,7 @@ impl<'a, E> Query<'a, E> {
                 (None, Some(b)) => b.checked_add(1).map(|next| Bytes::from(vec![next])),
                 (None, None) => None,
             };
-            let spec = ScanSpec {
+            specs.push(ScanSpec {
                 start: with(&lo),
                 end,
                 reverse: self.reverse,
@@ -367,27 +363,185 @@ impl<'a, E> Query<'a, E> {
                 // without them can let the store stop early.
                 limit: self.limit.filter(|_| !self.target.mixed && !self.skip_unreadable),
                 read: ReadSpec { columns: self.target.columns.clone(), ..ReadSpec::default() },
-            };
-            let mut rows = self.store.scan_cursor(self.target.table, &spec)?;
-            let head = Head::after(rows.advance());
-            streams.push(Stream { rows, head });
+            });
         }
-        Ok(EntityIter {
-            streams,
+        let merge = Merge {
+            streams: Vec::with_capacity(specs.len()),
             target: self.target,
             salted,
             reverse: self.reverse,
             left: self.limit.unwrap_or(usize::MAX),
             skip_unreadable: self.skip_unreadable,
             skipped: Vec::new(),
-        })
+        };
+        Ok((specs, merge))
+    }
+
+    /// Streams the plan's entities from `store`.
+    ///
+    /// # Errors
+    /// As [`Query::iter`].
+    fn iter(self, store: &dyn Store) -> Result<EntityIter<'_, T>> {
+        let (specs, mut merge) = self.start()?;
+        for spec in &specs {
+            merge.streams.push(Stream { rows: store.scan_cursor(merge.target.table, spec)?, head: Head::Stale });
+        }
+        Ok(EntityIter { merge })
+    }
+
+    /// One page of at most `size` entities from `store`, and the cursor of the next.
+    ///
+    /// # Errors
+    /// As [`Query::page`].
+    pub(crate) async fn page(self, store: &dyn AsyncStore, size: usize) -> Result<Page<T>> {
+        if size == 0 {
+            return Err(Error::InvalidArgument { arg: "size", reason: "a page holds at least one entity".into() });
+        }
+        let reverse = self.reverse;
+        let (specs, mut merge) = self.limit(size.saturating_add(1)).start()?;
+        let table = merge.target.table;
+        for spec in &specs {
+            merge.streams.push(Stream { rows: store.scan_cursor(table, spec).await?, head: Head::Stale });
+        }
+        let mut items = Vec::new();
+        let mut last = Vec::new();
+        while items.len() < size {
+            match merge.next_entity(Some(&mut last)).await {
+                Some(Ok(e)) => items.push(e),
+                Some(Err(e)) => return Err(e),
+                None => return Ok(Page { items, next: None }),
+            }
+        }
+        let more = merge.next_entity(None).await.transpose()?.is_some();
+        let after = merge.body(&last).to_vec();
+        Ok(Page { items, next: more.then_some(Cursor { reverse, after, group: false }) })
+    }
+}
+
+impl<'a, T> Query<'a, T> {
+    /// A scan of raw rows of `schema`'s table (for aggregates): items are decoded by the
+    /// caller from [`EntityIter::next_row`]. `mixed` if rows of other record types share the
+    /// range, so the store cannot apply the limit.
+    pub(crate) fn rows(store: &'a dyn Store, schema: &'static crate::Schema, mixed: bool) -> Query<'a, ()> {
+        let target = Target {
+            name: schema.entity,
+            table: schema.table,
+            salt: schema.salt,
+            own: None,
+            mixed,
+            columns: schema.read_columns(),
+            uids: Arc::default(),
+            decode: |_, _| Ok(()),
+            tombstone: |_| false,
+        };
+        Query { store, plan: Plan::new(target) }
+    }
+
+    /// Only rows whose key starts with `prefix`.
+    pub(crate) fn with_prefix(mut self, prefix: std::result::Result<RowKey, crate::key::KeyError>) -> Self {
+        self.plan = self.plan.with_prefix(prefix);
+        self
+    }
+
+    /// Only rows with `from <= key < to`, bounds already encoded.
+    pub(crate) fn with_bounds(
+        mut self,
+        from: Option<std::result::Result<RowKey, crate::key::KeyError>>,
+        to: Option<std::result::Result<RowKey, crate::key::KeyError>>,
+    ) -> Self {
+        self.plan = self.plan.with_bounds(from, to);
+        self
+    }
+
+    /// Whether the scan runs backwards.
+    pub(crate) fn is_reverse(&self) -> bool {
+        self.plan.reverse
+    }
+
+    /// The limit set, if any.
+    pub(crate) fn limit_set(&self) -> Option<usize> {
+        self.plan.limit
+    }
+}
+
+impl<R: Record> Query<'_, R> {
+    /// Only the records of one partition: `prefix` is a key prefix of any member entity. One
+    /// that ends with the partition parts covers the records of every member type; one that
+    /// goes further covers that member's records only.
+    pub fn partition<E: Member<R>>(mut self, prefix: impl KeyPrefix<E>) -> Self {
+        self.plan = self.plan.partition::<R, E>(prefix);
+        self
+    }
+}
+
+impl<E: Entity> Plan<E> {
+    /// See [`Query::prefix`].
+    pub(crate) fn prefix(mut self, prefix: impl KeyPrefix<E>) -> Self {
+        let uids = self.target.uids.clone();
+        let uids = uids.reading();
+        match prefix.encode_prefix_in(&uids) {
+            // A name without an id is in no key: nothing starts with the prefix.
+            Err(crate::key::KeyError::Unassigned { .. }) => {
+                self.nothing = true;
+                self
+            }
+            Err(e) => {
+                self.error.get_or_insert(uids.error(self.target.name, e));
+                self
+            }
+            encoded => self.with_prefix(encoded),
+        }
+    }
+}
+
+impl<E: Entity> Query<'_, E> {
+    /// Only entities whose key starts with `prefix` (built with the generated
+    /// `<Entity>Key::<first part>(..)` methods).
+    pub fn prefix(mut self, prefix: impl KeyPrefix<E>) -> Self {
+        self.plan = self.plan.prefix(prefix);
+        self
+    }
+
+    /// Only entities with `from <= key < to`; either end may be left open with `..`.
+    pub fn range(mut self, range: impl std::ops::RangeBounds<E::Key>) -> Self {
+        self.plan = self.plan.with_range::<E>(range);
+        self
+    }
+}
+
+impl<'a, E> Query<'a, E> {
+    /// Largest key first.
+    pub fn reverse(mut self) -> Self {
+        self.plan = self.plan.reverse();
+        self
+    }
+
+    /// At most `n` entities.
+    pub fn limit(mut self, n: usize) -> Self {
+        self.plan = self.plan.limit(n);
+        self
+    }
+
+    /// Continues after the page that returned `cursor`.
+    pub fn after(mut self, cursor: &Cursor) -> Self {
+        self.plan = self.plan.after(cursor);
+        self
+    }
+
+    /// Streams the entities.
+    ///
+    /// # Errors
+    /// A key that did not encode; a cursor from a scan in the other direction; store errors
+    /// (also later, from the iterator).
+    pub fn iter(self) -> Result<EntityIter<'a, E>> {
+        self.plan.iter(self.store)
     }
 
     /// Sets rows that do not decode (a damaged or newer blob, a malformed cell) aside instead
     /// of ending the scan with their error: the iterator goes on, and
     /// [`EntityIter::skipped`] reports them. A limit then counts the entities returned.
     pub fn skip_unreadable(mut self) -> Self {
-        self.skip_unreadable = true;
+        self.plan = self.plan.skip_unreadable();
         self
     }
 
@@ -404,25 +558,11 @@ impl<'a, E> Query<'a, E> {
     /// # Errors
     /// [`Error::InvalidArgument`] for a zero size; as [`Query::iter`].
     pub fn page(self, size: usize) -> Result<Page<E>> {
-        if size == 0 {
-            return Err(Error::InvalidArgument { arg: "size", reason: "a page holds at least one entity".into() });
-        }
-        let reverse = self.reverse;
-        let mut iter = self.limit(size.saturating_add(1)).iter()?;
-        let mut items = Vec::new();
-        let mut last = Vec::new();
-        while items.len() < size {
-            match iter.next_entity(Some(&mut last)) {
-                Some(Ok(e)) => items.push(e),
-                Some(Err(e)) => return Err(e),
-                None => return Ok(Page { items, next: None }),
-            }
-        }
-        let more = iter.next_entity(None).transpose()?.is_some();
-        let after = iter.body(&last).to_vec();
-        Ok(Page { items, next: more.then_some(Cursor { reverse, after, group: false }) })
+        drive(self.plan.page(&Inline(self.store), size))
     }
+}
 
+impl<T> Plan<T> {
     /// The one bucket a range lies in, if its ends share a hash-salted partition.
     fn range_bucket(&self) -> Option<u8> {
         let (from, to) = (self.from.as_ref()?, self.to.as_ref()?);
@@ -465,8 +605,16 @@ impl<'a, E> Query<'a, E> {
 
 /// Entities (or records) streamed from a scan, merged across buckets.
 pub struct EntityIter<'a, E> {
-    streams: Vec<Stream<'a>>,
-    target: Target<E>,
+    merge: Merge<E, RowCursorBox<'a>>,
+}
+
+/// The rows of a scan's buckets, merged into key order and decoded: one implementation for
+/// synchronous cursors ([`RowCursorBox`]) and asynchronous ones ([`AsyncCursorBox`]). It
+/// never moves a cursor itself: it says which one to move ([`Step::Advance`]), and its caller
+/// moves it the way its cursors move.
+pub(crate) struct Merge<T, C> {
+    streams: Vec<Stream<C>>,
+    target: Target<T>,
     salted: bool,
     reverse: bool,
     left: usize,
@@ -475,13 +623,32 @@ pub struct EntityIter<'a, E> {
 }
 
 /// One bucket's rows, lent by the store, decoded where they lie.
-struct Stream<'a> {
-    rows: RowCursorBox<'a>,
+struct Stream<C> {
+    rows: C,
     head: Head,
+}
+
+/// What lends a bucket's current row: a synchronous or an asynchronous cursor.
+pub(crate) trait Lends {
+    fn row(&self) -> Option<LentRow<'_>>;
+}
+
+impl Lends for RowCursorBox<'_> {
+    fn row(&self) -> Option<LentRow<'_>> {
+        (**self).row()
+    }
+}
+
+impl Lends for AsyncCursorBox<'_> {
+    fn row(&self) -> Option<LentRow<'_>> {
+        (**self).row()
+    }
 }
 
 /// Where a bucket's cursor stands.
 enum Head {
+    /// Not on a row yet, or past the one it was on: to be moved before the merge goes on.
+    Stale,
     /// On a row.
     Row,
     End,
@@ -500,6 +667,13 @@ impl Head {
     }
 }
 
+/// What the merge needs next: a cursor moved, or nothing (its answer).
+enum Step<T> {
+    /// Move stream `.0`'s cursor, then ask again.
+    Advance(usize),
+    Done(Option<Result<T>>),
+}
+
 /// A row a scan set aside because it does not decode ([`Query::skip_unreadable`]).
 #[derive(Debug)]
 pub struct Skipped {
@@ -512,73 +686,39 @@ pub struct Skipped {
 impl<E> EntityIter<'_, E> {
     /// The rows set aside so far, with [`Query::skip_unreadable`].
     pub fn skipped(&self) -> &[Skipped] {
-        &self.skipped
+        &self.merge.skipped
     }
 
     /// The rows set aside since the last call, leaving none: for jobs that report them as
     /// they go, without keeping every one for the length of a scan.
     pub(crate) fn take_skipped(&mut self) -> Vec<Skipped> {
-        std::mem::take(&mut self.skipped)
+        std::mem::take(&mut self.merge.skipped)
     }
 
     /// Sets an undecodable row aside, if the scan was asked to; else hands its error back.
     pub(crate) fn set_aside(&mut self, key: &[u8], error: Error) -> Option<Error> {
-        if !self.skip_unreadable {
-            return Some(error);
-        }
-        self.skipped.push(Skipped { row: crate::repo::printable(key), error });
-        None
+        self.merge.set_aside(key, error)
     }
 
     /// A row key without its salt byte: the order buckets merge in, and what cursors hold.
     pub(crate) fn body<'k>(&self, key: &'k [u8]) -> &'k [u8] {
-        body(self.salted, key)
+        self.merge.body(key)
     }
 
-    /// The stream whose head (a row, or an error) comes next in merged key order; `None`
-    /// once every stream has ended.
-    fn next_stream(&self) -> Option<usize> {
-        // One stream (an unsalted table, or one bucket): nothing to merge.
-        if let [only] = &self.streams[..] {
-            return (!matches!(only.head, Head::End)).then_some(0);
-        }
-        let mut best: Option<(usize, &[u8])> = None;
-        for (i, stream) in self.streams.iter().enumerate() {
-            match &stream.head {
-                Head::End => {}
-                // An error goes out first.
-                Head::Failed(_) => return Some(i),
-                Head::Row => {
-                    let Some(row) = stream.rows.row() else { continue };
-                    let key = self.body(row.key());
-                    let better = best.is_none_or(|(_, b)| if self.reverse { key > b } else { key < b });
-                    if better {
-                        best = Some((i, key));
-                    }
-                }
-            }
-        }
-        best.map(|(i, _)| i)
+    /// Moves stream `i`'s cursor.
+    fn advance(&mut self, i: usize) {
+        let stream = &mut self.merge.streams[i];
+        stream.head = Head::after(stream.rows.advance());
     }
 
     /// The next row in merged key order, copied out (for readers that keep rows).
     pub(crate) fn next_row(&mut self) -> Option<Result<Row>> {
-        let next = self.next_stream()?;
-        self.take_head(next, |_, row| row.to_row())
-    }
-
-    /// Hands stream `i`'s head to `read` (a failed stream's error instead), then moves the
-    /// stream on, whatever became of the row: it is behind the scan either way.
-    fn take_head<T>(&mut self, i: usize, read: impl FnOnce(&Self, LentRow<'_>) -> T) -> Option<Result<T>> {
-        let out = match std::mem::replace(&mut self.streams[i].head, Head::End) {
-            Head::Failed(e) => return Some(Err(e)),
-            Head::End => return None,
-            // A cursor on a row lends it; one that does not has ended.
-            Head::Row => read(self, self.streams[i].rows.row()?),
-        };
-        let stream = &mut self.streams[i];
-        stream.head = Head::after(stream.rows.advance());
-        Some(Ok(out))
+        loop {
+            match self.merge.step_row() {
+                Step::Advance(i) => self.advance(i),
+                Step::Done(row) => return row,
+            }
+        }
     }
 
     /// The next entity and its row key: for jobs that checkpoint where they are (a
@@ -590,14 +730,112 @@ impl<E> EntityIter<'_, E> {
     /// The next entity, decoded where the store lends its row; its row key goes to `key`, for
     /// page cursors.
     fn next_entity(&mut self, mut key: Option<&mut Vec<u8>>) -> Option<Result<E>> {
+        loop {
+            match self.merge.step_entity(key.as_deref_mut()) {
+                Step::Advance(i) => self.advance(i),
+                Step::Done(entity) => return entity,
+            }
+        }
+    }
+}
+
+impl<T> Merge<T, AsyncCursorBox<'_>> {
+    /// The next entity, as [`EntityIter`] reads it, from asynchronous cursors.
+    async fn next_entity(&mut self, mut key: Option<&mut Vec<u8>>) -> Option<Result<T>> {
+        loop {
+            match self.step_entity(key.as_deref_mut()) {
+                Step::Advance(i) => {
+                    let stream = &mut self.streams[i];
+                    stream.head = Head::after(stream.rows.advance().await);
+                }
+                Step::Done(entity) => return entity,
+            }
+        }
+    }
+}
+
+impl<T, C: Lends> Merge<T, C> {
+    /// Sets an undecodable row aside, if the scan was asked to; else hands its error back.
+    fn set_aside(&mut self, key: &[u8], error: Error) -> Option<Error> {
+        if !self.skip_unreadable {
+            return Some(error);
+        }
+        self.skipped.push(Skipped { row: crate::repo::printable(key), error });
+        None
+    }
+
+    /// A row key without its salt byte: the order buckets merge in, and what cursors hold.
+    fn body<'k>(&self, key: &'k [u8]) -> &'k [u8] {
+        body(self.salted, key)
+    }
+
+    /// The stream whose head (a row, or an error) comes next in merged key order, or one to
+    /// move first; `Done(None)` once every stream has ended.
+    fn next_stream(&self) -> Step<usize> {
+        if let Some(i) = self.streams.iter().position(|s| matches!(s.head, Head::Stale)) {
+            return Step::Advance(i);
+        }
+        // One stream (an unsalted table, or one bucket): nothing to merge.
+        if let [only] = &self.streams[..] {
+            return Step::Done((!matches!(only.head, Head::End)).then_some(Ok(0)));
+        }
+        let mut best: Option<(usize, &[u8])> = None;
+        for (i, stream) in self.streams.iter().enumerate() {
+            match &stream.head {
+                Head::End | Head::Stale => {}
+                // An error goes out first.
+                Head::Failed(_) => return Step::Done(Some(Ok(i))),
+                Head::Row => {
+                    let Some(row) = stream.rows.row() else { continue };
+                    let key = self.body(row.key());
+                    let better = best.is_none_or(|(_, b)| if self.reverse { key > b } else { key < b });
+                    if better {
+                        best = Some((i, key));
+                    }
+                }
+            }
+        }
+        Step::Done(best.map(|(i, _)| Ok(i)))
+    }
+
+    /// The next row in merged key order, copied out.
+    fn step_row(&mut self) -> Step<Row> {
+        let next = match self.next_stream() {
+            Step::Done(Some(Ok(next))) => next,
+            Step::Advance(i) => return Step::Advance(i),
+            Step::Done(_) => return Step::Done(None),
+        };
+        Step::Done(self.take_head(next, |_, row| row.to_row()))
+    }
+
+    /// Hands stream `i`'s head to `read` (a failed stream's error instead), leaving the stream
+    /// to be moved on, whatever became of the row: it is behind the scan either way.
+    fn take_head<R>(&mut self, i: usize, read: impl FnOnce(&Self, LentRow<'_>) -> R) -> Option<Result<R>> {
+        let out = match std::mem::replace(&mut self.streams[i].head, Head::End) {
+            Head::Failed(e) => return Some(Err(e)),
+            Head::End | Head::Stale => return None,
+            // A cursor on a row lends it; one that does not has ended.
+            Head::Row => read(self, self.streams[i].rows.row()?),
+        };
+        self.streams[i].head = Head::Stale;
+        Some(Ok(out))
+    }
+
+    /// The next entity, decoded where the store lends its row; its row key goes to `key`, for
+    /// page cursors.
+    fn step_entity(&mut self, mut key: Option<&mut Vec<u8>>) -> Step<T> {
         while self.left > 0 {
-            let next = self.next_stream()?;
-            let read = self.take_head(next, |iter, row| {
-                if (iter.target.tombstone)(row) {
+            let next = match self.next_stream() {
+                Step::Done(Some(Ok(next))) => next,
+                Step::Advance(i) => return Step::Advance(i),
+                Step::Done(_) => return Step::Done(None),
+            };
+            let read = self.take_head(next, |merge, row| {
+                if (merge.target.tombstone)(row) {
                     return Read::Skipped;
                 }
-                let uids = iter.target.uids.reading();
-                match (iter.target.decode)(row, &uids) {
+                let uids = merge.target.uids.reading();
+                match (merge.target.decode)(row, &uids) {
                     Ok(e) => {
                         if let Some(key) = key.as_deref_mut() {
                             key.clear();
@@ -611,26 +849,27 @@ impl<E> EntityIter<'_, E> {
                     Err(e) => match uids.take_failure() {
                         Some(failure) => Read::Failed(failure),
                         None => {
-                            Read::Unreadable(row.key().to_vec(), super::decode_error(iter.target.table, row.key(), e))
+                            Read::Unreadable(row.key().to_vec(), super::decode_error(merge.target.table, row.key(), e))
                         }
                     },
                 }
-            })?;
+            });
+            let Some(read) = read else { return Step::Done(None) };
             match read {
-                Err(e) | Ok(Read::Failed(e)) => return Some(Err(e)),
+                Err(e) | Ok(Read::Failed(e)) => return Step::Done(Some(Err(e))),
                 Ok(Read::Entity(e)) => {
                     self.left -= 1;
-                    return Some(Ok(e));
+                    return Step::Done(Some(Ok(e)));
                 }
                 Ok(Read::Skipped) => {}
                 Ok(Read::Unreadable(row, e)) => {
                     if let Some(e) = self.set_aside(&row, e) {
-                        return Some(Err(e));
+                        return Step::Done(Some(Err(e)));
                     }
                 }
             }
         }
-        None
+        Step::Done(None)
     }
 }
 

@@ -199,24 +199,24 @@ impl fmt::Display for Costs {
 
 /// The live counters behind [`Costs`].
 #[derive(Debug, Default)]
-struct Counters {
-    gets: AtomicU64,
-    scans: AtomicU64,
-    mutates: AtomicU64,
-    check_and_mutates: AtomicU64,
-    group_mutates: AtomicU64,
-    increments: AtomicU64,
-    admin: AtomicU64,
-    rows_read: AtomicU64,
-    cells_read: AtomicU64,
-    bytes_read: AtomicU64,
-    rows_written: AtomicU64,
-    cells_written: AtomicU64,
-    bytes_written: AtomicU64,
+pub(super) struct Counters {
+    pub(super) gets: AtomicU64,
+    pub(super) scans: AtomicU64,
+    pub(super) mutates: AtomicU64,
+    pub(super) check_and_mutates: AtomicU64,
+    pub(super) group_mutates: AtomicU64,
+    pub(super) increments: AtomicU64,
+    pub(super) admin: AtomicU64,
+    pub(super) rows_read: AtomicU64,
+    pub(super) cells_read: AtomicU64,
+    pub(super) bytes_read: AtomicU64,
+    pub(super) rows_written: AtomicU64,
+    pub(super) cells_written: AtomicU64,
+    pub(super) bytes_written: AtomicU64,
 }
 
 /// Adds `n` to a counter; relaxed, as the counts order nothing else.
-fn add(counter: &AtomicU64, n: u64) {
+pub(super) fn add(counter: &AtomicU64, n: u64) {
     if n != 0 {
         counter.fetch_add(n, Ordering::Relaxed);
     }
@@ -229,7 +229,7 @@ fn len(b: &[u8]) -> u64 {
 
 /// Rows, cells and bytes of a read or a write.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-struct Volume {
+pub(super) struct Volume {
     rows: u64,
     cells: u64,
     bytes: u64,
@@ -238,7 +238,7 @@ struct Volume {
 impl Volume {
     /// A row as returned: one row, its cells, and per cell row key + family + qualifier +
     /// value + timestamp bytes.
-    fn read(row: LentRow<'_>) -> Volume {
+    pub(super) fn read(row: LentRow<'_>) -> Volume {
         let key = len(row.key());
         let bytes = row.cells().map(|c| key + len(c.family) + len(c.qualifier) + len(c.value) + TIMESTAMP_BYTES).sum();
         Volume { rows: 1, cells: row.len() as u64, bytes }
@@ -247,7 +247,7 @@ impl Volume {
     /// A row mutation as carried: one row, one cell per cell mutation, and per put row key +
     /// family + qualifier + value + timestamp bytes, per column delete row key + family +
     /// qualifier, per row delete the row key.
-    fn written(m: &RowMutation) -> Volume {
+    pub(super) fn written(m: &RowMutation) -> Volume {
         let key = len(&m.row);
         let bytes = m
             .mutations
@@ -267,12 +267,12 @@ impl Volume {
 
     /// An increment's cell: the row key, family, qualifier, the 8-byte counter and the
     /// timestamp.
-    fn counter(row: &Bytes, family: &str, qualifier: &str) -> Volume {
+    pub(super) fn counter(row: &Bytes, family: &str, qualifier: &str) -> Volume {
         let bytes = len(row) + family.len() as u64 + qualifier.len() as u64 + 8 + TIMESTAMP_BYTES;
         Volume { rows: 1, cells: 1, bytes }
     }
 
-    fn sum<'a>(rows: impl IntoIterator<Item = &'a RowMutation>) -> Volume {
+    pub(super) fn sum<'a>(rows: impl IntoIterator<Item = &'a RowMutation>) -> Volume {
         rows.into_iter().map(Volume::written).fold(Volume::default(), |mut a, b| {
             a += b;
             a
@@ -289,13 +289,13 @@ impl std::ops::AddAssign for Volume {
 }
 
 impl Counters {
-    fn read(&self, v: Volume) {
+    pub(super) fn read(&self, v: Volume) {
         add(&self.rows_read, v.rows);
         add(&self.cells_read, v.cells);
         add(&self.bytes_read, v.bytes);
     }
 
-    fn written(&self, v: Volume) {
+    pub(super) fn written(&self, v: Volume) {
         add(&self.rows_written, v.rows);
         add(&self.cells_written, v.cells);
         add(&self.bytes_written, v.bytes);
@@ -324,8 +324,8 @@ impl Counters {
 /// A [`Store`] that delegates every call to another and counts it (rules on [`Costs`]).
 /// [`crate::Db`] puts one around every store it opens.
 pub struct Metered {
-    inner: Arc<dyn Store>,
-    counters: Counters,
+    pub(super) inner: Arc<dyn Store>,
+    pub(super) counters: Counters,
 }
 
 impl fmt::Debug for Metered {
@@ -531,6 +531,12 @@ impl Store for Metered {
 
     fn guarantees(&self) -> Guarantees {
         self.inner.guarantees()
+    }
+
+    /// Itself, counting as it does for synchronous calls, when the store it meters has its
+    /// own [`AsyncStore`].
+    fn as_async(&self) -> Option<&dyn super::AsyncStore> {
+        self.inner.as_async().map(|_| self as &dyn super::AsyncStore)
     }
 
     fn mutate_group(&self, table: &str, checks: Vec<RowCheck>, rows: Vec<RowMutation>) -> Result<bool> {

@@ -5,9 +5,14 @@
 
 #[cfg(feature = "bigtable")]
 mod bigtable;
+mod call;
+pub(crate) mod drive;
 mod embedded;
 mod lent;
 mod metered;
+mod metered_async;
+mod nonblocking;
+mod offload;
 
 use std::fmt;
 use std::time::Duration;
@@ -17,11 +22,15 @@ pub use cellar_engine::{BloomType, Compression, PrefixField, SplitPolicy};
 
 #[cfg(feature = "bigtable")]
 pub use bigtable::{BigtableOptions, BigtableStore, RpcCounts};
+pub use call::Call;
 pub use embedded::EmbeddedStore;
 use lent::CursorRows;
 pub use lent::{LentCell, LentCells, LentRow, RowCursor, RowCursorBox};
 pub(crate) use metered::ByteSize;
 pub use metered::{Costs, Metered, TIMESTAMP_BYTES};
+pub(crate) use nonblocking::AsyncView;
+pub use nonblocking::{AsyncCursorBox, AsyncRowCursor, AsyncStore, BuildCommit, Inline, Visit};
+pub use offload::{Offload, POOL_THREADS, SCAN_CHUNK};
 
 use crate::Result;
 
@@ -731,6 +740,15 @@ pub trait Store: Send + Sync {
 
     /// What this backend makes atomic beyond a single row.
     fn guarantees(&self) -> Guarantees;
+
+    /// This store's own [`AsyncStore`], if it has one: a store whose calls wait on the
+    /// network (Bigtable) answers asynchronous callers without holding a thread per call.
+    /// `None` (the default): asynchronous callers reach the store through [`Offload`], its
+    /// calls run on Cellar's blocking pool. A wrapper that counts or changes calls must return
+    /// `None` unless its `AsyncStore` does what its `Store` does.
+    fn as_async(&self) -> Option<&dyn AsyncStore> {
+        None
+    }
 
     /// Applies the mutations of several rows atomically if every check holds; returns whether
     /// it did. A reader sees all of the rows' changes or none.

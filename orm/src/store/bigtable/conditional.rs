@@ -31,36 +31,48 @@ pub(super) async fn check_and_mutate_row(
     Ok(response.into_inner().predicate_matched == on_match)
 }
 
-impl BigtableStore {
-    /// A check-and-mutate as a task: the predicate, which branch applies, and the changes.
-    pub(super) fn conditional(
+/// A check-and-mutate ready to send: the predicate, which branch applies, and the changes.
+pub(super) struct Conditional {
+    predicate: pb::RowFilter,
+    on_match: bool,
+    row: Bytes,
+    changes: Vec<pb::Mutation>,
+}
+
+impl Conn {
+    /// `mutation` if `condition` holds, as a check-and-mutate of `table` (whose families the
+    /// predicate needs).
+    pub(super) async fn conditional(
         &self,
         table: &str,
         condition: Condition,
         mutation: RowMutation,
-    ) -> Result<impl Future<Output = Result<bool>> + Send + 'static> {
+    ) -> Result<Conditional> {
         let now = now_ms();
         let (predicate, on_match) = match &condition {
             Condition::Equals { family, qualifier, value } => {
-                let f = self.family(table, family)?;
+                let f = self.family(table, family).await?;
                 (filters::column_predicate(&f, qualifier, Some(value), now), true)
             }
             Condition::Absent { family, qualifier } => {
-                let f = self.family(table, family)?;
+                let f = self.family(table, family).await?;
                 (filters::column_predicate(&f, qualifier, None, now), false)
             }
         };
         let changes = mutations(table, mutation.mutations, now)?;
-        let ctx = self.inner.ctx.clone();
-        let table = table.to_string();
-        let row = mutation.row;
-        Ok(async move {
-            if changes.is_empty() {
-                // Bigtable refuses a check-and-mutate without mutations: read the condition.
-                return Ok(row_matches(ctx, table, predicate, row).await? == on_match);
-            }
-            check_and_mutate_row(ctx, table, predicate, on_match, row, changes).await
-        })
+        Ok(Conditional { predicate, on_match, row: mutation.row, changes })
+    }
+}
+
+impl Conditional {
+    /// Sends it; whether the mutation applied.
+    pub(super) async fn apply(self, ctx: Ctx, table: String) -> Result<bool> {
+        let Conditional { predicate, on_match, row, changes } = self;
+        if changes.is_empty() {
+            // Bigtable refuses a check-and-mutate without mutations: read the condition.
+            return Ok(row_matches(ctx, table, predicate, row).await? == on_match);
+        }
+        check_and_mutate_row(ctx, table, predicate, on_match, row, changes).await
     }
 }
 

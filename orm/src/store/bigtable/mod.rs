@@ -1,8 +1,9 @@
-//! [`Store`] on Cloud Bigtable (and its emulator), over gRPC.
+//! [`Store`] and [`AsyncStore`] on Cloud Bigtable (and its emulator), over gRPC.
 //!
-//! The backend owns a small tokio runtime; every `Store` call runs as a task there and the
-//! calling thread waits (see `blocking`). What differs from the embedded engine, and how it is
-//! bridged:
+//! The backend owns a small tokio runtime; every call runs as a task there, and its future
+//! awaits the task (see `nonblocking`). The synchronous `Store` drives those same futures on
+//! the calling thread, so each call is written once. What differs from the embedded engine,
+//! and how it is bridged:
 //!
 //! * **Garbage collection** is lazy on Bigtable: family limits become GC rules *and* every
 //!   read carries them as a filter (`filters`), so reads answer as the embedded engine does.
@@ -22,18 +23,18 @@
 //!
 //! One concept per module: `url` (addresses), `client` (connecting, credentials and RPC
 //! counts), `pool` (the channels calls spread over, and their refresh), `retry` (what is
-//! repeated, how long it waits), `blocking` (waiting on the runtime), `tables` (table and family
-//! administration), `read` (ReadRows requests and streams), `merge` (cell chunks into rows),
-//! `filters` (a read's filter), `write` (MutateRows batches), `conditional`
-//! (CheckAndMutateRow), `gc` (family limits as GC rules). This module holds the store and its
-//! `Store` implementation.
+//! repeated, how long it waits), `nonblocking` (calls as tasks, and the `AsyncStore` they
+//! make), `tables` (table and family administration), `read` (ReadRows requests, streams and
+//! scan cursors), `merge` (cell chunks into rows), `filters` (a read's filter), `write`
+//! (MutateRows batches), `conditional` (CheckAndMutateRow), `gc` (family limits as GC rules).
+//! This module holds the store, what its calls share, and its `Store` implementation.
 
-mod blocking;
 mod client;
 mod conditional;
 mod filters;
 mod gc;
 mod merge;
+mod nonblocking;
 mod pool;
 mod read;
 mod retry;
@@ -56,17 +57,18 @@ use tonic::{Code, Status};
 
 pub use client::{BigtableOptions, RpcCounts};
 
-use self::blocking::wait;
 use self::client::{rpc_error, Ctx, Rpc};
 use self::merge::{Chunk, RowMerger};
+use self::nonblocking::OnDrop;
 use self::read::*;
 use self::retry::{transient, unrepeatable_error};
 use self::tables::*;
 use self::url::*;
 use self::write::*;
+use super::drive::drive;
 use super::{
-    CellMutation, Commit, Condition, FamilyAlteration, FamilyChange, FamilySettings, FamilySpec, Guarantees, ReadSpec,
-    Row, RowCheck, RowMutation, RowStream, ScanSpec, Store, TableSpec,
+    AsyncStore, CellMutation, Commit, Condition, FamilyAlteration, FamilyChange, FamilySettings, FamilySpec,
+    Guarantees, ReadSpec, Row, RowCheck, RowMutation, RowStream, ScanSpec, Store, TableSpec,
 };
 use crate::{Error, Result};
 
@@ -79,8 +81,8 @@ const BYTES_PER_CALL: usize = 3 << 20;
 /// Check-and-mutates in flight at once for one `check_and_mutate_many`.
 const CONCURRENT_CHECKS: usize = 64;
 
-/// Cloud Bigtable (or its emulator) as a [`Store`]. Cheap to clone; clones share the
-/// connection.
+/// Cloud Bigtable (or its emulator) as a [`Store`] and an [`AsyncStore`]. Cheap to clone;
+/// clones share the connection.
 #[derive(Clone)]
 pub struct BigtableStore {
     inner: Arc<Inner>,
@@ -90,11 +92,18 @@ struct Inner {
     /// `Some` until dropped: shut down in the background, so dropping the store inside an
     /// async context does not panic.
     runtime: Option<Runtime>,
+    conn: Conn,
+}
+
+/// What a call's task takes along. Never the runtime: a task holding the store's last handle
+/// would shut the runtime down from inside itself.
+#[derive(Clone)]
+struct Conn {
     ctx: Ctx,
     /// Bulk writes in flight, across every caller.
     flow: Arc<FlowControl>,
     /// Each table's families as Bigtable keeps them, for read filters.
-    families: RwLock<HashMap<String, Arc<[FamilySpec]>>>,
+    families: Arc<RwLock<HashMap<String, Arc<[FamilySpec]>>>>,
 }
 
 impl Drop for Inner {
@@ -107,7 +116,7 @@ impl Drop for Inner {
 
 impl std::fmt::Debug for BigtableStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("BigtableStore").field("instance", &self.inner.ctx.instance).finish_non_exhaustive()
+        f.debug_struct("BigtableStore").field("instance", &self.inner.conn.ctx.instance).finish_non_exhaustive()
     }
 }
 
@@ -140,11 +149,12 @@ impl BigtableStore {
             .map_err(|e| Error::Store(format!("starting the Bigtable client's runtime: {e}")))?;
         let ctx = {
             let options = options.clone();
-            wait(runtime.spawn(async move { Ctx::connect(&options).await }))
+            drive(runtime.spawn(async move { Ctx::connect(&options).await }))
                 .map_err(|e| Error::Store(format!("connecting to Bigtable: {e}")))??
         };
         let flow = Arc::new(FlowControl::new(CALLS_IN_FLIGHT, BYTES_IN_FLIGHT));
-        Ok(BigtableStore { inner: Arc::new(Inner { runtime: Some(runtime), ctx, flow, families: RwLock::default() }) })
+        let conn = Conn { ctx, flow, families: Arc::default() };
+        Ok(BigtableStore { inner: Arc::new(Inner { runtime: Some(runtime), conn }) })
     }
 
     /// Connects to `bigtable://projects/{project}/instances/{instance}`, with an optional
@@ -158,7 +168,7 @@ impl BigtableStore {
 
     /// How many RPCs of each kind this store has made.
     pub fn rpcs(&self) -> RpcCounts {
-        self.inner.ctx.rpcs.snapshot()
+        self.inner.conn.ctx.rpcs.snapshot()
     }
 
     /// Deletes a table and its data (tests, copies that start over).
@@ -166,11 +176,11 @@ impl BigtableStore {
     /// # Errors
     /// [`Error::Remote`]; a missing table is not an error.
     pub fn drop_table(&self, table: &str) -> Result<()> {
-        let ctx = self.inner.ctx.clone();
+        let ctx = self.inner.conn.ctx.clone();
         let name = ctx.table_name(table);
         let table_owned = table.to_string();
-        self.inner.families.write().remove(table);
-        self.run(async move {
+        self.inner.conn.families.write().remove(table);
+        drive(self.call(OnDrop::Finish, async move {
             // Repeated after a lost answer, it finds no table: `NotFound`.
             let delete = || async {
                 let message = admin::DeleteTableRequest { name: name.clone() };
@@ -182,41 +192,46 @@ impl BigtableStore {
                 Err(s) if s.code() == Code::NotFound => Ok(()),
                 Err(s) => Err(rpc_error("DeleteTable", &table_owned, None, &s)),
             }
-        })
+        }))
     }
 
     /// The runtime calls run on (present until the store is dropped).
     fn runtime(&self) -> Result<&Runtime> {
         self.inner.runtime.as_ref().ok_or_else(|| Error::Store("the Bigtable client is closed".into()))
     }
+}
 
-    /// Runs `call` on the backend's runtime and waits for it.
-    fn run<T: Send + 'static>(&self, call: impl Future<Output = Result<T>> + Send + 'static) -> Result<T> {
-        let runtime = self.runtime()?;
-        wait(runtime.spawn(call)).map_err(|e| Error::Store(format!("a Bigtable call failed to complete: {e}")))?
-    }
-
-    /// The families of `table` as Bigtable keeps them (cached).
-    fn families(&self, table: &str) -> Result<Arc<[FamilySpec]>> {
-        if let Some(f) = self.inner.families.read().get(table) {
-            return Ok(f.clone());
+impl Conn {
+    /// The families of `table` as Bigtable keeps them: cached, read with GetTable on a miss.
+    async fn families(&self, table: &str) -> Result<Arc<[FamilySpec]>> {
+        if let Some(families) = self.cached(table) {
+            return Ok(families);
         }
-        let ctx = self.inner.ctx.clone();
-        let name = table.to_string();
-        let families = self.run(async move { get_table(&ctx, &name).await })?.ok_or_else(|| Error::Remote {
+        let families = get_table(&self.ctx, table).await?.ok_or_else(|| Error::Remote {
             rpc: "GetTable",
             table: table.to_string(),
             row: None,
             code: "NotFound".into(),
             message: "no such table".into(),
         })?;
-        let families: Arc<[FamilySpec]> = families.into();
-        self.inner.families.write().insert(table.to_string(), families.clone());
-        Ok(families)
+        Ok(self.remember(table, families))
     }
 
-    fn family(&self, table: &str, family: &[u8]) -> Result<FamilySpec> {
-        let families = self.families(table)?;
+    /// The families of `table` if they are cached.
+    fn cached(&self, table: &str) -> Option<Arc<[FamilySpec]>> {
+        self.families.read().get(table).cloned()
+    }
+
+    /// Caches `families` as the families of `table`.
+    fn remember(&self, table: &str, families: Vec<FamilySpec>) -> Arc<[FamilySpec]> {
+        let families: Arc<[FamilySpec]> = families.into();
+        self.families.write().insert(table.to_string(), families.clone());
+        families
+    }
+
+    /// The family of `table` named `family`, which a condition reads.
+    async fn family(&self, table: &str, family: &[u8]) -> Result<FamilySpec> {
+        let families = self.families(table).await?;
         families.iter().find(|f| f.name.as_bytes() == family).cloned().ok_or_else(|| Error::Remote {
             rpc: "CheckAndMutateRow",
             table: table.to_string(),
@@ -227,46 +242,11 @@ impl BigtableStore {
     }
 }
 
+/// Each synchronous call drives the asynchronous one (see `nonblocking`), so that each RPC's
+/// retries, errors, flow control and family lookups exist once.
 impl Store for BigtableStore {
     fn ensure_table(&self, spec: &TableSpec) -> Result<()> {
-        let ctx = self.inner.ctx.clone();
-        let owned = spec.clone();
-        let families = self.run(async move {
-            let spec = owned;
-            let mut existing = get_table(&ctx, &spec.name).await?;
-            if existing.is_none() {
-                create_table(&ctx, &spec).await?;
-                existing = get_table(&ctx, &spec.name).await?;
-            }
-            let mut existing = existing.ok_or_else(|| Error::Remote {
-                rpc: "CreateTable",
-                table: spec.name.clone(),
-                row: None,
-                code: "NotFound".into(),
-                message: "the table vanished right after it was created".into(),
-            })?;
-            let missing: Vec<&FamilySpec> =
-                spec.families.iter().filter(|f| !existing.iter().any(|e| e.name == f.name)).collect();
-            if !missing.is_empty() {
-                add_families(&ctx, &spec.name, &missing).await?;
-                existing = get_table(&ctx, &spec.name).await?.unwrap_or_default();
-            }
-            for f in &spec.families {
-                match existing.iter().find(|e| e.name == f.name) {
-                    Some(e) if e.max_versions == f.max_versions && e.ttl_secs == f.ttl_secs => {}
-                    Some(e) => return Err(e.mismatch(&spec.name, f)),
-                    None => {
-                        return Err(Error::SchemaMismatch {
-                            table: spec.name.clone(),
-                            reason: format!("family `{}` could not be added", f.name),
-                        })
-                    }
-                }
-            }
-            Ok(existing)
-        })?;
-        self.inner.families.write().insert(spec.name.clone(), families.into());
-        Ok(())
+        drive(AsyncStore::ensure_table(self, spec))
     }
 
     /// As [`Store::alter_families`]: one ModifyColumnFamilies call that updates the GC rules
@@ -276,223 +256,64 @@ impl Store for BigtableStore {
     /// filtering their reads by the limits they last read (until their next `ensure_table`),
     /// while Bigtable collects by the new ones.
     fn alter_families(&self, table: &str, changes: &[FamilyChange]) -> Result<Vec<FamilyAlteration>> {
-        super::check_changes(table, changes)?;
-        let ctx = self.inner.ctx.clone();
-        let name = table.to_string();
-        let changes = changes.to_vec();
-        let (alterations, families) = self.run(async move {
-            let existing = get_table(&ctx, &name).await?.ok_or_else(|| super::no_table_to_alter(&name))?;
-            let (modifications, alterations, expected) = family_modifications(&existing, &changes);
-            if modifications.is_empty() {
-                return Ok((alterations, existing));
-            }
-            modify_families(&ctx, &name, modifications).await?;
-            // The families as Bigtable now keeps them, for read filters; as sent if the table
-            // vanished meanwhile.
-            let families = get_table(&ctx, &name).await?.unwrap_or(expected);
-            Ok((alterations, families))
-        })?;
-        self.inner.families.write().insert(table.to_string(), families.into());
-        Ok(alterations)
+        drive(AsyncStore::alter_families(self, table, changes))
     }
 
     fn mutate(&self, table: &str, rows: Vec<RowMutation>) -> Result<()> {
-        let now = now_ms();
-        let mut entries = Vec::with_capacity(rows.len());
-        for m in rows {
-            let changes = mutations(table, m.mutations, now)?;
-            if !changes.is_empty() {
-                entries.push(pb::mutate_rows_request::Entry {
-                    row_key: m.row,
-                    mutations: changes,
-                    ..Default::default()
-                });
-            }
-        }
-        if entries.is_empty() {
-            return Ok(());
-        }
-        let (ctx, flow) = (self.inner.ctx.clone(), self.inner.flow.clone());
-        self.run(mutate_all(ctx, flow, table.to_string(), entries))
+        drive(AsyncStore::mutate(self, table, rows))
+    }
+
+    fn mutate_row(&self, table: &str, row: RowMutation) -> Result<()> {
+        drive(AsyncStore::mutate_row(self, table, row))
     }
 
     fn read_rows(&self, table: &str, rows: &[Bytes], read: &ReadSpec) -> Result<Vec<Option<Row>>> {
-        if rows.is_empty() {
-            return Ok(Vec::new());
-        }
-        let mut keys = rows.to_vec();
-        keys.sort();
-        keys.dedup();
-        let (request, window) =
-            self.read_request(table, pb::RowSet { row_keys: keys, row_ranges: Vec::new() }, read, 0, false)?;
-        let (tx, rx) = mpsc::channel(SCAN_BUFFER);
-        self.start_read(table, request, tx)?;
-        let mut found = HashMap::new();
-        for row in Rows::new(rx, window, None) {
-            let row = row?;
-            found.insert(row.key.clone(), row);
-        }
-        Ok(rows.iter().map(|k| found.get(k).cloned()).collect())
+        drive(AsyncStore::read_rows(self, table, rows, read))
     }
 
+    /// The rows of the scan cursor the asynchronous API lends, each waited for in turn.
     fn scan<'a>(&'a self, table: &str, spec: &ScanSpec) -> Result<RowStream<'a>> {
-        use pb::row_range::{EndKey, StartKey};
-        if spec.limit == Some(0) || spec.end.as_ref().is_some_and(|end| *end <= spec.start) {
-            return Ok(Box::new(std::iter::empty()));
-        }
-        let range = pb::RowRange {
-            start_key: (!spec.start.is_empty()).then(|| StartKey::StartKeyClosed(spec.start.clone())),
-            end_key: spec.end.clone().map(EndKey::EndKeyOpen),
-        };
-        let limit = spec.limit.map_or(0, |n| i64::try_from(n).unwrap_or(i64::MAX));
-        let rows = pb::RowSet { row_keys: Vec::new(), row_ranges: vec![range] };
-        // The server counts the rows it sends, before they are trimmed: when trimming can drop
-        // a row, a server limit would end the scan short, so the limit is the client's alone.
-        let (mut request, window) = self.read_request(table, rows, &spec.read, 0, spec.reverse)?;
-        if !window.is_some_and(filters::ColumnWindow::can_empty_rows) {
-            request.rows_limit = limit;
-        }
-        let (tx, rx) = mpsc::channel(SCAN_BUFFER);
-        // The read starts now, before the first row is asked for: scans opened one after the
-        // other (salt buckets) run at the same time.
-        self.start_read(table, request, tx)?;
-        Ok(Box::new(Rows::new(rx, window, spec.limit)))
+        Ok(Box::new(drive(self.open_scan(table, spec))?))
     }
 
     fn check_and_mutate(&self, table: &str, condition: Condition, mutation: RowMutation) -> Result<bool> {
-        let call = self.conditional(table, condition, mutation)?;
-        self.run(call)
+        drive(AsyncStore::check_and_mutate(self, table, condition, mutation))
     }
 
     fn check_and_mutate_many(&self, table: &str, entries: Vec<(Condition, RowMutation)>) -> Result<Vec<bool>> {
-        // Entries on different rows run at once; those on one row in order, each seeing the
-        // ones before.
-        let n = entries.len();
-        let mut by_row: Vec<(Bytes, Vec<usize>)> = Vec::new();
-        let mut index: HashMap<Bytes, usize> = HashMap::new();
-        let mut calls = Vec::with_capacity(n);
-        for (i, (condition, mutation)) in entries.into_iter().enumerate() {
-            let row = mutation.row.clone();
-            let slot = *index.entry(row.clone()).or_insert_with(|| {
-                by_row.push((row, Vec::new()));
-                by_row.len() - 1
-            });
-            by_row[slot].1.push(i);
-            calls.push(Some(self.conditional(table, condition, mutation)?));
-        }
-        let limit = Arc::new(tokio::sync::Semaphore::new(CONCURRENT_CHECKS));
-        let mut tasks = Vec::with_capacity(by_row.len());
-        for (_, indexes) in by_row {
-            let group: Vec<_> = indexes.iter().filter_map(|&i| calls[i].take().map(|c| (i, c))).collect();
-            let limit = limit.clone();
-            tasks.push(async move {
-                let _permit = limit.acquire_owned().await;
-                let mut out = Vec::with_capacity(group.len());
-                for (i, call) in group {
-                    out.push((i, call.await?));
-                }
-                Ok::<_, Error>(out)
-            });
-        }
-        let runtime = self.runtime()?;
-        let handles: Vec<_> = tasks.into_iter().map(|t| runtime.spawn(t)).collect();
-        let mut results = vec![false; n];
-        let mut first_error = None;
-        for handle in handles {
-            match wait(handle) {
-                Ok(Ok(done)) => done.into_iter().for_each(|(i, applied)| results[i] = applied),
-                Ok(Err(e)) => {
-                    first_error.get_or_insert(e);
-                }
-                Err(e) => {
-                    first_error.get_or_insert(Error::Store(format!("a Bigtable call failed to complete: {e}")));
-                }
-            }
-        }
-        match first_error {
-            Some(e) => Err(e),
-            None => Ok(results),
-        }
+        drive(AsyncStore::check_and_mutate_many(self, table, entries))
     }
 
     fn describe(&self, table: &str) -> Result<Option<TableSpec>> {
-        let ctx = self.inner.ctx.clone();
-        let name = table.to_string();
-        self.run(async move {
-            let Some(families) = get_table(&ctx, &name).await? else { return Ok(None) };
-            let split_keys = sample_row_keys(&ctx, &name).await?.into_iter().map(|k| k.to_vec()).collect();
-            Ok(Some(TableSpec {
-                name,
-                families,
-                split_keys,
-                split_policy: super::SplitPolicy::MidKey,
-                deferred: false,
-            }))
-        })
+        drive(AsyncStore::describe(self, table))
     }
 
     fn split_keys(&self, table: &str) -> Result<Option<Vec<Bytes>>> {
-        let ctx = self.inner.ctx.clone();
-        let table = table.to_string();
-        self.run(async move {
-            if get_table(&ctx, &table).await?.is_none() {
-                return Ok(None);
-            }
-            sample_row_keys(&ctx, &table).await.map(Some)
-        })
+        drive(AsyncStore::split_keys(self, table))
     }
 
     fn increment(&self, table: &str, row: Bytes, family: &str, qualifier: &str, delta: i64) -> Result<i64> {
-        use pb::read_modify_write_rule::Rule;
-        let ctx = self.inner.ctx.clone();
-        let table = table.to_string();
-        let (family, qualifier) = (family.to_string(), Bytes::copy_from_slice(qualifier.as_bytes()));
-        self.run(async move {
-            let name = ctx.table_name(&table);
-            let message = pb::ReadModifyWriteRowRequest {
-                table_name: name.clone(),
-                app_profile_id: ctx.app_profile.clone(),
-                row_key: row.clone(),
-                rules: vec![pb::ReadModifyWriteRule {
-                    family_name: family,
-                    column_qualifier: qualifier,
-                    rule: Some(Rule::IncrementAmount(delta)),
-                }],
-                ..Default::default()
-            };
-            let request = ctx.request(Rpc::ReadModifyWriteRow, message, ("table_name", &name)).await?;
-            // Not retried: an increment is not idempotent.
-            let response = ctx
-                .deadline(ctx.data.clone().read_modify_write_row(request))
-                .await
-                .map_err(|s| unrepeatable_error("ReadModifyWriteRow", &table, &row, &s))?;
-            let cell = response
-                .into_inner()
-                .row
-                .and_then(|r| r.families.into_iter().next())
-                .and_then(|f| f.columns.into_iter().next())
-                .and_then(|c| c.cells.into_iter().next())
-                .ok_or_else(|| Error::Store("ReadModifyWriteRow returned no cell".into()))?;
-            super::counter_value(&cell.value)
-        })
+        drive(AsyncStore::increment(self, table, row, family, qualifier, delta))
     }
 
     fn guarantees(&self) -> Guarantees {
-        Guarantees::new(false, false)
+        AsyncStore::guarantees(self)
     }
 
-    fn mutate_group(&self, _table: &str, _checks: Vec<RowCheck>, _rows: Vec<RowMutation>) -> Result<bool> {
-        Err(Error::Unsupported(
-            "apply changes to several rows atomically: Cloud Bigtable has no multi-row transactions".into(),
-        ))
+    fn as_async(&self) -> Option<&dyn AsyncStore> {
+        Some(self)
     }
 
-    fn commit(&self, _commit: Commit) -> Result<bool> {
-        Err(Error::Unsupported(
-            "apply changes to rows of several tables atomically: Cloud Bigtable has no multi-row transactions".into(),
-        ))
+    fn mutate_group(&self, table: &str, checks: Vec<RowCheck>, rows: Vec<RowMutation>) -> Result<bool> {
+        drive(AsyncStore::mutate_group(self, table, checks, rows))
     }
 
+    fn commit(&self, commit: Commit) -> Result<bool> {
+        drive(AsyncStore::commit(self, commit))
+    }
+
+    /// Unsupported, as [`AsyncStore::read_and_commit`] (whose builder must be `Send`, which
+    /// this one need not be).
     fn read_and_commit(
         &self,
         _table: &str,
@@ -500,11 +321,7 @@ impl Store for BigtableStore {
         _read: &ReadSpec,
         _build: &mut dyn FnMut(Option<&Row>) -> Option<Commit>,
     ) -> Result<Option<bool>> {
-        Err(Error::Unsupported(
-            "read a row and apply changes to rows of several tables atomically: Cloud Bigtable has no multi-row \
-             transactions"
-                .into(),
-        ))
+        Err(nonblocking::no_read_and_commit())
     }
 }
 

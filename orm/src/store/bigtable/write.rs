@@ -47,6 +47,19 @@ pub(super) fn mutations(table: &str, changes: Vec<CellMutation>, now_ms: u64) ->
         .collect()
 }
 
+/// MutateRows entries for `rows`, puts without a timestamp stamped `now_ms`; rows without
+/// changes left out.
+pub(super) fn entries(table: &str, rows: Vec<RowMutation>, now_ms: u64) -> Result<Vec<pb::mutate_rows_request::Entry>> {
+    let mut entries = Vec::with_capacity(rows.len());
+    for m in rows {
+        let changes = mutations(table, m.mutations, now_ms)?;
+        if !changes.is_empty() {
+            entries.push(pb::mutate_rows_request::Entry { row_key: m.row, mutations: changes, ..Default::default() });
+        }
+    }
+    Ok(entries)
+}
+
 pub(super) fn entry_size(e: &pb::mutate_rows_request::Entry) -> usize {
     use pb::mutation::Mutation;
     e.row_key.len()
