@@ -276,13 +276,14 @@ impl<E: Entity> Repository<E> {
         drive(self.put_via(&self.inline(), entity))
     }
 
-    pub(crate) async fn put_via(&self, store: &dyn AsyncStore, entity: &E) -> Result<()> {
+    pub(crate) async fn put_via<S: AsyncStore + ?Sized>(&self, store: &S, entity: &E) -> Result<()> {
         let m = self.mutation(entity, None)?;
         if let Some(col) = E::SCHEMA.version_column() {
-            return self.put_versioned(store, vec![m], col).await;
+            return Box::pin(self.put_versioned(store.as_dyn(), vec![m], col)).await;
         }
         if self.indexed() {
-            return self.write_indexed(store, m.row, Change::Put(m.mutations), Version::Untouched).await;
+            return Box::pin(self.write_indexed(store.as_dyn(), m.row, Change::Put(m.mutations), Version::Untouched))
+                .await;
         }
         store.mutate_row(self.table(), m).await
     }
@@ -315,12 +316,13 @@ impl<E: Entity> Repository<E> {
             return Ok(());
         }
         if let Some(col) = E::SCHEMA.version_column() {
-            return self.put_versioned(store, rows, col).await;
+            return Box::pin(self.put_versioned(store, rows, col)).await;
         }
         if self.indexed() {
             // Each step of the index protocol for all rows at once.
             let writes = rows.into_iter().map(|m| (m.row, Change::Put(m.mutations))).collect();
-            return write_many(store, &E::SCHEMA, writes).await?.into_iter().try_for_each(|r| r.map(|_| ()));
+            let written = Box::pin(write_many(store, &E::SCHEMA, writes)).await?;
+            return written.into_iter().try_for_each(|r| r.map(|_| ()));
         }
         store.mutate(self.table(), rows).await
     }
@@ -471,7 +473,7 @@ impl<E: Entity> Repository<E> {
         drive(self.get_via(&self.inline(), key.into()))
     }
 
-    pub(crate) async fn get_via(&self, store: &dyn AsyncStore, key: E::Key) -> Result<Option<E>> {
+    pub(crate) async fn get_via<S: AsyncStore + ?Sized>(&self, store: &S, key: E::Key) -> Result<Option<E>> {
         let Some(key) = self.read_key(&key)? else { return Ok(None) };
         // Under a random salt, one candidate row per bucket.
         let rows = key.into_candidates();
@@ -492,16 +494,18 @@ impl<E: Entity> Repository<E> {
 
     /// The entity an entity read found in `rows` (or why it does not decode), once its stale
     /// blob columns are written back as [`Repository::with_write_back`] asks.
-    async fn finish_read(
+    async fn finish_read<S: AsyncStore + ?Sized>(
         &self,
-        store: &dyn AsyncStore,
+        store: &S,
         rows: &[Bytes],
         found: Option<Result<Decoded<E>>>,
     ) -> Result<Option<E>> {
         let Some(found) = found else { return Ok(None) };
         let (i, entity, stale) = found?;
         let row = rows.get(i).ok_or_else(|| Error::Store(format!("the store lent row {i} of {}", rows.len())))?;
-        self.write_back_blobs(store, row, &entity, stale).await?;
+        if !stale.is_empty() {
+            Box::pin(self.write_back_blobs(store.as_dyn(), row, &entity, stale)).await?;
+        }
         Ok(Some(entity))
     }
 
@@ -570,7 +574,11 @@ impl<E: Entity> Repository<E> {
         drive(self.get_many_via(&self.inline(), keys))
     }
 
-    pub(crate) async fn get_many_via(&self, store: &dyn AsyncStore, keys: Vec<E::Key>) -> Result<Vec<Option<E>>> {
+    pub(crate) async fn get_many_via<S: AsyncStore + ?Sized>(
+        &self,
+        store: &S,
+        keys: Vec<E::Key>,
+    ) -> Result<Vec<Option<E>>> {
         // Every key's candidate rows, in one list, and the key each belongs to; a key whose
         // name stored as a uid has no uid yet has none.
         let mut owners = Vec::new();
@@ -621,7 +629,7 @@ impl<E: Entity> Repository<E> {
     pub(crate) async fn delete_via(&self, store: &dyn AsyncStore, key: E::Key) -> Result<()> {
         let Some(key) = self.read_key(&key)? else { return Ok(()) };
         if self.indexed() {
-            return self.write_indexed(store, key.for_write(), Change::Delete, Version::Untouched).await;
+            return Box::pin(self.write_indexed(store, key.for_write(), Change::Delete, Version::Untouched)).await;
         }
         let rows = key
             .candidates()

@@ -24,6 +24,7 @@ enum State<'a, T> {
 
 impl<'a, T> Call<'a, T> {
     /// A call answered already.
+    #[inline]
     pub fn ready(value: T) -> Self {
         Call(State::Ready(Some(value)))
     }
@@ -40,6 +41,7 @@ impl<T> Unpin for Call<'_, T> {}
 impl<T> Future for Call<'_, T> {
     type Output = T;
 
+    #[inline]
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<T> {
         match &mut self.get_mut().0 {
             State::Ready(value) => Poll::Ready(value.take().expect("a store call polled after it was answered")),

@@ -8,7 +8,7 @@
 //! worker, as any synchronous call does, but never panics).
 
 use std::future::Future;
-use std::pin::pin;
+use std::pin::{pin, Pin};
 use std::sync::Arc;
 use std::task::{Context, Poll, Wake, Waker};
 use std::thread::{self, Thread};
@@ -26,12 +26,20 @@ impl Wake for Unpark {
 }
 
 /// Runs `future` to completion on this thread: one poll if it is ready at once, otherwise
-/// parking between polls until it is.
+/// parking between polls until it is. The first poll is inlined, so that a synchronous call
+/// builds its state machine where it is polled instead of copying it around.
+#[inline]
 pub(crate) fn drive<F: Future>(future: F) -> F::Output {
     let mut future = pin!(future);
-    if let Poll::Ready(value) = future.as_mut().poll(&mut Context::from_waker(Waker::noop())) {
-        return value;
+    match future.as_mut().poll(&mut Context::from_waker(Waker::noop())) {
+        Poll::Ready(value) => value,
+        Poll::Pending => park_until_ready(future),
     }
+}
+
+/// Polls `future` with a waker that unparks this thread, parking between polls.
+#[inline(never)]
+fn park_until_ready<F: Future>(mut future: Pin<&mut F>) -> F::Output {
     let waker = Waker::from(Arc::new(Unpark(thread::current())));
     let mut cx = Context::from_waker(&waker);
     loop {

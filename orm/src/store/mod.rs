@@ -29,7 +29,7 @@ pub use lent::{LentCell, LentCells, LentRow, RowCursor, RowCursorBox};
 pub(crate) use metered::ByteSize;
 pub use metered::{Costs, Metered, TIMESTAMP_BYTES};
 pub(crate) use nonblocking::AsyncView;
-pub use nonblocking::{AsyncCursorBox, AsyncRowCursor, AsyncStore, BuildCommit, Inline, Visit};
+pub use nonblocking::{AsDyn, AsyncCursorBox, AsyncRowCursor, AsyncStore, BuildCommit, Inline, Visit};
 pub use offload::{Offload, POOL_THREADS, SCAN_CHUNK};
 
 use crate::Result;

@@ -46,8 +46,9 @@ pub type Visit<'a> = dyn FnMut(usize, Option<LentRow<'_>>) + Send + 'a;
 pub type BuildCommit<'a> = dyn FnMut(Option<&Row>) -> Option<Commit> + Send + 'a;
 
 /// A wide-column store called through futures (see the module's documentation). Object-safe:
-/// the protocols take `&dyn AsyncStore`.
-pub trait AsyncStore: Send + Sync {
+/// the protocols take `&dyn AsyncStore` (the hottest reads are generic over the store, so the
+/// synchronous path calls [`Inline`] without a virtual call).
+pub trait AsyncStore: Send + Sync + AsDyn {
     /// As [`Store::ensure_table`].
     fn ensure_table<'a>(&'a self, spec: &'a TableSpec) -> Call<'a, Result<()>>;
 
@@ -139,6 +140,18 @@ pub trait AsyncStore: Send + Sync {
     ) -> Call<'a, Result<Option<bool>>>;
 }
 
+/// Any [`AsyncStore`] as a trait object; implemented for every store (and `dyn AsyncStore`).
+pub trait AsDyn {
+    /// This store as `&dyn AsyncStore`.
+    fn as_dyn(&self) -> &dyn AsyncStore;
+}
+
+impl<T: AsyncStore> AsDyn for T {
+    fn as_dyn(&self) -> &dyn AsyncStore {
+        self
+    }
+}
+
 /// A synchronous [`Store`] as an [`AsyncStore`] whose calls run on the spot: each returns a
 /// ready [`Call`]. For synchronous callers only — on an async runtime it blocks the worker for
 /// as long as the store takes.
@@ -165,10 +178,12 @@ impl AsyncRowCursor for InlineCursor<'_> {
 }
 
 impl AsyncStore for Inline<'_> {
+    #[inline]
     fn ensure_table<'a>(&'a self, spec: &'a TableSpec) -> Call<'a, Result<()>> {
         Call::ready(self.0.ensure_table(spec))
     }
 
+    #[inline]
     fn alter_families<'a>(
         &'a self,
         table: &'a str,
@@ -177,14 +192,17 @@ impl AsyncStore for Inline<'_> {
         Call::ready(self.0.alter_families(table, changes))
     }
 
+    #[inline]
     fn mutate<'a>(&'a self, table: &'a str, rows: Vec<RowMutation>) -> Call<'a, Result<()>> {
         Call::ready(self.0.mutate(table, rows))
     }
 
+    #[inline]
     fn mutate_row<'a>(&'a self, table: &'a str, row: RowMutation) -> Call<'a, Result<()>> {
         Call::ready(self.0.mutate_row(table, row))
     }
 
+    #[inline]
     fn read_rows<'a>(
         &'a self,
         table: &'a str,
@@ -194,6 +212,7 @@ impl AsyncStore for Inline<'_> {
         Call::ready(self.0.read_rows(table, rows, read))
     }
 
+    #[inline]
     fn read_rows_with<'a>(
         &'a self,
         table: &'a str,
@@ -204,10 +223,12 @@ impl AsyncStore for Inline<'_> {
         Call::ready(self.0.read_rows_with(table, rows, read, visit))
     }
 
+    #[inline]
     fn scan_cursor<'a>(&'a self, table: &'a str, scan: &'a ScanSpec) -> Call<'a, Result<AsyncCursorBox<'a>>> {
         Call::ready(self.0.scan_cursor(table, scan).map(|c| Box::new(InlineCursor(c)) as AsyncCursorBox<'a>))
     }
 
+    #[inline]
     fn check_and_mutate<'a>(
         &'a self,
         table: &'a str,
@@ -217,6 +238,7 @@ impl AsyncStore for Inline<'_> {
         Call::ready(self.0.check_and_mutate(table, condition, mutation))
     }
 
+    #[inline]
     fn check_and_mutate_many<'a>(
         &'a self,
         table: &'a str,
@@ -225,14 +247,17 @@ impl AsyncStore for Inline<'_> {
         Call::ready(self.0.check_and_mutate_many(table, entries))
     }
 
+    #[inline]
     fn describe<'a>(&'a self, table: &'a str) -> Call<'a, Result<Option<TableSpec>>> {
         Call::ready(self.0.describe(table))
     }
 
+    #[inline]
     fn split_keys<'a>(&'a self, table: &'a str) -> Call<'a, Result<Option<Vec<Bytes>>>> {
         Call::ready(self.0.split_keys(table))
     }
 
+    #[inline]
     fn increment<'a>(
         &'a self,
         table: &'a str,
@@ -244,10 +269,12 @@ impl AsyncStore for Inline<'_> {
         Call::ready(self.0.increment(table, row, family, qualifier, delta))
     }
 
+    #[inline]
     fn guarantees(&self) -> Guarantees {
         self.0.guarantees()
     }
 
+    #[inline]
     fn mutate_group<'a>(
         &'a self,
         table: &'a str,
@@ -257,10 +284,12 @@ impl AsyncStore for Inline<'_> {
         Call::ready(self.0.mutate_group(table, checks, rows))
     }
 
+    #[inline]
     fn commit(&self, commit: Commit) -> Call<'_, Result<bool>> {
         Call::ready(self.0.commit(commit))
     }
 
+    #[inline]
     fn read_and_commit<'a>(
         &'a self,
         table: &'a str,
