@@ -185,3 +185,34 @@ fn writers_assigning_uids_to_the_same_new_names_share_them(db: Db) {
     assert!(all.iter().all(|p| p.host == format!("host-{}", p.at % 100) && p.value == (p.at / 100) as f64));
 }
 }
+
+on_every_backend! {
+fn async_ids_agree_with_the_synchronous_ones_and_racing_tasks_share_one(db: Db) {
+    let hosts = db.uids("hosts", 3).unwrap();
+    let nonblocking = hosts.to_async();
+    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    runtime.block_on(async {
+        let web1 = nonblocking.id("web-1").await.unwrap();
+        assert_eq!(hosts.lookup("web-1").unwrap(), Some(web1.clone()));
+        assert_eq!(nonblocking.name(&web1).await.unwrap().as_deref(), Some("web-1"));
+        assert_eq!(nonblocking.lookup("web-2").await.unwrap(), None);
+        // Tasks naming the same new values at once, through separate handles (no shared cache),
+        // agree on every id.
+        let tasks: Vec<_> = (0..40)
+            .map(|i| {
+                let uids = db.uids("hosts", 3).unwrap().to_async();
+                tokio::spawn(async move { (i % 4, uids.id(&format!("db-{}", i % 4)).await.unwrap()) })
+            })
+            .collect();
+        let mut ids = std::collections::BTreeMap::new();
+        for task in tasks {
+            let (name, id) = task.await.unwrap();
+            assert_eq!(ids.entry(name).or_insert_with(|| id.clone()), &id, "db-{name}");
+        }
+        assert_eq!(ids.len(), 4);
+        for (name, id) in ids {
+            assert_eq!(hosts.name(&id).unwrap(), Some(format!("db-{name}")));
+        }
+    });
+}
+}

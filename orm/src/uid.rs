@@ -25,7 +25,8 @@ use std::sync::Arc;
 use bytes::Bytes;
 use parking_lot::RwLock;
 
-use crate::store::{CellMutation, Condition, ReadSpec, RowMutation, Store, TableSpec};
+use crate::store::drive::drive;
+use crate::store::{AsyncStore, AsyncView, CellMutation, Condition, Inline, ReadSpec, RowMutation, Store, TableSpec};
 use crate::{Db, Error, Result};
 
 /// The table holding every kind's ids.
@@ -135,11 +136,15 @@ impl Uids {
     /// # Errors
     /// A stored id of the wrong width (the kind was used with another width); store errors.
     pub fn lookup(&self, name: &str) -> Result<Option<Bytes>> {
+        drive(self.lookup_via(&Inline(&*self.store), name))
+    }
+
+    async fn lookup_via(&self, store: &dyn AsyncStore, name: &str) -> Result<Option<Bytes>> {
         if let Some(id) = self.cache.read().ids.get(name) {
             return Ok(Some(id.clone()));
         }
-        let key = row(b'n', &self.kind, name.as_bytes());
-        let found = self.store.read_rows(UIDS_TABLE, std::slice::from_ref(&key), &ReadSpec::default())?;
+        let (key, read) = (row(b'n', &self.kind, name.as_bytes()), ReadSpec::default());
+        let found = store.read_rows(UIDS_TABLE, std::slice::from_ref(&key), &read).await?;
         let Some(id) =
             found.into_iter().flatten().next().and_then(|r| r.value(FAMILY, "id").map(Bytes::copy_from_slice))
         else {
@@ -161,10 +166,14 @@ impl Uids {
     /// # Errors
     /// [`Error::UidsExhausted`] when every id of the width is taken; store errors.
     pub fn id(&self, name: &str) -> Result<Bytes> {
-        if let Some(id) = self.lookup(name)? {
+        drive(self.id_via(&Inline(&*self.store), name))
+    }
+
+    async fn id_via(&self, store: &dyn AsyncStore, name: &str) -> Result<Bytes> {
+        if let Some(id) = self.lookup_via(store, name).await? {
             return Ok(id);
         }
-        let next = self.store.increment(UIDS_TABLE, self.counter_row(), FAMILY, NEXT, 1)?;
+        let next = store.increment(UIDS_TABLE, self.counter_row(), FAMILY, NEXT, 1).await?;
         let next = u64::try_from(next).unwrap_or(u64::MAX);
         if next == 0 || next > self.max_id() {
             return Err(Error::UidsExhausted { kind: self.kind.to_string(), width: self.width });
@@ -172,26 +181,21 @@ impl Uids {
         let id = self.encode(next);
         // The reverse row first: an id a key can hold always has its name.
         let reverse = row(b'i', &self.kind, &id);
-        self.store.mutate_row(
-            UIDS_TABLE,
-            RowMutation {
-                row: reverse.clone(),
-                mutations: vec![CellMutation::put_now(FAMILY, NAME, Bytes::copy_from_slice(name.as_bytes()))],
-            },
-        )?;
+        let name_cell = CellMutation::put_now(FAMILY, NAME, Bytes::copy_from_slice(name.as_bytes()));
+        store.mutate_row(UIDS_TABLE, RowMutation { row: reverse.clone(), mutations: vec![name_cell] }).await?;
         let forward = row(b'n', &self.kind, name.as_bytes());
-        let claimed = self.store.check_and_mutate(
-            UIDS_TABLE,
-            Condition::Absent { family: Bytes::from_static(FAMILY.as_bytes()), qualifier: Bytes::from_static(ID) },
-            RowMutation { row: forward, mutations: vec![CellMutation::put_now(FAMILY, ID, id.clone())] },
-        )?;
+        let unclaimed =
+            Condition::Absent { family: Bytes::from_static(FAMILY.as_bytes()), qualifier: Bytes::from_static(ID) };
+        let claim = RowMutation { row: forward, mutations: vec![CellMutation::put_now(FAMILY, ID, id.clone())] };
+        let claimed = store.check_and_mutate(UIDS_TABLE, unclaimed, claim).await?;
         if claimed {
             self.remember(name, &id);
             return Ok(id);
         }
         // Another writer named it first: its id stands, ours goes unused.
-        self.store.mutate_row(UIDS_TABLE, RowMutation { row: reverse, mutations: vec![CellMutation::DeleteRow] })?;
-        self.lookup(name)?
+        store.mutate_row(UIDS_TABLE, RowMutation { row: reverse, mutations: vec![CellMutation::DeleteRow] }).await?;
+        self.lookup_via(store, name)
+            .await?
             .ok_or_else(|| Error::Store(format!("uid of `{name}` vanished after another writer claimed it")))
     }
 
@@ -200,6 +204,10 @@ impl Uids {
     /// # Errors
     /// [`Error::InvalidArgument`] for an id of another width; store errors.
     pub fn name(&self, id: &[u8]) -> Result<Option<String>> {
+        drive(self.name_via(&Inline(&*self.store), id))
+    }
+
+    async fn name_via(&self, store: &dyn AsyncStore, id: &[u8]) -> Result<Option<String>> {
         if id.len() != usize::from(self.width) {
             return Err(Error::InvalidArgument {
                 arg: "id",
@@ -209,8 +217,8 @@ impl Uids {
         if let Some(name) = self.cache.read().names.get(id) {
             return Ok(Some(name.clone()));
         }
-        let key = row(b'i', &self.kind, id);
-        let found = self.store.read_rows(UIDS_TABLE, std::slice::from_ref(&key), &ReadSpec::default())?;
+        let (key, read) = (row(b'i', &self.kind, id), ReadSpec::default());
+        let found = store.read_rows(UIDS_TABLE, std::slice::from_ref(&key), &read).await?;
         let Some(name) = found.into_iter().flatten().next().and_then(|r| r.value(FAMILY, "name").map(<[u8]>::to_vec))
         else {
             return Ok(None);
@@ -224,5 +232,52 @@ impl Uids {
         let id = Bytes::copy_from_slice(id);
         self.remember(&name, &id);
         Ok(Some(name))
+    }
+}
+
+impl Uids {
+    /// These ids' lookups and assignments as futures (see [`AsyncUids`]).
+    pub fn to_async(&self) -> AsyncUids {
+        AsyncUids { store: AsyncView::new(self.store.clone()), uids: self.clone() }
+    }
+}
+
+/// The ids of one kind of name, looked up and assigned through futures: what [`Uids`] does
+/// (the same code, sharing its cache), for async services. Made with [`Uids::to_async`].
+#[derive(Clone)]
+pub struct AsyncUids {
+    uids: Uids,
+    store: AsyncView,
+}
+
+impl std::fmt::Debug for AsyncUids {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("AsyncUids").field(&self.uids).finish()
+    }
+}
+
+impl AsyncUids {
+    /// As [`Uids::lookup`].
+    ///
+    /// # Errors
+    /// As [`Uids::lookup`].
+    pub async fn lookup(&self, name: &str) -> Result<Option<Bytes>> {
+        self.uids.lookup_via(self.store.get(), name).await
+    }
+
+    /// As [`Uids::id`].
+    ///
+    /// # Errors
+    /// As [`Uids::id`].
+    pub async fn id(&self, name: &str) -> Result<Bytes> {
+        self.uids.id_via(self.store.get(), name).await
+    }
+
+    /// As [`Uids::name`].
+    ///
+    /// # Errors
+    /// As [`Uids::name`].
+    pub async fn name(&self, id: &[u8]) -> Result<Option<String>> {
+        self.uids.name_via(self.store.get(), id).await
     }
 }
