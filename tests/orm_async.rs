@@ -327,10 +327,32 @@ fn drop_at_every_await_point(commits: bool) {
         let context = format!("commits {commits}, dropped at await point {stop}");
         check_index_queries(&people, &context);
         verify_only_leftovers(&people, &context);
-        // Whatever was left, the next writer goes through, and repair leaves nothing.
-        runtime().block_on(indexed_writes(&people_async));
+        let runtime = runtime();
+        // The async verification reports what the synchronous one does.
+        let reports = runtime.block_on(async {
+            let email = people_async.verify_index(Person::BY_EMAIL).run().await.unwrap();
+            let city = people_async.verify_index(Person::BY_CITY_AGE).run().await.unwrap();
+            (email, city)
+        });
+        assert_eq!(reports.0, people.verify_index(Person::BY_EMAIL).run().unwrap(), "{context}");
+        assert_eq!(reports.1, people.verify_index(Person::BY_CITY_AGE).run().unwrap(), "{context}");
+        // Whatever was left, the next writer goes through, and repair (async or not) leaves
+        // nothing.
+        runtime.block_on(indexed_writes(&people_async));
         check_index_queries(&people, &context);
-        repair_indexes(&people);
+        if stop % 2 == 0 {
+            repair_indexes(&people);
+        } else {
+            runtime.block_on(async {
+                for index in [
+                    people_async.verify_index(Person::BY_EMAIL),
+                    people_async.verify_index(Person::BY_CITY_AGE),
+                    people_async.verify_index(Person::BY_TAG),
+                ] {
+                    index.repair().run().await.unwrap();
+                }
+            });
+        }
         assert_indexes_clean(&people, &context);
         if finished {
             points = stop;

@@ -33,7 +33,7 @@ pub(crate) use entry::is_tombstone;
 pub use read::{AsyncIndexQuery, AsyncIndexReader, IndexEntry, IndexQuery, IndexReader};
 pub use status::STATUS_TABLE;
 pub(crate) use status::{drop_status, Statuses};
-pub use verify::{Verify, VerifyReport};
+pub use verify::{AsyncVerify, Verify, VerifyReport};
 pub(crate) use write::{Change, IndexedWrite, Version};
 
 /// One part of an index's value: a stored column, encoded like a row-key part.

@@ -15,9 +15,9 @@ use super::entry::{self, IndexRow, State};
 use super::fence::{self, Fenced};
 use super::{Change, Index, IndexedWrite};
 use crate::entity::Entity;
-use crate::repo::{printable, Repository};
+use crate::repo::{printable, AsyncRepository, Repository};
 use crate::store::drive::drive;
-use crate::store::Inline;
+use crate::store::{AsyncStore, AsyncView, Inline};
 use crate::store::{CellMutation, ReadSpec, Row, RowMutation, ScanSpec};
 use crate::{writer, Error, Result};
 
@@ -123,34 +123,45 @@ impl<E: Entity> Verify<'_, E> {
     /// # Errors
     /// Store errors.
     pub fn run(self) -> Result<VerifyReport> {
+        let store = self.repo.store();
+        drive(self.run_via(&Inline(store)))
+    }
+
+    async fn run_via(self, store: &dyn AsyncStore) -> Result<VerifyReport> {
         let schema = &E::SCHEMA;
         let mut report = VerifyReport { index: schema.indexes[self.position].name, ..VerifyReport::default() };
-        let store = self.repo.store();
         // Pass 1: every data row's entry.
         let mut batch = Vec::new();
-        for row in store.scan(schema.table, &ScanSpec::default())? {
-            let row = row?;
-            if super::is_other_record_type::<E>(&row) || entry::is_tombstone(schema, row.lend()) {
+        let everything = ScanSpec::default();
+        let mut rows = store.scan_cursor(schema.table, &everything).await?;
+        while rows.advance().await? {
+            let Some(row) = rows.row() else { break };
+            if super::is_other_record_type::<E>(&row.to_row()) || entry::is_tombstone(schema, row) {
                 continue;
             }
             report.data_rows += 1;
-            batch.push(row);
+            batch.push(row.to_row());
             if batch.len() == BATCH {
-                self.check_data(std::mem::take(&mut batch), &mut report)?;
+                self.check_data(store, std::mem::take(&mut batch), &mut report).await?;
             }
         }
-        self.check_data(batch, &mut report)?;
+        drop(rows);
+        self.check_data(store, batch, &mut report).await?;
         // Pass 2: every index row.
         let spec = entry::index_range(schema, &schema.indexes[self.position]);
+        let table = super::index_table(schema.table);
         let mut batch = Vec::new();
-        for row in store.scan(&super::index_table(schema.table), &spec)? {
+        let mut rows = store.scan_cursor(&table, &spec).await?;
+        while rows.advance().await? {
+            let Some(row) = rows.row() else { break };
             report.index_rows += 1;
-            batch.push(row?);
+            batch.push(row.to_row());
             if batch.len() == BATCH {
-                self.check_index(std::mem::take(&mut batch), &mut report)?;
+                self.check_index(store, std::mem::take(&mut batch), &mut report).await?;
             }
         }
-        self.check_index(batch, &mut report)?;
+        drop(rows);
+        self.check_index(store, batch, &mut report).await?;
         Ok(report)
     }
 
@@ -162,22 +173,29 @@ impl<E: Entity> Verify<'_, E> {
 
     /// Rebuilds the entry `want` of data row `row` (a `problem`: missing or outdated); counts
     /// it repaired, or unfixed with the reason.
-    fn rebuild(&self, row: &Bytes, want: &entry::Entry, problem: &str, report: &mut VerifyReport) -> Result<()> {
+    async fn rebuild(
+        &self,
+        store: &dyn AsyncStore,
+        row: &Bytes,
+        want: &entry::Entry,
+        problem: &str,
+        report: &mut VerifyReport,
+    ) -> Result<()> {
         if !self.repair {
             return Ok(());
         }
         let write = IndexedWrite {
-            store: &Inline(self.repo.store()),
+            store,
             schema: &E::SCHEMA,
             row: row.clone(),
             change: Change::Rebuild(self.position),
             version: super::Version::Untouched,
         };
-        match drive(write.run()) {
+        match write.run().await {
             Ok(_) => report.repaired += 1,
             Err(Error::UniqueViolation { index, value, .. }) => {
                 // Another entity's entry took the value since this pass read the index.
-                let holder = self.holder_of(want)?;
+                let holder = self.holder_of(store, want).await?;
                 report.unfixed += 1;
                 if report.unfixed_reasons.len() < MAX_EXAMPLES {
                     report.unfixed_reasons.push(format!(
@@ -192,10 +210,9 @@ impl<E: Entity> Verify<'_, E> {
     }
 
     /// Who holds the index row `want` would have taken, and why it stands, for a report.
-    fn holder_of(&self, want: &entry::Entry) -> Result<String> {
-        let store = self.repo.store();
-        let table = super::index_table(E::SCHEMA.table);
-        let rows = store.read_rows(&table, std::slice::from_ref(&want.key), &ReadSpec::default())?;
+    async fn holder_of(&self, store: &dyn AsyncStore, want: &entry::Entry) -> Result<String> {
+        let (table, read) = (super::index_table(E::SCHEMA.table), ReadSpec::default());
+        let rows = store.read_rows(&table, std::slice::from_ref(&want.key), &read).await?;
         let Some(holder) = rows.into_iter().flatten().next().as_ref().and_then(entry::parse_row) else {
             return Ok("taken by a write that has since let it go (repair again)".to_string());
         };
@@ -209,18 +226,19 @@ impl<E: Entity> Verify<'_, E> {
         Ok(format!("held by row {} ({why})", printable(&holder.primary)))
     }
 
-    fn check_data(&self, rows: Vec<Row>, report: &mut VerifyReport) -> Result<()> {
+    async fn check_data(&self, store: &dyn AsyncStore, rows: Vec<Row>, report: &mut VerifyReport) -> Result<()> {
         let schema = &E::SCHEMA;
         let expected: Vec<(Bytes, entry::Entry)> =
             rows.iter().filter_map(|r| Some((r.key.clone(), entry::entry_of_row(schema, r, self.position)?))).collect();
         let keys: Vec<Bytes> = expected.iter().map(|(_, e)| e.key.clone()).collect();
-        let found = self.repo.store().read_rows(&super::index_table(schema.table), &keys, &ReadSpec::default())?;
+        let (table, read) = (super::index_table(schema.table), ReadSpec::default());
+        let found = store.read_rows(&table, &keys, &read).await?;
         for ((row, want), have) in expected.iter().zip(found) {
             match have.as_ref().and_then(entry::parse_row) {
                 None => {
                     report.missing += 1;
                     Self::note(report, format!("missing: entry of row {}", printable(row)));
-                    self.rebuild(row, want, "missing", report)?;
+                    self.rebuild(store, row, want, "missing", report).await?;
                 }
                 Some(have) if have.primary != want.primary => {
                     // A unique value another entity holds in the index.
@@ -240,7 +258,7 @@ impl<E: Entity> Verify<'_, E> {
                 Some(have) if !entry::matches(&have, want) => {
                     report.outdated += 1;
                     Self::note(report, format!("outdated: entry of row {}", printable(row)));
-                    self.rebuild(row, want, "outdated", report)?;
+                    self.rebuild(store, row, want, "outdated", report).await?;
                 }
                 Some(_) => {}
             }
@@ -248,9 +266,8 @@ impl<E: Entity> Verify<'_, E> {
         Ok(())
     }
 
-    fn check_index(&self, rows: Vec<Row>, report: &mut VerifyReport) -> Result<()> {
+    async fn check_index(&self, store: &dyn AsyncStore, rows: Vec<Row>, report: &mut VerifyReport) -> Result<()> {
         let schema = &E::SCHEMA;
-        let store = self.repo.store();
         let parsed: Vec<(Row, Option<IndexRow>)> = rows
             .into_iter()
             .map(|r| {
@@ -259,7 +276,8 @@ impl<E: Entity> Verify<'_, E> {
             })
             .collect();
         let primaries: Vec<Bytes> = parsed.iter().filter_map(|(_, p)| p.as_ref().map(|p| p.primary.clone())).collect();
-        let mut data = store.read_rows(schema.table, &primaries, &schema.read_spec())?.into_iter();
+        let read = schema.read_spec();
+        let mut data = store.read_rows(schema.table, &primaries, &read).await?.into_iter();
         let mut fixes = Vec::new();
         let mut fenced = Vec::new();
         for (raw, parsed) in parsed {
@@ -295,12 +313,43 @@ impl<E: Entity> Verify<'_, E> {
             }
         }
         if self.repair && !fixes.is_empty() {
-            let applied = store.check_and_mutate_many(&super::index_table(schema.table), fixes)?;
+            let applied = store.check_and_mutate_many(&super::index_table(schema.table), fixes).await?;
             report.repaired += applied.iter().filter(|&&a| a).count() as u64;
         }
         if self.repair {
-            report.repaired += drive(fence::settle(&Inline(store), schema, fenced))? as u64;
+            report.repaired += fence::settle(store, schema, fenced).await? as u64;
         }
         Ok(())
+    }
+}
+
+/// A verification (and optional repair) of one index through futures; from
+/// [`AsyncRepository::verify_index`]. Runs what [`Verify`] runs.
+pub struct AsyncVerify<'a, E> {
+    verify: Verify<'a, E>,
+    store: &'a AsyncView,
+}
+
+impl<E: Entity> AsyncRepository<E> {
+    /// As [`Repository::verify_index`].
+    pub fn verify_index<V>(&self, index: Index<E, V>) -> AsyncVerify<'_, E> {
+        let (repo, store) = self.parts();
+        AsyncVerify { verify: repo.verify_index(index), store }
+    }
+}
+
+impl<E: Entity> AsyncVerify<'_, E> {
+    /// As [`Verify::repair`].
+    pub fn repair(mut self) -> Self {
+        self.verify = self.verify.repair();
+        self
+    }
+
+    /// As [`Verify::run`].
+    ///
+    /// # Errors
+    /// Store errors.
+    pub async fn run(self) -> Result<VerifyReport> {
+        self.verify.run_via(self.store.get()).await
     }
 }
