@@ -289,6 +289,15 @@ impl std::ops::AddAssign for Volume {
 }
 
 impl Counters {
+    /// Counts a scan cursor's move that returned `moved`, now on `row`: a row lent adds to
+    /// `pending`; the end of the scan (or a failure) adds what is pending to the counters.
+    pub(super) fn moved(&self, moved: &Result<bool>, row: Option<LentRow<'_>>, pending: &mut Volume) {
+        match (moved, row) {
+            (Ok(true), Some(row)) => *pending += Volume::read(row),
+            _ => self.read(std::mem::take(pending)),
+        }
+    }
+
     pub(super) fn read(&self, v: Volume) {
         add(&self.rows_read, v.rows);
         add(&self.cells_read, v.cells);
@@ -396,10 +405,7 @@ struct MeteredCursor<'a> {
 impl RowCursor for MeteredCursor<'_> {
     fn advance(&mut self) -> Result<bool> {
         let moved = self.rows.advance();
-        match (&moved, self.rows.row()) {
-            (Ok(true), Some(row)) => self.pending += Volume::read(row),
-            _ => self.counters.read(std::mem::take(&mut self.pending)),
-        }
+        self.counters.moved(&moved, self.rows.row(), &mut self.pending);
         moved
     }
 

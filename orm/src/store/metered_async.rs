@@ -35,10 +35,7 @@ impl AsyncRowCursor for MeteredCursor<'_> {
     fn advance(&mut self) -> Call<'_, Result<bool>> {
         Call::later(async move {
             let moved = self.rows.advance().await;
-            match (&moved, self.rows.row()) {
-                (Ok(true), Some(row)) => self.pending += Volume::read(row),
-                _ => self.counters.read(std::mem::take(&mut self.pending)),
-            }
+            self.counters.moved(&moved, self.rows.row(), &mut self.pending);
             moved
         })
     }
