@@ -390,3 +390,23 @@ fn futures_are_send_and_static_where_a_service_needs_them() {
     fn owned<T: 'static>(_: T) {}
     owned(stream);
 }
+
+on_every_backend! {
+fn async_calls_cost_what_synchronous_ones_do(db: Db) {
+    let people = db.repo::<Person>().unwrap();
+    let people_async = people.to_async();
+    let rt = runtime();
+    let everyone: Vec<Person> = (0..30).map(|i| person(i, i as u8, i as u8, 30, None)).collect();
+    people.put_many(&everyone[..15]).unwrap();
+    let ((), sync_put) = db.measure(|| people.put_many(&everyone[15..20]).unwrap());
+    let ((), async_put) = db.measure(|| rt.block_on(people_async.put_many(&everyone[20..25])).unwrap());
+    assert_eq!(async_put, sync_put, "put_many of five");
+    let (a, sync_get) = db.measure(|| people.get_many([1, 2, 40]).unwrap());
+    let (b, async_get) = db.measure(|| rt.block_on(people_async.get_many([1, 2, 40])).unwrap());
+    assert_eq!((a, sync_get), (b, async_get), "get_many");
+    let (a, sync_scan) = db.measure(|| people.scan().page(10).unwrap().items);
+    let (b, async_scan) = db.measure(|| rt.block_on(people_async.scan().page(10)).unwrap().items);
+    assert_eq!((a, sync_scan), (b, async_scan), "a page of ten");
+    assert_eq!(async_scan.scans, 1);
+}
+}

@@ -335,6 +335,10 @@ impl Counters {
 pub struct Metered {
     pub(super) inner: Arc<dyn Store>,
     pub(super) counters: Counters,
+    /// The metered store for asynchronous callers when it has no `AsyncStore` of its own:
+    /// its calls on the blocking pool, counted here as they come back (a scan's rows as the
+    /// caller takes them, not as the pool reads ahead).
+    pub(super) offload: super::Offload,
 }
 
 impl fmt::Debug for Metered {
@@ -346,7 +350,7 @@ impl fmt::Debug for Metered {
 impl Metered {
     /// Counts the calls made to `inner`, starting from zero.
     pub fn new(inner: Arc<dyn Store>) -> Self {
-        Metered { inner, counters: Counters::default() }
+        Metered { offload: super::Offload::new(inner.clone()), inner, counters: Counters::default() }
     }
 
     /// The store being metered; calls made directly to it are not counted.
@@ -539,10 +543,10 @@ impl Store for Metered {
         self.inner.guarantees()
     }
 
-    /// Itself, counting as it does for synchronous calls, when the store it meters has its
-    /// own [`AsyncStore`].
+    /// Itself, counting as it does for synchronous calls: over the metered store's own
+    /// `AsyncStore`, or its calls on the blocking pool.
     fn as_async(&self) -> Option<&dyn super::AsyncStore> {
-        self.inner.as_async().map(|_| self as &dyn super::AsyncStore)
+        Some(self)
     }
 
     fn mutate_group(&self, table: &str, checks: Vec<RowCheck>, rows: Vec<RowMutation>) -> Result<bool> {

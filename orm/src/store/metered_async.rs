@@ -1,5 +1,6 @@
-//! [`Metered`] as an [`AsyncStore`], for a metered store that has its own (Bigtable): every
-//! call counted by the rules on [`Costs`](super::Costs), exactly as the synchronous calls are.
+//! [`Metered`] as an [`AsyncStore`]: every call counted by the rules on
+//! [`Costs`](super::Costs), exactly as the synchronous calls are, over the metered store's own
+//! `AsyncStore` (Bigtable) or its calls on the blocking pool.
 
 use bytes::Bytes;
 
@@ -12,10 +13,9 @@ use super::{
 use crate::{Error, Result};
 
 impl Metered {
-    /// The metered store's own [`AsyncStore`]. [`Store::as_async`](super::Store::as_async)
-    /// hands out this `Metered` as an `AsyncStore` only when there is one.
+    /// The metered store as asynchronous calls reach it.
     fn nonblocking(&self) -> Result<&dyn AsyncStore> {
-        self.inner.as_async().ok_or_else(|| Error::Store("the metered store has no asynchronous interface".into()))
+        Ok(self.inner.as_async().unwrap_or(&self.offload))
     }
 }
 

@@ -30,7 +30,7 @@ pub(crate) use metered::ByteSize;
 pub use metered::{Costs, Metered, TIMESTAMP_BYTES};
 pub(crate) use nonblocking::AsyncView;
 pub use nonblocking::{AsDyn, AsyncCursorBox, AsyncRowCursor, AsyncStore, BuildCommit, Inline, Visit};
-pub use offload::{Offload, POOL_THREADS, SCAN_CHUNK};
+pub use offload::{Offload, FIRST_CHUNK, POOL_THREADS, SCAN_CHUNK};
 
 use crate::Result;
 

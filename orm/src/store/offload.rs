@@ -14,8 +14,8 @@
 //! before they settle what a writer left, so a late write of a writer taken for gone cannot
 //! apply over them. Dropping never blocks the dropping thread.
 //!
-//! Scans hold no thread between rows: the cursor reads [`SCAN_CHUNK`] rows per call and starts
-//! the next call after the last row it got. Each row is read atomically, as always; rows of
+//! Scans hold no thread between rows: the cursor reads a chunk of rows per call (growing from
+//! [`FIRST_CHUNK`] to [`SCAN_CHUNK`]) and starts the next call after the last row it got. Each row is read atomically, as always; rows of
 //! different chunks may come from different points in time, as on Bigtable and HBase, where a
 //! scan is consistent per row only.
 
@@ -39,8 +39,13 @@ use crate::{Error, Result};
 /// engine's synchronous calls, few enough that an async service stays a handful of threads.
 pub const POOL_THREADS: usize = 8;
 
-/// Rows one scan call reads.
+/// Rows one scan call reads at most. A scan's first call reads [`FIRST_CHUNK`], and each
+/// next one twice as many as the last, up to this: a caller that wants a few rows of a long
+/// range (a page) gets them without a long read ahead, and a long scan costs few calls.
 pub const SCAN_CHUNK: usize = 256;
+
+/// Rows a scan's first call reads.
+pub const FIRST_CHUNK: usize = 16;
 
 /// A synchronous store whose calls run on Cellar's blocking pool (see the module's
 /// documentation). Cheap to clone.
@@ -251,6 +256,7 @@ impl AsyncStore for Offload {
             rows: VecDeque::new(),
             current: None,
             done: false,
+            chunk: FIRST_CHUNK,
         };
         Call::ready(Ok(Box::new(cursor)))
     }
@@ -357,7 +363,7 @@ impl AsyncStore for Offload {
     }
 }
 
-/// A scan through the pool, [`SCAN_CHUNK`] rows per call (see the module's documentation).
+/// A scan through the pool, a chunk of rows per call (see the module's documentation).
 struct ChunkedCursor {
     offload: Offload,
     table: String,
@@ -369,12 +375,15 @@ struct ChunkedCursor {
     current: Option<Row>,
     /// The range is read to its end.
     done: bool,
+    /// Rows the next call reads (see [`SCAN_CHUNK`]).
+    chunk: usize,
 }
 
 impl ChunkedCursor {
     /// Reads the next chunk and narrows the range to what lies past it.
     async fn fetch(&mut self) -> Result<()> {
-        let want = self.left.map_or(SCAN_CHUNK, |n| n.min(SCAN_CHUNK));
+        let want = self.left.map_or(self.chunk, |n| n.min(self.chunk));
+        self.chunk = (self.chunk * 2).min(SCAN_CHUNK);
         let chunk = ScanSpec { limit: Some(want), ..self.scan.clone() };
         let table = self.table.clone();
         let rows = self
