@@ -103,9 +103,12 @@ pub(super) fn repeatable(entry: &pb::mutate_rows_request::Entry) -> bool {
         .any(|m| matches!(&m.mutation, Some(Mutation::SetCell(c)) if c.timestamp_micros == SERVER_TIME))
 }
 
-/// Bounds on the bulk writes of one store in flight at once, shared by all its callers, as
+/// Bounds on the writes of one store in flight at once, shared by all its callers, as
 /// Google's bulk writers bound theirs: a caller writing more waits for earlier calls to end
-/// instead of queueing unbounded requests in memory.
+/// instead of queueing unbounded requests in memory. The call bound is for bulk calls (more
+/// than one row): a write of one row (an entity put, an index or intent step) is bounded by
+/// bytes only, so that thousands of callers each writing a row are not queued behind a few
+/// calls — their number is already bounded by the callers.
 #[derive(Debug)]
 pub(super) struct FlowControl {
     calls: Arc<tokio::sync::Semaphore>,
@@ -113,12 +116,12 @@ pub(super) struct FlowControl {
     max_bytes: usize,
 }
 
-/// MutateRows calls of one store in flight at once, and their bytes.
+/// Bulk MutateRows calls of one store in flight at once, and the bytes of all its writes.
 pub(super) const CALLS_IN_FLIGHT: usize = 8;
 pub(super) const BYTES_IN_FLIGHT: usize = 32 << 20;
 
 /// A call's place in the flow control: in flight while it lives.
-pub(super) type Admission = (tokio::sync::OwnedSemaphorePermit, tokio::sync::OwnedSemaphorePermit);
+pub(super) type Admission = (Option<tokio::sync::OwnedSemaphorePermit>, tokio::sync::OwnedSemaphorePermit);
 
 impl FlowControl {
     pub(super) fn new(calls: usize, bytes: usize) -> FlowControl {
@@ -129,11 +132,11 @@ impl FlowControl {
         }
     }
 
-    /// Waits until a call of `size` bytes may start. A call larger than the whole byte budget
-    /// waits for every other to end.
-    pub(super) async fn admit(&self, size: usize) -> Result<Admission> {
+    /// Waits until a call of `size` bytes, writing `rows` rows, may start. A call larger than
+    /// the whole byte budget waits for every other to end.
+    pub(super) async fn admit(&self, size: usize, rows: usize) -> Result<Admission> {
         let closed = |_| Error::Store("the Bigtable client is closed".into());
-        let call = self.calls.clone().acquire_owned().await.map_err(closed)?;
+        let call = if rows > 1 { Some(self.calls.clone().acquire_owned().await.map_err(closed)?) } else { None };
         let n = u32::try_from(size.clamp(1, self.max_bytes)).unwrap_or(u32::MAX);
         let bytes = self.bytes.clone().acquire_many_owned(n).await.map_err(closed)?;
         Ok((call, bytes))
@@ -161,7 +164,7 @@ pub(super) async fn mutate_all(
     let calls = calls(entries);
     if in_order || calls.len() == 1 {
         for call in calls {
-            let _admission = flow.admit(call.iter().map(entry_size).sum()).await?;
+            let _admission = flow.admit(call.iter().map(entry_size).sum(), call.len()).await?;
             mutate_rows(ctx.clone(), table.clone(), call).await?;
         }
         return Ok(());
@@ -174,7 +177,7 @@ pub(super) async fn mutate_all(
     let mut first_error = None;
     for call in calls {
         // Admitted before it is spawned: a caller with many calls waits here, not as tasks.
-        let admission = match flow.admit(call.iter().map(entry_size).sum()).await {
+        let admission = match flow.admit(call.iter().map(entry_size).sum(), call.len()).await {
             Ok(admission) => admission,
             Err(e) => {
                 first_error = Some(e);
@@ -315,19 +318,27 @@ mod tests {
         let runtime = tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap();
         runtime.block_on(async {
             let flow = FlowControl::new(2, 1000);
-            let a = flow.admit(600).await.unwrap();
+            let a = flow.admit(600, 10).await.unwrap();
             assert_eq!(flow.available(), (1, 400));
             // Over the byte budget left: waits.
-            let blocked = tokio::time::timeout(Duration::from_millis(20), flow.admit(500)).await;
+            let blocked = tokio::time::timeout(Duration::from_millis(20), flow.admit(500, 10)).await;
             assert!(blocked.is_err(), "admitted past the byte budget");
-            let b = flow.admit(400).await.unwrap();
-            // Over the call budget: waits, whatever its size.
-            assert!(tokio::time::timeout(Duration::from_millis(20), flow.admit(1)).await.is_err());
+            let b = flow.admit(300, 10).await.unwrap();
+            // Over the call budget: a bulk call waits, whatever its size; a one-row write does
+            // not, within the bytes.
+            assert!(tokio::time::timeout(Duration::from_millis(20), flow.admit(1, 2)).await.is_err());
+            let single = flow.admit(100, 1).await.unwrap();
+            assert_eq!(flow.available(), (0, 0));
+            assert!(
+                tokio::time::timeout(Duration::from_millis(20), flow.admit(1, 1)).await.is_err(),
+                "bytes bound one-row writes"
+            );
+            drop(single);
             drop(a);
             // Larger than the whole budget: admitted alone, once the rest ended.
-            assert!(tokio::time::timeout(Duration::from_millis(20), flow.admit(5000)).await.is_err());
+            assert!(tokio::time::timeout(Duration::from_millis(20), flow.admit(5000, 10)).await.is_err());
             drop(b);
-            let huge = flow.admit(5000).await.unwrap();
+            let huge = flow.admit(5000, 10).await.unwrap();
             assert_eq!(flow.available(), (1, 0));
             drop(huge);
             assert_eq!(flow.available(), (2, 1000));
