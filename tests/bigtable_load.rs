@@ -50,19 +50,25 @@ struct Phase<T> {
     answers: Vec<T>,
     /// The most calls started and not yet answered at once.
     peak_in_flight: usize,
-    /// The process's threads when that peak was reached.
-    threads_at_peak: usize,
-    /// The most threads seen at any point of the phase.
+    /// The process's threads when the calls in flight first reached each of [`MARKS`].
+    at_marks: Vec<(usize, usize)>,
+    /// The most threads seen at any point of the phase (sampled every millisecond).
     max_threads: usize,
     took: Duration,
 }
 
-/// Calls started (polled once, and waiting) and not yet answered, and the process's threads
-/// at their peak.
+/// Calls in flight at which the process's threads are read: nine in ten of them, and all.
+/// A call or two may answer before the last has started, so the first is the one a phase is
+/// sure to reach.
+const MARKS: [usize; 2] = [CALLERS as usize * 9 / 10, CALLERS as usize];
+
+/// Calls started (polled once, and waiting) and not yet answered.
 #[derive(Default)]
 struct InFlight {
     now: AtomicUsize,
-    peak: Mutex<(usize, usize)>,
+    peak: AtomicUsize,
+    /// `(calls in flight, threads)` at each of [`MARKS`] reached.
+    at_marks: Mutex<Vec<(usize, usize)>>,
 }
 
 impl InFlight {
@@ -76,11 +82,11 @@ impl InFlight {
             if polled.is_pending() && !started {
                 started = true;
                 let now = self.now.fetch_add(1, Ordering::SeqCst) + 1;
-                let mut peak = self.peak.lock().unwrap();
-                // The threads are read once: when every call is in flight.
-                if now > peak.0 {
-                    *peak = (now, if now == CALLERS as usize { threads() } else { peak.1 });
+                // A mark is reached once: the count passes it going up at most once per call.
+                if MARKS.contains(&now) && self.peak.load(Ordering::SeqCst) < now {
+                    self.at_marks.lock().unwrap().push((now, threads()));
                 }
+                self.peak.fetch_max(now, Ordering::SeqCst);
             }
             polled
         })
@@ -127,23 +133,40 @@ where
         }
         answers
     });
-    let (peak_in_flight, threads_at_peak) = *in_flight.peak.lock().unwrap();
-    Phase { answers, peak_in_flight, threads_at_peak, max_threads, took: started.elapsed() }
+    let at_marks = std::mem::take(&mut *in_flight.at_marks.lock().unwrap());
+    Phase {
+        answers,
+        peak_in_flight: in_flight.peak.load(Ordering::SeqCst),
+        at_marks,
+        max_threads,
+        took: started.elapsed(),
+    }
 }
 
-/// Prints what a phase saw and checks its threads.
+/// Prints what a phase saw and checks that its calls were in flight together, on at most
+/// [`MAX_THREADS`] threads.
 fn check_threads<T>(name: &str, phase: &Phase<T>) {
+    let marks: Vec<String> = phase.at_marks.iter().map(|(n, t)| format!("{t} threads with {n} in flight")).collect();
     println!(
-        "{name}: {CALLERS} calls in {:?}; at most {} in flight at once, with {} threads then; at most {} threads \
-         during the phase",
-        phase.took, phase.peak_in_flight, phase.threads_at_peak, phase.max_threads
+        "{name}: {CALLERS} calls in {:.2?}, at most {} in flight at once; {}; at most {} threads during the phase",
+        phase.took,
+        phase.peak_in_flight,
+        marks.join(", "),
+        phase.max_threads
     );
+    assert!(
+        phase.peak_in_flight >= MARKS[0],
+        "{name}: only {} of {CALLERS} calls were in flight at once",
+        phase.peak_in_flight
+    );
+    for &(n, t) in &phase.at_marks {
+        assert!(t <= MAX_THREADS, "{name}: {t} threads with {n} calls in flight (at most {MAX_THREADS})");
+    }
     assert!(
         phase.max_threads <= MAX_THREADS,
         "{name}: {} threads for {CALLERS} calls (at most {MAX_THREADS})",
         phase.max_threads
     );
-    assert!(phase.threads_at_peak <= MAX_THREADS, "{name}: {} threads at the peak", phase.threads_at_peak);
 }
 
 #[test]

@@ -470,17 +470,32 @@ impl<E: Entity> Repository<E> {
     /// # Errors
     /// [`Error::Decode`] for a stored row that is not a valid `E`; store errors.
     pub fn get(&self, key: impl Into<E::Key>) -> Result<Option<E>> {
-        drive(self.get_via(&self.inline(), key.into()))
+        // The read and its decoding as `get_via`, called on the spot: the hottest call of the
+        // synchronous API pays for no state machine. The write-back is the shared protocol.
+        let Some(key) = self.read_key(&key.into())? else { return Ok(None) };
+        let rows = key.into_candidates();
+        let mut found = None;
+        let spec = E::SCHEMA.read_spec();
+        self.store.read_rows_with(self.table(), &rows, &spec, &mut |i, row| self.decode_first(&mut found, i, row))?;
+        let Some((entity, stale)) = self.found(&rows, found)? else { return Ok(None) };
+        if let Some((row, stale)) = stale {
+            drive(self.write_back_blobs(&self.inline(), row, &entity, stale))?;
+        }
+        Ok(Some(entity))
     }
 
-    pub(crate) async fn get_via<S: AsyncStore + ?Sized>(&self, store: &S, key: E::Key) -> Result<Option<E>> {
+    pub(crate) async fn get_via(&self, store: &dyn AsyncStore, key: E::Key) -> Result<Option<E>> {
         let Some(key) = self.read_key(&key)? else { return Ok(None) };
         // Under a random salt, one candidate row per bucket.
         let rows = key.into_candidates();
         let mut found = None;
         let spec = E::SCHEMA.read_spec();
         store.read_rows_with(self.table(), &rows, &spec, &mut |i, row| self.decode_first(&mut found, i, row)).await?;
-        self.finish_read(store, &rows, found).await
+        let Some((entity, stale)) = self.found(&rows, found)? else { return Ok(None) };
+        if let Some((row, stale)) = stale {
+            Box::pin(self.write_back_blobs(store, row, &entity, stale)).await?;
+        }
+        Ok(Some(entity))
     }
 
     /// Decodes `row`, the `i`-th row read, into `slot` unless an earlier row of the entity
@@ -492,21 +507,18 @@ impl<E: Entity> Repository<E> {
         }
     }
 
-    /// The entity an entity read found in `rows` (or why it does not decode), once its stale
-    /// blob columns are written back as [`Repository::with_write_back`] asks.
-    async fn finish_read<S: AsyncStore + ?Sized>(
+    /// The entity an entity read found in `rows` (or why it does not decode), and the row
+    /// and stale blob columns to write back as [`Repository::with_write_back`] asks, if any.
+    #[allow(clippy::type_complexity)]
+    fn found<'r>(
         &self,
-        store: &S,
-        rows: &[Bytes],
+        rows: &'r [Bytes],
         found: Option<Result<Decoded<E>>>,
-    ) -> Result<Option<E>> {
+    ) -> Result<Option<(E, Option<(&'r Bytes, Vec<StaleBlob>)>)>> {
         let Some(found) = found else { return Ok(None) };
         let (i, entity, stale) = found?;
         let row = rows.get(i).ok_or_else(|| Error::Store(format!("the store lent row {i} of {}", rows.len())))?;
-        if !stale.is_empty() {
-            Box::pin(self.write_back_blobs(store.as_dyn(), row, &entity, stale)).await?;
-        }
-        Ok(Some(entity))
+        Ok(Some((entity, (!stale.is_empty()).then_some((row, stale)))))
     }
 
     /// Makes [`Repository::get`] and [`Repository::get_many`] rewrite `#[cellar(blob)]`
@@ -570,40 +582,77 @@ impl<E: Entity> Repository<E> {
     /// # Errors
     /// As [`Repository::get`].
     pub fn get_many<K: Into<E::Key>>(&self, keys: impl IntoIterator<Item = K>) -> Result<Vec<Option<E>>> {
-        let keys: Vec<E::Key> = keys.into_iter().map(Into::into).collect();
-        drive(self.get_many_via(&self.inline(), keys))
+        // As `get`: the read on the spot, the write-back the shared protocol.
+        let (flat, owners) = self.candidates_of(keys)?;
+        let mut found = Self::slots(&owners);
+        let spec = E::SCHEMA.read_spec();
+        self.store
+            .read_rows_with(self.table(), &flat, &spec, &mut |i, row| self.decode_owned(&owners, &mut found, i, row))?;
+        let mut entities = Vec::with_capacity(found.len());
+        for f in found {
+            let entity = match self.found(&flat, f)? {
+                Some((entity, Some((row, stale)))) => {
+                    drive(self.write_back_blobs(&self.inline(), row, &entity, stale))?;
+                    Some(entity)
+                }
+                found => found.map(|(entity, _)| entity),
+            };
+            entities.push(entity);
+        }
+        Ok(entities)
     }
 
-    pub(crate) async fn get_many_via<S: AsyncStore + ?Sized>(
-        &self,
-        store: &S,
-        keys: Vec<E::Key>,
-    ) -> Result<Vec<Option<E>>> {
-        // Every key's candidate rows, in one list, and the key each belongs to; a key whose
-        // name stored as a uid has no uid yet has none.
-        let mut owners = Vec::new();
-        let mut flat: Vec<Bytes> = Vec::new();
-        let mut entities = 0;
-        for key in keys {
-            let candidates = self.read_key(&key)?.map(RowKey::into_candidates).unwrap_or_default();
-            owners.extend(std::iter::repeat_n(entities, candidates.len()));
-            flat.extend(candidates);
-            entities += 1;
-        }
-        // Per entity, its first row found, decoded.
-        let mut found: Vec<Option<Result<Decoded<E>>>> = std::iter::repeat_with(|| None).take(entities).collect();
+    pub(crate) async fn get_many_via(&self, store: &dyn AsyncStore, keys: Vec<E::Key>) -> Result<Vec<Option<E>>> {
+        let (flat, owners) = self.candidates_of(keys)?;
+        let mut found = Self::slots(&owners);
         let spec = E::SCHEMA.read_spec();
-        let mut visit = |i: usize, row: Option<LentRow<'_>>| {
-            if let Some(slot) = owners.get(i).and_then(|&e| found.get_mut(e)) {
-                self.decode_first(slot, i, row);
-            }
-        };
+        let mut visit = |i: usize, row: Option<LentRow<'_>>| self.decode_owned(&owners, &mut found, i, row);
         store.read_rows_with(self.table(), &flat, &spec, &mut visit).await?;
         let mut entities = Vec::with_capacity(found.len());
         for f in found {
-            entities.push(self.finish_read(store, &flat, f).await?);
+            let entity = match self.found(&flat, f)? {
+                Some((entity, Some((row, stale)))) => {
+                    Box::pin(self.write_back_blobs(store, row, &entity, stale)).await?;
+                    Some(entity)
+                }
+                found => found.map(|(entity, _)| entity),
+            };
+            entities.push(entity);
         }
         Ok(entities)
+    }
+
+    /// Every key's candidate rows, in one list, and the key each belongs to (by position; one
+    /// past the last key's position is the number of keys). A key whose name stored as a uid
+    /// has no uid yet has none.
+    fn candidates_of<K: Into<E::Key>>(&self, keys: impl IntoIterator<Item = K>) -> Result<(Vec<Bytes>, Owners)> {
+        let mut owners = Owners { of: Vec::new(), keys: 0 };
+        let mut flat: Vec<Bytes> = Vec::new();
+        for key in keys {
+            let candidates = self.read_key(&key.into())?.map(RowKey::into_candidates).unwrap_or_default();
+            owners.of.extend(std::iter::repeat_n(owners.keys, candidates.len()));
+            flat.extend(candidates);
+            owners.keys += 1;
+        }
+        Ok((flat, owners))
+    }
+
+    /// Per key, the slot of its first row found, decoded.
+    fn slots(owners: &Owners) -> Vec<Option<Result<Decoded<E>>>> {
+        std::iter::repeat_with(|| None).take(owners.keys).collect()
+    }
+
+    /// Decodes `row`, the `i`-th row read, into the slot of the key it belongs to.
+    fn decode_owned(
+        &self,
+        owners: &Owners,
+        found: &mut [Option<Result<Decoded<E>>>],
+        i: usize,
+        row: Option<LentRow<'_>>,
+    ) {
+        if let Some(slot) = owners.of.get(i).and_then(|&e| found.get_mut(e)) {
+            self.decode_first(slot, i, row);
+        }
     }
 
     /// True if an entity with this key is stored.
@@ -730,6 +779,14 @@ impl<E: Entity> Repository<E> {
 
 pub(crate) fn decode_error(table: &'static str, row: &[u8], e: FieldError) -> Error {
     Error::Decode { table, row: printable(row), column: e.column, reason: e.reason }
+}
+
+/// Which key of a `get_many` each row read belongs to.
+struct Owners {
+    /// Per row read, its key's position.
+    of: Vec<usize>,
+    /// How many keys.
+    keys: usize,
 }
 
 /// Attempts of a put before it gives up on a version other writers keep moving.
