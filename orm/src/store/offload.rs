@@ -15,9 +15,9 @@
 //! apply over them. Dropping never blocks the dropping thread.
 //!
 //! Scans hold no thread between rows: the cursor reads a chunk of rows per call (growing from
-//! [`FIRST_CHUNK`] to [`SCAN_CHUNK`]) and starts the next call after the last row it got. Each row is read atomically, as always; rows of
-//! different chunks may come from different points in time, as on Bigtable and HBase, where a
-//! scan is consistent per row only.
+//! [`FIRST_CHUNK`] to [`SCAN_CHUNK`]) and starts the next call after the last row it got. Each
+//! row is read atomically, as always; rows of different chunks may come from different points
+//! in time, as on Bigtable and HBase, where a scan is consistent per row only.
 
 use std::collections::VecDeque;
 use std::panic::{catch_unwind, AssertUnwindSafe};
