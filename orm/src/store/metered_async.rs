@@ -10,18 +10,13 @@ use super::{
     Call, Commit, Condition, FamilyAlteration, FamilyChange, Guarantees, LentRow, Metered, ReadSpec, Row, RowCheck,
     RowMutation, ScanSpec, TableSpec,
 };
-use crate::{Error, Result};
+use crate::Result;
 
 impl Metered {
     /// The metered store as asynchronous calls reach it.
-    fn nonblocking(&self) -> Result<&dyn AsyncStore> {
-        Ok(self.inner.as_async().unwrap_or(&self.offload))
+    fn nonblocking(&self) -> &dyn AsyncStore {
+        self.inner.as_async().unwrap_or(&self.offload)
     }
-}
-
-/// A failed call before it reached the store.
-fn failed<'a, T: Send + 'a>(e: Error) -> Call<'a, Result<T>> {
-    Call::ready(Err(e))
 }
 
 /// A scan's lent rows, counted as the synchronous cursor counts them.
@@ -54,10 +49,7 @@ impl Drop for MeteredCursor<'_> {
 impl AsyncStore for Metered {
     fn ensure_table<'a>(&'a self, spec: &'a TableSpec) -> Call<'a, Result<()>> {
         add(&self.counters.admin, 1);
-        match self.nonblocking() {
-            Ok(store) => store.ensure_table(spec),
-            Err(e) => failed(e),
-        }
+        self.nonblocking().ensure_table(spec)
     }
 
     fn alter_families<'a>(
@@ -66,17 +58,14 @@ impl AsyncStore for Metered {
         changes: &'a [FamilyChange],
     ) -> Call<'a, Result<Vec<FamilyAlteration>>> {
         add(&self.counters.admin, 1);
-        match self.nonblocking() {
-            Ok(store) => store.alter_families(table, changes),
-            Err(e) => failed(e),
-        }
+        self.nonblocking().alter_families(table, changes)
     }
 
     fn mutate<'a>(&'a self, table: &'a str, rows: Vec<RowMutation>) -> Call<'a, Result<()>> {
         add(&self.counters.mutates, 1);
         let volume = Volume::sum(&rows);
         Call::later(async move {
-            self.nonblocking()?.mutate(table, rows).await?;
+            self.nonblocking().mutate(table, rows).await?;
             self.counters.written(volume);
             Ok(())
         })
@@ -86,7 +75,7 @@ impl AsyncStore for Metered {
         add(&self.counters.mutates, 1);
         let volume = Volume::written(&row);
         Call::later(async move {
-            self.nonblocking()?.mutate_row(table, row).await?;
+            self.nonblocking().mutate_row(table, row).await?;
             self.counters.written(volume);
             Ok(())
         })
@@ -100,7 +89,7 @@ impl AsyncStore for Metered {
     ) -> Call<'a, Result<Vec<Option<Row>>>> {
         add(&self.counters.gets, 1);
         Call::later(async move {
-            let found = self.nonblocking()?.read_rows(table, rows, read).await?;
+            let found = self.nonblocking().read_rows(table, rows, read).await?;
             let mut volume = Volume::default();
             for row in found.iter().flatten() {
                 volume += Volume::read(row.lend());
@@ -126,7 +115,7 @@ impl AsyncStore for Metered {
                 }
                 visit(i, found);
             };
-            let read = self.nonblocking()?.read_rows_with(table, rows, read, &mut counted).await;
+            let read = self.nonblocking().read_rows_with(table, rows, read, &mut counted).await;
             // Rows lent before a failure were read all the same.
             self.counters.read(volume);
             read
@@ -136,7 +125,7 @@ impl AsyncStore for Metered {
     fn scan_cursor<'a>(&'a self, table: &'a str, scan: &'a ScanSpec) -> Call<'a, Result<AsyncCursorBox<'a>>> {
         add(&self.counters.scans, 1);
         Call::later(async move {
-            let rows = self.nonblocking()?.scan_cursor(table, scan).await?;
+            let rows = self.nonblocking().scan_cursor(table, scan).await?;
             Ok(Box::new(MeteredCursor { rows, counters: &self.counters, pending: Volume::default() })
                 as AsyncCursorBox<'a>)
         })
@@ -151,7 +140,7 @@ impl AsyncStore for Metered {
         add(&self.counters.check_and_mutates, 1);
         let volume = Volume::written(&mutation);
         Call::later(async move {
-            let applied = self.nonblocking()?.check_and_mutate(table, condition, mutation).await?;
+            let applied = self.nonblocking().check_and_mutate(table, condition, mutation).await?;
             if applied {
                 self.counters.written(volume);
             }
@@ -167,7 +156,7 @@ impl AsyncStore for Metered {
         add(&self.counters.check_and_mutates, 1);
         let volumes: Vec<Volume> = entries.iter().map(|(_, m)| Volume::written(m)).collect();
         Call::later(async move {
-            let applied = self.nonblocking()?.check_and_mutate_many(table, entries).await?;
+            let applied = self.nonblocking().check_and_mutate_many(table, entries).await?;
             for (volume, _) in volumes.into_iter().zip(&applied).filter(|(_, &a)| a) {
                 self.counters.written(volume);
             }
@@ -177,18 +166,12 @@ impl AsyncStore for Metered {
 
     fn describe<'a>(&'a self, table: &'a str) -> Call<'a, Result<Option<TableSpec>>> {
         add(&self.counters.admin, 1);
-        match self.nonblocking() {
-            Ok(store) => store.describe(table),
-            Err(e) => failed(e),
-        }
+        self.nonblocking().describe(table)
     }
 
     fn split_keys<'a>(&'a self, table: &'a str) -> Call<'a, Result<Option<Vec<Bytes>>>> {
         add(&self.counters.admin, 1);
-        match self.nonblocking() {
-            Ok(store) => store.split_keys(table),
-            Err(e) => failed(e),
-        }
+        self.nonblocking().split_keys(table)
     }
 
     fn increment<'a>(
@@ -202,7 +185,7 @@ impl AsyncStore for Metered {
         add(&self.counters.increments, 1);
         let volume = Volume::counter(&row, family, qualifier);
         Call::later(async move {
-            let value = self.nonblocking()?.increment(table, row, family, qualifier, delta).await?;
+            let value = self.nonblocking().increment(table, row, family, qualifier, delta).await?;
             self.counters.read(volume);
             self.counters.written(volume);
             Ok(value)
@@ -222,7 +205,7 @@ impl AsyncStore for Metered {
         add(&self.counters.group_mutates, 1);
         let volume = Volume::sum(&rows);
         Call::later(async move {
-            let applied = self.nonblocking()?.mutate_group(table, checks, rows).await?;
+            let applied = self.nonblocking().mutate_group(table, checks, rows).await?;
             if applied {
                 self.counters.written(volume);
             }
@@ -234,7 +217,7 @@ impl AsyncStore for Metered {
         add(&self.counters.group_mutates, 1);
         let volume = Volume::sum(commit.rows.iter().map(|(_, r)| r));
         Call::later(async move {
-            let applied = self.nonblocking()?.commit(commit).await?;
+            let applied = self.nonblocking().commit(commit).await?;
             if applied {
                 self.counters.written(volume);
             }
@@ -261,7 +244,7 @@ impl AsyncStore for Metered {
                 volume = commit.as_ref().map(|c| Volume::sum(c.rows.iter().map(|(_, r)| r)));
                 commit
             };
-            let applied = self.nonblocking()?.read_and_commit(table, row, read, &mut counted).await?;
+            let applied = self.nonblocking().read_and_commit(table, row, read, &mut counted).await?;
             if let (Some(true), Some(volume)) = (applied, volume) {
                 self.counters.written(volume);
             }
