@@ -7,6 +7,10 @@
 //! and a request that a client abandons is dropped in the middle of its write, as a crash
 //! there would stop it — the index still answers what the data says.
 //!
+//! Carts are aggregates (a cart and its lines, the lines in a table of their own): 200
+//! requests add lines to 20 carts at once, ten to a cart, and every line lands; a cart write
+//! abandoned midway leaves the cart as one whole version.
+//!
 //! On the embedded engine, calls run on Cellar's bounded blocking pool, never on the runtime's
 //! two workers; on Bigtable they wait on the network without a thread each. Either way the
 //! process runs its 2,000 requests on a handful of threads, which the example counts from
@@ -46,6 +50,38 @@ pub struct Account {
     #[cellar(counter, column = "v")]
     pub visits: i64,
 }
+
+/// A shopping cart. Its lines have a table of their own (`normalized`), so a change of a cart
+/// writes several tables, through the protocol that keeps the cart whole.
+#[derive(Aggregate, Debug, Clone, PartialEq)]
+#[cellar(table = "svc_carts", strategy = "normalized")]
+pub struct Cart {
+    /// The account the cart belongs to.
+    #[cellar(key)]
+    pub account: u32,
+    /// Open or checked out.
+    #[cellar(column = "s")]
+    pub status: String,
+    /// What is in it.
+    #[cellar(children)]
+    pub lines: Vec<CartLine>,
+}
+
+/// One line of a cart.
+#[derive(Part, Debug, Clone, PartialEq)]
+pub struct CartLine {
+    /// The product.
+    #[cellar(key)]
+    pub sku: u32,
+    /// How many.
+    #[cellar(column = "q")]
+    pub qty: u32,
+}
+
+/// Carts the cart requests share.
+const CARTS: u32 = 20;
+/// Cart requests in flight at once.
+const CART_REQUESTS: u32 = 200;
 
 fn account(id: u32) -> Account {
     Account { id, email: format!("user{id}@example.com"), name: format!("User {id}"), visits: 0 }
@@ -135,6 +171,58 @@ pub fn run(db: &Db) -> Result<()> {
     assert!(old.is_some() != new.is_some(), "one email finds account 7: {old:?} {new:?}");
     assert_eq!(old.or(new), stored);
     println!("an abandoned write: the index finds account 7 by the email its row holds");
+    carts(db, &runtime)
+}
+
+/// The cart requests: lines added to shared carts at once, and a cart write abandoned midway.
+fn carts(db: &Db, runtime: &tokio::runtime::Runtime) -> Result<()> {
+    let carts = db.aggregates::<Cart>()?.to_async();
+    let added = runtime.block_on(async {
+        for account in 0..CARTS {
+            carts.put(&Cart { account, status: "open".into(), lines: Vec::new() }).await?;
+        }
+        // Ten requests per cart, each adding a line of its own: they take turns, none is lost.
+        let tasks: Vec<_> = (0..CART_REQUESTS)
+            .map(|n| {
+                let carts = carts.clone();
+                tokio::spawn(async move {
+                    let line = CartLine { sku: 1_000 + n, qty: 1 + n % 3 };
+                    carts.children(n % CARTS, Cart::LINES).put(&line).await
+                })
+            })
+            .collect();
+        for task in tasks {
+            task.await.map_err(|e| cellar::Error::Store(format!("a request panicked: {e}")))??;
+        }
+        let mut lines = 0;
+        let mut stream = carts.scan().stream();
+        while let Some(cart) = stream.next().await {
+            let cart = cart?;
+            assert_eq!(cart.lines.len() as u32, CART_REQUESTS / CARTS, "cart {}", cart.account);
+            lines += cart.lines.len();
+        }
+        Ok::<_, cellar::Error>(lines)
+    })?;
+    println!("{CART_REQUESTS} cart requests on {CARTS} carts: {added} lines added");
+    assert_eq!(added, CART_REQUESTS as usize);
+
+    // A checkout abandoned by its client: the task is stopped after a few of its steps.
+    let before = runtime.block_on(carts.get(3))?.expect("cart 3 is stored");
+    let checked_out = Cart { status: "checked out".into(), lines: vec![CartLine { sku: 1, qty: 1 }], ..before.clone() };
+    runtime.block_on(async {
+        let task = tokio::spawn({
+            let (carts, cart) = (carts.clone(), checked_out.clone());
+            async move { carts.put(&cart).await }
+        });
+        for _ in 0..3 {
+            tokio::task::yield_now().await;
+        }
+        task.abort();
+        let _ = task.await;
+    });
+    let after = runtime.block_on(carts.get(3))?;
+    assert!(after == Some(before) || after == Some(checked_out), "cart 3 is one whole version: {after:?}");
+    println!("an abandoned cart write: cart 3 reads as one whole version");
     Ok(())
 }
 

@@ -80,7 +80,7 @@ pub mod prelude {
     pub use cellar_orm::aggregate::{Aggregate as _, Part as _};
     pub use cellar_orm::blob::Versioned as _;
     pub use cellar_orm::{
-        AggregateRepository, AsyncRepository, Costs, Cursor, Db, Entity as _, Page, Record as _, Records, Repository,
-        Timestamp,
+        AggregateRepository, AsyncAggregateRepository, AsyncRepository, Costs, Cursor, Db, Entity as _, Page,
+        Record as _, Records, Repository, Timestamp,
     };
 }

@@ -17,7 +17,7 @@ use cellar::prelude::*;
 use common::people::{
     assert_indexes_clean, check_index_queries, person, repair_indexes, verify_only_leftovers, Person, PersonKey,
 };
-use common::stepped::Stepped;
+use common::stepped::{poll_times, Stepped};
 use futures::StreamExt;
 
 /// A runtime of two workers, as a small service has.
@@ -180,6 +180,19 @@ fn a_stream_dropped_early_and_futures_run_as_spawned_tasks(db: Db) {
 }
 }
 
+/// A data point with key parts stored as uids: new names are resolved (and assigned) by the
+/// async API with awaited calls too.
+#[derive(Entity, Debug, Clone, PartialEq)]
+#[cellar(table = "async_points")]
+struct Point {
+    #[cellar(partition, uid = "async_metrics")]
+    metric: String,
+    #[cellar(key, uid(kind = "async_hosts", width = 4))]
+    host: String,
+    #[cellar(column = "v")]
+    value: f64,
+}
+
 /// A store that notes the thread each call of a kind runs on.
 struct ThreadNotes {
     inner: EmbeddedStore,
@@ -251,11 +264,19 @@ fn embedded_calls_run_on_the_blocking_pool_never_on_a_runtime_worker() {
     assert!(!sync_threads.is_empty() && sync_threads.iter().all(|t| *t == here), "{sync_threads:?}");
 
     let people_async = people.to_async();
+    let points = db.repo::<Point>().unwrap().to_async();
+    store.threads.lock().unwrap().clear();
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).thread_name("app-worker").build().unwrap();
     rt.block_on(async {
         people_async.put(&person(2, 2, 1, 31, Some(1))).await.unwrap();
         assert_eq!(people_async.get(2).await.unwrap().map(|p| p.id), Some(2));
         assert_eq!(people_async.scan().to_vec().await.unwrap().len(), 2);
+        // Names never seen: their uids are assigned, then found, by calls on the pool.
+        let point = Point { metric: "cpu".into(), host: "web-1".into(), value: 0.5 };
+        points.put(&point).await.unwrap();
+        points.put_many(&[Point { host: "web-2".into(), ..point.clone() }]).await.unwrap();
+        assert_eq!(points.get(("cpu".to_string(), "web-1".to_string())).await.unwrap(), Some(point));
+        assert_eq!(points.get(("mem".to_string(), "web-1".to_string())).await.unwrap(), None);
     });
     let async_threads = std::mem::take(&mut *store.threads.lock().unwrap());
     assert!(!async_threads.is_empty());
@@ -289,13 +310,6 @@ fn a_call_dropped_before_its_turn_never_runs_and_one_dropped_while_running_is_ne
     }
     check_index_queries(&people, "after dropped puts");
     verify_only_leftovers(&people, "after dropped puts");
-}
-
-/// Polls `future` `polls` times with a waker that does nothing; true if it finished.
-fn poll_times<F: Future>(future: F, polls: usize) -> bool {
-    let mut future = pin!(future);
-    let mut cx = Context::from_waker(Waker::noop());
-    (0..polls).any(|_| future.as_mut().poll(&mut cx).is_ready())
 }
 
 /// Writes that change indexed values of existing people — new unique emails, taken ones, moved

@@ -10,6 +10,9 @@
 //! The copy reads a moving source as it finds it. Stop the writers for the final pass; a
 //! second pass over a source written meanwhile brings over new versions, but not deletes.
 //!
+//! Both jobs run as futures too ([`Copy::run_async`], [`Rekey::run_async`]): the same code,
+//! for async services; a dropped future is a killed job, which the next run resumes.
+//!
 //! # Re-keying
 //!
 //! A change of an entity's row key (its key parts, their order or encoding, its salt, its
@@ -39,7 +42,8 @@
 //!
 //! - **The mapping.** [`Copy::rekey`] takes `FnMut(Old) -> New`. [`Copy::try_rekey`] takes
 //!   `FnMut(Old) -> Result<Option<New>, E>`: `Ok(None)` leaves an entity out (counted as
-//!   skipped), `Err(message)` refuses it, as a row that does not decode is refused.
+//!   skipped), `Err(message)` refuses it, as a row that does not decode is refused. Both are
+//!   `Send`, as are the progress callbacks, so that [`Rekey::run_async`]'s future is.
 //! - **Rows it cannot carry over.** A source row that does not decode, or an entity the
 //!   mapping refuses, is counted and reported with its key ([`RekeyReport::failures`]) and the
 //!   job goes on; with [`Rekey::stop_on_error`] the job stops at the first one, with its error,
@@ -60,6 +64,7 @@
 //!   into another database.
 
 use std::fmt;
+use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
@@ -70,7 +75,8 @@ use crate::index::{index_table, STATUS_TABLE};
 use crate::jobs::{Checkpoint, JOBS_TABLE};
 use crate::migrate::Failure;
 use crate::repo::{printable, Cursor, Repository};
-use crate::store::{CellMutation, ReadSpec, RowMutation, ScanSpec, Store};
+use crate::store::drive::drive;
+use crate::store::{AsyncStore, AsyncView, CellMutation, Inline, ReadSpec, RowMutation, ScanSpec};
 use crate::{Db, Error, Result};
 
 /// Rows per batch unless set.
@@ -133,7 +139,8 @@ impl fmt::Display for CopyReport {
     }
 }
 
-type ProgressFn<'a> = Box<dyn FnMut(&CopyProgress) + 'a>;
+/// Where progress reports go: `Send`, so that [`Copy::run_async`]'s future is.
+type ProgressFn<'a> = Box<dyn FnMut(&CopyProgress) + Send + 'a>;
 
 /// A copy job; from [`Db::copy_to`].
 pub struct Copy<'a> {
@@ -188,7 +195,7 @@ impl<'a> Copy<'a> {
     }
 
     /// Calls `f` after each batch.
-    pub fn on_progress(mut self, f: impl FnMut(&CopyProgress) + 'a) -> Self {
+    pub fn on_progress(mut self, f: impl FnMut(&CopyProgress) + Send + 'a) -> Self {
         self.progress = Some(Box::new(f));
         self
     }
@@ -202,7 +209,7 @@ impl<'a> Copy<'a> {
     /// A copy that already names tables ([`Copy::table`], [`Copy::entity`]) or has a
     /// [`Copy::on_progress`] callback makes [`Rekey::run`] fail with
     /// [`Error::InvalidArgument`]: copy those tables in a job of their own.
-    pub fn rekey<Old: Entity, New: Entity>(self, mut map: impl FnMut(Old) -> New + 'a) -> Rekey<'a, Old, New> {
+    pub fn rekey<Old: Entity, New: Entity>(self, mut map: impl FnMut(Old) -> New + Send + 'a) -> Rekey<'a, Old, New> {
         self.into_rekey(Box::new(move |old| Ok(Some(map(old)))))
     }
 
@@ -212,7 +219,7 @@ impl<'a> Copy<'a> {
     /// [`Rekey::stop_on_error`], the job stops with [`Error::Rekey`].
     pub fn try_rekey<Old: Entity, New: Entity, E: fmt::Display>(
         self,
-        mut map: impl FnMut(Old) -> std::result::Result<Option<New>, E> + 'a,
+        mut map: impl FnMut(Old) -> std::result::Result<Option<New>, E> + Send + 'a,
     ) -> Rekey<'a, Old, New> {
         self.into_rekey(Box::new(move |old| map(old).map_err(|e| e.to_string())))
     }
@@ -251,37 +258,60 @@ impl<'a> Copy<'a> {
     /// # Errors
     /// [`Error::InvalidArgument`] for a table the source does not have; store errors. Batches
     /// finished before an error stay finished, and a next run resumes after them.
-    pub fn run(mut self) -> Result<CopyReport> {
-        let (from, to) = (self.from.store().as_ref(), self.to.store().as_ref());
+    pub fn run(self) -> Result<CopyReport> {
+        let (from, to) = (Inline(self.from.store().as_ref()), Inline(self.to.store().as_ref()));
+        drive(self.run_via(&from, &to))
+    }
+
+    /// [`Copy::run`] as a future, for async services: the same job, its store calls awaited
+    /// (each database's own asynchronous client, or Cellar's blocking pool for the embedded
+    /// engine). Dropping the future stops the copy as a kill would: a later run, either form,
+    /// resumes after the last batch finished.
+    ///
+    /// # Errors
+    /// As [`Copy::run`].
+    pub fn run_async(self) -> impl Future<Output = Result<CopyReport>> + Send + 'a {
+        let (from, to) = (AsyncView::new(self.from.store().clone()), AsyncView::new(self.to.store().clone()));
+        async move { self.run_via(from.get(), to.get()).await }
+    }
+
+    async fn run_via(self, from: &dyn AsyncStore, to: &dyn AsyncStore) -> Result<CopyReport> {
+        let Copy { tables, types, batch_rows, mut progress, .. } = self;
         let mut report = CopyReport::default();
         let mut checkpoints = Vec::new();
-        for table in std::mem::take(&mut self.tables) {
-            let spec = from.describe(&table)?.ok_or_else(|| Error::InvalidArgument {
+        for table in tables {
+            let spec = from.describe(&table).await?.ok_or_else(|| Error::InvalidArgument {
                 arg: "table",
                 reason: format!("the source has no table `{table}`"),
             })?;
-            to.ensure_table(&spec)?;
-            let checkpoint = Checkpoint::open(to, job(&table))?;
-            report.tables.push(self.copy_table(from, to, &table, &checkpoint)?);
+            to.ensure_table(&spec).await?;
+            let checkpoint = Checkpoint::open(to, job(&table)).await?;
+            let mut batches = Batches { to, checkpoint: &checkpoint, rows: batch_rows, progress: &mut progress };
+            report.tables.push(batches.copy_table(from, &table).await?);
             checkpoints.push(checkpoint);
         }
-        for (table, name) in std::mem::take(&mut self.types) {
-            crate::catalog::copy_history(from, to, table, name)?;
+        for (table, name) in types {
+            crate::catalog::copy_history(from, to, table, name).await?;
         }
         for checkpoint in checkpoints {
-            checkpoint.clear()?;
+            checkpoint.clear().await?;
         }
         Ok(report)
     }
+}
 
-    fn copy_table(
-        &mut self,
-        from: &dyn Store,
-        to: &dyn Store,
-        table: &str,
-        checkpoint: &Checkpoint<'_>,
-    ) -> Result<TableCopy> {
-        let last = checkpoint.last()?;
+/// Where a table's batches go: written to the destination, checkpointed, reported.
+struct Batches<'r, 'a> {
+    to: &'r dyn AsyncStore,
+    checkpoint: &'r Checkpoint<'r>,
+    /// Rows per batch.
+    rows: usize,
+    progress: &'r mut Option<ProgressFn<'a>>,
+}
+
+impl Batches<'_, '_> {
+    async fn copy_table(&mut self, from: &dyn AsyncStore, table: &str) -> Result<TableCopy> {
+        let last = self.checkpoint.last().await?;
         let mut done = TableCopy {
             table: table.to_string(),
             resumed_after: last.as_ref().map(|l| printable(l)),
@@ -294,10 +324,12 @@ impl<'a> Copy<'a> {
             limit: None,
             read: ReadSpec { max_versions: u32::MAX, time_range: None, ..ReadSpec::default() },
         };
-        let mut batch: Vec<RowMutation> = Vec::with_capacity(self.batch_rows);
+        let mut batch: Vec<RowMutation> = Vec::with_capacity(self.rows);
         let mut batch_bytes = 0u64;
-        for row in from.scan(table, &scan)? {
-            let row = row?;
+        let mut rows = from.scan_cursor(table, &scan).await?;
+        while rows.advance().await? {
+            let Some(row) = rows.row() else { break };
+            let row = row.to_row();
             let mut bytes = row.key.len() as u64;
             let mutations: Vec<CellMutation> = row
                 .cells
@@ -317,29 +349,24 @@ impl<'a> Copy<'a> {
             done.bytes += bytes;
             batch_bytes += bytes;
             batch.push(RowMutation { row: row.key, mutations });
-            if batch.len() >= self.batch_rows || batch_bytes >= BATCH_BYTES {
-                self.flush(to, checkpoint, &mut batch, &done)?;
+            if batch.len() >= self.rows || batch_bytes >= BATCH_BYTES {
+                self.flush(&mut batch, &done).await?;
                 batch_bytes = 0;
             }
         }
-        self.flush(to, checkpoint, &mut batch, &done)?;
+        drop(rows);
+        self.flush(&mut batch, &done).await?;
         Ok(done)
     }
 
     /// Writes a batch, then records it as finished.
-    fn flush(
-        &mut self,
-        to: &dyn Store,
-        checkpoint: &Checkpoint<'_>,
-        batch: &mut Vec<RowMutation>,
-        done: &TableCopy,
-    ) -> Result<()> {
+    async fn flush(&mut self, batch: &mut Vec<RowMutation>, done: &TableCopy) -> Result<()> {
         let Some(last) = batch.last().map(|m| m.row.clone()) else {
             return Ok(());
         };
-        to.mutate(&done.table, std::mem::take(batch))?;
-        checkpoint.save(&last)?;
-        if let Some(progress) = &mut self.progress {
+        self.to.mutate(&done.table, std::mem::take(batch)).await?;
+        self.checkpoint.save(&last).await?;
+        if let Some(progress) = self.progress.as_mut() {
             progress(&CopyProgress {
                 table: done.table.clone(),
                 rows: done.rows,
@@ -361,9 +388,9 @@ fn job(table: &str) -> Bytes {
 const MAX_REPORTED: usize = 100;
 
 /// A re-key's mapping: the new entity, none (left out), or why not.
-type MapFn<'a, Old, New> = Box<dyn FnMut(Old) -> std::result::Result<Option<New>, String> + 'a>;
+type MapFn<'a, Old, New> = Box<dyn FnMut(Old) -> std::result::Result<Option<New>, String> + Send + 'a>;
 
-type RekeyProgressFn<'a> = Box<dyn FnMut(&RekeyProgress) + 'a>;
+type RekeyProgressFn<'a> = Box<dyn FnMut(&RekeyProgress) + Send + 'a>;
 
 /// Where a running re-key is: reported after each batch.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -486,7 +513,7 @@ impl<'a, Old: Entity, New: Entity> Rekey<'a, Old, New> {
     }
 
     /// Calls `f` after each batch, once it is written and checkpointed.
-    pub fn on_progress(mut self, f: impl FnMut(&RekeyProgress) + 'a) -> Self {
+    pub fn on_progress(mut self, f: impl FnMut(&RekeyProgress) + Send + 'a) -> Self {
         self.progress = Some(Box::new(f));
         self
     }
@@ -511,12 +538,31 @@ impl<'a, Old: Entity, New: Entity> Rekey<'a, Old, New> {
     /// [`Error::Decode`] (or another error of a row that does not decode) or [`Error::Rekey`].
     /// Batches finished before an error stay finished, and a next run resumes after them. A
     /// panic of the mapping reaches the caller; its batch is not written.
-    pub fn run(mut self) -> Result<RekeyReport> {
-        if let Some(misuse) = self.misuse.take() {
+    pub fn run(self) -> Result<RekeyReport> {
+        let (from, to) = (Inline(self.from.store().as_ref()), Inline(self.to.store().as_ref()));
+        drive(self.run_via(&from, &to))
+    }
+
+    /// [`Rekey::run`] as a future, for async services: the same job, its store calls awaited
+    /// (each database's own asynchronous client, or Cellar's blocking pool for the embedded
+    /// engine). Opening the two repositories ([`Db::repo`]) stays a synchronous call, made
+    /// when the future is first polled. Dropping the future stops the job as a kill would: a
+    /// later run, either form, resumes after the last batch finished.
+    ///
+    /// # Errors
+    /// As [`Rekey::run`].
+    pub fn run_async(self) -> impl Future<Output = Result<RekeyReport>> + Send + 'a {
+        let (from, to) = (AsyncView::new(self.from.store().clone()), AsyncView::new(self.to.store().clone()));
+        async move { self.run_via(from.get(), to.get()).await }
+    }
+
+    async fn run_via(self, from_store: &dyn AsyncStore, to_store: &dyn AsyncStore) -> Result<RekeyReport> {
+        let Rekey { from, to, mut map, batch_rows, stop_on_error, mut progress, misuse } = self;
+        if let Some(misuse) = misuse {
             return Err(misuse);
         }
         let (old, new) = (&Old::SCHEMA, &New::SCHEMA);
-        if old.table == new.table && same_database(self.from, self.to)? {
+        if old.table == new.table && same_database(from, to, from_store, to_store).await? {
             return Err(Error::InvalidArgument {
                 arg: "rekey",
                 reason: format!(
@@ -526,36 +572,38 @@ impl<'a, Old: Entity, New: Entity> Rekey<'a, Old, New> {
             });
         }
         // Checked first: opening the repository would create a missing table, and copy none.
-        if self.from.store().describe(old.table)?.is_none() {
+        if from_store.describe(old.table).await?.is_none() {
             return Err(Error::InvalidArgument {
                 arg: "rekey",
                 reason: format!("the source has no table `{}` (of {})", old.table, old.entity),
             });
         }
-        let source = self.from.repo::<Old>()?;
+        let source = from.repo::<Old>()?;
         // Opened before anything is written: on a new table its indexes count as built, and
         // the puts below maintain them.
-        let dest = self.to.repo::<New>()?;
-        let checkpoint = Checkpoint::open(self.to.store().as_ref(), rekey_job(old.table, new.table))?;
-        let resume = checkpoint.last()?;
+        let dest = to.repo::<New>()?;
+        let checkpoint = Checkpoint::open(to_store, rekey_job(old.table, new.table)).await?;
+        let resume = checkpoint.last().await?;
         let mut report = RekeyReport {
             from_table: old.table,
             to_table: new.table,
             resumed_after: resume.as_deref().map(printable),
             ..RekeyReport::default()
         };
-        let mut scan = source.scan();
-        if !self.stop_on_error {
-            scan = scan.skip_unreadable();
+        let mut plan = source.plan();
+        if !stop_on_error {
+            plan = plan.skip_unreadable();
         }
         if let Some(after) = &resume {
-            scan = scan.after(&Cursor { reverse: false, after: after.to_vec(), group: false });
+            plan = plan.after(&Cursor { reverse: false, after: after.to_vec(), group: false });
         }
-        let mut rows = scan.iter()?;
-        let mut batch = Batch { entities: Vec::with_capacity(self.batch_rows), rows: 0, last: None };
+        let (scans, mut rows) = plan.prepare()?;
+        rows.open(from_store, &scans).await?;
+        let mut writer = Writer { dest: &dest, store: to_store, checkpoint: &checkpoint, progress: &mut progress };
+        let mut batch = Batch { entities: Vec::with_capacity(batch_rows), rows: 0, last: None };
         let mut key = Vec::new();
         loop {
-            let next = rows.next_keyed(&mut key);
+            let next = rows.next_keyed(&mut key).await;
             for skipped in rows.take_skipped() {
                 report.fail(skipped.row, skipped.error.to_string());
                 batch.rows += 1;
@@ -565,15 +613,15 @@ impl<'a, Old: Entity, New: Entity> Rekey<'a, Old, New> {
                 Some(Ok(entity)) => entity,
                 Some(Err(e)) => {
                     // Stopping: the entities before this row are still worth finishing.
-                    self.flush(&dest, &checkpoint, &mut batch, &mut report)?;
+                    writer.flush(&mut batch, &mut report).await?;
                     return Err(e);
                 }
             };
-            match (self.map)(old_entity) {
+            match map(old_entity) {
                 Ok(Some(entity)) => batch.entities.push(entity),
                 Ok(None) => report.skipped += 1,
-                Err(reason) if self.stop_on_error => {
-                    self.flush(&dest, &checkpoint, &mut batch, &mut report)?;
+                Err(reason) if stop_on_error => {
+                    writer.flush(&mut batch, &mut report).await?;
                     return Err(Error::Rekey { table: old.table, row: printable(&key), reason });
                 }
                 Err(reason) => report.fail(printable(&key), reason),
@@ -582,34 +630,41 @@ impl<'a, Old: Entity, New: Entity> Rekey<'a, Old, New> {
             batch.rows += 1;
             // Without the salt byte: a resumed scan merges the buckets in that order.
             batch.last = Some(Bytes::copy_from_slice(rows.body(&key)));
-            if batch.rows >= self.batch_rows {
-                self.flush(&dest, &checkpoint, &mut batch, &mut report)?;
+            if batch.rows >= batch_rows {
+                writer.flush(&mut batch, &mut report).await?;
             }
         }
-        self.flush(&dest, &checkpoint, &mut batch, &mut report)?;
-        checkpoint.clear()?;
+        drop(rows);
+        writer.flush(&mut batch, &mut report).await?;
+        checkpoint.clear().await?;
         Ok(report)
     }
+}
 
+/// Where a re-key's batches go: written to the destination, checkpointed, reported.
+struct Writer<'r, 'a, New> {
+    dest: &'r Repository<New>,
+    store: &'r dyn AsyncStore,
+    checkpoint: &'r Checkpoint<'r>,
+    progress: &'r mut Option<RekeyProgressFn<'a>>,
+}
+
+impl<New: Entity> Writer<'_, '_, New> {
     /// Writes a batch's new entities, records the batch as finished, and reports progress.
-    fn flush(
-        &mut self,
-        dest: &Repository<New>,
-        checkpoint: &Checkpoint<'_>,
-        batch: &mut Batch<New>,
-        report: &mut RekeyReport,
-    ) -> Result<()> {
+    async fn flush(&mut self, batch: &mut Batch<New>, report: &mut RekeyReport) -> Result<()> {
         if batch.rows == 0 {
             return Ok(());
         }
-        dest.put_many(&batch.entities)?;
+        // As `Repository::put_many` writes them.
+        let rows = self.dest.mutations(&batch.entities)?;
+        self.dest.put_rows(self.store, rows).await?;
         report.written += batch.entities.len() as u64;
         if let Some(last) = &batch.last {
-            checkpoint.save(last)?;
+            self.checkpoint.save(last).await?;
         }
         batch.entities.clear();
         batch.rows = 0;
-        if let Some(progress) = &mut self.progress {
+        if let Some(progress) = self.progress.as_mut() {
             progress(&report.progress(batch.last.clone().unwrap_or_default()));
         }
         Ok(())
@@ -621,9 +676,10 @@ fn rekey_job(from_table: &str, to_table: &str) -> Bytes {
     Bytes::from(format!("rekey/{from_table}/{to_table}"))
 }
 
-/// True if `a` and `b` are one database: one store, or two handles on one (a row written
-/// through `b` reads back through `a`). The probe row goes to `b`'s jobs table and is removed.
-fn same_database(a: &Db, b: &Db) -> Result<bool> {
+/// True if `a` and `b` (called through `a_store` and `b_store`) are one database: one store,
+/// or two handles on one (a row written through `b` reads back through `a`). The probe row
+/// goes to `b`'s jobs table and is removed.
+async fn same_database(a: &Db, b: &Db, a_store: &dyn AsyncStore, b_store: &dyn AsyncStore) -> Result<bool> {
     if Arc::ptr_eq(a.store(), b.store()) {
         return Ok(true);
     }
@@ -631,14 +687,15 @@ fn same_database(a: &Db, b: &Db) -> Result<bool> {
     let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos());
     let row = format!("rekey-probe/{}-{nanos}-{}", std::process::id(), PROBES.fetch_add(1, Ordering::Relaxed));
     let row = Bytes::from(row);
-    let probe = Checkpoint::open(b.store().as_ref(), row.clone())?;
-    probe.save(&row)?;
-    let seen = match a.store().describe(JOBS_TABLE) {
-        Ok(Some(_)) => a.store().read_rows(JOBS_TABLE, std::slice::from_ref(&row), &ReadSpec::default()),
+    let probe = Checkpoint::open(b_store, row.clone()).await?;
+    probe.save(&row).await?;
+    let read = ReadSpec::default();
+    let seen = match a_store.describe(JOBS_TABLE).await {
+        Ok(Some(_)) => a_store.read_rows(JOBS_TABLE, std::slice::from_ref(&row), &read).await,
         Ok(None) => Ok(vec![None]),
         Err(e) => Err(e),
     };
     // Removed whatever the read found.
-    probe.clear()?;
+    probe.clear().await?;
     Ok(seen?.into_iter().flatten().next().is_some())
 }

@@ -55,7 +55,7 @@ pub mod __private {
 pub mod testing;
 
 pub use advice::Advice;
-pub use aggregate::{Aggregate, AggregateRepository, Part};
+pub use aggregate::{Aggregate, AggregateRepository, AsyncAggregateRepository, Part};
 pub use alter::AlterReport;
 /// Reference-counted bytes, as cell values and blobs are read (re-exported from `bytes`).
 pub use bytes::Bytes;

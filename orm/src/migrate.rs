@@ -4,9 +4,12 @@
 //!
 //! - Each rewrite is a check-and-mutate on the exact bytes read, so a value the application
 //!   wrote meanwhile (always at the current version) is never reverted. The rewrites of a
-//!   stretch of rows go to the store as one batch ([`Store::check_and_mutate_many`]).
+//!   stretch of rows go to the store as one batch
+//!   ([`Store::check_and_mutate_many`](crate::Store::check_and_mutate_many)).
 //! - Reading and writing overlap: one thread scans and converts the next stretch while the
 //!   calling thread writes the last one (decoding and re-encoding cost as much as the writes).
+//!   The async form ([`Migration::run_async`]) runs both sides in its future, reading while a
+//!   write is awaited.
 //! - The job checkpoints the last row it finished in the database (table [`JOBS_TABLE`]), so
 //!   a killed or interrupted migration resumes after it instead of starting over; a finished
 //!   one removes its checkpoint.
@@ -17,16 +20,20 @@
 
 use std::collections::BTreeMap;
 use std::fmt;
+use std::future::Future;
 use std::marker::PhantomData;
-use std::sync::mpsc::{sync_channel, SyncSender};
+use std::panic::AssertUnwindSafe;
 
 use bytes::Bytes;
+use futures::channel::{mpsc, oneshot};
+use futures::{SinkExt, StreamExt};
 
 use crate::aggregate::Aggregate;
 use crate::blob::{versioned, Versioned};
 use crate::jobs::Checkpoint;
 use crate::repo::printable;
-use crate::store::{CellMutation, Condition, RowMutation, ScanSpec, Store, StoredCell};
+use crate::store::drive::drive;
+use crate::store::{AsyncStore, AsyncView, CellMutation, Condition, Inline, RowMutation, ScanSpec, StoredCell};
 use crate::{Db, Error, Result};
 
 pub use crate::jobs::JOBS_TABLE;
@@ -122,8 +129,8 @@ pub struct Report {
     pub failures: Vec<Failure>,
 }
 
-/// Where progress reports go.
-type ProgressFn<'a> = Box<dyn FnMut(&Progress) + 'a>;
+/// Where progress reports go: `Send`, so that [`Migration::run_async`]'s future is.
+type ProgressFn<'a> = Box<dyn FnMut(&Progress) + Send + 'a>;
 
 /// A migration of one blob column to the current version of `T`; see the module docs.
 pub struct Migration<'a, T> {
@@ -195,7 +202,7 @@ impl<'a, T: Versioned> Migration<'a, T> {
 
     /// Calls `f` every 1000 rows and once at the end (not twice when the end
     /// is a checkpoint).
-    pub fn on_progress(mut self, f: impl FnMut(&Progress) + 'a) -> Self {
+    pub fn on_progress(mut self, f: impl FnMut(&Progress) + Send + 'a) -> Self {
         self.progress = Some(Box::new(f));
         self
     }
@@ -233,43 +240,97 @@ impl<'a, T: Versioned> Migration<'a, T> {
     /// Store errors; with [`Migration::stop_on_error`], [`Error::Blob`] for the first cell
     /// that cannot be read. Rows finished before an error stay finished: running again
     /// resumes after the last checkpoint. A panic of a conversion step reaches the caller.
-    pub fn run(mut self) -> Result<Report> {
-        let checkpoint = Checkpoint::open(&**self.db.store(), self.job_key())?;
-        let resume = if self.dry_run { None } else { checkpoint.last()? };
+    pub fn run(self) -> Result<Report> {
+        let store = self.db.store().clone();
+        let store = &*store;
+        std::thread::scope(|s| {
+            // The reading side on a thread of its own, so that converting overlaps writing.
+            let read_on_thread = |reader: Reader, start: Bytes, tx: mpsc::Sender<Stretch>| {
+                let (done, finished) = oneshot::channel();
+                s.spawn(move || {
+                    let read = std::panic::catch_unwind(AssertUnwindSafe(|| {
+                        drive(reader.read::<T>(&Inline(store), start, tx))
+                    }));
+                    // Fails only if the run is gone already.
+                    let _ = done.send(read);
+                });
+                async move {
+                    match finished.await {
+                        Ok(Ok(read)) => read,
+                        // A conversion step's panic, raised again on the caller's thread.
+                        Ok(Err(panic)) => std::panic::resume_unwind(panic),
+                        Err(oneshot::Canceled) => Err(Error::Store("the migration's reader stopped".into())),
+                    }
+                }
+            };
+            drive(self.run_via(&Inline(store), read_on_thread))
+        })
+    }
+
+    /// [`Migration::run`] as a future, for async services: the same job, its store calls
+    /// awaited (the store's own asynchronous client, or Cellar's blocking pool for the
+    /// embedded engine), the next stretch read and converted while the last one's rewrites
+    /// are awaited. Dropping the future stops the migration as a kill would: a later run,
+    /// either form, resumes after the last checkpoint.
+    ///
+    /// # Errors
+    /// As [`Migration::run`].
+    pub fn run_async(self) -> impl Future<Output = Result<Report>> + Send + 'a
+    where
+        T: 'a,
+    {
+        let view = AsyncView::new(self.db.store().clone());
+        async move {
+            let store = view.get();
+            self.run_via(store, |reader, start, tx| async move { reader.read::<T>(store, start, tx).await }).await
+        }
+    }
+
+    /// The run, its reading side started by `read` (given the reader, where to start, and
+    /// where to send stretches) as a future that ends when the reading does.
+    async fn run_via<R>(
+        self,
+        store: &dyn AsyncStore,
+        read: impl FnOnce(Reader, Bytes, mpsc::Sender<Stretch>) -> R,
+    ) -> Result<Report>
+    where
+        R: Future<Output = Result<()>>,
+    {
+        let checkpoint = Checkpoint::open(store, self.job_key()).await?;
+        let Migration { column, dry_run, stop_on_error, mut progress, .. } = self;
+        let resume = if dry_run { None } else { checkpoint.last().await? };
         let mut report = Report { resumed_after: resume.as_deref().map(printable), ..Report::default() };
         let start = Checkpoint::resume_from(resume.as_ref());
-        let store = self.db.store().clone();
-        let reader = Reader { column: self.column.clone(), dry_run: self.dry_run, stop_on_error: self.stop_on_error };
+        let (tx, rx) = mpsc::channel(0);
+        let reading = read(Reader { column: column.clone(), dry_run, stop_on_error }, start, tx);
         let mut found = Tally::default();
         let mut last = Bytes::new();
-        std::thread::scope(|s| {
-            // The channel lives in this closure: if the writing side stops early, dropping the
-            // receiver stops the reader before the scope waits for it.
-            let (tx, rx) = sync_channel(1);
-            let reading = s.spawn(|| reader.read::<T>(&*store, start, tx));
-            for stretch in rx.iter() {
-                self.rewrite(stretch.rewrites, &mut report)?;
+        let writing = async {
+            // Owned by this side: once it ends (an error), the reader's next send fails and
+            // it stops.
+            let mut rx = rx;
+            while let Some(stretch) = rx.next().await {
+                column.rewrite(store, stretch.rewrites, &mut report).await?;
                 (found, last) = (stretch.found, stretch.last);
                 if stretch.checkpoint {
-                    if !self.dry_run {
-                        checkpoint.save(&last)?;
+                    if !dry_run {
+                        checkpoint.save(&last).await?;
                     }
-                    self.report_progress(&last, &found, &report);
+                    report_progress(&mut progress, dry_run, &last, &found, &report);
                 }
             }
-            match reading.join() {
-                Ok(read) => read,
-                Err(panic) => std::panic::resume_unwind(panic),
-            }
-        })?;
-        if !self.dry_run {
-            checkpoint.clear()?;
+            Ok(())
+        };
+        let (written, read) = futures::future::join(writing, reading).await;
+        written.and(read)?;
+        if !dry_run {
+            checkpoint.clear().await?;
         }
         // The last stretch, unless a checkpoint just reported it.
         if found.rows == 0 || !found.rows.is_multiple_of(CHECKPOINT_EVERY) {
-            self.report_progress(&last, &found, &report);
+            report_progress(&mut progress, dry_run, &last, &found, &report);
         }
-        if self.dry_run {
+        if dry_run {
             report.rewritten = found.outdated;
         }
         report.rows = found.rows;
@@ -278,29 +339,35 @@ impl<'a, T: Versioned> Migration<'a, T> {
         report.failures = found.failures;
         Ok(report)
     }
+}
 
-    fn report_progress(&mut self, last: &Bytes, found: &Tally, report: &Report) {
-        if let Some(f) = self.progress.as_mut() {
-            let rewritten = if self.dry_run { found.outdated } else { report.rewritten };
-            let failed = found.census.unreadable;
-            f(&Progress { rows: found.rows, rewritten, failed, last_row: last.clone() });
-        }
+/// Reports where a run is, if asked to.
+fn report_progress(progress: &mut Option<ProgressFn<'_>>, dry_run: bool, last: &Bytes, found: &Tally, report: &Report) {
+    if let Some(f) = progress.as_mut() {
+        let rewritten = if dry_run { found.outdated } else { report.rewritten };
+        let failed = found.census.unreadable;
+        f(&Progress { rows: found.rows, rewritten, failed, last_row: last.clone() });
     }
+}
 
+impl Column {
     /// Writes a stretch's rewrites, each conditional on the bytes it replaces.
-    fn rewrite(&self, rewrites: Vec<(Condition, RowMutation)>, report: &mut Report) -> Result<()> {
+    async fn rewrite(
+        &self,
+        store: &dyn AsyncStore,
+        rewrites: Vec<(Condition, RowMutation)>,
+        report: &mut Report,
+    ) -> Result<()> {
         if rewrites.is_empty() {
             return Ok(());
         }
-        let applied = self.db.store().check_and_mutate_many(&self.column.table, rewrites)?;
+        let applied = store.check_and_mutate_many(&self.table, rewrites).await?;
         let done = applied.iter().filter(|&&a| a).count() as u64;
         report.rewritten += done;
         report.raced += applied.len() as u64 - done;
         Ok(())
     }
-}
 
-impl Column {
     /// The column's newest cell in `row`.
     fn cell_of<'r>(&self, row: &'r crate::store::Row) -> Option<&'r StoredCell> {
         row.cells.iter().find(|c| c.family == self.family && c.qualifier == self.qualifier)
@@ -353,17 +420,19 @@ impl Reader {
     /// # Errors
     /// Store errors; with `stop_on_error` the first unreadable cell's, after sending the rows
     /// before it.
-    fn read<T: Versioned>(&self, store: &dyn Store, start: Bytes, tx: SyncSender<Stretch>) -> Result<()> {
+    async fn read<T: Versioned>(
+        &self,
+        store: &dyn AsyncStore,
+        start: Bytes,
+        mut tx: mpsc::Sender<Stretch>,
+    ) -> Result<()> {
         let mut found = Tally::default();
         let mut rewrites = Vec::new();
         let mut last = Bytes::new();
-        let send = |rewrites: &mut Vec<_>, found: &Tally, last: &Bytes, checkpoint: bool| {
-            let stretch =
-                Stretch { rewrites: std::mem::take(rewrites), last: last.clone(), found: found.clone(), checkpoint };
-            tx.send(stretch).is_ok()
-        };
-        for row in store.scan(&self.column.table, &ScanSpec { start, ..ScanSpec::default() })? {
-            let row = row?;
+        let scan = ScanSpec { start, ..ScanSpec::default() };
+        let mut rows = store.scan_cursor(&self.column.table, &scan).await?;
+        while rows.advance().await? {
+            let Some(row) = rows.row().map(|r| r.to_row()) else { break };
             found.rows += 1;
             if let Some(cell) = self.column.cell_of(&row) {
                 match self.convert::<T>(&row.key, cell, &mut found) {
@@ -371,17 +440,18 @@ impl Reader {
                     Err(e) => {
                         // Stopping: the rows before this one are still worth finishing.
                         found.rows -= 1;
-                        send(&mut rewrites, &found, &last, false);
+                        send(&mut tx, &mut rewrites, &found, &last, false).await;
                         return Err(e);
                     }
                 }
             }
             last = row.key;
-            if found.rows.is_multiple_of(CHECKPOINT_EVERY) && !send(&mut rewrites, &found, &last, true) {
+            if found.rows.is_multiple_of(CHECKPOINT_EVERY) && !send(&mut tx, &mut rewrites, &found, &last, true).await {
                 return Ok(());
             }
         }
-        send(&mut rewrites, &found, &last, false);
+        drop(rows);
+        send(&mut tx, &mut rewrites, &found, &last, false).await;
         Ok(())
     }
 
@@ -425,6 +495,18 @@ impl Reader {
         let put = CellMutation::Put { family, qualifier, value: rewritten.into(), timestamp: Some(cell.timestamp) };
         Ok(Some((condition, RowMutation { row: row.clone(), mutations: vec![put] })))
     }
+}
+
+/// Sends the stretch ending at `last` to the writing side; false if it has hung up.
+async fn send(
+    tx: &mut mpsc::Sender<Stretch>,
+    rewrites: &mut Vec<(Condition, RowMutation)>,
+    found: &Tally,
+    last: &Bytes,
+    checkpoint: bool,
+) -> bool {
+    let stretch = Stretch { rewrites: std::mem::take(rewrites), last: last.clone(), found: found.clone(), checkpoint };
+    tx.send(stretch).await.is_ok()
 }
 
 fn format_of<T>(read: &versioned::Read<T>) -> Format {

@@ -30,7 +30,8 @@ use bytes::Bytes;
 use crate::entity::{ColumnSpec, Entity, Schema};
 use crate::jobs::Checkpoint;
 use crate::repo::{printable, Repository};
-use crate::store::{CellMutation, Columns, Condition, LentRow, ReadSpec, RowMutation, ScanSpec, Store};
+use crate::store::drive::drive;
+use crate::store::{CellMutation, Columns, Condition, Inline, LentRow, ReadSpec, RowMutation, ScanSpec, Store};
 use crate::{Error, Result};
 
 /// Rows per batch, unless [`MoveRenamed::batch_rows`] says otherwise: the moves of a batch go
@@ -265,9 +266,10 @@ impl<'a, E: Entity> MoveRenamed<'a, E> {
             return Ok(report);
         }
         let store = self.repo.store();
-        let checkpoint = if self.dry_run { None } else { Some(Checkpoint::open(store, Self::job_key())?) };
+        let inline = Inline(store);
+        let checkpoint = if self.dry_run { None } else { Some(drive(Checkpoint::open(&inline, Self::job_key()))?) };
         let resume = match &checkpoint {
-            Some(c) => c.last()?,
+            Some(c) => drive(c.last())?,
             None => None,
         };
         report.resumed_after = resume.as_deref().map(printable);
@@ -290,7 +292,7 @@ impl<'a, E: Entity> MoveRenamed<'a, E> {
             if scanned.is_multiple_of(self.batch_rows as u64) {
                 self.apply(std::mem::take(&mut batch), &renamed, &read, &mut report)?;
                 if let Some(c) = &checkpoint {
-                    c.save(&last)?;
+                    drive(c.save(&last))?;
                 }
                 self.report_progress(&report, scanned, &last);
             }
@@ -298,7 +300,7 @@ impl<'a, E: Entity> MoveRenamed<'a, E> {
         drop(cursor);
         self.apply(batch, &renamed, &read, &mut report)?;
         if let Some(c) = &checkpoint {
-            c.clear()?;
+            drive(c.clear())?;
         }
         // The last batch, unless a full one just reported it.
         if scanned == 0 || !scanned.is_multiple_of(self.batch_rows as u64) {

@@ -139,7 +139,12 @@ impl Uids {
         drive(self.lookup_via(&Inline(&*self.store), name))
     }
 
-    async fn lookup_via(&self, store: &dyn AsyncStore, name: &str) -> Result<Option<Bytes>> {
+    /// The id of `name` if the cache holds it: no store call.
+    pub(crate) fn cached_id(&self, name: &str) -> Option<Bytes> {
+        self.cache.read().ids.get(name).cloned()
+    }
+
+    pub(crate) async fn lookup_via(&self, store: &dyn AsyncStore, name: &str) -> Result<Option<Bytes>> {
         if let Some(id) = self.cache.read().ids.get(name) {
             return Ok(Some(id.clone()));
         }
@@ -169,7 +174,7 @@ impl Uids {
         drive(self.id_via(&Inline(&*self.store), name))
     }
 
-    async fn id_via(&self, store: &dyn AsyncStore, name: &str) -> Result<Bytes> {
+    pub(crate) async fn id_via(&self, store: &dyn AsyncStore, name: &str) -> Result<Bytes> {
         if let Some(id) = self.lookup_via(store, name).await? {
             return Ok(id);
         }

@@ -4,16 +4,20 @@
 //! process instance and a writer serial within it. A later reader decides from that name
 //! whether the writer can still act — and only then finishes or undoes its work:
 //! - a writer of this process is gone once its [`Owner`] is dropped (also when its thread
-//!   unwinds), and never before, however long it stalls;
+//!   unwinds) and the store calls it started have ended, and never before, however long it
+//!   stalls;
 //! - on a store only this process writes ([`Guarantees::single_process`]), a writer of another
 //!   instance belonged to a process that has exited;
 //! - on a shared store the liveness of another process cannot be seen: its writer holds a
 //!   lease, and is taken for gone once its deadline has passed.
 
+use std::cell::RefCell;
 use std::collections::HashSet;
+use std::future::Future;
 use std::hash::{BuildHasher, Hasher};
+use std::pin::pin;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use parking_lot::Mutex;
@@ -66,29 +70,69 @@ pub(crate) fn token() -> u64 {
 /// Writers of this process at work right now, by serial.
 static LIVE: Mutex<Option<HashSet<u64>>> = Mutex::new(None);
 
-/// A writer of this process, live while the value is: registered on creation, gone on drop.
-pub(crate) struct Owner(pub(crate) u64);
+thread_local! {
+    /// The writer whose future is being polled on this thread, if any (see [`Owner::acting`]).
+    static ACTING: RefCell<Option<Arc<Live>>> = const { RefCell::new(None) };
+}
+
+/// A writer's registration in [`LIVE`]: removed when the last holder lets go — its [`Owner`],
+/// and every store call it started that is still running (see [`keep_alive`]).
+pub(crate) struct Live(u64);
+
+impl Drop for Live {
+    fn drop(&mut self) {
+        if let Some(live) = LIVE.lock().as_mut() {
+            live.remove(&self.0);
+        }
+    }
+}
+
+/// A writer of this process, live while the value is — and, once it is dropped, until every
+/// store call it started has ended: a call already running on another thread when the
+/// writer's future is dropped may still apply, and a reader that took the writer for gone
+/// before it did could have its work overwritten.
+pub(crate) struct Owner(Arc<Live>);
 
 impl Owner {
     pub(crate) fn new() -> Owner {
         static NEXT: AtomicU64 = AtomicU64::new(1);
         let serial = NEXT.fetch_add(1, Ordering::Relaxed);
         LIVE.lock().get_or_insert_with(HashSet::new).insert(serial);
-        Owner(serial)
+        Owner(Arc::new(Live(serial)))
     }
 
     /// The name a write's state records: this process and this writer.
     pub(crate) fn name(&self) -> (u64, u64) {
-        (instance(), self.0)
+        (instance(), self.0 .0)
+    }
+
+    /// `future`, polled as this writer: every store call it starts that runs apart from its
+    /// caller (on Cellar's blocking pool, as a task of a client's runtime) keeps the writer
+    /// live until it ends, whether or not the future is still there to see the answer.
+    pub(crate) async fn acting<F: Future>(&self, future: F) -> F::Output {
+        let mut future = pin!(future);
+        std::future::poll_fn(|cx| {
+            let _scope = Scope(ACTING.with(|acting| acting.replace(Some(self.0.clone()))));
+            future.as_mut().poll(cx)
+        })
+        .await
     }
 }
 
-impl Drop for Owner {
+/// Restores the writer acting before a poll, also when the poll unwinds.
+struct Scope(Option<Arc<Live>>);
+
+impl Drop for Scope {
     fn drop(&mut self) {
-        if let Some(live) = LIVE.lock().as_mut() {
-            live.remove(&self.0);
-        }
+        let before = self.0.take();
+        ACTING.with(|acting| *acting.borrow_mut() = before);
     }
+}
+
+/// The writer acting on this thread (see [`Owner::acting`]), for a store call to hold while
+/// it runs apart from its caller: the writer stays live until the call ends.
+pub(crate) fn keep_alive() -> Option<Arc<Live>> {
+    ACTING.with(|acting| acting.borrow().clone())
 }
 
 /// True if the writer `owner` (instance, serial), whose lease ends at `deadline_ms`, can no

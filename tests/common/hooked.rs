@@ -14,6 +14,7 @@ use cellar::orm::Result;
 pub enum Call {
     CheckAndMutate,
     CheckAndMutateMany,
+    Mutate,
 }
 
 type Hook = Box<dyn FnOnce() + Send>;
@@ -59,6 +60,7 @@ impl Store for Hooked {
         self.inner.alter_families(table, changes)
     }
     fn mutate(&self, table: &str, rows: Vec<RowMutation>) -> Result<()> {
+        self.before(Call::Mutate, table);
         self.inner.mutate(table, rows)
     }
     fn read_rows(&self, table: &str, rows: &[Bytes], read: &ReadSpec) -> Result<Vec<Option<Row>>> {

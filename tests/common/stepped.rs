@@ -19,11 +19,20 @@ use cellar::orm::Result;
 pub struct Stepped {
     inner: Arc<dyn Store>,
     commits: bool,
+    /// Claims what Bigtable does: no atomic row groups, and other processes may write.
+    shared: bool,
 }
 
 impl Stepped {
     pub fn new(inner: Arc<dyn Store>, commits: bool) -> Self {
-        Stepped { inner, commits }
+        Stepped { inner, commits, shared: false }
+    }
+
+    /// `inner` with Bigtable's guarantees: every aggregate write goes through the intent
+    /// protocol, with fences.
+    #[allow(dead_code)]
+    pub fn shared(inner: Arc<dyn Store>) -> Self {
+        Stepped { inner, commits: false, shared: true }
     }
 }
 
@@ -195,7 +204,9 @@ impl Store for Stepped {
     }
     fn guarantees(&self) -> Guarantees {
         let g = self.inner.guarantees();
-        if self.commits {
+        if self.shared {
+            Guarantees::new(false, false)
+        } else if self.commits {
             g
         } else {
             Guarantees::new(g.atomic_row_groups, g.single_process)
@@ -219,4 +230,13 @@ impl Store for Stepped {
     ) -> Result<Option<bool>> {
         self.inner.read_and_commit(table, row, read, build)
     }
+}
+
+/// Polls `future` `polls` times with a waker that does nothing (over a [`Stepped`] store, each
+/// store call takes one poll more); true if it finished.
+#[allow(dead_code)]
+pub fn poll_times<F: Future>(future: F, polls: usize) -> bool {
+    let mut future = std::pin::pin!(future);
+    let mut cx = Context::from_waker(std::task::Waker::noop());
+    (0..polls).any(|_| future.as_mut().poll(&mut cx).is_ready())
 }

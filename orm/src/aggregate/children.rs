@@ -12,6 +12,8 @@ use bytes::Bytes;
 
 use super::{Aggregate, AggregateRepository, ChildField, Node, Part};
 use crate::key::KeyError;
+use crate::store::drive::drive;
+use crate::store::AsyncStore;
 use crate::{Error, Result};
 
 /// One child collection of one aggregate; from [`AggregateRepository::children`], and deeper
@@ -73,9 +75,9 @@ impl<'r, A: Aggregate, C: Part> Children<'r, A, C> {
         }
     }
 
-    fn read(&self) -> Result<Option<Vec<Node>>> {
+    async fn read(&self, store: &dyn AsyncStore) -> Result<Option<Vec<Node>>> {
         let (root, prefix) = self.repo.locate(&self.root)?;
-        let Some(mut node) = self.repo.load(&root, &prefix)? else { return Ok(None) };
+        let Some(mut node) = self.repo.load(store, &root, &prefix).await? else { return Ok(None) };
         Ok(self.find(&mut node).map(std::mem::take))
     }
 
@@ -89,7 +91,11 @@ impl<'r, A: Aggregate, C: Part> Children<'r, A, C> {
     /// # Errors
     /// As [`AggregateRepository::get`].
     pub fn list(&self) -> Result<Option<Vec<C>>> {
-        self.read()?.map(|nodes| nodes.into_iter().map(Self::decode).collect()).transpose()
+        drive(self.list_via(&self.repo.inline()))
+    }
+
+    pub(super) async fn list_via(&self, store: &dyn AsyncStore) -> Result<Option<Vec<C>>> {
+        self.read(store).await?.map(|nodes| nodes.into_iter().map(Self::decode).collect()).transpose()
     }
 
     /// The child with key `key`, if there is one.
@@ -97,8 +103,12 @@ impl<'r, A: Aggregate, C: Part> Children<'r, A, C> {
     /// # Errors
     /// As [`AggregateRepository::get`].
     pub fn get(&self, key: impl Into<C::Key>) -> Result<Option<C>> {
-        let key = own_key::<C>(&key.into())?;
-        let found = self.read()?.and_then(|nodes| nodes.into_iter().find(|n| n.row.key == key));
+        drive(self.get_via(&self.repo.inline(), key.into()))
+    }
+
+    pub(super) async fn get_via(&self, store: &dyn AsyncStore, key: C::Key) -> Result<Option<C>> {
+        let key = own_key::<C>(&key)?;
+        let found = self.read(store).await?.and_then(|nodes| nodes.into_iter().find(|n| n.row.key == key));
         found.map(Self::decode).transpose()
     }
 
@@ -108,16 +118,22 @@ impl<'r, A: Aggregate, C: Part> Children<'r, A, C> {
     /// [`Error::InvalidArgument`] if the aggregate or a parent on the path does not exist, or
     /// the strategy cannot hold the result; as [`AggregateRepository::put`].
     pub fn put(&self, child: &C) -> Result<()> {
+        drive(self.put_via(&self.repo.inline(), child))
+    }
+
+    pub(super) async fn put_via(&self, store: &dyn AsyncStore, child: &C) -> Result<()> {
         let node = child.to_node()?;
-        self.repo.modify(&self.root, |current| {
-            let mut root = current.ok_or_else(|| self.missing())?;
-            let collection = self.find(&mut root).ok_or_else(|| self.missing())?;
-            match collection.binary_search_by(|n| n.row.key.as_ref().cmp(&node.row.key)) {
-                Ok(i) => collection[i] = node.clone(),
-                Err(i) => collection.insert(i, node.clone()),
-            }
-            Ok(Some(root))
-        })
+        self.repo
+            .modify(store, &self.root, |current| {
+                let mut root = current.ok_or_else(|| self.missing())?;
+                let collection = self.find(&mut root).ok_or_else(|| self.missing())?;
+                match collection.binary_search_by(|n| n.row.key.as_ref().cmp(&node.row.key)) {
+                    Ok(i) => collection[i] = node.clone(),
+                    Err(i) => collection.insert(i, node.clone()),
+                }
+                Ok(Some(root))
+            })
+            .await
     }
 
     /// Removes the child with key `key` and everything under it; returns whether there was
@@ -126,19 +142,25 @@ impl<'r, A: Aggregate, C: Part> Children<'r, A, C> {
     /// # Errors
     /// As [`AggregateRepository::put`].
     pub fn remove(&self, key: impl Into<C::Key>) -> Result<bool> {
-        let key = own_key::<C>(&key.into())?;
+        drive(self.remove_via(&self.repo.inline(), key.into()))
+    }
+
+    pub(super) async fn remove_via(&self, store: &dyn AsyncStore, key: C::Key) -> Result<bool> {
+        let key = own_key::<C>(&key)?;
         let mut removed = false;
-        self.repo.modify(&self.root, |current| {
-            removed = false;
-            let Some(mut root) = current else { return Ok(None) };
-            if let Some(collection) = self.find(&mut root) {
-                if let Ok(i) = collection.binary_search_by(|n| n.row.key.as_ref().cmp(&key)) {
-                    collection.remove(i);
-                    removed = true;
+        self.repo
+            .modify(store, &self.root, |current| {
+                removed = false;
+                let Some(mut root) = current else { return Ok(None) };
+                if let Some(collection) = self.find(&mut root) {
+                    if let Ok(i) = collection.binary_search_by(|n| n.row.key.as_ref().cmp(&key)) {
+                        collection.remove(i);
+                        removed = true;
+                    }
                 }
-            }
-            Ok(Some(root))
-        })?;
+                Ok(Some(root))
+            })
+            .await?;
         Ok(removed)
     }
 }

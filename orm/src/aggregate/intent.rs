@@ -55,7 +55,7 @@ use super::shape::default_family;
 use super::{Aggregate, AggregateRepository, Strategy};
 use crate::key::prefix_end;
 use crate::repo::printable;
-use crate::store::{CellMutation, Condition, ReadSpec, RowMutation, ScanSpec, StoredCell};
+use crate::store::{AsyncStore, CellMutation, Condition, ReadSpec, RowMutation, ScanSpec, StoredCell};
 use crate::writer::{self, now_ms, Owner};
 use crate::{Error, Result};
 
@@ -203,8 +203,9 @@ fn generation_condition<A>(repo: &AggregateRepository<A>, value: Option<Bytes>) 
 ///
 /// `stored` holds the rows as read, fences and tombstones included; `old` the aggregate they
 /// hold (see [`rows::live`]).
-pub(super) fn write<A: Aggregate>(
+pub(super) async fn write<A: Aggregate>(
     repo: &AggregateRepository<A>,
+    store: &dyn AsyncStore,
     root: &Bytes,
     generation: Option<Bytes>,
     stored: &RowSet,
@@ -241,7 +242,7 @@ pub(super) fn write<A: Aggregate>(
     let condition = generation_condition(repo, generation);
     if rows.is_empty() {
         let m = RowMutation { row: root.clone(), mutations: root_mutations };
-        return repo.store.check_and_mutate(&table, condition, m);
+        return store.check_and_mutate(&table, condition, m).await;
     }
     let priors = if fenced {
         rows.iter().map(|(slot, m)| stored.get(&(*slot, m.row.clone())).and_then(|c| rows::fence_of(c))).collect()
@@ -253,12 +254,16 @@ pub(super) fn write<A: Aggregate>(
     let intent = Intent { deadline_ms, owner: owner.name(), root: root_mutations, rows, fenced, priors };
     let pending = encode_pending(&token, &intent);
     let start = RowMutation { row: root.clone(), mutations: generation_puts(repo, pending.clone()) };
-    if !repo.store.check_and_mutate(&table, condition, start)? {
-        return Ok(false);
-    }
-    roll_forward(repo, root, &pending, intent)?;
-    drop(owner);
-    Ok(true)
+    // As the owner: a step still running when the caller stops keeps the intent its own.
+    owner
+        .acting(async {
+            if !store.check_and_mutate(&table, condition, start).await? {
+                return Ok(false);
+            }
+            roll_forward(repo, store, root, &pending, intent).await?;
+            Ok(true)
+        })
+        .await
 }
 
 /// A put of the root's generation, stamped when it applies: a writer whose clock runs behind
@@ -285,8 +290,9 @@ fn replacing(shared: bool, put: CellMutation) -> Vec<CellMutation> {
 
 /// Applies an intent's row mutations and commits it. On a store shared by several processes,
 /// stops quietly once its lease has passed: whoever takes the intent over finishes it.
-fn roll_forward<A: Aggregate>(
+async fn roll_forward<A: Aggregate>(
     repo: &AggregateRepository<A>,
+    store: &dyn AsyncStore,
     root: &Bytes,
     pending: &Bytes,
     intent: Intent,
@@ -321,9 +327,9 @@ fn roll_forward<A: Aggregate>(
             // once this one committed — and the commit below settles which.
             let family = fence_family(repo, slot);
             let fenced = batch.into_iter().map(|(m, prior)| fenced_write(family, &token, m, prior)).collect();
-            repo.store.check_and_mutate_many(&level.table, fenced)?;
+            store.check_and_mutate_many(&level.table, fenced).await?;
         } else {
-            repo.store.mutate(&level.table, batch.into_iter().map(|(m, _)| m).collect())?;
+            store.mutate(&level.table, batch.into_iter().map(|(m, _)| m).collect()).await?;
         }
     }
     if lapsed() {
@@ -331,7 +337,7 @@ fn roll_forward<A: Aggregate>(
     }
     let commit = RowMutation { row: root.clone(), mutations: intent.root };
     // False: another reader took the intent over, and commits it.
-    repo.store.check_and_mutate(repo.table(0), generation_condition(repo, Some(pending.clone())), commit)?;
+    store.check_and_mutate(repo.table(0), generation_condition(repo, Some(pending.clone())), commit).await?;
     Ok(())
 }
 
@@ -374,8 +380,9 @@ fn abandoned<A: Aggregate>(repo: &AggregateRepository<A>, intent: &Intent) -> bo
 }
 
 /// Takes over an abandoned intent (a new owner and deadline) and rolls it forward.
-fn take_over<A: Aggregate>(
+async fn take_over<A: Aggregate>(
     repo: &AggregateRepository<A>,
+    store: &dyn AsyncStore,
     root: &Bytes,
     pending: &Bytes,
     mut intent: Intent,
@@ -385,18 +392,23 @@ fn take_over<A: Aggregate>(
     intent.deadline_ms = now_ms() + repo.lease.as_millis() as u64;
     let renewed = encode_pending(&pending[..TOKEN_LEN], &intent);
     let m = RowMutation { row: root.clone(), mutations: generation_puts(repo, renewed.clone()) };
-    if repo.store.check_and_mutate(repo.table(0), generation_condition(repo, Some(pending.clone())), m)? {
-        roll_forward(repo, root, &renewed, intent)?;
-    }
-    Ok(())
+    owner
+        .acting(async {
+            if store.check_and_mutate(repo.table(0), generation_condition(repo, Some(pending.clone())), m).await? {
+                roll_forward(repo, store, root, &renewed, intent).await?;
+            }
+            Ok(())
+        })
+        .await
 }
 
 /// The root row's generation cell: `None` without a root row.
-fn root_generation<A: Aggregate>(
+async fn root_generation<A: Aggregate>(
     repo: &AggregateRepository<A>,
+    store: &dyn AsyncStore,
     root: &Bytes,
 ) -> Result<(Option<RowSet>, Option<Bytes>)> {
-    let found = repo.store.read_rows(repo.table(0), std::slice::from_ref(root), &ReadSpec::default())?;
+    let found = store.read_rows(repo.table(0), std::slice::from_ref(root), &ReadSpec::default()).await?;
     match found.into_iter().next().flatten() {
         Some(row) => {
             let generation = generation_of(&row.cells);
@@ -411,32 +423,35 @@ fn root_generation<A: Aggregate>(
 /// A consistent read of the aggregate's rows in the table slots `keep` selects (the root's
 /// row always): root, other rows, root again until they agree; pending writes are waited for
 /// or rolled forward.
-pub(super) fn read<A: Aggregate>(
+pub(super) async fn read<A: Aggregate>(
     repo: &AggregateRepository<A>,
+    store: &dyn AsyncStore,
     root: &Bytes,
     prefix: &Bytes,
-    keep: &dyn Fn(usize) -> bool,
+    keep: &(dyn Fn(usize) -> bool + Sync),
 ) -> Result<RowSet> {
-    read_with(repo, root, prefix, keep, false)
+    read_with(repo, store, root, prefix, keep, false).await
 }
 
 /// [`read`] for a write that replaces the aggregate whole (a put, a delete): an intent that
 /// does not decode — damaged, so nobody can finish it — is no error there. The rows come back
 /// as stored, the damaged generation with them, and the write, conditioned on that
 /// generation, replaces them.
-pub(super) fn read_to_replace<A: Aggregate>(
+pub(super) async fn read_to_replace<A: Aggregate>(
     repo: &AggregateRepository<A>,
+    store: &dyn AsyncStore,
     root: &Bytes,
     prefix: &Bytes,
 ) -> Result<RowSet> {
-    read_with(repo, root, prefix, &|_| true, true)
+    read_with(repo, store, root, prefix, &|_| true, true).await
 }
 
-fn read_with<A: Aggregate>(
+async fn read_with<A: Aggregate>(
     repo: &AggregateRepository<A>,
+    store: &dyn AsyncStore,
     root: &Bytes,
     prefix: &Bytes,
-    keep: &dyn Fn(usize) -> bool,
+    keep: &(dyn Fn(usize) -> bool + Sync),
     replacing: bool,
 ) -> Result<RowSet> {
     let started = Instant::now();
@@ -444,33 +459,33 @@ fn read_with<A: Aggregate>(
     let mut attempts = 0;
     loop {
         attempts += 1;
-        let (first, generation) = root_generation(repo, root)?;
+        let (first, generation) = root_generation(repo, store, root).await?;
         let Some(mut set) = first else { return Ok(RowSet::new()) };
         if let Some(pending) = generation.as_ref().filter(|g| g.len() > DELETED_LEN) {
             let intent = match decode_pending(pending) {
                 Ok(intent) => intent,
                 Err(_) if replacing => {
-                    read_slots(repo, root, prefix, keep, &mut set)?;
+                    read_slots(repo, store, root, prefix, keep, &mut set).await?;
                     return Ok(set);
                 }
                 Err(reason) => return Err(pending_error(repo, root, reason)),
             };
             if abandoned(repo, &intent) {
                 let view = intent.clone();
-                if take_over(repo, root, pending, intent).is_err() {
+                if take_over(repo, store, root, pending, intent).await.is_err() {
                     // The store takes no writes now (an engine gone read-only after a disk
                     // fault, say): answer with what rolling forward will make of the rows.
-                    read_slots(repo, root, prefix, keep, &mut set)?;
+                    read_slots(repo, store, root, prefix, keep, &mut set).await?;
                     view.apply(root, &mut set, keep);
                     return Ok(set);
                 }
             } else {
-                std::thread::sleep(pause);
+                store.pause(pause).await;
                 pause = (pause * 2).min(Duration::from_millis(50));
             }
         } else {
-            read_slots(repo, root, prefix, keep, &mut set)?;
-            if slots_are_trivial(repo) || root_generation(repo, root)?.1 == generation {
+            read_slots(repo, store, root, prefix, keep, &mut set).await?;
+            if slots_are_trivial(repo) || root_generation(repo, store, root).await?.1 == generation {
                 return Ok(set);
             }
         }
@@ -482,11 +497,12 @@ fn read_with<A: Aggregate>(
 
 /// Reads the aggregate's rows other than the root's (already in `set`) in the slots `keep`
 /// selects.
-fn read_slots<A: Aggregate>(
+async fn read_slots<A: Aggregate>(
     repo: &AggregateRepository<A>,
+    store: &dyn AsyncStore,
     root: &Bytes,
     prefix: &Bytes,
-    keep: &dyn Fn(usize) -> bool,
+    keep: &(dyn Fn(usize) -> bool + Sync),
     set: &mut RowSet,
 ) -> Result<()> {
     let end = prefix_end(prefix).map(Bytes::from);
@@ -497,12 +513,14 @@ fn read_slots<A: Aggregate>(
     };
     for slot in slots {
         let spec = ScanSpec { start: prefix.clone(), end: end.clone(), ..ScanSpec::default() };
-        for row in repo.store.scan(repo.table(slot), &spec)? {
-            let row = row?;
+        let mut rows = store.scan_cursor(repo.table(slot), &spec).await?;
+        while rows.advance().await? {
+            let Some(row) = rows.row() else { break };
             // The root row as read first is the one validated.
-            if slot == 0 && row.key == *root {
+            if slot == 0 && row.key() == &root[..] {
                 continue;
             }
+            let row = row.to_row();
             set.insert((slot, row.key), row.cells);
         }
     }
@@ -512,7 +530,7 @@ fn read_slots<A: Aggregate>(
 impl Intent {
     /// Applies the intent to rows read before it was rolled forward (latest versions only),
     /// in memory: the rows it leaves, for a reader that cannot roll it forward.
-    fn apply(self, root: &Bytes, set: &mut RowSet, keep: &dyn Fn(usize) -> bool) {
+    fn apply(self, root: &Bytes, set: &mut RowSet, keep: &(dyn Fn(usize) -> bool + Sync)) {
         let root_change = RowMutation { row: root.clone(), mutations: self.root };
         let changes = self.rows.into_iter().filter(|(slot, _)| keep(*slot)).chain([(0, root_change)]);
         for (slot, change) in changes {

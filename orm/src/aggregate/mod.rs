@@ -18,8 +18,10 @@ mod advice;
 mod blob;
 mod children;
 mod intent;
+mod nonblocking;
 mod repo;
 mod rows;
+mod scan;
 mod shape;
 
 use std::marker::PhantomData;
@@ -28,7 +30,9 @@ pub use crate::blob::{read_header, BlobHeader, BLOB_MAGIC};
 pub use advice::ADVICE_SAMPLE;
 pub use children::Children;
 pub use intent::LEASE;
-pub use repo::{AggregateIter, AggregateQuery, AggregateRepository};
+pub use nonblocking::{AsyncAggregateRepository, AsyncChildren};
+pub use repo::AggregateRepository;
+pub use scan::{AggregateIter, AggregateQuery, AsyncAggregateQuery};
 pub use shape::{check_aggregate, AggregateLayout};
 
 use crate::entity::{Entity, FieldError, Schema};

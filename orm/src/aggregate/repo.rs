@@ -18,14 +18,14 @@ use std::sync::Arc;
 use bytes::Bytes;
 
 use super::rows::{self, RowSet, GENERATION};
-use super::shape::{key_len, Shape};
+use super::shape::Shape;
 use super::{intent, Aggregate, AggregateLayout, Node, Strategy};
-use crate::entity::KeyPrefix;
 use crate::key::{prefix_end, KeyError, Modifier};
-use crate::repo::{printable, Cursor, EntityIter, Page, Query};
+use crate::repo::printable;
+use crate::store::drive::drive;
 use crate::store::{
-    CellMutation, Condition, FamilySpec, PrefixField, ReadSpec, Row, RowCheck, RowMutation, ScanSpec, SplitPolicy,
-    Store, StoredCell, TableSpec,
+    AsyncStore, CellMutation, Condition, FamilySpec, Inline, PrefixField, ReadSpec, RowCheck, RowMutation, ScanSpec,
+    SplitPolicy, Store, StoredCell, TableSpec,
 };
 use crate::{Db, Error, Result};
 
@@ -167,7 +167,7 @@ pub(super) fn generation_of(cells: &[StoredCell]) -> Option<Bytes> {
 /// protocol left unfinished. On a store that writes aggregates atomically there are none of its
 /// own, but rows copied from one that does not (Bigtable) may hold one, and reading around it
 /// would mix two versions: such reads go through the intent protocol, which finishes it.
-fn holds_intent(set: &RowSet, root: &Bytes) -> bool {
+pub(super) fn holds_intent(set: &RowSet, root: &Bytes) -> bool {
     set.get(&(0, root.clone())).and_then(|cells| generation_of(cells)).is_some_and(|g| g.len() > rows::DELETED_LEN)
 }
 
@@ -245,53 +245,56 @@ impl<A: Aggregate> AggregateRepository<A> {
         &self.shape.levels[slot].table
     }
 
+    /// The store, called on the spot: how the synchronous API runs the protocols.
+    pub(super) fn inline(&self) -> Inline<'_> {
+        Inline(&*self.store)
+    }
+
     /// Every stored row of the aggregate at `prefix` (one scan; one get for a blob).
-    fn read_atomic(&self, root: &Bytes, prefix: &Bytes) -> Result<RowSet> {
+    async fn read_atomic(&self, store: &dyn AsyncStore, root: &Bytes, prefix: &Bytes) -> Result<RowSet> {
         let mut set = RowSet::new();
         if self.shape.strategy == Strategy::Blob {
-            let row = self.store.read_rows(self.table(0), std::slice::from_ref(root), &ReadSpec::default())?;
+            let row = store.read_rows(self.table(0), std::slice::from_ref(root), &ReadSpec::default()).await?;
             if let Some(Some(row)) = row.into_iter().next() {
                 set.insert((0, row.key), row.cells);
             }
             return Ok(set);
         }
         let spec = ScanSpec { start: prefix.clone(), end: prefix_end(prefix).map(Bytes::from), ..ScanSpec::default() };
-        for row in self.store.scan(self.table(0), &spec)? {
-            let row = row?;
-            set.insert((0, row.key), row.cells);
-        }
+        scan_into(store, self.table(0), &spec, &mut set).await?;
         Ok(set)
     }
 
     /// The stored rows of the aggregate: consistent, whatever the protocol.
-    pub(super) fn read(&self, root: &Bytes, prefix: &Bytes) -> Result<RowSet> {
+    pub(super) async fn read(&self, store: &dyn AsyncStore, root: &Bytes, prefix: &Bytes) -> Result<RowSet> {
         if self.atomic {
-            let set = self.read_atomic(root, prefix)?;
+            let set = self.read_atomic(store, root, prefix).await?;
             if !holds_intent(&set, root) {
                 return Ok(set);
             }
         }
-        intent::read(self, root, prefix, &|_| true)
+        intent::read(self, store, root, prefix, &|_| true).await
     }
 
     /// The aggregate at `prefix` as a node tree.
-    pub(super) fn load(&self, root: &Bytes, prefix: &Bytes) -> Result<Option<Node>> {
-        rows::from_rows(&self.shape, prefix, &self.read(root, prefix)?)
+    pub(super) async fn load(&self, store: &dyn AsyncStore, root: &Bytes, prefix: &Bytes) -> Result<Option<Node>> {
+        rows::from_rows(&self.shape, prefix, &self.read(store, root, prefix).await?)
     }
 
-    fn decode(node: Node) -> Result<A> {
+    pub(super) fn decode(node: Node) -> Result<A> {
         let row = node.row.key.clone();
         A::from_node(node).map_err(|e| crate::repo::decode_error(A::SCHEMA.table, &row, e))
     }
 
     /// Read-modify-write of one aggregate: `change` gets what is stored and returns what
     /// should be (`None`: no aggregate). Retried while other writers win the race.
-    pub(super) fn modify(
+    pub(super) async fn modify(
         &self,
+        store: &dyn AsyncStore,
         key: &A::Key,
-        mut change: impl FnMut(Option<Node>) -> Result<Option<Node>>,
+        mut change: impl FnMut(Option<Node>) -> Result<Option<Node>> + Send,
     ) -> Result<()> {
-        self.rewrite(key, false, |prefix, old| change(rows::from_rows(&self.shape, prefix, old)?))
+        self.rewrite(store, key, false, |prefix, old| change(rows::from_rows(&self.shape, prefix, old)?)).await
     }
 
     /// Read-modify-write of one aggregate's rows: `change` gets the aggregate's prefix and
@@ -299,19 +302,20 @@ impl<A: Aggregate> AggregateRepository<A> {
     /// (`whole`: a `put`, a `delete`) never decodes it, so stored rows that do not form an
     /// aggregate (a child whose parent row is missing, an intent that does not decode) can
     /// still be replaced or deleted: the difference is taken from the rows, whatever they hold.
-    fn rewrite(
+    async fn rewrite(
         &self,
+        store: &dyn AsyncStore,
         key: &A::Key,
         whole: bool,
-        mut change: impl FnMut(&Bytes, &RowSet) -> Result<Option<Node>>,
+        mut change: impl FnMut(&Bytes, &RowSet) -> Result<Option<Node>> + Send,
     ) -> Result<()> {
         let (root, prefix) = self.locate(key)?;
         for _ in 0..MAX_ATTEMPTS {
             // As stored (fences and tombstones included: the write is conditioned on them),
             // and as the aggregate they hold.
             let stored = match whole && !self.atomic {
-                true => intent::read_to_replace(self, &root, &prefix)?,
-                false => self.read(&root, &prefix)?,
+                true => intent::read_to_replace(self, store, &root, &prefix).await?,
+                false => self.read(store, &root, &prefix).await?,
             };
             // Borrowed unless there are fences or tombstones (never on the embedded engine).
             let old = rows::live(&stored);
@@ -363,9 +367,9 @@ impl<A: Aggregate> AggregateRepository<A> {
                 _ => old,
             };
             let done = if self.atomic {
-                self.write_atomic(&root, generation, &old, &new)?
+                self.write_atomic(store, &root, generation, &old, &new).await?
             } else {
-                intent::write(self, &root, generation, &stored, &old, &new)?
+                intent::write(self, store, &root, generation, &stored, &old, &new).await?
             };
             if done {
                 return Ok(());
@@ -374,14 +378,21 @@ impl<A: Aggregate> AggregateRepository<A> {
         Err(Error::Contended { entity: A::SCHEMA.entity, row: printable(&root), attempts: MAX_ATTEMPTS })
     }
 
-    fn write_atomic(&self, root: &Bytes, generation: Option<Bytes>, old: &RowSet, new: &RowSet) -> Result<bool> {
+    async fn write_atomic(
+        &self,
+        store: &dyn AsyncStore,
+        root: &Bytes,
+        generation: Option<Bytes>,
+        old: &RowSet,
+        new: &RowSet,
+    ) -> Result<bool> {
         let condition = Condition::holds(self.shape.family().as_bytes(), GENERATION, generation);
         let mut rows: Vec<RowMutation> = diff(old, new).into_iter().map(|(_, m)| m).collect();
         if rows.len() == 1 && rows[0].row == *root {
             // Only the root row changes: a single-row check-and-mutate does.
-            return self.store.check_and_mutate(self.table(0), condition, rows.remove(0));
+            return store.check_and_mutate(self.table(0), condition, rows.remove(0)).await;
         }
-        self.store.mutate_group(self.table(0), vec![RowCheck { row: root.clone(), condition }], rows)
+        store.mutate_group(self.table(0), vec![RowCheck { row: root.clone(), condition }], rows).await
     }
 
     /// Writes an aggregate, replacing whatever was stored under its key: children that are
@@ -392,8 +403,12 @@ impl<A: Aggregate> AggregateRepository<A> {
     /// [`Error::InvalidArgument`] for two children with one key in a collection;
     /// [`Error::Contended`] if other writers keep winning; encoding and store errors.
     pub fn put(&self, aggregate: &A) -> Result<()> {
+        drive(self.put_via(&self.inline(), aggregate))
+    }
+
+    pub(super) async fn put_via(&self, store: &dyn AsyncStore, aggregate: &A) -> Result<()> {
         let node = aggregate.to_node()?;
-        self.rewrite(&aggregate.key(), true, |_, _| Ok(Some(node.clone())))
+        self.rewrite(store, &aggregate.key(), true, |_, _| Ok(Some(node.clone()))).await
     }
 
     /// Reads a whole aggregate; children come back in key order.
@@ -401,11 +416,15 @@ impl<A: Aggregate> AggregateRepository<A> {
     /// # Errors
     /// [`Error::Decode`] for rows that do not form a valid `A`; store errors.
     pub fn get(&self, key: impl Into<A::Key>) -> Result<Option<A>> {
-        let (root, prefix) = self.locate(&key.into())?;
-        let stored = self.read(&root, &prefix)?;
+        drive(self.get_via(&self.inline(), key.into()))
+    }
+
+    pub(super) async fn get_via(&self, store: &dyn AsyncStore, key: A::Key) -> Result<Option<A>> {
+        let (root, prefix) = self.locate(&key)?;
+        let stored = self.read(store, &root, &prefix).await?;
         let node = rows::from_rows(&self.shape, &prefix, &stored)?;
         if let Some(node) = &node {
-            self.write_back_blob(&root, &stored, node)?;
+            self.write_back_blob(store, &root, &stored, node).await?;
         }
         node.map(Self::decode).transpose()
     }
@@ -419,7 +438,7 @@ impl<A: Aggregate> AggregateRepository<A> {
     }
 
     /// With write-back on: rewrites the root's blob cell if it is not current.
-    fn write_back_blob(&self, root: &Bytes, stored: &RowSet, node: &Node) -> Result<()> {
+    async fn write_back_blob(&self, store: &dyn AsyncStore, root: &Bytes, stored: &RowSet, node: &Node) -> Result<()> {
         let Some(codec) = self.shape.blob.filter(|_| self.write_back) else { return Ok(()) };
         let cells = stored.get(&(0, root.clone())).map(Vec::as_slice).unwrap_or_default();
         let Some(old) = cells.iter().find(|c| c.qualifier == rows::BLOB) else { return Ok(()) };
@@ -442,11 +461,9 @@ impl<A: Aggregate> AggregateRepository<A> {
             timestamp: Some(old.timestamp),
         };
         // False: a write came in since the read; it is at the current version already.
-        self.store.check_and_mutate(
-            self.table(0),
-            condition,
-            RowMutation { row: root.clone(), mutations: vec![put] },
-        )?;
+        store
+            .check_and_mutate(self.table(0), condition, RowMutation { row: root.clone(), mutations: vec![put] })
+            .await?;
         Ok(())
     }
 
@@ -458,10 +475,19 @@ impl<A: Aggregate> AggregateRepository<A> {
     /// # Errors
     /// [`Error::InvalidArgument`] for depth 0; as [`AggregateRepository::get`].
     pub fn get_to_depth(&self, key: impl Into<A::Key>, depth: usize) -> Result<Option<A>> {
+        drive(self.get_to_depth_via(&self.inline(), key.into(), depth))
+    }
+
+    pub(super) async fn get_to_depth_via(
+        &self,
+        store: &dyn AsyncStore,
+        key: A::Key,
+        depth: usize,
+    ) -> Result<Option<A>> {
         if depth == 0 {
             return Err(Error::InvalidArgument { arg: "depth", reason: "the root is depth 1".into() });
         }
-        let (root, prefix) = self.locate(&key.into())?;
+        let (root, prefix) = self.locate(&key)?;
         let shallow = |l: &super::shape::Level| l.path.len() < depth;
         let mut node = match self.type_range(&shallow).filter(|_| self.atomic) {
             Some((lo, hi)) => {
@@ -471,22 +497,19 @@ impl<A: Aggregate> AggregateRepository<A> {
                     None => prefix_end(&prefix).map(Bytes::from),
                 };
                 let mut set = RowSet::new();
-                for row in self.store.scan(self.table(0), &ScanSpec { start, end, ..ScanSpec::default() })? {
-                    let row = row?;
-                    set.insert((0, row.key), row.cells);
-                }
+                scan_into(store, self.table(0), &ScanSpec { start, end, ..ScanSpec::default() }, &mut set).await?;
                 // The root's type is the lowest kept: its row is in `set`.
                 if holds_intent(&set, &root) {
-                    self.load(&root, &prefix)?
+                    self.load(store, &root, &prefix).await?
                 } else {
                     rows::from_rows(&self.shape, &prefix, &set)?
                 }
             }
             None if self.shape.strategy == Strategy::Normalized => {
-                let set = intent::read(self, &root, &prefix, &|slot| shallow(&self.shape.levels[slot]))?;
+                let set = intent::read(self, store, &root, &prefix, &|slot| shallow(&self.shape.levels[slot])).await?;
                 rows::from_rows(&self.shape, &prefix, &set)?
             }
-            None => self.load(&root, &prefix)?,
+            None => self.load(store, &root, &prefix).await?,
         };
         if let Some(n) = &mut node {
             prune(n, depth - 1);
@@ -512,10 +535,15 @@ impl<A: Aggregate> AggregateRepository<A> {
     /// # Errors
     /// As [`AggregateRepository::get`].
     pub fn get_many<K: Into<A::Key>>(&self, keys: impl IntoIterator<Item = K>) -> Result<Vec<Option<A>>> {
-        let located = keys.into_iter().map(|k| self.locate(&k.into())).collect::<Result<Vec<_>>>()?;
+        let keys: Vec<A::Key> = keys.into_iter().map(Into::into).collect();
+        drive(self.get_many_via(&self.inline(), keys))
+    }
+
+    pub(super) async fn get_many_via(&self, store: &dyn AsyncStore, keys: Vec<A::Key>) -> Result<Vec<Option<A>>> {
+        let located = keys.iter().map(|k| self.locate(k)).collect::<Result<Vec<_>>>()?;
         if self.shape.strategy == Strategy::Blob && self.atomic {
             let roots: Vec<Bytes> = located.iter().map(|(r, _)| r.clone()).collect();
-            let found = self.store.read_rows(self.table(0), &roots, &ReadSpec::default())?;
+            let found = store.read_rows(self.table(0), &roots, &ReadSpec::default()).await?;
             return found
                 .into_iter()
                 .zip(&located)
@@ -525,7 +553,11 @@ impl<A: Aggregate> AggregateRepository<A> {
                 })
                 .collect();
         }
-        located.iter().map(|(root, prefix)| self.load(root, prefix)?.map(Self::decode).transpose()).collect()
+        let mut out = Vec::with_capacity(located.len());
+        for (root, prefix) in &located {
+            out.push(self.load(store, root, prefix).await?.map(Self::decode).transpose()?);
+        }
+        Ok(out)
     }
 
     /// True if an aggregate with this key is stored (one read of its root row).
@@ -533,8 +565,12 @@ impl<A: Aggregate> AggregateRepository<A> {
     /// # Errors
     /// Key encoding and store errors.
     pub fn exists(&self, key: impl Into<A::Key>) -> Result<bool> {
-        let (root, _) = self.locate(&key.into())?;
-        let rows = self.store.read_rows(self.table(0), &[root], &ReadSpec::default())?;
+        drive(self.exists_via(&self.inline(), key.into()))
+    }
+
+    pub(super) async fn exists_via(&self, store: &dyn AsyncStore, key: A::Key) -> Result<bool> {
+        let (root, _) = self.locate(&key)?;
+        let rows = store.read_rows(self.table(0), &[root], &ReadSpec::default()).await?;
         // A deleted aggregate's root may stay as a tombstone (see `intent`).
         Ok(rows.into_iter().flatten().next().is_some_and(|row| !rows::is_tombstone(&row.cells)))
     }
@@ -545,16 +581,11 @@ impl<A: Aggregate> AggregateRepository<A> {
     /// # Errors
     /// [`Error::Contended`]; key encoding and store errors.
     pub fn delete(&self, key: impl Into<A::Key>) -> Result<()> {
-        self.rewrite(&key.into(), true, |_, _| Ok(None))
+        drive(self.delete_via(&self.inline(), key.into()))
     }
 
-    /// A scan over aggregates in root-key order, each read whole.
-    pub fn scan(&self) -> AggregateQuery<'_, A> {
-        let one_row_each = !self.shape.strategy.typed_rows();
-        // Rows that are not aggregates may lie in range (child rows, tombstones on shared
-        // stores): the store cannot apply the limit then.
-        let mixed = !one_row_each || !self.store.guarantees().single_process;
-        AggregateQuery { repo: self, rows: Query::<()>::rows(&*self.store, &A::SCHEMA, mixed), limit: None }
+    pub(super) async fn delete_via(&self, store: &dyn AsyncStore, key: A::Key) -> Result<()> {
+        self.rewrite(store, &key, true, |_, _| Ok(None)).await
     }
 
     /// On a store several processes write (no [`Guarantees::single_process`]), sets how long
@@ -577,6 +608,17 @@ impl<A: Aggregate> AggregateRepository<A> {
     }
 }
 
+/// Reads the rows `spec` covers into `set` (table slot 0).
+async fn scan_into(store: &dyn AsyncStore, table: &str, spec: &ScanSpec, set: &mut RowSet) -> Result<()> {
+    let mut rows = store.scan_cursor(table, spec).await?;
+    while rows.advance().await? {
+        let Some(row) = rows.row() else { break };
+        let row = row.to_row();
+        set.insert((0, row.key), row.cells);
+    }
+    Ok(())
+}
+
 /// Empties the collections below `levels` more levels.
 fn prune(node: &mut Node, levels: usize) {
     for collection in &mut node.children {
@@ -585,241 +627,5 @@ fn prune(node: &mut Node, levels: usize) {
         } else {
             collection.iter_mut().for_each(|c| prune(c, levels - 1));
         }
-    }
-}
-
-/// A scan of aggregates being set up; see [`AggregateRepository::scan`].
-pub struct AggregateQuery<'a, A> {
-    repo: &'a AggregateRepository<A>,
-    rows: Query<'a, ()>,
-    limit: Option<usize>,
-}
-
-impl<'a, A: Aggregate> AggregateQuery<'a, A> {
-    /// Only aggregates whose root key starts with `prefix` (`<Root>Key::<first part>(..)`).
-    pub fn prefix(mut self, prefix: impl KeyPrefix<A>) -> Self {
-        // A full key names one aggregate: its prefix without the record type covers its rows.
-        let encoded = prefix.encode_prefix().map(|k| k.without_record_type(&A::SCHEMA));
-        self.rows = self.rows.with_prefix(encoded);
-        self
-    }
-
-    /// Only aggregates with `from <= root key < to`; either end may be left open with `..`.
-    pub fn range(mut self, range: impl std::ops::RangeBounds<A::Key>) -> Self {
-        use std::ops::Bound;
-        // Bounds fall on whole aggregates: from the start of one aggregate's rows, or from past
-        // the last of them.
-        let group = |k: &A::Key| A::row_key(k).map(|k| k.without_record_type(&A::SCHEMA));
-        let mut empty = false;
-        let from = match range.start_bound() {
-            Bound::Included(k) => Some(group(k)),
-            Bound::Excluded(k) => Some(group(k).map(|g| match g.group_end() {
-                Some(end) => end,
-                // Nothing follows a key of 0xFF bytes.
-                None => {
-                    empty = true;
-                    g
-                }
-            })),
-            Bound::Unbounded => None,
-        };
-        let to = match range.end_bound() {
-            _ if empty => from.clone(),
-            Bound::Excluded(k) => Some(group(k)),
-            Bound::Included(k) => group(k).map(|g| g.group_end()).transpose(),
-            Bound::Unbounded => None,
-        };
-        self.rows = self.rows.with_bounds(from, to);
-        self
-    }
-
-    /// Largest root key first.
-    pub fn reverse(mut self) -> Self {
-        self.rows = self.rows.reverse();
-        self
-    }
-
-    /// Sets aggregates that do not decode aside instead of ending the scan with their error;
-    /// [`AggregateIter::skipped`] reports them.
-    pub fn skip_unreadable(mut self) -> Self {
-        self.rows = self.rows.skip_unreadable();
-        self
-    }
-
-    /// At most `n` aggregates.
-    pub fn limit(mut self, n: usize) -> Self {
-        self.limit = Some(n);
-        self
-    }
-
-    /// Continues after the page that returned `cursor`.
-    pub fn after(mut self, cursor: &Cursor) -> Self {
-        self.rows = self.rows.after(cursor);
-        self
-    }
-
-    /// Streams the aggregates.
-    ///
-    /// # Errors
-    /// As [`Query::iter`]; decoding errors come from the iterator.
-    pub fn iter(self) -> Result<AggregateIter<'a, A>> {
-        let one_row_each = !self.repo.shape.strategy.typed_rows();
-        let mut rows = self.rows;
-        if let (true, Some(n)) = (one_row_each, self.limit) {
-            rows = rows.limit(n);
-        }
-        let reverse = rows.is_reverse();
-        debug_assert!(rows.limit_set().is_none() || one_row_each);
-        Ok(AggregateIter {
-            repo: self.repo,
-            rows: rows.iter()?,
-            pending: None,
-            left: self.limit.unwrap_or(usize::MAX),
-            reverse,
-        })
-    }
-
-    /// Collects the aggregates.
-    ///
-    /// # Errors
-    /// As [`AggregateQuery::iter`].
-    pub fn to_vec(self) -> Result<Vec<A>> {
-        self.iter()?.collect()
-    }
-
-    /// One page of at most `size` aggregates and the cursor of the next.
-    ///
-    /// # Errors
-    /// [`Error::InvalidArgument`] for a zero size; as [`AggregateQuery::iter`].
-    pub fn page(self, size: usize) -> Result<Page<A>> {
-        if size == 0 {
-            return Err(Error::InvalidArgument { arg: "size", reason: "a page holds at least one aggregate".into() });
-        }
-        let mut iter = self.limit(size.saturating_add(1)).iter()?;
-        let mut items = Vec::new();
-        let mut last = None;
-        while items.len() < size {
-            match iter.next_with_prefix() {
-                Some(Ok((prefix, a))) => {
-                    last = Some(prefix);
-                    items.push(a);
-                }
-                Some(Err(e)) => return Err(e),
-                None => return Ok(Page { items, next: None }),
-            }
-        }
-        let more = iter.next_with_prefix().transpose()?.is_some();
-        let reverse = iter.reverse;
-        Ok(Page { items, next: last.filter(|_| more).map(|after| Cursor { reverse, after, group: true }) })
-    }
-}
-
-/// Aggregates streamed from a scan.
-pub struct AggregateIter<'a, A> {
-    repo: &'a AggregateRepository<A>,
-    rows: EntityIter<'a, ()>,
-    /// The first row of the next aggregate, read while finishing the previous one.
-    pending: Option<Row>,
-    left: usize,
-    reverse: bool,
-}
-
-impl<A: Aggregate> AggregateIter<'_, A> {
-    fn next_row(&mut self) -> Option<Result<Row>> {
-        self.pending.take().map(Ok).or_else(|| self.rows.next_row())
-    }
-
-    /// Length of the aggregate prefix at the front of a row key (salt included).
-    fn prefix_len(&self, key: &[u8]) -> Result<usize> {
-        let salt = usize::from(A::SCHEMA.salt.is_some());
-        let body = key.get(salt..).unwrap_or_default();
-        key_len(&A::SCHEMA, body)
-            .map(|n| n + salt)
-            .map_err(|e| crate::repo::decode_error(A::SCHEMA.table, key, crate::entity::FieldError::from(e)))
-    }
-
-    /// The next aggregate and its prefix without salt (for cursors).
-    fn next_with_prefix(&mut self) -> Option<Result<(Vec<u8>, A)>> {
-        if self.left == 0 {
-            return None;
-        }
-        let first = match self.next_row()? {
-            Ok(row) => row,
-            Err(e) => return Some(Err(e)),
-        };
-        let first_key = first.key.clone();
-        let result = (|| {
-            let prefix = Bytes::copy_from_slice(&first.key[..self.prefix_len(&first.key)?]);
-            let shape = &self.repo.shape;
-            let node = if shape.strategy == Strategy::Normalized {
-                // The root table's rows are the aggregates; the rest is read per aggregate.
-                self.repo.load(&first.key, &prefix)?
-            } else {
-                let mut set = RowSet::new();
-                set.insert((0, first.key.clone()), first.cells.clone());
-                while shape.strategy.typed_rows() {
-                    match self.rows.next_row() {
-                        Some(Ok(row)) if row.key.starts_with(&prefix) => {
-                            set.insert((0, row.key), row.cells);
-                        }
-                        Some(Ok(row)) => {
-                            self.pending = Some(row);
-                            break;
-                        }
-                        Some(Err(e)) => return Err(e),
-                        None => break,
-                    }
-                }
-                let (root, _) = self.root_of(&prefix);
-                if !self.repo.atomic || holds_intent(&set, &root) {
-                    // Rows read by a plain scan may be mid-write; read this one consistently.
-                    rows::from_rows(shape, &prefix, &self.repo.read(&root, &prefix)?)?
-                } else {
-                    rows::from_rows(shape, &prefix, &set)?
-                }
-            };
-            let body = self.rows.body(&prefix).to_vec();
-            Ok(node.map(|n| (body, n)))
-        })();
-        let decoded = match result {
-            Ok(Some((body, node))) => AggregateRepository::<A>::decode(node).map(|a| Some((body, a))),
-            // Rows of an aggregate deleted between reads: go on with the next.
-            Ok(None) => Ok(None),
-            Err(e) => Err(e),
-        };
-        match decoded {
-            Ok(Some(found)) => {
-                self.left -= 1;
-                Some(Ok(found))
-            }
-            Ok(None) => self.next_with_prefix(),
-            Err(e) => match self.rows.set_aside(&first_key, e) {
-                Some(e) => Some(Err(e)),
-                None => self.next_with_prefix(),
-            },
-        }
-    }
-
-    /// The aggregates set aside so far, with [`AggregateQuery::skip_unreadable`].
-    pub fn skipped(&self) -> &[crate::repo::Skipped] {
-        self.rows.skipped()
-    }
-
-    fn root_of(&self, prefix: &Bytes) -> (Bytes, Bytes) {
-        let root = match self.repo.shape.strategy {
-            Strategy::SingleTable | Strategy::Denormalized => {
-                Bytes::from([&prefix[..], &[self.repo.shape.levels[0].record_type]].concat())
-            }
-            _ => prefix.clone(),
-        };
-        (root, prefix.clone())
-    }
-}
-
-impl<A: Aggregate> Iterator for AggregateIter<'_, A> {
-    type Item = Result<A>;
-
-    fn next(&mut self) -> Option<Result<A>> {
-        self.next_with_prefix().map(|r| r.map(|(_, a)| a))
     }
 }

@@ -37,7 +37,7 @@ use serde::{Deserialize, Serialize};
 pub use compare::Difference;
 pub use describe::TypeSchema;
 
-use crate::store::{CellMutation, Condition, ReadSpec, Row, RowMutation, Store, TableSpec};
+use crate::store::{AsyncStore, CellMutation, Condition, ReadSpec, Row, RowMutation, Store, TableSpec};
 use crate::{Error, Result};
 
 /// Where the schema catalog is kept.
@@ -252,18 +252,20 @@ fn incompatible(declared: &TypeSchema, version: u64, differences: Vec<String>) -
 ///
 /// # Errors
 /// A catalog row that does not parse; store errors.
-pub(crate) fn copy_history(from: &dyn Store, to: &dyn Store, table: &str, name: &str) -> Result<()> {
-    if from.describe(CATALOG_TABLE)?.is_none() {
+pub(crate) async fn copy_history(from: &dyn AsyncStore, to: &dyn AsyncStore, table: &str, name: &str) -> Result<()> {
+    if from.describe(CATALOG_TABLE).await?.is_none() {
         return Ok(());
     }
-    let key = row_key(table, name);
-    let Some(row) = read_row(from, &key)? else { return Ok(()) };
+    let (key, read) = (row_key(table, name), ReadSpec::default());
+    let found = from.read_rows(CATALOG_TABLE, std::slice::from_ref(&key), &read).await?;
+    let Some(row) = found.into_iter().flatten().next() else { return Ok(()) };
     // A source row that does not parse is not copied over a destination's.
     if parse(&key, Some(&row))?.versions.is_empty() {
         return Ok(());
     }
-    ensure(to)?;
-    if read(to, &key)?.current().is_some() {
+    to.ensure_table(&TableSpec::internal(CATALOG_TABLE, FAMILY)).await?;
+    let theirs = to.read_rows(CATALOG_TABLE, std::slice::from_ref(&key), &read).await?;
+    if parse(&key, theirs.into_iter().flatten().next().as_ref())?.current().is_some() {
         return Ok(());
     }
     let mutations = row
@@ -276,7 +278,7 @@ pub(crate) fn copy_history(from: &dyn Store, to: &dyn Store, table: &str, name: 
             timestamp: Some(c.timestamp),
         })
         .collect();
-    to.mutate_row(CATALOG_TABLE, RowMutation { row: key, mutations })
+    to.mutate_row(CATALOG_TABLE, RowMutation { row: key, mutations }).await
 }
 
 /// The versions the catalog holds for type `name` on `table`, oldest first (empty if none).

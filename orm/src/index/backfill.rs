@@ -1,7 +1,10 @@
 //! The backfill of an index declared on an entity that already had rows: writes the entry of
 //! every stored row through the index protocol, so it runs safely while the application keeps
 //! writing; checkpoints every [`CHECKPOINT_EVERY`] rows and resumes after a kill; marks the
-//! index built when it reaches the end without a unique violation.
+//! index built when it reaches the end without a unique violation. [`Backfill::run_async`]
+//! runs the same job as a future.
+
+use std::future::Future;
 
 use bytes::Bytes;
 
@@ -10,8 +13,7 @@ use crate::entity::Entity;
 use crate::jobs::Checkpoint;
 use crate::repo::{printable, Repository};
 use crate::store::drive::drive;
-use crate::store::Inline;
-use crate::store::{CellMutation, RowMutation, ScanSpec};
+use crate::store::{AsyncStore, CellMutation, Inline, RowMutation, ScanSpec};
 use crate::{Error, Result};
 
 /// Rows between checkpoints and progress reports.
@@ -60,7 +62,8 @@ pub struct BackfillReport {
     pub built: bool,
 }
 
-type ProgressFn<'a> = Box<dyn FnMut(&BackfillProgress) + 'a>;
+/// Where progress reports go: `Send`, so that [`Backfill::run_async`]'s future is.
+type ProgressFn<'a> = Box<dyn FnMut(&BackfillProgress) + Send + 'a>;
 
 /// A backfill of one index; from [`Repository::build_index`].
 pub struct Backfill<'a, E> {
@@ -79,7 +82,7 @@ impl<E: Entity> Repository<E> {
 
 impl<'a, E: Entity> Backfill<'a, E> {
     /// Calls `f` every [`CHECKPOINT_EVERY`] rows and at the end.
-    pub fn on_progress(mut self, f: impl FnMut(&BackfillProgress) + 'a) -> Self {
+    pub fn on_progress(mut self, f: impl FnMut(&BackfillProgress) + Send + 'a) -> Self {
         self.progress = Some(Box::new(f));
         self
     }
@@ -89,80 +92,119 @@ impl<'a, E: Entity> Backfill<'a, E> {
     /// # Errors
     /// Store errors; rows finished before stay finished, and a next run resumes after the last
     /// checkpoint.
-    pub fn run(mut self) -> Result<BackfillReport> {
-        let schema = &E::SCHEMA;
+    pub fn run(self) -> Result<BackfillReport> {
         let store = self.repo.store();
-        let name = schema.indexes[self.position].name;
-        let checkpoint =
-            Checkpoint::open(store, Bytes::from(format!("index/{}/{}/{name}", schema.table, schema.entity)))?;
-        if self.repo.index_statuses().redefined(store, schema, self.position)? {
+        drive(self.run_via(&Inline(store)))
+    }
+
+    /// [`Backfill::run`] as a future, for async services: the same job, its store calls
+    /// awaited (see [`crate::repo::AsyncRepository`] for which store answers). Dropping the
+    /// future stops the job as a kill would: a later run, either form, resumes after the last
+    /// checkpoint.
+    ///
+    /// # Errors
+    /// As [`Backfill::run`].
+    pub fn run_async(self) -> impl Future<Output = Result<BackfillReport>> + Send + 'a {
+        let view = self.repo.to_async();
+        async move { self.run_via(view.parts().1.get()).await }
+    }
+
+    async fn run_via(self, store: &dyn AsyncStore) -> Result<BackfillReport> {
+        // The callback is owned here, never borrowed across an await: the future is `Send`
+        // with a callback that is only `Send`.
+        let Backfill { repo, position, mut progress } = self;
+        let job = Job { repo, position };
+        let schema = &E::SCHEMA;
+        let name = schema.indexes[position].name;
+        let key = Bytes::from(format!("index/{}/{}/{name}", schema.table, schema.entity));
+        let checkpoint = Checkpoint::open(store, key).await?;
+        if job.repo.index_statuses().redefined(store, schema, position).await? {
             // The entries of the old definition go first; the new ones are written from the
             // start of the table.
-            self.clear_old_entries()?;
-            checkpoint.clear()?;
-            self.repo.index_statuses().mark_cleared(store, schema, self.position)?;
+            job.clear_old_entries(store).await?;
+            checkpoint.clear().await?;
+            job.repo.index_statuses().mark_cleared(store, schema, position).await?;
         }
-        let resume = checkpoint.last()?;
+        let resume = checkpoint.last().await?;
         let mut report =
             BackfillReport { resumed_after: resume.as_deref().map(printable), ..BackfillReport::default() };
-        let start = Checkpoint::resume_from(resume.as_ref());
+        let scan = ScanSpec { start: Checkpoint::resume_from(resume.as_ref()), ..ScanSpec::default() };
         let mut last = Bytes::new();
         let mut read = 0u64;
         let mut stretch = Vec::new();
-        for row in store.scan(schema.table, &ScanSpec { start, ..ScanSpec::default() })? {
-            let row = row?;
+        let mut rows = store.scan_cursor(schema.table, &scan).await?;
+        while rows.advance().await? {
+            let Some(row) = rows.row() else { break };
             read += 1;
-            match E::key_from_row(&row) {
+            last = Bytes::copy_from_slice(row.key());
+            match E::key_from_row(row) {
                 // Rows of the table's other record types are not this entity's.
                 Err(e) if e.other_record_type => {}
                 // The key names the row in a violation (a hashed part needs the row's columns).
-                key => stretch.push((row.key.clone(), key.ok())),
+                key => stretch.push((last.clone(), key.ok())),
             }
-            last = row.key;
             if read.is_multiple_of(CHECKPOINT_EVERY) {
-                self.rebuild(std::mem::take(&mut stretch), &mut report)?;
-                checkpoint.save(&last)?;
-                self.report(&report, &last);
+                job.rebuild(store, std::mem::take(&mut stretch), &mut report).await?;
+                checkpoint.save(&last).await?;
+                report_progress(&mut progress, &report, &last);
             }
         }
-        self.rebuild(stretch, &mut report)?;
+        drop(rows);
+        job.rebuild(store, stretch, &mut report).await?;
         if report.violations.is_empty() {
-            self.repo.index_statuses().mark_built(store, schema, self.position)?;
+            job.repo.index_statuses().mark_built(store, schema, position).await?;
             report.built = true;
         }
-        checkpoint.clear()?;
+        checkpoint.clear().await?;
         if read == 0 || !read.is_multiple_of(CHECKPOINT_EVERY) {
-            self.report(&report, &last);
+            report_progress(&mut progress, &report, &last);
         }
         Ok(report)
     }
+}
 
+/// What a run works on, without its callback.
+#[derive(Clone, Copy)]
+struct Job<'a, E> {
+    repo: &'a Repository<E>,
+    position: usize,
+}
+
+impl<E: Entity> Job<'_, E> {
     /// Deletes every row of the index (a redefined one), a batch at a time.
-    fn clear_old_entries(&self) -> Result<()> {
+    async fn clear_old_entries(&self, store: &dyn AsyncStore) -> Result<()> {
         let schema = &E::SCHEMA;
-        let store = self.repo.store();
         let table = super::index_table(schema.table);
         let spec = super::entry::index_range(schema, &schema.indexes[self.position]);
         let mut batch = Vec::new();
-        for row in store.scan(&table, &spec)? {
-            batch.push(RowMutation { row: row?.key, mutations: vec![CellMutation::DeleteRow] });
+        let mut rows = store.scan_cursor(&table, &spec).await?;
+        while rows.advance().await? {
+            let Some(row) = rows.row() else { break };
+            let row = Bytes::copy_from_slice(row.key());
+            batch.push(RowMutation { row, mutations: vec![CellMutation::DeleteRow] });
             if batch.len() == CHECKPOINT_EVERY as usize {
-                store.mutate(&table, std::mem::take(&mut batch))?;
+                store.mutate(&table, std::mem::take(&mut batch)).await?;
             }
         }
+        drop(rows);
         if !batch.is_empty() {
-            store.mutate(&table, batch)?;
+            store.mutate(&table, batch).await?;
         }
         Ok(())
     }
 
     /// Writes the entries of a stretch of rows (each with its entity's key, if it decodes), all
     /// at once.
-    fn rebuild(&self, rows: Vec<(Bytes, Option<E::Key>)>, report: &mut BackfillReport) -> Result<()> {
+    async fn rebuild(
+        &self,
+        store: &dyn AsyncStore,
+        rows: Vec<(Bytes, Option<E::Key>)>,
+        report: &mut BackfillReport,
+    ) -> Result<()> {
         report.rows += rows.len() as u64;
         let writes = rows.iter().map(|(row, _)| (row.clone(), Change::Rebuild(self.position))).collect();
-        for ((row, key), result) in rows.iter().zip(drive(write_many(&Inline(self.repo.store()), &E::SCHEMA, writes))?)
-        {
+        let written = Box::pin(write_many(store, &E::SCHEMA, writes)).await?;
+        for ((row, key), result) in rows.iter().zip(written) {
             match result {
                 Ok(true) => report.indexed += 1,
                 Ok(false) => {}
@@ -175,10 +217,11 @@ impl<'a, E: Entity> Backfill<'a, E> {
         }
         Ok(())
     }
+}
 
-    fn report(&mut self, report: &BackfillReport, last: &Bytes) {
-        if let Some(f) = self.progress.as_mut() {
-            f(&BackfillProgress { rows: report.rows, indexed: report.indexed, last_row: last.clone() });
-        }
+/// Reports where the run is, if asked to.
+fn report_progress(progress: &mut Option<ProgressFn<'_>>, report: &BackfillReport, last: &Bytes) {
+    if let Some(f) = progress.as_mut() {
+        f(&BackfillProgress { rows: report.rows, indexed: report.indexed, last_row: last.clone() });
     }
 }

@@ -165,18 +165,19 @@ impl Statuses {
 
     /// True if index `position` was declared again with another definition and its old
     /// entries have not been cleared yet.
-    pub(crate) fn redefined(&self, store: &dyn Store, schema: &Schema, position: usize) -> Result<bool> {
-        let rows = store.read_rows(STATUS_TABLE, &[key(schema, position)], &ReadSpec::default())?;
+    pub(crate) async fn redefined(&self, store: &dyn AsyncStore, schema: &Schema, position: usize) -> Result<bool> {
+        let (keys, read) = ([key(schema, position)], ReadSpec::default());
+        let rows = store.read_rows(STATUS_TABLE, &keys, &read).await?;
         Ok(rows.into_iter().flatten().next().as_ref().and_then(cell) == Some(REDEFINED))
     }
 
     /// Records that the old entries of a redefined index are gone: the backfill comes next.
-    pub(crate) fn mark_cleared(&self, store: &dyn Store, schema: &Schema, position: usize) -> Result<()> {
+    pub(crate) async fn mark_cleared(&self, store: &dyn AsyncStore, schema: &Schema, position: usize) -> Result<()> {
         let m = RowMutation {
             row: key(schema, position),
             mutations: vec![CellMutation::put_now(FAMILY, QUALIFIER, Bytes::from_static(PENDING))],
         };
-        store.mutate_row(STATUS_TABLE, m)
+        store.mutate_row(STATUS_TABLE, m).await
     }
 
     /// Fails with [`Error::IndexNotReady`] unless index `position` is built.
@@ -202,12 +203,12 @@ impl Statuses {
     }
 
     /// Records that index `position` is built.
-    pub(crate) fn mark_built(&self, store: &dyn Store, schema: &Schema, position: usize) -> Result<()> {
+    pub(crate) async fn mark_built(&self, store: &dyn AsyncStore, schema: &Schema, position: usize) -> Result<()> {
         let m = RowMutation {
             row: key(schema, position),
             mutations: vec![CellMutation::put_now(FAMILY, QUALIFIER, Bytes::from_static(BUILT))],
         };
-        store.mutate_row(STATUS_TABLE, m)?;
+        store.mutate_row(STATUS_TABLE, m).await?;
         if let Some(b) = self.0.get(position) {
             b.store(true, Ordering::Release);
         }

@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use crate::entity::Schema;
 use crate::key::{KeyError, UidResolver, UidSpec};
-use crate::store::Store;
+use crate::store::{AsyncStore, Store};
 use crate::uid::Uids;
 use crate::{Error, Result};
 
@@ -30,6 +30,36 @@ impl KeyUids {
             }
         }
         Ok(KeyUids { uids })
+    }
+
+    /// Resolves, through `store`, the names stored as uids that `encode` asks for and the cache
+    /// does not hold (assigning ids to new ones if `assign`), so that encoding then answers
+    /// from the cache: an asynchronous caller resolves them with awaited calls, not with the
+    /// synchronous ones a resolver makes. False if a name has no id (only when not
+    /// `assign`ing): no row holds the key, and the caller answers so without encoding it.
+    ///
+    /// # Errors
+    /// Store errors.
+    pub(crate) async fn warm(
+        &self,
+        store: &dyn AsyncStore,
+        assign: bool,
+        encode: impl Fn(&dyn UidResolver) -> std::result::Result<(), KeyError>,
+    ) -> Result<bool> {
+        if self.uids.is_empty() {
+            return Ok(true);
+        }
+        // Each round resolves one name the cache lacked, so the rounds end.
+        loop {
+            let probe = Probe { key_uids: self, missing: RefCell::default() };
+            let _ = encode(&probe);
+            let Some((uids, name)) = probe.missing.take() else { return Ok(true) };
+            if assign {
+                uids.id_via(store, &name).await?;
+            } else if uids.lookup_via(store, &name).await?.is_none() {
+                return Ok(false);
+            }
+        }
     }
 
     /// Resolves names for a write: new names get uids.
@@ -75,6 +105,29 @@ impl Resolve<'_> {
         let reason = e.to_string();
         *self.failure.borrow_mut() = Some(e);
         KeyError::Uid { part, reason }
+    }
+}
+
+/// A resolver that answers from the cache alone and notes the first name it lacks.
+struct Probe<'a> {
+    key_uids: &'a KeyUids,
+    missing: RefCell<Option<(&'a Uids, String)>>,
+}
+
+impl UidResolver for Probe<'_> {
+    fn id(&self, part: &'static str, spec: &UidSpec, name: &str) -> std::result::Result<Vec<u8>, KeyError> {
+        let uids = self.key_uids.of_kind(part, spec)?;
+        match uids.cached_id(name) {
+            Some(id) => Ok(id.to_vec()),
+            None => {
+                *self.missing.borrow_mut() = Some((uids, name.to_string()));
+                Err(KeyError::Unassigned { part, name: name.to_string() })
+            }
+        }
+    }
+
+    fn name(&self, part: &'static str, _: &UidSpec, _: &[u8]) -> std::result::Result<String, KeyError> {
+        Err(KeyError::Uid { part, reason: "a probe resolves names to ids only".into() })
     }
 }
 

@@ -9,8 +9,10 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 
+pub(crate) use nonblocking::Pager;
 pub use nonblocking::{AsyncQuery, AsyncRecords, AsyncRepository, EntityStream, STREAM_PAGE};
 pub use query::{Cursor, EntityIter, Page, Query, Skipped};
+pub(crate) use query::{Merge, Plan};
 
 use crate::entity::{ColumnKind, ColumnSpec, Entity, FieldError};
 use crate::index::{write_many, Change, IndexedWrite, Statuses, Version};
@@ -171,6 +173,13 @@ impl<E: Entity> Repository<E> {
 
     fn table(&self) -> &'static str {
         E::SCHEMA.table
+    }
+
+    /// Resolves the names of `key` stored as uids through `store` (see [`KeyUids::warm`]):
+    /// what an asynchronous caller does first, so that the protocol's encoding of the key
+    /// makes no synchronous call. False if a name has no id (reads only): no row holds the key.
+    pub(crate) async fn warm_key(&self, store: &dyn AsyncStore, key: &E::Key, assign: bool) -> Result<bool> {
+        self.uids.warm(store, assign, |uids| E::row_key_in(key, uids).map(|_| ())).await
     }
 
     /// Encodes `key` for a write: names stored as uids that have none get one.

@@ -71,6 +71,7 @@ impl<E: Entity> AsyncRepository<E> {
     /// # Errors
     /// As [`Repository::put`].
     pub async fn put(&self, entity: &E) -> Result<()> {
+        self.repo.warm_key(self.store.get(), &entity.key(), true).await?;
         self.repo.put_via(self.store.get(), entity).await
     }
 
@@ -79,11 +80,17 @@ impl<E: Entity> AsyncRepository<E> {
     /// # Errors
     /// As [`Repository::put_many`].
     pub fn put_many<'a>(
-        &self,
+        &'a self,
         entities: impl IntoIterator<Item = &'a E>,
-    ) -> impl Future<Output = Result<()>> + Send + '_ {
-        let rows = self.repo.mutations(entities);
-        async move { self.repo.put_rows(self.store.get(), rows?).await }
+    ) -> impl Future<Output = Result<()>> + Send + 'a {
+        let entities: Vec<&E> = entities.into_iter().collect();
+        async move {
+            for entity in &entities {
+                self.repo.warm_key(self.store.get(), &entity.key(), true).await?;
+            }
+            let rows = self.repo.mutations(entities)?;
+            self.repo.put_rows(self.store.get(), rows).await
+        }
     }
 
     /// As [`Repository::save`].
@@ -91,6 +98,7 @@ impl<E: Entity> AsyncRepository<E> {
     /// # Errors
     /// As [`Repository::save`].
     pub async fn save(&self, entity: &mut E) -> Result<()> {
+        self.repo.warm_key(self.store.get(), &entity.key(), true).await?;
         self.repo.save_via(self.store.get(), entity).await
     }
 
@@ -100,7 +108,12 @@ impl<E: Entity> AsyncRepository<E> {
     /// As [`Repository::get`].
     pub fn get(&self, key: impl Into<E::Key>) -> impl Future<Output = Result<Option<E>>> + Send + '_ {
         let key = key.into();
-        async move { self.repo.get_via(self.store.get(), key).await }
+        async move {
+            if !self.repo.warm_key(self.store.get(), &key, false).await? {
+                return Ok(None);
+            }
+            self.repo.get_via(self.store.get(), key).await
+        }
     }
 
     /// As [`Repository::get_many`]: one round trip for every key.
@@ -112,7 +125,20 @@ impl<E: Entity> AsyncRepository<E> {
         keys: impl IntoIterator<Item = K>,
     ) -> impl Future<Output = Result<Vec<Option<E>>>> + Send + '_ {
         let keys: Vec<E::Key> = keys.into_iter().map(Into::into).collect();
-        async move { self.repo.get_many_via(self.store.get(), keys).await }
+        async move {
+            // Keys holding a name without an id name no row: only the others are read.
+            let mut found = Vec::with_capacity(keys.len());
+            let mut known = Vec::with_capacity(keys.len());
+            for key in keys {
+                let stored = self.repo.warm_key(self.store.get(), &key, false).await?;
+                found.push(stored);
+                if stored {
+                    known.push(key);
+                }
+            }
+            let mut read = self.repo.get_many_via(self.store.get(), known).await?.into_iter();
+            Ok(found.into_iter().map(|stored| if stored { read.next().flatten() } else { None }).collect())
+        }
     }
 
     /// As [`Repository::exists`].
@@ -121,7 +147,12 @@ impl<E: Entity> AsyncRepository<E> {
     /// As [`Repository::exists`].
     pub fn exists(&self, key: impl Into<E::Key>) -> impl Future<Output = Result<bool>> + Send + '_ {
         let key = key.into();
-        async move { self.repo.exists_via(self.store.get(), key).await }
+        async move {
+            if !self.repo.warm_key(self.store.get(), &key, false).await? {
+                return Ok(false);
+            }
+            self.repo.exists_via(self.store.get(), key).await
+        }
     }
 
     /// As [`Repository::delete`].
@@ -130,7 +161,12 @@ impl<E: Entity> AsyncRepository<E> {
     /// As [`Repository::delete`].
     pub fn delete(&self, key: impl Into<E::Key>) -> impl Future<Output = Result<()>> + Send + '_ {
         let key = key.into();
-        async move { self.repo.delete_via(self.store.get(), key).await }
+        async move {
+            if !self.repo.warm_key(self.store.get(), &key, false).await? {
+                return Ok(());
+            }
+            self.repo.delete_via(self.store.get(), key).await
+        }
     }
 
     /// As [`Repository::increment`].
@@ -144,7 +180,10 @@ impl<E: Entity> AsyncRepository<E> {
         delta: i64,
     ) -> impl Future<Output = Result<i64>> + Send + '_ {
         let key = key.into();
-        async move { self.repo.increment_via(self.store.get(), key, counter, delta).await }
+        async move {
+            self.repo.warm_key(self.store.get(), &key, true).await?;
+            self.repo.increment_via(self.store.get(), key, counter, delta).await
+        }
     }
 
     /// As [`Repository::get_as_of`].
@@ -157,7 +196,12 @@ impl<E: Entity> AsyncRepository<E> {
         timestamp: u64,
     ) -> impl Future<Output = Result<Option<E>>> + Send + '_ {
         let key = key.into();
-        async move { self.repo.get_as_of_via(self.store.get(), key, timestamp).await }
+        async move {
+            if !self.repo.warm_key(self.store.get(), &key, false).await? {
+                return Ok(None);
+            }
+            self.repo.get_as_of_via(self.store.get(), key, timestamp).await
+        }
     }
 
     /// As [`Repository::history`].
@@ -166,7 +210,12 @@ impl<E: Entity> AsyncRepository<E> {
     /// As [`Repository::history`].
     pub fn history(&self, key: impl Into<E::Key>, max: u32) -> impl Future<Output = Result<Vec<(u64, E)>>> + Send + '_ {
         let key = key.into();
-        async move { self.repo.history_via(self.store.get(), key, max).await }
+        async move {
+            if !self.repo.warm_key(self.store.get(), &key, false).await? {
+                return Ok(Vec::new());
+            }
+            self.repo.history_via(self.store.get(), key, max).await
+        }
     }
 
     /// The entries of the wide field `field` of the entity at `key`, read and written through
@@ -293,14 +342,7 @@ impl<T: Send + 'static> AsyncQuery<T> {
     pub fn stream(mut self) -> EntityStream<T> {
         let failed = self.plan.take_error();
         let left = self.plan.limit_of();
-        EntityStream {
-            store: self.store,
-            next: failed.is_none().then_some(self.plan),
-            failed,
-            left,
-            items: VecDeque::new(),
-            fetching: None,
-        }
+        EntityStream::new(Box::new(PlanPager { store: self.store, plan: self.plan }), left, failed)
     }
 
     /// Collects the entities.
@@ -313,14 +355,40 @@ impl<T: Send + 'static> AsyncQuery<T> {
     }
 }
 
-/// The entities of an [`AsyncQuery`], as a [`Stream`].
-pub struct EntityStream<E> {
+/// How an [`EntityStream`] fetches its pages: a scan's plan run on a store, from the start
+/// or after a page's cursor.
+pub(crate) trait Pager<T>: Send {
+    /// The page of at most `want` items after `after` (`None`: from the start).
+    fn page(&self, after: Option<&Cursor>, want: usize) -> BoxFuture<'static, Result<Page<T>>>;
+}
+
+/// The pages of an entity or record scan.
+struct PlanPager<T> {
     store: AsyncView,
-    /// The plan of the page after those fetched; `None` once there is none.
-    next: Option<Plan<E>>,
+    plan: Plan<T>,
+}
+
+impl<T: Send + 'static> Pager<T> for PlanPager<T> {
+    fn page(&self, after: Option<&Cursor>, want: usize) -> BoxFuture<'static, Result<Page<T>>> {
+        let plan = match after {
+            Some(cursor) => self.plan.copy().after(cursor),
+            None => self.plan.copy(),
+        };
+        let store = self.store.clone();
+        Box::pin(async move { plan.page(store.get(), want).await })
+    }
+}
+
+/// The items of an asynchronous scan ([`AsyncQuery`], or a scan of aggregates), as a
+/// [`Stream`].
+pub struct EntityStream<E> {
+    pager: Box<dyn Pager<E>>,
+    /// Where the page after those fetched starts (`Some(None)`: at the beginning); `None` once
+    /// there is none.
+    next: Option<Option<Cursor>>,
     /// An error to hand out before anything else (a key that did not encode).
     failed: Option<crate::Error>,
-    /// Entities still to hand out under the query's limit.
+    /// Items still to hand out under the query's limit.
     left: Option<usize>,
     items: VecDeque<E>,
     fetching: Option<BoxFuture<'static, Result<Page<E>>>>,
@@ -336,26 +404,27 @@ impl<E> std::fmt::Debug for EntityStream<E> {
 }
 
 impl<T: Send + 'static> EntityStream<T> {
+    /// A stream of the pages `pager` fetches, at most `left` items; `failed` goes out first,
+    /// and alone.
+    pub(crate) fn new(pager: Box<dyn Pager<T>>, left: Option<usize>, failed: Option<crate::Error>) -> Self {
+        let next = failed.is_none().then_some(None);
+        EntityStream { pager, next, failed, left, items: VecDeque::new(), fetching: None }
+    }
+
     /// Starts fetching the next page, if there is one and the limit wants more.
     fn fetch(&mut self) {
         let want = self.left.map_or(STREAM_PAGE, |n| n.min(STREAM_PAGE));
-        let Some(plan) = self.next.take().filter(|_| want > 0) else { return };
-        let template = plan.copy();
-        let store = self.store.clone();
-        self.fetching = Some(Box::pin(async move { plan.page(store.get(), want).await }));
-        self.next = Some(template);
+        let Some(after) = self.next.as_ref().filter(|_| want > 0) else { return };
+        self.fetching = Some(self.pager.page(after.as_ref(), want));
     }
 
-    /// Takes a fetched page: its entities, and where the next one starts.
+    /// Takes a fetched page: its items, and where the next one starts.
     fn accept(&mut self, page: Page<T>) {
         if let Some(left) = &mut self.left {
             *left = left.saturating_sub(page.items.len());
         }
         self.items.extend(page.items);
-        self.next = match (self.next.take(), page.next) {
-            (Some(plan), Some(cursor)) => Some(plan.after(&cursor)),
-            _ => None,
-        };
+        self.next = page.next.map(Some);
     }
 }
 

@@ -220,6 +220,11 @@ impl<T> Plan<T> {
         self.limit
     }
 
+    /// Whether the scan runs backwards.
+    pub(crate) fn is_reverse(&self) -> bool {
+        self.reverse
+    }
+
     fn new(target: Target<T>) -> Self {
         Plan {
             target,
@@ -315,7 +320,7 @@ impl<T> Plan<T> {
 
     /// The scans of each bucket the plan reads, and the merge of their rows (its streams not
     /// yet opened).
-    fn start<C>(self) -> Result<(Vec<ScanSpec>, Merge<T, C>)> {
+    pub(crate) fn start<C>(self) -> Result<(Vec<ScanSpec>, Merge<T, C>)> {
         if let Some(e) = self.error {
             return Err(e);
         }
@@ -453,9 +458,9 @@ impl<'a, T> Query<'a, T> {
         self
     }
 
-    /// Whether the scan runs backwards.
-    pub(crate) fn is_reverse(&self) -> bool {
-        self.plan.reverse
+    /// What the scan reads, without the store: for the asynchronous API.
+    pub(crate) fn into_plan(self) -> Plan<T> {
+        self.plan
     }
 
     /// The limit set, if any.
@@ -689,12 +694,6 @@ impl<E> EntityIter<'_, E> {
         &self.merge.skipped
     }
 
-    /// The rows set aside since the last call, leaving none: for jobs that report them as
-    /// they go, without keeping every one for the length of a scan.
-    pub(crate) fn take_skipped(&mut self) -> Vec<Skipped> {
-        std::mem::take(&mut self.merge.skipped)
-    }
-
     /// Sets an undecodable row aside, if the scan was asked to; else hands its error back.
     pub(crate) fn set_aside(&mut self, key: &[u8], error: Error) -> Option<Error> {
         self.merge.set_aside(key, error)
@@ -721,12 +720,6 @@ impl<E> EntityIter<'_, E> {
         }
     }
 
-    /// The next entity and its row key: for jobs that checkpoint where they are (a
-    /// [`Cursor`] holds the key's [`EntityIter::body`]).
-    pub(crate) fn next_keyed(&mut self, key: &mut Vec<u8>) -> Option<Result<E>> {
-        self.next_entity(Some(key))
-    }
-
     /// The next entity, decoded where the store lends its row; its row key goes to `key`, for
     /// page cursors.
     fn next_entity(&mut self, mut key: Option<&mut Vec<u8>>) -> Option<Result<E>> {
@@ -739,7 +732,75 @@ impl<E> EntityIter<'_, E> {
     }
 }
 
-impl<T> Merge<T, AsyncCursorBox<'_>> {
+/// Entities streamed from asynchronous cursors and merged across buckets, as [`EntityIter`]
+/// streams them: for jobs that read a whole table through futures and checkpoint where they
+/// are. Made with [`Plan::prepare`], then [`AsyncEntities::open`].
+pub(crate) struct AsyncEntities<'a, T> {
+    merge: Merge<T, AsyncCursorBox<'a>>,
+}
+
+impl<T> Plan<T> {
+    /// The scans of each bucket the plan reads, and the entities they yield once opened with
+    /// them (the caller keeps the scans for as long as it reads).
+    ///
+    /// # Errors
+    /// As [`Query::iter`].
+    pub(crate) fn prepare<'a>(self) -> Result<(Vec<ScanSpec>, AsyncEntities<'a, T>)> {
+        let (specs, merge) = self.start()?;
+        Ok((specs, AsyncEntities { merge }))
+    }
+}
+
+impl<'a, T> AsyncEntities<'a, T> {
+    /// Opens a cursor on each of `specs`, those [`Plan::prepare`] returned.
+    ///
+    /// # Errors
+    /// Store errors.
+    pub(crate) async fn open(&mut self, store: &'a dyn AsyncStore, specs: &'a [ScanSpec]) -> Result<()> {
+        let table = self.merge.target.table;
+        for spec in specs {
+            self.merge.attach(store.scan_cursor(table, spec).await?);
+        }
+        Ok(())
+    }
+
+    /// The next entity and its row key: for jobs that checkpoint where they are (a
+    /// [`Cursor`] holds the key's [`AsyncEntities::body`]).
+    pub(crate) async fn next_keyed(&mut self, key: &mut Vec<u8>) -> Option<Result<T>> {
+        self.merge.next_entity(Some(key)).await
+    }
+
+    /// The rows set aside since the last call, leaving none: for jobs that report them as
+    /// they go, without keeping every one for the length of a scan.
+    pub(crate) fn take_skipped(&mut self) -> Vec<Skipped> {
+        std::mem::take(&mut self.merge.skipped)
+    }
+
+    /// A row key without its salt byte: the order buckets merge in, and what cursors hold.
+    pub(crate) fn body<'k>(&self, key: &'k [u8]) -> &'k [u8] {
+        self.merge.body(key)
+    }
+}
+
+impl<'s, T> Merge<T, AsyncCursorBox<'s>> {
+    /// Adds the rows of one more bucket (in the order of the plan's scans).
+    pub(crate) fn attach(&mut self, rows: AsyncCursorBox<'s>) {
+        self.streams.push(Stream { rows, head: Head::Stale });
+    }
+
+    /// The next row in merged key order, copied out, as [`EntityIter::next_row`] reads it.
+    pub(crate) async fn next_row(&mut self) -> Option<Result<Row>> {
+        loop {
+            match self.step_row() {
+                Step::Advance(i) => {
+                    let stream = &mut self.streams[i];
+                    stream.head = Head::after(stream.rows.advance().await);
+                }
+                Step::Done(row) => return row,
+            }
+        }
+    }
+
     /// The next entity, as [`EntityIter`] reads it, from asynchronous cursors.
     async fn next_entity(&mut self, mut key: Option<&mut Vec<u8>>) -> Option<Result<T>> {
         loop {
@@ -756,7 +817,7 @@ impl<T> Merge<T, AsyncCursorBox<'_>> {
 
 impl<T, C: Lends> Merge<T, C> {
     /// Sets an undecodable row aside, if the scan was asked to; else hands its error back.
-    fn set_aside(&mut self, key: &[u8], error: Error) -> Option<Error> {
+    pub(crate) fn set_aside(&mut self, key: &[u8], error: Error) -> Option<Error> {
         if !self.skip_unreadable {
             return Some(error);
         }
@@ -765,7 +826,7 @@ impl<T, C: Lends> Merge<T, C> {
     }
 
     /// A row key without its salt byte: the order buckets merge in, and what cursors hold.
-    fn body<'k>(&self, key: &'k [u8]) -> &'k [u8] {
+    pub(crate) fn body<'k>(&self, key: &'k [u8]) -> &'k [u8] {
         body(self.salted, key)
     }
 

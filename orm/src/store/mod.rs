@@ -13,6 +13,7 @@ mod metered;
 mod metered_async;
 mod nonblocking;
 mod offload;
+mod timer;
 
 use std::fmt;
 use std::time::Duration;

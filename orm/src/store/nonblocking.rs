@@ -138,6 +138,12 @@ pub trait AsyncStore: Send + Sync + AsDyn {
         read: &'a ReadSpec,
         build: &'a mut BuildCommit<'_>,
     ) -> Call<'a, Result<Option<bool>>>;
+
+    /// Waits `pause` (a protocol waiting for another writer to finish) without holding a
+    /// thread: by default on Cellar's timer thread, which any executor can wait on.
+    fn pause(&self, pause: std::time::Duration) -> Call<'_, ()> {
+        Call::later(super::timer::sleep(pause))
+    }
 }
 
 /// Any [`AsyncStore`] as a trait object; implemented for every store (and `dyn AsyncStore`).
@@ -298,6 +304,12 @@ impl AsyncStore for Inline<'_> {
         build: &'a mut BuildCommit<'_>,
     ) -> Call<'a, Result<Option<bool>>> {
         Call::ready(self.0.read_and_commit(table, row, read, &mut |r| build(r)))
+    }
+
+    /// Sleeps: the caller is synchronous, and waits as it always has.
+    fn pause(&self, pause: std::time::Duration) -> Call<'_, ()> {
+        std::thread::sleep(pause);
+        Call::ready(())
     }
 }
 

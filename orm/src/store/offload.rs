@@ -10,9 +10,11 @@
 //! Cancellation: a call whose future is dropped before its turn comes is never run, exactly as
 //! if the caller had stopped before making it. A call already running finishes (a write that
 //! began is not torn) and its answer is dropped, as a request already sent to a server may
-//! still apply after its caller is gone: the protocols that matter (index writes) fence a row
-//! before they settle what a writer left, so a late write of a writer taken for gone cannot
-//! apply over them. Dropping never blocks the dropping thread.
+//! still apply after its caller is gone. The protocols are safe with that: index writes fence a
+//! row before they settle what a writer left, so a late write of a writer taken for gone
+//! cannot apply over them, and a call made by an aggregate's writer keeps that writer live
+//! until the call ends, so nobody finishes its intent while a step of it may still land.
+//! Dropping never blocks the dropping thread.
 //!
 //! Scans hold no thread between rows: the cursor reads a chunk of rows per call (growing from
 //! [`FIRST_CHUNK`] to [`SCAN_CHUNK`]) and starts the next call after the last row it got. Each
@@ -160,7 +162,10 @@ impl Slot {
     fn submit(job: impl FnOnce() + Send + 'static) -> Arc<Slot> {
         let slot = Arc::new(Slot { state: Mutex::new(JobState::Queued) });
         let ours = slot.clone();
+        // The writer making the call stays live until it has run (see `writer::Owner`).
+        let writer = crate::writer::keep_alive();
         pool().submit(Box::new(move || {
+            let _writer = writer;
             {
                 let mut state = ours.state.lock();
                 if *state == JobState::Cancelled {

@@ -40,7 +40,20 @@ impl<T: Send + 'static> Task<T> {
         on_drop: OnDrop,
         work: impl Future<Output = Result<T>> + Send + 'static,
     ) -> Task<T> {
-        Task { handle: runtime.spawn(work), on_drop }
+        let handle = match on_drop {
+            OnDrop::Abort => runtime.spawn(work),
+            OnDrop::Finish => {
+                // The writer making the call stays live until it has ended (see
+                // `writer::Owner`): it may apply after its caller is gone.
+                let writer = crate::writer::keep_alive();
+                runtime.spawn(async move {
+                    let answer = work.await;
+                    drop(writer);
+                    answer
+                })
+            }
+        };
+        Task { handle, on_drop }
     }
 }
 
