@@ -387,6 +387,46 @@ fn a_write_dropped_at_any_await_point_is_a_crash_there_with_atomic_commits() {
     drop_at_every_await_point(true);
 }
 
+/// A stream hands out every entity before an unreadable row, as the synchronous iterator
+/// does, though the row lies in a page fetched ahead; then the row's error, and the end.
+#[test]
+fn a_stream_hands_out_every_entity_before_an_error_as_the_iterator_does() {
+    let db = Db::open_temporary().unwrap();
+    let tallies = db.repo::<Tally>().unwrap();
+    let all: Vec<Tally> = (0..400).map(|i| Tally { name: format!("t{i:04}"), hits: 0, label: None }).collect();
+    tallies.put_many(&all).unwrap();
+    // Row 300, in the second page, no longer reads: its label is not UTF-8.
+    let rows: Vec<_> = db
+        .store()
+        .scan("async_counts", &cellar::orm::store::ScanSpec::default())
+        .unwrap()
+        .map(Result::unwrap)
+        .collect();
+    common::raw::put_cells(&db, "async_counts", rows[300].key.to_vec(), &[(b"l", vec![0xff, 0xfe])]);
+    let read = tallies.scan().iter().unwrap().take_while(Result::is_ok).count();
+    assert_eq!(read, 300, "the iterator: 300 entities, then the error");
+
+    let (streamed, error, end) = runtime().block_on(async {
+        let mut stream = tallies.to_async().scan().stream();
+        let mut streamed = 0;
+        let error = loop {
+            match stream.next().await {
+                Some(Ok(_)) => {
+                    streamed += 1;
+                    // A slow reader: the next page is fetched, and fails, meanwhile.
+                    tokio::time::sleep(std::time::Duration::from_micros(200)).await;
+                }
+                Some(Err(e)) => break e,
+                None => panic!("the stream ended without the error after {streamed} entities"),
+            }
+        };
+        (streamed, error, stream.next().await.is_none())
+    });
+    assert_eq!(streamed, 300);
+    assert!(error.to_string().contains("async_counts"), "{error}");
+    assert!(end, "the stream ends after its error");
+}
+
 #[test]
 fn futures_are_send_and_static_where_a_service_needs_them() {
     fn send<T: Send>(_: &T) {}

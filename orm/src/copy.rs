@@ -26,7 +26,7 @@
 //! # use cellar_orm::{Db, Entity, Result};
 //! # fn demo<OldCustomer: Entity, Customer: Entity>(
 //! #     db: &Db,
-//! #     convert: impl Fn(OldCustomer) -> Customer,
+//! #     convert: impl Fn(OldCustomer) -> Customer + Sync,
 //! # ) -> Result<()> {
 //! // Into a new table of the same database (or any other `Db`: embedded → Bigtable).
 //! let report = db
@@ -655,7 +655,10 @@ impl<New: Entity> Writer<'_, '_, New> {
         if batch.rows == 0 {
             return Ok(());
         }
-        // As `Repository::put_many` writes them.
+        // As `Repository::put_many` writes them, names stored as uids resolved first.
+        for entity in &batch.entities {
+            self.dest.warm_key(self.store, &entity.key(), true).await?;
+        }
         let rows = self.dest.mutations(&batch.entities)?;
         self.dest.put_rows(self.store, rows).await?;
         report.written += batch.entities.len() as u64;

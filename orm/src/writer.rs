@@ -4,8 +4,9 @@
 //! process instance and a writer serial within it. A later reader decides from that name
 //! whether the writer can still act — and only then finishes or undoes its work:
 //! - a writer of this process is gone once its [`Owner`] is dropped (also when its thread
-//!   unwinds) and the store calls it started have ended, and never before, however long it
-//!   stalls;
+//!   unwinds), and never before, however long it stalls; a writer that acts through
+//!   [`Owner::acting`] (an aggregate intent's) stays live, besides, until the store calls it
+//!   started have ended (index writers need not: readers fence their rows before settling);
 //! - on a store only this process writes ([`Guarantees::single_process`]), a writer of another
 //!   instance belonged to a process that has exited;
 //! - on a shared store the liveness of another process cannot be seen: its writer holds a

@@ -13,7 +13,7 @@ use super::rows::{self, RowSet};
 use super::shape::key_len;
 use super::{Aggregate, AggregateRepository, Strategy};
 use crate::entity::KeyPrefix;
-use crate::repo::{Cursor, EntityIter, EntityStream, Merge, Page, Pager, Plan, Query};
+use crate::repo::{Cursor, EntityIter, EntityStream, Merge, OnError, Page, Pager, Plan, Query};
 use crate::store::drive::drive;
 use crate::store::{AsyncCursorBox, AsyncStore, AsyncView, Row};
 use crate::{Error, Result};
@@ -128,7 +128,7 @@ impl<'a, A: Aggregate> AggregateQuery<'a, A> {
     /// [`Error::InvalidArgument`] for a zero size; as [`AggregateQuery::iter`].
     pub fn page(self, size: usize) -> Result<Page<A>> {
         let store = self.repo.inline();
-        drive(page(self.repo, &store, self.rows.into_plan(), size))
+        drive(page(self.repo, &store, self.rows.into_plan(), size, OnError::Fail))
     }
 }
 
@@ -162,6 +162,7 @@ async fn page<A: Aggregate>(
     store: &dyn AsyncStore,
     mut plan: Plan<()>,
     size: usize,
+    on_error: OnError,
 ) -> Result<Page<A>> {
     if size == 0 {
         return Err(Error::InvalidArgument { arg: "size", reason: "a page holds at least one aggregate".into() });
@@ -178,17 +179,25 @@ async fn page<A: Aggregate>(
     let mut grouping = Grouping { pending: None, left: size.saturating_add(1) };
     let mut items = Vec::new();
     let mut last = None;
-    while items.len() < size {
+    let ends_page = |items: &Vec<A>| on_error == OnError::EndPage && !items.is_empty();
+    // Whether the page ended before an error, which the next page then meets.
+    let mut ended = false;
+    while items.len() < size && !ended {
         match grouping.next(repo, store, &mut rows).await {
             Some(Ok((prefix, a))) => {
                 last = Some(prefix);
                 items.push(a);
             }
+            Some(Err(_)) if ends_page(&items) => ended = true,
             Some(Err(e)) => return Err(e),
             None => return Ok(Page { items, next: None }),
         }
     }
-    let more = grouping.next(repo, store, &mut rows).await.transpose()?.is_some();
+    let more = ended
+        || match grouping.next(repo, store, &mut rows).await {
+            Some(Err(_)) if ends_page(&items) => true,
+            next => next.transpose()?.is_some(),
+        };
     Ok(Page { items, next: last.filter(|_| more).map(|after| Cursor { reverse, after, group: true }) })
 }
 
@@ -392,7 +401,7 @@ impl<'r, A: Aggregate> AsyncAggregateQuery<'r, A> {
     /// # Errors
     /// As [`AggregateQuery::page`].
     pub async fn page(self, size: usize) -> Result<Page<A>> {
-        page(self.query.repo, self.store.get(), self.query.rows.into_plan(), size).await
+        page(self.query.repo, self.store.get(), self.query.rows.into_plan(), size, OnError::Fail).await
     }
 
     /// The aggregates as a [`Stream`](futures::Stream), fetched
@@ -431,6 +440,6 @@ impl<A: Aggregate> Pager<A> for AggregatePager<A> {
             None => self.plan.copy(),
         };
         let (repo, store) = (self.repo.clone(), self.store.clone());
-        Box::pin(async move { page(&repo, store.get(), plan, want).await })
+        Box::pin(async move { page(&repo, store.get(), plan, want, OnError::EndPage).await })
     }
 }

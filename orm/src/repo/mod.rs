@@ -12,7 +12,7 @@ use bytes::Bytes;
 pub(crate) use nonblocking::Pager;
 pub use nonblocking::{AsyncQuery, AsyncRecords, AsyncRepository, EntityStream, STREAM_PAGE};
 pub use query::{Cursor, EntityIter, Page, Query, Skipped};
-pub(crate) use query::{Merge, Plan};
+pub(crate) use query::{Merge, OnError, Plan};
 
 use crate::entity::{ColumnKind, ColumnSpec, Entity, FieldError};
 use crate::index::{write_many, Change, IndexedWrite, Statuses, Version};

@@ -18,7 +18,7 @@ use std::task::{Context, Poll};
 use futures::future::BoxFuture;
 use futures::Stream;
 
-use super::query::Plan;
+use super::query::{OnError, Plan};
 use super::{Counter, Cursor, Page, Records, Repository};
 use crate::entity::{Entity, KeyPrefix};
 use crate::record::{Member, Record};
@@ -331,7 +331,7 @@ impl<T: Send + 'static> AsyncQuery<T> {
     /// # Errors
     /// As [`Query::page`](super::Query::page).
     pub async fn page(self, size: usize) -> Result<Page<T>> {
-        self.plan.page(self.store.get(), size).await
+        self.plan.page(self.store.get(), size, OnError::Fail).await
     }
 
     /// The entities as a [`Stream`], fetched a page ([`STREAM_PAGE`] entities) at a time with
@@ -375,7 +375,7 @@ impl<T: Send + 'static> Pager<T> for PlanPager<T> {
             None => self.plan.copy(),
         };
         let store = self.store.clone();
-        Box::pin(async move { plan.page(store.get(), want).await })
+        Box::pin(async move { plan.page(store.get(), want, OnError::EndPage).await })
     }
 }
 
@@ -433,10 +433,13 @@ impl<T: Send + 'static> Stream for EntityStream<T> {
 
     fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<T>>> {
         let this = self.get_mut();
-        if let Some(e) = this.failed.take() {
-            return Poll::Ready(Some(Err(e)));
-        }
         loop {
+            // An error goes out once the items fetched before it have.
+            if this.items.is_empty() {
+                if let Some(e) = this.failed.take() {
+                    return Poll::Ready(Some(Err(e)));
+                }
+            }
             if let Some(fetching) = &mut this.fetching {
                 match fetching.as_mut().poll(cx) {
                     Poll::Ready(Ok(page)) => {
@@ -449,8 +452,8 @@ impl<T: Send + 'static> Stream for EntityStream<T> {
                     Poll::Ready(Err(e)) => {
                         this.fetching = None;
                         this.next = None;
-                        this.items.clear();
-                        return Poll::Ready(Some(Err(e)));
+                        this.failed = Some(e);
+                        continue;
                     }
                     Poll::Pending if this.items.is_empty() => return Poll::Pending,
                     Poll::Pending => {}

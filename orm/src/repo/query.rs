@@ -397,8 +397,8 @@ impl<T> Plan<T> {
     /// One page of at most `size` entities from `store`, and the cursor of the next.
     ///
     /// # Errors
-    /// As [`Query::page`].
-    pub(crate) async fn page(self, store: &dyn AsyncStore, size: usize) -> Result<Page<T>> {
+    /// As [`Query::page`] (with [`OnError::EndPage`], only when the page would hold nothing).
+    pub(crate) async fn page(self, store: &dyn AsyncStore, size: usize, on_error: OnError) -> Result<Page<T>> {
         if size == 0 {
             return Err(Error::InvalidArgument { arg: "size", reason: "a page holds at least one entity".into() });
         }
@@ -410,17 +410,35 @@ impl<T> Plan<T> {
         }
         let mut items = Vec::new();
         let mut last = Vec::new();
-        while items.len() < size {
+        let ends_page = |items: &Vec<T>| on_error == OnError::EndPage && !items.is_empty();
+        // Whether the page ended before an error, which the next page then meets.
+        let mut ended = false;
+        while items.len() < size && !ended {
             match merge.next_entity(Some(&mut last)).await {
                 Some(Ok(e)) => items.push(e),
+                Some(Err(_)) if ends_page(&items) => ended = true,
                 Some(Err(e)) => return Err(e),
                 None => return Ok(Page { items, next: None }),
             }
         }
-        let more = merge.next_entity(None).await.transpose()?.is_some();
+        let more = ended
+            || match merge.next_entity(None).await {
+                Some(Err(_)) if ends_page(&items) => true,
+                next => next.transpose()?.is_some(),
+            };
         let after = merge.body(&last).to_vec();
         Ok(Page { items, next: more.then_some(Cursor { reverse, after, group: false }) })
     }
+}
+
+/// What a page does when it meets an entity that cannot be read (or a store error).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(crate) enum OnError {
+    /// The page fails with the error, as [`Query::page`] does.
+    Fail,
+    /// The page ends before it if it holds entities already, and the next page, which starts
+    /// there, fails: a stream hands out every entity before the error, as an iterator does.
+    EndPage,
 }
 
 impl<'a, T> Query<'a, T> {
@@ -563,7 +581,7 @@ impl<'a, E> Query<'a, E> {
     /// # Errors
     /// [`Error::InvalidArgument`] for a zero size; as [`Query::iter`].
     pub fn page(self, size: usize) -> Result<Page<E>> {
-        drive(self.plan.page(&Inline(self.store), size))
+        drive(self.plan.page(&Inline(self.store), size, OnError::Fail))
     }
 }
 

@@ -55,7 +55,10 @@ impl Timer {
             }
             if !due.is_empty() {
                 drop(state);
-                due.into_iter().for_each(Waker::wake);
+                // A waker that panics must not stop the thread every sleeper depends on.
+                for waker in due {
+                    let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| waker.wake()));
+                }
                 state = self.state.lock();
                 continue;
             }
@@ -98,10 +101,14 @@ impl Future for Sleep {
         };
         self.entry = Some(entry);
         let first = state.sleepers.keys().next().is_none_or(|first| entry <= *first);
-        state.sleepers.insert(entry, cx.waker().clone());
+        let replaced = state.sleepers.insert(entry, cx.waker().clone());
         if first {
             shared.earlier.notify_one();
         }
+        // Dropped unlocked: dropping a waker may drop a task, and a sleep of that task takes
+        // the lock.
+        drop(state);
+        drop(replaced);
         Poll::Pending
     }
 }
@@ -110,7 +117,9 @@ impl Sleep {
     /// Leaves the timer's sleepers, if it is among them.
     fn forget(&mut self) {
         if let Some(entry) = self.entry.take() {
-            timer().state.lock().sleepers.remove(&entry);
+            // Dropped unlocked, as in `poll`.
+            let waker = timer().state.lock().sleepers.remove(&entry);
+            drop(waker);
         }
     }
 }
