@@ -265,6 +265,7 @@ fn embedded_calls_run_on_the_blocking_pool_never_on_a_runtime_worker() {
 
     let people_async = people.to_async();
     let points = db.repo::<Point>().unwrap().to_async();
+    let fresh = Db::with_store(store.clone()).repo::<Point>().unwrap().to_async();
     store.threads.lock().unwrap().clear();
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).thread_name("app-worker").build().unwrap();
     rt.block_on(async {
@@ -278,6 +279,10 @@ fn embedded_calls_run_on_the_blocking_pool_never_on_a_runtime_worker() {
         assert_eq!(points.get(("cpu".to_string(), "web-1".to_string())).await.unwrap(), Some(point));
         assert_eq!(points.get(("mem".to_string(), "web-1".to_string())).await.unwrap(), None);
     });
+    // A repository of another Db knows none of the names: its scan resolves every id it meets
+    // on the pool too.
+    let scanned = rt.block_on(fresh.scan().to_vec()).unwrap();
+    assert_eq!(scanned.iter().map(|p| p.host.as_str()).collect::<Vec<_>>(), ["web-1", "web-2"]);
     let async_threads = std::mem::take(&mut *store.threads.lock().unwrap());
     assert!(!async_threads.is_empty());
     assert!(async_threads.iter().all(|t| t == "cellar-offload"), "{async_threads:?}");

@@ -603,7 +603,7 @@ impl<'a, Old: Entity, New: Entity> Rekey<'a, Old, New> {
         let mut batch = Batch { entities: Vec::with_capacity(batch_rows), rows: 0, last: None };
         let mut key = Vec::new();
         loop {
-            let next = rows.next_keyed(&mut key).await;
+            let next = rows.next_keyed(from_store, &mut key).await;
             for skipped in rows.take_skipped() {
                 report.fail(skipped.row, skipped.error.to_string());
                 batch.rows += 1;

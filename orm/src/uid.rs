@@ -144,6 +144,11 @@ impl Uids {
         self.cache.read().ids.get(name).cloned()
     }
 
+    /// The name of `id` if the cache holds it: no store call.
+    pub(crate) fn cached_name(&self, id: &[u8]) -> Option<String> {
+        self.cache.read().names.get(id).cloned()
+    }
+
     pub(crate) async fn lookup_via(&self, store: &dyn AsyncStore, name: &str) -> Result<Option<Bytes>> {
         if let Some(id) = self.cache.read().ids.get(name) {
             return Ok(Some(id.clone()));
@@ -212,7 +217,7 @@ impl Uids {
         drive(self.name_via(&Inline(&*self.store), id))
     }
 
-    async fn name_via(&self, store: &dyn AsyncStore, id: &[u8]) -> Result<Option<String>> {
+    pub(crate) async fn name_via(&self, store: &dyn AsyncStore, id: &[u8]) -> Result<Option<String>> {
         if id.len() != usize::from(self.width) {
             return Err(Error::InvalidArgument {
                 arg: "id",

@@ -8,6 +8,8 @@
 use std::cell::RefCell;
 use std::sync::Arc;
 
+use bytes::Bytes;
+
 use crate::entity::Schema;
 use crate::key::{KeyError, UidResolver, UidSpec};
 use crate::store::{AsyncStore, Store};
@@ -53,12 +55,28 @@ impl KeyUids {
         loop {
             let probe = Probe { key_uids: self, missing: RefCell::default() };
             let _ = encode(&probe);
-            let Some((uids, name)) = probe.missing.take() else { return Ok(true) };
+            let Some(Missing::Id(uids, name)) = probe.missing.take() else { return Ok(true) };
             if assign {
                 uids.id_via(store, &name).await?;
             } else if uids.lookup_via(store, &name).await?.is_none() {
                 return Ok(false);
             }
+        }
+    }
+
+    /// True if no key part is stored as a uid.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.uids.is_empty()
+    }
+
+    /// The first id `decode` asks the name of that the cache lacks, with the kind's ids: what
+    /// an asynchronous scan resolves, with an awaited call, before it decodes a row.
+    pub(crate) fn missing_name(&self, decode: impl FnOnce(&dyn UidResolver)) -> Option<(&Uids, Bytes)> {
+        let probe = Probe { key_uids: self, missing: RefCell::default() };
+        decode(&probe);
+        match probe.missing.take() {
+            Some(Missing::Name(uids, id)) => Some((uids, id)),
+            _ => None,
         }
     }
 
@@ -108,10 +126,18 @@ impl Resolve<'_> {
     }
 }
 
-/// A resolver that answers from the cache alone and notes the first name it lacks.
+/// A resolver that answers from the cache alone and notes the first name or id it lacks.
 struct Probe<'a> {
     key_uids: &'a KeyUids,
-    missing: RefCell<Option<(&'a Uids, String)>>,
+    missing: RefCell<Option<Missing<'a>>>,
+}
+
+/// What a [`Probe`] lacked.
+enum Missing<'a> {
+    /// The id of a name.
+    Id(&'a Uids, String),
+    /// The name of an id.
+    Name(&'a Uids, Bytes),
 }
 
 impl UidResolver for Probe<'_> {
@@ -120,14 +146,21 @@ impl UidResolver for Probe<'_> {
         match uids.cached_id(name) {
             Some(id) => Ok(id.to_vec()),
             None => {
-                *self.missing.borrow_mut() = Some((uids, name.to_string()));
+                *self.missing.borrow_mut() = Some(Missing::Id(uids, name.to_string()));
                 Err(KeyError::Unassigned { part, name: name.to_string() })
             }
         }
     }
 
-    fn name(&self, part: &'static str, _: &UidSpec, _: &[u8]) -> std::result::Result<String, KeyError> {
-        Err(KeyError::Uid { part, reason: "a probe resolves names to ids only".into() })
+    fn name(&self, part: &'static str, spec: &UidSpec, id: &[u8]) -> std::result::Result<String, KeyError> {
+        let uids = self.key_uids.of_kind(part, spec)?;
+        match uids.cached_name(id) {
+            Some(name) => Ok(name),
+            None => {
+                *self.missing.borrow_mut() = Some(Missing::Name(uids, Bytes::copy_from_slice(id)));
+                Err(KeyError::Uid { part, reason: "not cached".into() })
+            }
+        }
     }
 }
 

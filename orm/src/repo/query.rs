@@ -414,7 +414,7 @@ impl<T> Plan<T> {
         // Whether the page ended before an error, which the next page then meets.
         let mut ended = false;
         while items.len() < size && !ended {
-            match merge.next_entity(Some(&mut last)).await {
+            match merge.next_entity(store, Some(&mut last)).await {
                 Some(Ok(e)) => items.push(e),
                 Some(Err(_)) if ends_page(&items) => ended = true,
                 Some(Err(e)) => return Err(e),
@@ -422,7 +422,7 @@ impl<T> Plan<T> {
             }
         }
         let more = ended
-            || match merge.next_entity(None).await {
+            || match merge.next_entity(store, None).await {
                 Some(Err(_)) if ends_page(&items) => true,
                 next => next.transpose()?.is_some(),
             };
@@ -784,8 +784,8 @@ impl<'a, T> AsyncEntities<'a, T> {
 
     /// The next entity and its row key: for jobs that checkpoint where they are (a
     /// [`Cursor`] holds the key's [`AsyncEntities::body`]).
-    pub(crate) async fn next_keyed(&mut self, key: &mut Vec<u8>) -> Option<Result<T>> {
-        self.merge.next_entity(Some(key)).await
+    pub(crate) async fn next_keyed(&mut self, store: &dyn AsyncStore, key: &mut Vec<u8>) -> Option<Result<T>> {
+        self.merge.next_entity(store, Some(key)).await
     }
 
     /// The rows set aside since the last call, leaving none: for jobs that report them as
@@ -801,6 +801,21 @@ impl<'a, T> AsyncEntities<'a, T> {
 }
 
 impl<'s, T> Merge<T, AsyncCursorBox<'s>> {
+    /// The first uid in the row the merge decodes next whose name the cache lacks, with the
+    /// ids of its kind: an asynchronous scan resolves it with an awaited call first, so that
+    /// decoding the row makes no synchronous one.
+    fn missing_name(&self) -> Option<(crate::uid::Uids, Bytes)> {
+        if self.target.uids.is_empty() {
+            return None;
+        }
+        let Step::Done(Some(Ok(next))) = self.next_stream() else { return None };
+        let stream = &self.streams[next];
+        let row = stream.rows.row().filter(|_| matches!(stream.head, Head::Row))?;
+        let decode = self.target.decode;
+        let (uids, id) = self.target.uids.missing_name(|probe| drop(decode(row, probe)))?;
+        Some((uids.clone(), id))
+    }
+
     /// Adds the rows of one more bucket (in the order of the plan's scans).
     pub(crate) fn attach(&mut self, rows: AsyncCursorBox<'s>) {
         self.streams.push(Stream { rows, head: Head::Stale });
@@ -819,9 +834,20 @@ impl<'s, T> Merge<T, AsyncCursorBox<'s>> {
         }
     }
 
-    /// The next entity, as [`EntityIter`] reads it, from asynchronous cursors.
-    async fn next_entity(&mut self, mut key: Option<&mut Vec<u8>>) -> Option<Result<T>> {
+    /// The next entity, as [`EntityIter`] reads it, from asynchronous cursors; key parts
+    /// stored as uids get their names through `store` with awaited calls.
+    async fn next_entity(&mut self, store: &dyn AsyncStore, mut key: Option<&mut Vec<u8>>) -> Option<Result<T>> {
+        // Ids looked up already: one whose name is not found is left to the decoding, which
+        // reports it.
+        let mut looked_up: Vec<Bytes> = Vec::new();
         loop {
+            if let Some((uids, id)) = self.missing_name().filter(|(_, id)| !looked_up.contains(id)) {
+                if let Err(e) = uids.name_via(store, &id).await {
+                    return Some(Err(e));
+                }
+                looked_up.push(id);
+                continue;
+            }
             match self.step_entity(key.as_deref_mut()) {
                 Step::Advance(i) => {
                     let stream = &mut self.streams[i];
