@@ -657,7 +657,7 @@ impl<New: Entity> Writer<'_, '_, New> {
         }
         // As `Repository::put_many` writes them, names stored as uids resolved first.
         for entity in &batch.entities {
-            self.dest.warm_key(self.store, &entity.key(), true).await?;
+            self.dest.warm_entity(self.store, entity).await?;
         }
         let rows = self.dest.mutations(&batch.entities)?;
         self.dest.put_rows(self.store, rows).await?;

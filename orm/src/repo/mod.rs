@@ -182,6 +182,15 @@ impl<E: Entity> Repository<E> {
         self.uids.warm(store, assign, |uids| E::row_key_in(key, uids).map(|_| ())).await
     }
 
+    /// [`Repository::warm_key`] for the key of `entity`, which is written (new names get ids);
+    /// the key is not even built when no part of it is stored as a uid.
+    pub(crate) async fn warm_entity(&self, store: &dyn AsyncStore, entity: &E) -> Result<()> {
+        if !self.uids.is_empty() {
+            self.warm_key(store, &entity.key(), true).await?;
+        }
+        Ok(())
+    }
+
     /// Encodes `key` for a write: names stored as uids that have none get one.
     fn write_key(&self, key: &E::Key) -> Result<RowKey> {
         let uids = self.uids.writing();

@@ -71,7 +71,7 @@ impl<E: Entity> AsyncRepository<E> {
     /// # Errors
     /// As [`Repository::put`].
     pub async fn put(&self, entity: &E) -> Result<()> {
-        self.repo.warm_key(self.store.get(), &entity.key(), true).await?;
+        self.repo.warm_entity(self.store.get(), entity).await?;
         self.repo.put_via(self.store.get(), entity).await
     }
 
@@ -86,7 +86,7 @@ impl<E: Entity> AsyncRepository<E> {
         let entities: Vec<&E> = entities.into_iter().collect();
         async move {
             for entity in &entities {
-                self.repo.warm_key(self.store.get(), &entity.key(), true).await?;
+                self.repo.warm_entity(self.store.get(), entity).await?;
             }
             let rows = self.repo.mutations(entities)?;
             self.repo.put_rows(self.store.get(), rows).await
@@ -98,7 +98,7 @@ impl<E: Entity> AsyncRepository<E> {
     /// # Errors
     /// As [`Repository::save`].
     pub async fn save(&self, entity: &mut E) -> Result<()> {
-        self.repo.warm_key(self.store.get(), &entity.key(), true).await?;
+        self.repo.warm_entity(self.store.get(), entity).await?;
         self.repo.save_via(self.store.get(), entity).await
     }
 
