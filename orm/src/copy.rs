@@ -366,6 +366,14 @@ impl Batches<'_, '_> {
         };
         self.to.mutate(&done.table, std::mem::take(batch)).await?;
         self.checkpoint.save(&last).await?;
+        tracing::info!(
+            table = %done.table,
+            rows = done.rows,
+            cells = done.cells,
+            bytes = done.bytes,
+            last_row = %crate::repo::printable(&last),
+            "copy progress"
+        );
         if let Some(progress) = self.progress.as_mut() {
             progress(&CopyProgress {
                 table: done.table.clone(),
@@ -667,8 +675,19 @@ impl<New: Entity> Writer<'_, '_, New> {
         }
         batch.entities.clear();
         batch.rows = 0;
+        let at = report.progress(batch.last.clone().unwrap_or_default());
+        tracing::info!(
+            from_table = at.from_table,
+            to_table = at.to_table,
+            read = at.read,
+            written = at.written,
+            skipped = at.skipped,
+            failed = at.failed,
+            last_key = %crate::repo::printable(&at.last_key),
+            "re-key progress"
+        );
         if let Some(progress) = self.progress.as_mut() {
-            progress(&report.progress(batch.last.clone().unwrap_or_default()));
+            progress(&at);
         }
         Ok(())
     }

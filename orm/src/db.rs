@@ -6,13 +6,14 @@
 
 use std::path::Path;
 use std::sync::Arc;
+use std::time::Duration;
 
 use cellar_engine::{Engine, EngineOptions};
 
 use crate::entity::Entity;
 use crate::record::Record;
 use crate::repo::{Records, Repository};
-use crate::store::{Costs, EmbeddedStore, FamilySpec, Metered, Store, TableSpec};
+use crate::store::{Costs, EmbeddedStore, FamilySpec, Latencies, Metered, Store, TableSpec};
 use crate::Result;
 
 /// A database: the entry point of the object mapper. Cheap to clone; clones share the store
@@ -112,6 +113,32 @@ impl Db {
         let before = self.costs();
         let value = f();
         (value, self.costs() - before)
+    }
+
+    /// How long the calls to the store have taken since this `Db` was opened, per kind of
+    /// call: histograms with their quantiles ([`Latencies`]). Beside [`Db::costs`], which
+    /// counts what the same calls moved.
+    pub fn latencies(&self) -> Latencies {
+        self.metered.latencies()
+    }
+
+    /// As [`Db::measure`], with how long the store calls made meanwhile took.
+    pub fn measure_timed<T>(&self, f: impl FnOnce() -> T) -> (T, Costs, Latencies) {
+        let (costs, latencies) = (self.costs(), self.latencies());
+        let value = f();
+        (value, self.costs() - costs, &self.latencies() - &latencies)
+    }
+
+    /// Store calls that take `threshold` or longer log one WARN each (message `slow store
+    /// call`, with the call, table, first row, what it moved and how long it took); `None`,
+    /// the default, logs none. Shared by this `Db`'s clones.
+    pub fn set_slow_call_threshold(&self, threshold: Option<Duration>) {
+        self.metered.set_slow_call_threshold(threshold);
+    }
+
+    /// The slow-call threshold, if one is set ([`Db::set_slow_call_threshold`]).
+    pub fn slow_call_threshold(&self) -> Option<Duration> {
+        self.metered.slow_call_threshold()
     }
 
     /// The repository of entity `E`: creates its table and families if missing, and checks

@@ -29,6 +29,7 @@ pub mod record;
 pub mod rename;
 pub mod repo;
 pub mod store;
+mod trace;
 pub mod uid;
 pub mod value;
 pub mod wide;
@@ -72,4 +73,4 @@ pub use repo::{
     AsyncQuery, AsyncRecords, AsyncRepository, Counter, Cursor, EntityIter, EntityStream, Page, Query, Records,
     Repository, Skipped,
 };
-pub use store::{Costs, EmbeddedStore, Metered, Store};
+pub use store::{Costs, EmbeddedStore, Latencies, Latency, Metered, Store};

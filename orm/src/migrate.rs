@@ -316,7 +316,7 @@ impl<'a, T: Versioned> Migration<'a, T> {
                     if !dry_run {
                         checkpoint.save(&last).await?;
                     }
-                    report_progress(&mut progress, dry_run, &last, &found, &report);
+                    report_progress(&mut progress, &column, dry_run, &last, &found, &report);
                 }
             }
             Ok(())
@@ -328,7 +328,7 @@ impl<'a, T: Versioned> Migration<'a, T> {
         }
         // The last stretch, unless a checkpoint just reported it.
         if found.rows == 0 || !found.rows.is_multiple_of(CHECKPOINT_EVERY) {
-            report_progress(&mut progress, dry_run, &last, &found, &report);
+            report_progress(&mut progress, &column, dry_run, &last, &found, &report);
         }
         if dry_run {
             report.rewritten = found.outdated;
@@ -341,11 +341,27 @@ impl<'a, T: Versioned> Migration<'a, T> {
     }
 }
 
-/// Reports where a run is, if asked to.
-fn report_progress(progress: &mut Option<ProgressFn<'_>>, dry_run: bool, last: &Bytes, found: &Tally, report: &Report) {
+/// Reports where a run is: an INFO event always, the callback if asked for.
+fn report_progress(
+    progress: &mut Option<ProgressFn<'_>>,
+    column: &Column,
+    dry_run: bool,
+    last: &Bytes,
+    found: &Tally,
+    report: &Report,
+) {
+    let rewritten = if dry_run { found.outdated } else { report.rewritten };
+    let failed = found.census.unreadable;
+    tracing::info!(
+        table = %column.table,
+        rows = found.rows,
+        rewritten,
+        failed,
+        dry_run,
+        last_row = %printable(last),
+        "migration progress"
+    );
     if let Some(f) = progress.as_mut() {
-        let rewritten = if dry_run { found.outdated } else { report.rewritten };
-        let failed = found.census.unreadable;
         f(&Progress { rows: found.rows, rewritten, failed, last_row: last.clone() });
     }
 }

@@ -3,6 +3,7 @@
 
 pub mod backend;
 pub mod blob_orders;
+pub mod capture;
 pub mod faulty;
 pub mod hooked;
 pub mod notes;

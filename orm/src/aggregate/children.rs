@@ -86,12 +86,17 @@ impl<'r, A: Aggregate, C: Part> Children<'r, A, C> {
         C::from_node(node).map_err(|e| crate::repo::decode_error(A::SCHEMA.table, &row, e))
     }
 
+    /// The span of a call `op` on this collection: the aggregate repository's.
+    pub(super) fn call(&self, op: &'static str) -> crate::trace::RepoCall {
+        self.repo.call(op)
+    }
+
     /// The children, in key order; `None` if the aggregate or a parent on the path is missing.
     ///
     /// # Errors
     /// As [`AggregateRepository::get`].
     pub fn list(&self) -> Result<Option<Vec<C>>> {
-        drive(self.list_via(&self.repo.inline()))
+        self.call("child_list").run(|| drive(self.list_via(&self.repo.inline())))
     }
 
     pub(super) async fn list_via(&self, store: &dyn AsyncStore) -> Result<Option<Vec<C>>> {
@@ -103,7 +108,7 @@ impl<'r, A: Aggregate, C: Part> Children<'r, A, C> {
     /// # Errors
     /// As [`AggregateRepository::get`].
     pub fn get(&self, key: impl Into<C::Key>) -> Result<Option<C>> {
-        drive(self.get_via(&self.repo.inline(), key.into()))
+        self.call("child_get").run(|| drive(self.get_via(&self.repo.inline(), key.into())))
     }
 
     pub(super) async fn get_via(&self, store: &dyn AsyncStore, key: C::Key) -> Result<Option<C>> {
@@ -118,7 +123,7 @@ impl<'r, A: Aggregate, C: Part> Children<'r, A, C> {
     /// [`Error::InvalidArgument`] if the aggregate or a parent on the path does not exist, or
     /// the strategy cannot hold the result; as [`AggregateRepository::put`].
     pub fn put(&self, child: &C) -> Result<()> {
-        drive(self.put_via(&self.repo.inline(), child))
+        self.call("child_put").run(|| drive(self.put_via(&self.repo.inline(), child)))
     }
 
     pub(super) async fn put_via(&self, store: &dyn AsyncStore, child: &C) -> Result<()> {
@@ -142,7 +147,7 @@ impl<'r, A: Aggregate, C: Part> Children<'r, A, C> {
     /// # Errors
     /// As [`AggregateRepository::put`].
     pub fn remove(&self, key: impl Into<C::Key>) -> Result<bool> {
-        drive(self.remove_via(&self.repo.inline(), key.into()))
+        self.call("child_remove").run(|| drive(self.remove_via(&self.repo.inline(), key.into())))
     }
 
     pub(super) async fn remove_via(&self, store: &dyn AsyncStore, key: C::Key) -> Result<bool> {

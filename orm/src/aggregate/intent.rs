@@ -308,6 +308,7 @@ async fn roll_forward<A: Aggregate>(
         intent.rows.into_iter().map(|(slot, m)| (slot, m, priors.next().flatten())).collect();
     for slot in slots {
         if lapsed() {
+            lease_passed::<A>(root);
             return Ok(());
         }
         let batch: Vec<(RowMutation, Option<Bytes>)> = {
@@ -326,19 +327,40 @@ async fn roll_forward<A: Aggregate>(
             // written already — by this intent, rolled forward by another, or by a later write
             // once this one committed — and the commit below settles which.
             let family = fence_family(repo, slot);
-            let fenced = batch.into_iter().map(|(m, prior)| fenced_write(family, &token, m, prior)).collect();
-            store.check_and_mutate_many(&level.table, fenced).await?;
+            let fenced: Vec<_> = batch.into_iter().map(|(m, prior)| fenced_write(family, &token, m, prior)).collect();
+            let rows = fenced.len();
+            let held = store.check_and_mutate_many(&level.table, fenced).await?.into_iter().filter(|&h| h).count();
+            if held < rows {
+                tracing::debug!(
+                    entity = A::SCHEMA.entity,
+                    table = %level.table,
+                    row = %printable(root),
+                    fenced_out = rows - held,
+                    "aggregate rows already written past this intent's fences"
+                );
+            }
         } else {
             store.mutate(&level.table, batch.into_iter().map(|(m, _)| m).collect()).await?;
         }
     }
     if lapsed() {
+        lease_passed::<A>(root);
         return Ok(());
     }
     let commit = RowMutation { row: root.clone(), mutations: intent.root };
     // False: another reader took the intent over, and commits it.
     store.check_and_mutate(repo.table(0), generation_condition(repo, Some(pending.clone())), commit).await?;
     Ok(())
+}
+
+/// A writer that outlived its lease stops: whoever takes the write over finishes it, and its
+/// fences keep this writer's late rows out.
+fn lease_passed<A: Aggregate>(root: &Bytes) {
+    tracing::warn!(
+        entity = A::SCHEMA.entity,
+        row = %printable(root),
+        "aggregate write's lease passed: left to the reader that takes it over"
+    );
 }
 
 /// The family of the fences of the rows of table slot `slot`: its level's default family
@@ -388,6 +410,7 @@ async fn take_over<A: Aggregate>(
     mut intent: Intent,
 ) -> Result<()> {
     let owner = Owner::new();
+    let previous = intent.owner;
     intent.owner = owner.name();
     intent.deadline_ms = now_ms() + repo.lease.as_millis() as u64;
     let renewed = encode_pending(&pending[..TOKEN_LEN], &intent);
@@ -395,7 +418,15 @@ async fn take_over<A: Aggregate>(
     owner
         .acting(async {
             if store.check_and_mutate(repo.table(0), generation_condition(repo, Some(pending.clone())), m).await? {
+                tracing::warn!(
+                    entity = A::SCHEMA.entity,
+                    row = %printable(root),
+                    writer = ?previous,
+                    fenced = intent.fenced,
+                    "abandoned aggregate write taken over"
+                );
                 roll_forward(repo, store, root, &renewed, intent).await?;
+                tracing::info!(entity = A::SCHEMA.entity, row = %printable(root), "abandoned aggregate write rolled forward");
             }
             Ok(())
         })

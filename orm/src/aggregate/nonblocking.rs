@@ -55,7 +55,7 @@ impl<A: Aggregate> AsyncAggregateRepository<A> {
     /// # Errors
     /// As [`AggregateRepository::put`].
     pub async fn put(&self, aggregate: &A) -> Result<()> {
-        self.repo.put_via(self.store.get(), aggregate).await
+        self.repo.call("put").run_async(self.repo.put_via(self.store.get(), aggregate)).await
     }
 
     /// As [`AggregateRepository::get`].
@@ -64,7 +64,7 @@ impl<A: Aggregate> AsyncAggregateRepository<A> {
     /// As [`AggregateRepository::get`].
     pub fn get(&self, key: impl Into<A::Key>) -> impl Future<Output = Result<Option<A>>> + Send + '_ {
         let key = key.into();
-        async move { self.repo.get_via(self.store.get(), key).await }
+        self.repo.call("get").run_async(async move { self.repo.get_via(self.store.get(), key).await })
     }
 
     /// As [`AggregateRepository::get_to_depth`].
@@ -77,7 +77,9 @@ impl<A: Aggregate> AsyncAggregateRepository<A> {
         depth: usize,
     ) -> impl Future<Output = Result<Option<A>>> + Send + '_ {
         let key = key.into();
-        async move { self.repo.get_to_depth_via(self.store.get(), key, depth).await }
+        self.repo
+            .call("get_to_depth")
+            .run_async(async move { self.repo.get_to_depth_via(self.store.get(), key, depth).await })
     }
 
     /// As [`AggregateRepository::get_many`].
@@ -89,7 +91,8 @@ impl<A: Aggregate> AsyncAggregateRepository<A> {
         keys: impl IntoIterator<Item = K>,
     ) -> impl Future<Output = Result<Vec<Option<A>>>> + Send + '_ {
         let keys: Vec<A::Key> = keys.into_iter().map(Into::into).collect();
-        async move { self.repo.get_many_via(self.store.get(), keys).await }
+        let call = self.repo.call("get_many").keys(keys.len());
+        call.run_async(async move { self.repo.get_many_via(self.store.get(), keys).await })
     }
 
     /// As [`AggregateRepository::exists`].
@@ -98,7 +101,7 @@ impl<A: Aggregate> AsyncAggregateRepository<A> {
     /// As [`AggregateRepository::exists`].
     pub fn exists(&self, key: impl Into<A::Key>) -> impl Future<Output = Result<bool>> + Send + '_ {
         let key = key.into();
-        async move { self.repo.exists_via(self.store.get(), key).await }
+        self.repo.call("exists").run_async(async move { self.repo.exists_via(self.store.get(), key).await })
     }
 
     /// As [`AggregateRepository::delete`].
@@ -107,7 +110,7 @@ impl<A: Aggregate> AsyncAggregateRepository<A> {
     /// As [`AggregateRepository::delete`].
     pub fn delete(&self, key: impl Into<A::Key>) -> impl Future<Output = Result<()>> + Send + '_ {
         let key = key.into();
-        async move { self.repo.delete_via(self.store.get(), key).await }
+        self.repo.call("delete").run_async(async move { self.repo.delete_via(self.store.get(), key).await })
     }
 
     /// The collection `field` of the aggregate at `key`, as [`AggregateRepository::children`].
@@ -149,7 +152,7 @@ impl<'r, A: Aggregate, C: Part> AsyncChildren<'r, A, C> {
     /// # Errors
     /// As [`Children::list`].
     pub async fn list(&self) -> Result<Option<Vec<C>>> {
-        self.children.list_via(self.store.get()).await
+        self.children.call("child_list").run_async(self.children.list_via(self.store.get())).await
     }
 
     /// As [`Children::get`].
@@ -158,7 +161,7 @@ impl<'r, A: Aggregate, C: Part> AsyncChildren<'r, A, C> {
     /// As [`Children::get`].
     pub fn get(&self, key: impl Into<C::Key>) -> impl Future<Output = Result<Option<C>>> + Send + '_ {
         let key = key.into();
-        async move { self.children.get_via(self.store.get(), key).await }
+        self.children.call("child_get").run_async(async move { self.children.get_via(self.store.get(), key).await })
     }
 
     /// As [`Children::put`].
@@ -166,7 +169,7 @@ impl<'r, A: Aggregate, C: Part> AsyncChildren<'r, A, C> {
     /// # Errors
     /// As [`Children::put`].
     pub async fn put(&self, child: &C) -> Result<()> {
-        self.children.put_via(self.store.get(), child).await
+        self.children.call("child_put").run_async(self.children.put_via(self.store.get(), child)).await
     }
 
     /// As [`Children::remove`].
@@ -175,6 +178,8 @@ impl<'r, A: Aggregate, C: Part> AsyncChildren<'r, A, C> {
     /// As [`Children::remove`].
     pub fn remove(&self, key: impl Into<C::Key>) -> impl Future<Output = Result<bool>> + Send + '_ {
         let key = key.into();
-        async move { self.children.remove_via(self.store.get(), key).await }
+        self.children
+            .call("child_remove")
+            .run_async(async move { self.children.remove_via(self.store.get(), key).await })
     }
 }

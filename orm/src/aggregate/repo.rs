@@ -241,6 +241,11 @@ impl<A: Aggregate> AggregateRepository<A> {
         Ok((root, prefix))
     }
 
+    /// The span of a call `op` of this repository.
+    pub(super) fn call(&self, op: &'static str) -> crate::trace::RepoCall {
+        crate::trace::repo_call(op, A::SCHEMA.entity, A::SCHEMA.table)
+    }
+
     pub(super) fn table(&self, slot: usize) -> &str {
         &self.shape.levels[slot].table
     }
@@ -403,7 +408,7 @@ impl<A: Aggregate> AggregateRepository<A> {
     /// [`Error::InvalidArgument`] for two children with one key in a collection;
     /// [`Error::Contended`] if other writers keep winning; encoding and store errors.
     pub fn put(&self, aggregate: &A) -> Result<()> {
-        drive(self.put_via(&self.inline(), aggregate))
+        self.call("put").run(|| drive(self.put_via(&self.inline(), aggregate)))
     }
 
     pub(super) async fn put_via(&self, store: &dyn AsyncStore, aggregate: &A) -> Result<()> {
@@ -416,7 +421,7 @@ impl<A: Aggregate> AggregateRepository<A> {
     /// # Errors
     /// [`Error::Decode`] for rows that do not form a valid `A`; store errors.
     pub fn get(&self, key: impl Into<A::Key>) -> Result<Option<A>> {
-        drive(self.get_via(&self.inline(), key.into()))
+        self.call("get").run(|| drive(self.get_via(&self.inline(), key.into())))
     }
 
     pub(super) async fn get_via(&self, store: &dyn AsyncStore, key: A::Key) -> Result<Option<A>> {
@@ -475,7 +480,7 @@ impl<A: Aggregate> AggregateRepository<A> {
     /// # Errors
     /// [`Error::InvalidArgument`] for depth 0; as [`AggregateRepository::get`].
     pub fn get_to_depth(&self, key: impl Into<A::Key>, depth: usize) -> Result<Option<A>> {
-        drive(self.get_to_depth_via(&self.inline(), key.into(), depth))
+        self.call("get_to_depth").run(|| drive(self.get_to_depth_via(&self.inline(), key.into(), depth)))
     }
 
     pub(super) async fn get_to_depth_via(
@@ -536,7 +541,7 @@ impl<A: Aggregate> AggregateRepository<A> {
     /// As [`AggregateRepository::get`].
     pub fn get_many<K: Into<A::Key>>(&self, keys: impl IntoIterator<Item = K>) -> Result<Vec<Option<A>>> {
         let keys: Vec<A::Key> = keys.into_iter().map(Into::into).collect();
-        drive(self.get_many_via(&self.inline(), keys))
+        self.call("get_many").keys(keys.len()).run(|| drive(self.get_many_via(&self.inline(), keys)))
     }
 
     pub(super) async fn get_many_via(&self, store: &dyn AsyncStore, keys: Vec<A::Key>) -> Result<Vec<Option<A>>> {
@@ -565,7 +570,7 @@ impl<A: Aggregate> AggregateRepository<A> {
     /// # Errors
     /// Key encoding and store errors.
     pub fn exists(&self, key: impl Into<A::Key>) -> Result<bool> {
-        drive(self.exists_via(&self.inline(), key.into()))
+        self.call("exists").run(|| drive(self.exists_via(&self.inline(), key.into())))
     }
 
     pub(super) async fn exists_via(&self, store: &dyn AsyncStore, key: A::Key) -> Result<bool> {
@@ -581,7 +586,7 @@ impl<A: Aggregate> AggregateRepository<A> {
     /// # Errors
     /// [`Error::Contended`]; key encoding and store errors.
     pub fn delete(&self, key: impl Into<A::Key>) -> Result<()> {
-        drive(self.delete_via(&self.inline(), key.into()))
+        self.call("delete").run(|| drive(self.delete_via(&self.inline(), key.into())))
     }
 
     pub(super) async fn delete_via(&self, store: &dyn AsyncStore, key: A::Key) -> Result<()> {

@@ -119,7 +119,7 @@ impl<'a, A: Aggregate> AggregateQuery<'a, A> {
     /// # Errors
     /// As [`AggregateQuery::iter`].
     pub fn to_vec(self) -> Result<Vec<A>> {
-        self.iter()?.collect()
+        self.repo.call("scan").run(|| self.iter()?.collect())
     }
 
     /// One page of at most `size` aggregates and the cursor of the next.
@@ -128,7 +128,8 @@ impl<'a, A: Aggregate> AggregateQuery<'a, A> {
     /// [`Error::InvalidArgument`] for a zero size; as [`AggregateQuery::iter`].
     pub fn page(self, size: usize) -> Result<Page<A>> {
         let store = self.repo.inline();
-        drive(page(self.repo, &store, self.rows.into_plan(), size, OnError::Fail))
+        let call = self.repo.call("scan_page");
+        call.run(|| drive(page(self.repo, &store, self.rows.into_plan(), size, OnError::Fail)))
     }
 }
 
@@ -401,7 +402,8 @@ impl<'r, A: Aggregate> AsyncAggregateQuery<'r, A> {
     /// # Errors
     /// As [`AggregateQuery::page`].
     pub async fn page(self, size: usize) -> Result<Page<A>> {
-        page(self.query.repo, self.store.get(), self.query.rows.into_plan(), size, OnError::Fail).await
+        let call = self.query.repo.call("scan_page");
+        call.run_async(page(self.query.repo, self.store.get(), self.query.rows.into_plan(), size, OnError::Fail)).await
     }
 
     /// The aggregates as a [`Stream`](futures::Stream), fetched
@@ -422,7 +424,8 @@ impl<'r, A: Aggregate> AsyncAggregateQuery<'r, A> {
     /// As [`AggregateQuery::to_vec`].
     pub async fn to_vec(self) -> Result<Vec<A>> {
         use futures::TryStreamExt;
-        self.stream().try_collect().await
+        let call = self.query.repo.call("scan");
+        call.run_async(self.stream().try_collect()).await
     }
 }
 

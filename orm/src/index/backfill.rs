@@ -146,7 +146,7 @@ impl<'a, E: Entity> Backfill<'a, E> {
             if read.is_multiple_of(CHECKPOINT_EVERY) {
                 job.rebuild(store, std::mem::take(&mut stretch), &mut report).await?;
                 checkpoint.save(&last).await?;
-                report_progress(&mut progress, &report, &last);
+                report_progress(&mut progress, schema, name, &report, &last);
             }
         }
         drop(rows);
@@ -157,7 +157,7 @@ impl<'a, E: Entity> Backfill<'a, E> {
         }
         checkpoint.clear().await?;
         if read == 0 || !read.is_multiple_of(CHECKPOINT_EVERY) {
-            report_progress(&mut progress, &report, &last);
+            report_progress(&mut progress, schema, name, &report, &last);
         }
         Ok(report)
     }
@@ -219,8 +219,23 @@ impl<E: Entity> Job<'_, E> {
     }
 }
 
-/// Reports where the run is, if asked to.
-fn report_progress(progress: &mut Option<ProgressFn<'_>>, report: &BackfillReport, last: &Bytes) {
+/// Reports where the run is: an INFO event always, the callback if asked for.
+fn report_progress(
+    progress: &mut Option<ProgressFn<'_>>,
+    schema: &crate::Schema,
+    index: &str,
+    report: &BackfillReport,
+    last: &Bytes,
+) {
+    tracing::info!(
+        entity = schema.entity,
+        table = schema.table,
+        index,
+        rows = report.rows,
+        indexed = report.indexed,
+        last_row = %printable(last),
+        "index backfill progress"
+    );
     if let Some(f) = progress.as_mut() {
         f(&BackfillProgress { rows: report.rows, indexed: report.indexed, last_row: last.clone() });
     }

@@ -71,8 +71,11 @@ pub(super) async fn settle(store: &dyn AsyncStore, schema: &'static Schema, pend
     if settlements.is_empty() {
         return Ok(0);
     }
+    let tried = settlements.len();
     let applied = store.check_and_mutate_many(&super::index_table(schema.table), settlements).await?;
-    Ok(applied.into_iter().filter(|&a| a).count())
+    let settled = applied.into_iter().filter(|&a| a).count();
+    tracing::info!(entity = schema.entity, table = schema.table, settled, tried, "abandoned index entries settled");
+    Ok(settled)
 }
 
 /// Fences the data row `primary`, read as `data`: true if its token is moved, so no write

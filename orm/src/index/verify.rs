@@ -313,8 +313,11 @@ impl<E: Entity> Verify<'_, E> {
             }
         }
         if self.repair && !fixes.is_empty() {
+            let tried = fixes.len();
             let applied = store.check_and_mutate_many(&super::index_table(schema.table), fixes).await?;
-            report.repaired += applied.iter().filter(|&&a| a).count() as u64;
+            let repaired = applied.iter().filter(|&&a| a).count();
+            report.repaired += repaired as u64;
+            tracing::info!(entity = schema.entity, table = schema.table, repaired, tried, "index rows repaired");
         }
         if self.repair {
             report.repaired += fence::settle(store, schema, fenced).await? as u64;

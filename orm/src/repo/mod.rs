@@ -171,6 +171,11 @@ impl<E: Entity> Repository<E> {
         IndexedWrite { store, schema: &E::SCHEMA, row, change, version }.run().await.map(|_| ())
     }
 
+    /// The span of a call `op` of this repository.
+    pub(crate) fn call(&self, op: &'static str) -> crate::trace::RepoCall {
+        crate::trace::repo_call(op, E::SCHEMA.entity, self.table())
+    }
+
     fn table(&self) -> &'static str {
         E::SCHEMA.table
     }
@@ -291,7 +296,7 @@ impl<E: Entity> Repository<E> {
     /// Key or value encoding errors; [`Error::Decode`] for a stored version that is not one;
     /// [`Error::Contended`] if other writers keep moving the version; store errors.
     pub fn put(&self, entity: &E) -> Result<()> {
-        drive(self.put_via(&self.inline(), entity))
+        self.call("put").run(|| drive(self.put_via(&self.inline(), entity)))
     }
 
     pub(crate) async fn put_via<S: AsyncStore + ?Sized>(&self, store: &S, entity: &E) -> Result<()> {
@@ -319,7 +324,7 @@ impl<E: Entity> Repository<E> {
     /// entity's error (a [`Error::UniqueViolation`]) once the others are written.
     pub fn put_many<'a>(&self, entities: impl IntoIterator<Item = &'a E>) -> Result<()> {
         let rows = self.mutations(entities)?;
-        drive(self.put_rows(&self.inline(), rows))
+        self.call("put_many").keys(rows.len()).run(|| drive(self.put_rows(&self.inline(), rows)))
     }
 
     /// The mutations that write `entities`; nothing if one does not encode.
@@ -448,7 +453,7 @@ impl<E: Entity> Repository<E> {
     /// [`Error::VersionConflict`] if another writer got there first; [`Error::InvalidArgument`]
     /// for an entity without a version field; as [`Repository::put`].
     pub fn save(&self, entity: &mut E) -> Result<()> {
-        drive(self.save_via(&self.inline(), entity))
+        self.call("save").run(|| drive(self.save_via(&self.inline(), entity)))
     }
 
     pub(crate) async fn save_via(&self, store: &dyn AsyncStore, entity: &mut E) -> Result<()> {
@@ -488,9 +493,15 @@ impl<E: Entity> Repository<E> {
     /// # Errors
     /// [`Error::Decode`] for a stored row that is not a valid `E`; store errors.
     pub fn get(&self, key: impl Into<E::Key>) -> Result<Option<E>> {
-        // The read and its decoding as `get_via`, called on the spot: the hottest call of the
-        // synchronous API pays for no state machine. The write-back is the shared protocol.
-        let Some(key) = self.read_key(&key.into())? else { return Ok(None) };
+        let key = key.into();
+        self.call("get").run(|| self.get_now(&key))
+    }
+
+    /// [`Repository::get`]: the read and its decoding as `get_via`, called on the spot (the
+    /// hottest call of the synchronous API pays for no state machine). The write-back is the
+    /// shared protocol.
+    fn get_now(&self, key: &E::Key) -> Result<Option<E>> {
+        let Some(key) = self.read_key(key)? else { return Ok(None) };
         let rows = key.into_candidates();
         let mut found = None;
         let spec = E::SCHEMA.read_spec();
@@ -600,8 +611,17 @@ impl<E: Entity> Repository<E> {
     /// # Errors
     /// As [`Repository::get`].
     pub fn get_many<K: Into<E::Key>>(&self, keys: impl IntoIterator<Item = K>) -> Result<Vec<Option<E>>> {
-        // As `get`: the read on the spot, the write-back the shared protocol.
-        let (flat, owners) = self.candidates_of(keys)?;
+        let call = self.call("get_many");
+        let (flat, owners) = match self.candidates_of(keys) {
+            Ok(candidates) => candidates,
+            Err(e) => return call.run(|| Err(e)),
+        };
+        call.keys(owners.keys).run(|| self.get_many_now(flat, owners))
+    }
+
+    /// [`Repository::get_many`] of the keys' candidate rows: as `get`, the read on the spot,
+    /// the write-back the shared protocol.
+    fn get_many_now(&self, flat: Vec<Bytes>, owners: Owners) -> Result<Vec<Option<E>>> {
         let mut found = Self::slots(&owners);
         let spec = E::SCHEMA.read_spec();
         self.store
@@ -678,7 +698,7 @@ impl<E: Entity> Repository<E> {
     /// # Errors
     /// Key encoding and store errors.
     pub fn exists(&self, key: impl Into<E::Key>) -> Result<bool> {
-        drive(self.exists_via(&self.inline(), key.into()))
+        self.call("exists").run(|| drive(self.exists_via(&self.inline(), key.into())))
     }
 
     pub(crate) async fn exists_via(&self, store: &dyn AsyncStore, key: E::Key) -> Result<bool> {
@@ -690,7 +710,7 @@ impl<E: Entity> Repository<E> {
     /// # Errors
     /// Key encoding and store errors.
     pub fn delete(&self, key: impl Into<E::Key>) -> Result<()> {
-        drive(self.delete_via(&self.inline(), key.into()))
+        self.call("delete").run(|| drive(self.delete_via(&self.inline(), key.into())))
     }
 
     pub(crate) async fn delete_via(&self, store: &dyn AsyncStore, key: E::Key) -> Result<()> {
@@ -712,7 +732,7 @@ impl<E: Entity> Repository<E> {
     /// # Errors
     /// [`Error::InvalidArgument`] under a random salt (the row is not known); store errors.
     pub fn increment(&self, key: impl Into<E::Key>, counter: Counter<E>, delta: i64) -> Result<i64> {
-        drive(self.increment_via(&self.inline(), key.into(), counter, delta))
+        self.call("increment").run(|| drive(self.increment_via(&self.inline(), key.into(), counter, delta)))
     }
 
     pub(crate) async fn increment_via(
@@ -756,7 +776,7 @@ impl<E: Entity> Repository<E> {
     /// # Errors
     /// As [`Repository::get`].
     pub fn get_as_of(&self, key: impl Into<E::Key>, timestamp: u64) -> Result<Option<E>> {
-        drive(self.get_as_of_via(&self.inline(), key.into(), timestamp))
+        self.call("get_as_of").run(|| drive(self.get_as_of_via(&self.inline(), key.into(), timestamp)))
     }
 
     pub(crate) async fn get_as_of_via(&self, store: &dyn AsyncStore, key: E::Key, timestamp: u64) -> Result<Option<E>> {
@@ -771,7 +791,7 @@ impl<E: Entity> Repository<E> {
     /// # Errors
     /// As [`Repository::get`].
     pub fn history(&self, key: impl Into<E::Key>, max: u32) -> Result<Vec<(u64, E)>> {
-        drive(self.history_via(&self.inline(), key.into(), max))
+        self.call("history").run(|| drive(self.history_via(&self.inline(), key.into(), max)))
     }
 
     pub(crate) async fn history_via(&self, store: &dyn AsyncStore, key: E::Key, max: u32) -> Result<Vec<(u64, E)>> {

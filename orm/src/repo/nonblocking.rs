@@ -71,8 +71,11 @@ impl<E: Entity> AsyncRepository<E> {
     /// # Errors
     /// As [`Repository::put`].
     pub async fn put(&self, entity: &E) -> Result<()> {
-        self.repo.warm_entity(self.store.get(), entity).await?;
-        self.repo.put_via(self.store.get(), entity).await
+        let put = async {
+            self.repo.warm_entity(self.store.get(), entity).await?;
+            self.repo.put_via(self.store.get(), entity).await
+        };
+        self.repo.call("put").run_async(put).await
     }
 
     /// As [`Repository::put_many`].
@@ -84,13 +87,14 @@ impl<E: Entity> AsyncRepository<E> {
         entities: impl IntoIterator<Item = &'a E>,
     ) -> impl Future<Output = Result<()>> + Send + 'a {
         let entities: Vec<&E> = entities.into_iter().collect();
-        async move {
+        let call = self.repo.call("put_many").keys(entities.len());
+        call.run_async(async move {
             for entity in &entities {
                 self.repo.warm_entity(self.store.get(), entity).await?;
             }
             let rows = self.repo.mutations(entities)?;
             self.repo.put_rows(self.store.get(), rows).await
-        }
+        })
     }
 
     /// As [`Repository::save`].
@@ -98,8 +102,11 @@ impl<E: Entity> AsyncRepository<E> {
     /// # Errors
     /// As [`Repository::save`].
     pub async fn save(&self, entity: &mut E) -> Result<()> {
-        self.repo.warm_entity(self.store.get(), entity).await?;
-        self.repo.save_via(self.store.get(), entity).await
+        let save = async {
+            self.repo.warm_entity(self.store.get(), entity).await?;
+            self.repo.save_via(self.store.get(), entity).await
+        };
+        self.repo.call("save").run_async(save).await
     }
 
     /// As [`Repository::get`].
@@ -108,12 +115,12 @@ impl<E: Entity> AsyncRepository<E> {
     /// As [`Repository::get`].
     pub fn get(&self, key: impl Into<E::Key>) -> impl Future<Output = Result<Option<E>>> + Send + '_ {
         let key = key.into();
-        async move {
+        self.repo.call("get").run_async(async move {
             if !self.repo.warm_key(self.store.get(), &key, false).await? {
                 return Ok(None);
             }
             self.repo.get_via(self.store.get(), key).await
-        }
+        })
     }
 
     /// As [`Repository::get_many`]: one round trip for every key.
@@ -125,7 +132,8 @@ impl<E: Entity> AsyncRepository<E> {
         keys: impl IntoIterator<Item = K>,
     ) -> impl Future<Output = Result<Vec<Option<E>>>> + Send + '_ {
         let keys: Vec<E::Key> = keys.into_iter().map(Into::into).collect();
-        async move {
+        let call = self.repo.call("get_many").keys(keys.len());
+        call.run_async(async move {
             // Keys holding a name without an id name no row: only the others are read.
             let mut found = Vec::with_capacity(keys.len());
             let mut known = Vec::with_capacity(keys.len());
@@ -138,7 +146,7 @@ impl<E: Entity> AsyncRepository<E> {
             }
             let mut read = self.repo.get_many_via(self.store.get(), known).await?.into_iter();
             Ok(found.into_iter().map(|stored| if stored { read.next().flatten() } else { None }).collect())
-        }
+        })
     }
 
     /// As [`Repository::exists`].
@@ -147,12 +155,12 @@ impl<E: Entity> AsyncRepository<E> {
     /// As [`Repository::exists`].
     pub fn exists(&self, key: impl Into<E::Key>) -> impl Future<Output = Result<bool>> + Send + '_ {
         let key = key.into();
-        async move {
+        self.repo.call("exists").run_async(async move {
             if !self.repo.warm_key(self.store.get(), &key, false).await? {
                 return Ok(false);
             }
             self.repo.exists_via(self.store.get(), key).await
-        }
+        })
     }
 
     /// As [`Repository::delete`].
@@ -161,12 +169,12 @@ impl<E: Entity> AsyncRepository<E> {
     /// As [`Repository::delete`].
     pub fn delete(&self, key: impl Into<E::Key>) -> impl Future<Output = Result<()>> + Send + '_ {
         let key = key.into();
-        async move {
+        self.repo.call("delete").run_async(async move {
             if !self.repo.warm_key(self.store.get(), &key, false).await? {
                 return Ok(());
             }
             self.repo.delete_via(self.store.get(), key).await
-        }
+        })
     }
 
     /// As [`Repository::increment`].
@@ -180,10 +188,10 @@ impl<E: Entity> AsyncRepository<E> {
         delta: i64,
     ) -> impl Future<Output = Result<i64>> + Send + '_ {
         let key = key.into();
-        async move {
+        self.repo.call("increment").run_async(async move {
             self.repo.warm_key(self.store.get(), &key, true).await?;
             self.repo.increment_via(self.store.get(), key, counter, delta).await
-        }
+        })
     }
 
     /// As [`Repository::get_as_of`].
@@ -196,12 +204,12 @@ impl<E: Entity> AsyncRepository<E> {
         timestamp: u64,
     ) -> impl Future<Output = Result<Option<E>>> + Send + '_ {
         let key = key.into();
-        async move {
+        self.repo.call("get_as_of").run_async(async move {
             if !self.repo.warm_key(self.store.get(), &key, false).await? {
                 return Ok(None);
             }
             self.repo.get_as_of_via(self.store.get(), key, timestamp).await
-        }
+        })
     }
 
     /// As [`Repository::history`].
@@ -210,12 +218,12 @@ impl<E: Entity> AsyncRepository<E> {
     /// As [`Repository::history`].
     pub fn history(&self, key: impl Into<E::Key>, max: u32) -> impl Future<Output = Result<Vec<(u64, E)>>> + Send + '_ {
         let key = key.into();
-        async move {
+        self.repo.call("history").run_async(async move {
             if !self.repo.warm_key(self.store.get(), &key, false).await? {
                 return Ok(Vec::new());
             }
             self.repo.history_via(self.store.get(), key, max).await
-        }
+        })
     }
 
     /// The entries of the wide field `field` of the entity at `key`, read and written through
@@ -331,7 +339,7 @@ impl<T: Send + 'static> AsyncQuery<T> {
     /// # Errors
     /// As [`Query::page`](super::Query::page).
     pub async fn page(self, size: usize) -> Result<Page<T>> {
-        self.plan.page(self.store.get(), size, OnError::Fail).await
+        self.plan.call("scan_page").run_async(self.plan.page(self.store.get(), size, OnError::Fail)).await
     }
 
     /// The entities as a [`Stream`], fetched a page ([`STREAM_PAGE`] entities) at a time with
@@ -351,7 +359,8 @@ impl<T: Send + 'static> AsyncQuery<T> {
     /// As [`Query::iter`](super::Query::iter).
     pub async fn to_vec(self) -> Result<Vec<T>> {
         use futures::TryStreamExt;
-        self.stream().try_collect().await
+        let call = self.plan.call("scan");
+        call.run_async(self.stream().try_collect()).await
     }
 }
 

@@ -193,6 +193,11 @@ impl<T> Clone for Target<T> {
 }
 
 impl<T> Plan<T> {
+    /// The span of a scan call `op` over this plan's type and table.
+    pub(crate) fn call(&self, op: &'static str) -> crate::trace::RepoCall {
+        crate::trace::repo_call(op, self.target.name, self.target.table)
+    }
+
     /// The error the plan holds (a key that did not encode), taken out: a plan is checked for
     /// one before it is copied for each page of a stream.
     pub(crate) fn take_error(&mut self) -> Option<Error> {
@@ -573,7 +578,7 @@ impl<'a, E> Query<'a, E> {
     /// # Errors
     /// As [`Query::iter`].
     pub fn to_vec(self) -> Result<Vec<E>> {
-        self.iter()?.collect()
+        self.plan.call("scan").run(|| self.iter()?.collect())
     }
 
     /// One page of at most `size` entities, and the cursor of the next.
@@ -581,7 +586,7 @@ impl<'a, E> Query<'a, E> {
     /// # Errors
     /// [`Error::InvalidArgument`] for a zero size; as [`Query::iter`].
     pub fn page(self, size: usize) -> Result<Page<E>> {
-        drive(self.plan.page(&Inline(self.store), size, OnError::Fail))
+        self.plan.call("scan_page").run(|| drive(self.plan.page(&Inline(self.store), size, OnError::Fail)))
     }
 }
 

@@ -15,9 +15,12 @@ use std::fmt;
 use std::ops::Sub;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
 
 use bytes::Bytes;
 
+use super::latency::{Kind, Latencies};
+use super::observe::{outcome, Observed, Observer, Outcome};
 use super::{
     CellMutation, Commit, Condition, FamilyAlteration, FamilyChange, Guarantees, LentRow, ReadSpec, Row, RowCheck,
     RowCursor, RowCursorBox, RowMutation, RowStream, ScanSpec, Store, TableSpec,
@@ -230,9 +233,9 @@ fn len(b: &[u8]) -> u64 {
 /// Rows, cells and bytes of a read or a write.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub(super) struct Volume {
-    rows: u64,
-    cells: u64,
-    bytes: u64,
+    pub(super) rows: u64,
+    pub(super) cells: u64,
+    pub(super) bytes: u64,
 }
 
 impl Volume {
@@ -289,15 +292,6 @@ impl std::ops::AddAssign for Volume {
 }
 
 impl Counters {
-    /// Counts a scan cursor's move that returned `moved`, now on `row`: a row lent adds to
-    /// `pending`; the end of the scan (or a failure) adds what is pending to the counters.
-    pub(super) fn moved(&self, moved: &Result<bool>, row: Option<LentRow<'_>>, pending: &mut Volume) {
-        match (moved, row) {
-            (Ok(true), Some(row)) => *pending += Volume::read(row),
-            _ => self.read(std::mem::take(pending)),
-        }
-    }
-
     pub(super) fn read(&self, v: Volume) {
         add(&self.rows_read, v.rows);
         add(&self.cells_read, v.cells);
@@ -335,6 +329,8 @@ impl Counters {
 pub struct Metered {
     pub(super) inner: Arc<dyn Store>,
     pub(super) counters: Counters,
+    /// Spans, latencies, slow calls and metrics of the calls.
+    pub(super) observer: Observer,
     /// The metered store for asynchronous callers when it has no `AsyncStore` of its own:
     /// its calls on the blocking pool, counted here as they come back (a scan's rows as the
     /// caller takes them, not as the pool reads ahead).
@@ -350,7 +346,12 @@ impl fmt::Debug for Metered {
 impl Metered {
     /// Counts the calls made to `inner`, starting from zero.
     pub fn new(inner: Arc<dyn Store>) -> Self {
-        Metered { offload: super::Offload::new(inner.clone()), inner, counters: Counters::default() }
+        Metered {
+            offload: super::Offload::new(inner.clone()),
+            inner,
+            counters: Counters::default(),
+            observer: Observer::default(),
+        }
     }
 
     /// The store being metered; calls made directly to it are not counted.
@@ -364,22 +365,78 @@ impl Metered {
     pub fn costs(&self) -> Costs {
         self.counters.snapshot()
     }
+
+    /// How long the calls so far took, per kind (see [`Latencies`]).
+    pub fn latencies(&self) -> Latencies {
+        self.observer.latencies()
+    }
+
+    /// Calls that take at least `threshold` log one WARN (`slow store call`, target
+    /// `cellar_orm::store::observe`) naming the call, table, first row and what it moved;
+    /// `None` turns it off (the default).
+    pub fn set_slow_call_threshold(&self, threshold: Option<Duration>) {
+        self.observer.set_slow_threshold(threshold);
+    }
+
+    /// The slow-call threshold, if one is set.
+    pub fn slow_call_threshold(&self) -> Option<Duration> {
+        self.observer.slow_threshold()
+    }
 }
 
-/// A scan's rows, counted as they are yielded and added to the counters when the scan ends
-/// or is dropped: not three shared atomic additions per row, which threads scanning through
-/// one `Db` would contend on.
+/// A scan under way: its rows counted as they are yielded and added to the counters when
+/// the scan ends or is dropped (not three shared atomic additions per row, which threads
+/// scanning through one `Db` would contend on), and its call finished then.
+pub(super) struct ScanCall<'a> {
+    metered: &'a Metered,
+    /// Yielded and not yet added to the counters.
+    pending: Volume,
+    /// Yielded in all, for the call's span.
+    total: Volume,
+    call: Option<Observed>,
+}
+
+impl<'a> ScanCall<'a> {
+    pub(super) fn new(metered: &'a Metered, call: Observed) -> Self {
+        ScanCall { metered, pending: Volume::default(), total: Volume::default(), call: Some(call) }
+    }
+
+    pub(super) fn row(&mut self, row: LentRow<'_>) {
+        self.pending += Volume::read(row);
+    }
+
+    /// Counts a cursor's move that returned `moved`, now on `row`: a row lent adds to what is
+    /// pending; the end of the scan (or a failure) settles.
+    pub(super) fn moved(&mut self, moved: &Result<bool>, row: Option<LentRow<'_>>) {
+        match (moved, row) {
+            (Ok(true), Some(row)) => self.row(row),
+            (Err(e), _) => self.settle(Outcome::Failed(e)),
+            _ => self.settle(Outcome::Ok),
+        }
+    }
+
+    /// The scan ended, failed or was dropped: adds what is pending to the counters, and
+    /// finishes the call the first time.
+    pub(super) fn settle(&mut self, outcome: Outcome<'_>) {
+        let pending = std::mem::take(&mut self.pending);
+        self.metered.counters.read(pending);
+        self.total += pending;
+        if let Some(call) = self.call.take() {
+            call.finish(&self.metered.observer, outcome, self.total);
+        }
+    }
+}
+
+impl Drop for ScanCall<'_> {
+    fn drop(&mut self) {
+        self.settle(Outcome::Ok);
+    }
+}
+
+/// A scan's rows, counted by its [`ScanCall`].
 struct MeteredStream<'a> {
     rows: RowStream<'a>,
-    counters: &'a Counters,
-    /// Yielded and not yet added to `counters`.
-    pending: Volume,
-}
-
-impl MeteredStream<'_> {
-    fn settle(&mut self) {
-        self.counters.read(std::mem::take(&mut self.pending));
-    }
+    call: ScanCall<'a>,
 }
 
 impl Iterator for MeteredStream<'_> {
@@ -388,8 +445,9 @@ impl Iterator for MeteredStream<'_> {
     fn next(&mut self) -> Option<Result<Row>> {
         let item = self.rows.next();
         match &item {
-            Some(Ok(row)) => self.pending += Volume::read(row.lend()),
-            Some(Err(_)) | None => self.settle(),
+            Some(Ok(row)) => self.call.row(row.lend()),
+            Some(Err(e)) => self.call.settle(Outcome::Failed(e)),
+            None => self.call.settle(Outcome::Ok),
         }
         item
     }
@@ -402,14 +460,13 @@ impl Iterator for MeteredStream<'_> {
 /// A scan's lent rows, counted as [`MeteredStream`] counts owned ones.
 struct MeteredCursor<'a> {
     rows: RowCursorBox<'a>,
-    counters: &'a Counters,
-    pending: Volume,
+    call: ScanCall<'a>,
 }
 
 impl RowCursor for MeteredCursor<'_> {
     fn advance(&mut self) -> Result<bool> {
         let moved = self.rows.advance();
-        self.counters.moved(&moved, self.rows.row(), &mut self.pending);
+        self.call.moved(&moved, self.rows.row());
         moved
     }
 
@@ -418,66 +475,135 @@ impl RowCursor for MeteredCursor<'_> {
     }
 }
 
-impl Drop for MeteredCursor<'_> {
-    fn drop(&mut self) {
-        self.counters.read(std::mem::take(&mut self.pending));
-    }
+/// The first row of a batch, for the slow-call warning.
+fn first_row(rows: &[RowMutation]) -> Option<&Bytes> {
+    rows.first().map(|m| &m.row)
 }
 
-impl Drop for MeteredStream<'_> {
-    fn drop(&mut self) {
-        self.settle();
+impl Metered {
+    /// Runs a synchronous call of `kind` inside its span and finishes it: `moved` is what the
+    /// answer read or wrote, and the outcome.
+    fn observed<T>(
+        &self,
+        kind: Kind,
+        op: &'static str,
+        table: &str,
+        row: Option<&Bytes>,
+        call: impl FnOnce() -> Result<T>,
+        moved: impl FnOnce(&T) -> (Outcome<'static>, Volume),
+    ) -> Result<T> {
+        let observed = self.observer.start(kind, op, table, row);
+        let result = {
+            let _in_call = observed.span().enter();
+            call()
+        };
+        let (outcome, volume) = match &result {
+            Ok(answer) => moved(answer),
+            Err(e) => (Outcome::Failed(e), Volume::default()),
+        };
+        observed.finish(&self.observer, outcome, volume);
+        result
+    }
+
+    /// An admin call: counted apart, observed like the others.
+    fn admin<T>(&self, op: &'static str, table: &str, call: impl FnOnce() -> Result<T>) -> Result<T> {
+        add(&self.counters.admin, 1);
+        self.observed(Kind::Admin, op, table, None, call, |_| (Outcome::Ok, Volume::default()))
     }
 }
 
 impl Store for Metered {
     fn ensure_table(&self, spec: &TableSpec) -> Result<()> {
-        add(&self.counters.admin, 1);
-        self.inner.ensure_table(spec)
+        self.admin("ensure_table", &spec.name, || self.inner.ensure_table(spec))
     }
 
     fn alter_families(&self, table: &str, changes: &[FamilyChange]) -> Result<Vec<FamilyAlteration>> {
-        add(&self.counters.admin, 1);
-        self.inner.alter_families(table, changes)
+        self.admin("alter_families", table, || self.inner.alter_families(table, changes))
     }
 
     fn mutate(&self, table: &str, rows: Vec<RowMutation>) -> Result<()> {
         add(&self.counters.mutates, 1);
         let volume = Volume::sum(&rows);
-        self.inner.mutate(table, rows)?;
-        self.counters.written(volume);
-        Ok(())
+        let first = first_row(&rows).cloned();
+        self.observed(
+            Kind::Mutate,
+            "mutate",
+            table,
+            first.as_ref(),
+            || self.inner.mutate(table, rows),
+            |_| {
+                self.counters.written(volume);
+                (Outcome::Ok, volume)
+            },
+        )
     }
 
     fn mutate_row(&self, table: &str, row: RowMutation) -> Result<()> {
         add(&self.counters.mutates, 1);
         let volume = Volume::written(&row);
-        self.inner.mutate_row(table, row)?;
-        self.counters.written(volume);
-        Ok(())
+        let key = row.row.clone();
+        self.observed(
+            Kind::Mutate,
+            "mutate_row",
+            table,
+            Some(&key),
+            || self.inner.mutate_row(table, row),
+            |_| {
+                self.counters.written(volume);
+                (Outcome::Ok, volume)
+            },
+        )
     }
 
     fn read_rows(&self, table: &str, rows: &[Bytes], read: &ReadSpec) -> Result<Vec<Option<Row>>> {
         add(&self.counters.gets, 1);
-        let found = self.inner.read_rows(table, rows, read)?;
-        let mut volume = Volume::default();
-        for row in found.iter().flatten() {
-            volume += Volume::read(row.lend());
-        }
-        self.counters.read(volume);
-        Ok(found)
+        self.observed(
+            Kind::Get,
+            "read_rows",
+            table,
+            rows.first(),
+            || self.inner.read_rows(table, rows, read),
+            |found| {
+                let mut volume = Volume::default();
+                for row in found.iter().flatten() {
+                    volume += Volume::read(row.lend());
+                }
+                self.counters.read(volume);
+                (Outcome::Ok, volume)
+            },
+        )
     }
 
     fn scan<'a>(&'a self, table: &str, scan: &ScanSpec) -> Result<RowStream<'a>> {
         add(&self.counters.scans, 1);
-        let rows = self.inner.scan(table, scan)?;
-        Ok(Box::new(MeteredStream { rows, counters: &self.counters, pending: Volume::default() }))
+        let observed = self.observer.start(Kind::Scan, "scan", table, Some(&scan.start));
+        let opened = {
+            let _in_call = observed.span().enter();
+            self.inner.scan(table, scan)
+        };
+        match opened {
+            Ok(rows) => Ok(Box::new(MeteredStream { rows, call: ScanCall::new(self, observed) })),
+            Err(e) => {
+                observed.finish(&self.observer, Outcome::Failed(&e), Volume::default());
+                Err(e)
+            }
+        }
     }
 
     fn scan_cursor<'a>(&'a self, table: &str, scan: &ScanSpec) -> Result<RowCursorBox<'a>> {
         add(&self.counters.scans, 1);
-        let rows = self.inner.scan_cursor(table, scan)?;
-        Ok(Box::new(MeteredCursor { rows, counters: &self.counters, pending: Volume::default() }))
+        let observed = self.observer.start(Kind::Scan, "scan", table, Some(&scan.start));
+        let opened = {
+            let _in_call = observed.span().enter();
+            self.inner.scan_cursor(table, scan)
+        };
+        match opened {
+            Ok(rows) => Ok(Box::new(MeteredCursor { rows, call: ScanCall::new(self, observed) })),
+            Err(e) => {
+                observed.finish(&self.observer, Outcome::Failed(&e), Volume::default());
+                Err(e)
+            }
+        }
     }
 
     fn read_rows_with(
@@ -488,55 +614,71 @@ impl Store for Metered {
         visit: &mut dyn FnMut(usize, Option<LentRow<'_>>),
     ) -> Result<()> {
         add(&self.counters.gets, 1);
+        let observed = self.observer.start(Kind::Get, "read_rows", table, rows.first());
         let mut volume = Volume::default();
-        let read = self.inner.read_rows_with(table, rows, read, &mut |i, found| {
-            if let Some(row) = found {
-                volume += Volume::read(row);
-            }
-            visit(i, found);
-        });
+        let result = {
+            let _in_call = observed.span().enter();
+            self.inner.read_rows_with(table, rows, read, &mut |i, found| {
+                if let Some(row) = found {
+                    volume += Volume::read(row);
+                }
+                visit(i, found);
+            })
+        };
         // Rows lent before a failure were read all the same.
         self.counters.read(volume);
-        read
+        observed.finish(&self.observer, outcome(&result), volume);
+        result
     }
 
     fn check_and_mutate(&self, table: &str, condition: Condition, mutation: RowMutation) -> Result<bool> {
         add(&self.counters.check_and_mutates, 1);
         let volume = Volume::written(&mutation);
-        let applied = self.inner.check_and_mutate(table, condition, mutation)?;
-        if applied {
-            self.counters.written(volume);
-        }
-        Ok(applied)
+        let key = mutation.row.clone();
+        let call = || self.inner.check_and_mutate(table, condition, mutation);
+        self.observed(Kind::CheckAndMutate, "check_and_mutate", table, Some(&key), call, |&applied| {
+            if applied {
+                self.counters.written(volume);
+                (Outcome::Ok, volume)
+            } else {
+                (Outcome::NotApplied, Volume::default())
+            }
+        })
     }
 
     fn check_and_mutate_many(&self, table: &str, entries: Vec<(Condition, RowMutation)>) -> Result<Vec<bool>> {
         add(&self.counters.check_and_mutates, 1);
         let volumes: Vec<Volume> = entries.iter().map(|(_, m)| Volume::written(m)).collect();
-        let applied = self.inner.check_and_mutate_many(table, entries)?;
-        for (volume, _) in volumes.into_iter().zip(&applied).filter(|(_, &a)| a) {
-            self.counters.written(volume);
-        }
-        Ok(applied)
+        let first = entries.first().map(|(_, m)| m.row.clone());
+        let call = || self.inner.check_and_mutate_many(table, entries);
+        self.observed(Kind::CheckAndMutate, "check_and_mutate_many", table, first.as_ref(), call, |applied| {
+            let mut written = Volume::default();
+            for (volume, _) in volumes.iter().zip(applied).filter(|(_, &a)| a) {
+                written += *volume;
+            }
+            self.counters.written(written);
+            (Outcome::applied(applied.iter().any(|&a| a) || applied.is_empty()), written)
+        })
     }
 
     fn split_keys(&self, table: &str) -> Result<Option<Vec<Bytes>>> {
-        add(&self.counters.admin, 1);
-        self.inner.split_keys(table)
+        self.admin("split_keys", table, || self.inner.split_keys(table))
     }
 
     fn describe(&self, table: &str) -> Result<Option<TableSpec>> {
-        add(&self.counters.admin, 1);
-        self.inner.describe(table)
+        self.admin("describe", table, || self.inner.describe(table))
     }
 
     fn increment(&self, table: &str, row: Bytes, family: &str, qualifier: &str, delta: i64) -> Result<i64> {
         add(&self.counters.increments, 1);
         let volume = Volume::counter(&row, family, qualifier);
-        let value = self.inner.increment(table, row, family, qualifier, delta)?;
-        self.counters.read(volume);
-        self.counters.written(volume);
-        Ok(value)
+        let key = row.clone();
+        let call = || self.inner.increment(table, row, family, qualifier, delta);
+        self.observed(Kind::Increment, "increment", table, Some(&key), call, |_| {
+            self.counters.read(volume);
+            self.counters.written(volume);
+            (Outcome::Ok, volume)
+        })
     }
 
     fn guarantees(&self) -> Guarantees {
@@ -552,21 +694,30 @@ impl Store for Metered {
     fn mutate_group(&self, table: &str, checks: Vec<RowCheck>, rows: Vec<RowMutation>) -> Result<bool> {
         add(&self.counters.group_mutates, 1);
         let volume = Volume::sum(&rows);
-        let applied = self.inner.mutate_group(table, checks, rows)?;
-        if applied {
-            self.counters.written(volume);
-        }
-        Ok(applied)
+        let first = first_row(&rows).cloned();
+        let call = || self.inner.mutate_group(table, checks, rows);
+        self.observed(Kind::GroupMutate, "mutate_group", table, first.as_ref(), call, |&applied| {
+            self.applied(applied, volume)
+        })
     }
 
     fn commit(&self, commit: Commit) -> Result<bool> {
         add(&self.counters.group_mutates, 1);
         let volume = Volume::sum(commit.rows.iter().map(|(_, r)| r));
-        let applied = self.inner.commit(commit)?;
-        if applied {
-            self.counters.written(volume);
-        }
-        Ok(applied)
+        // The table of the first row written names the call (an index write's commit writes
+        // the entity's table first).
+        let (table, first) = match commit.rows.first() {
+            Some((t, row)) => (commit.tables.get(*t).cloned().unwrap_or_default(), Some(row.row.clone())),
+            None => (commit.tables.first().cloned().unwrap_or_default(), None),
+        };
+        self.observed(
+            Kind::GroupMutate,
+            "commit",
+            &table,
+            first.as_ref(),
+            || self.inner.commit(commit),
+            |&applied| self.applied(applied, volume),
+        )
     }
 
     /// One round trip, counted as a group mutate; the row read counts as read (each time
@@ -579,19 +730,42 @@ impl Store for Metered {
         build: &mut dyn FnMut(Option<&Row>) -> Option<Commit>,
     ) -> Result<Option<bool>> {
         add(&self.counters.group_mutates, 1);
+        let observed = self.observer.start(Kind::GroupMutate, "read_and_commit", table, Some(row));
         let mut volume = None;
-        let applied = self.inner.read_and_commit(table, row, read, &mut |found| {
-            if let Some(found) = found {
-                self.counters.read(Volume::read(found.lend()));
+        let applied = {
+            let _in_call = observed.span().enter();
+            self.inner.read_and_commit(table, row, read, &mut |found| {
+                if let Some(found) = found {
+                    self.counters.read(Volume::read(found.lend()));
+                }
+                let commit = build(found);
+                volume = commit.as_ref().map(|c| Volume::sum(c.rows.iter().map(|(_, r)| r)));
+                commit
+            })
+        };
+        let (outcome, moved) = match (&applied, volume) {
+            (Ok(Some(true)), Some(volume)) => {
+                self.counters.written(volume);
+                (Outcome::Ok, volume)
             }
-            let commit = build(found);
-            volume = commit.as_ref().map(|c| Volume::sum(c.rows.iter().map(|(_, r)| r)));
-            commit
-        })?;
-        if let (Some(true), Some(volume)) = (applied, volume) {
+            (Ok(Some(false)), _) => (Outcome::NotApplied, Volume::default()),
+            (Ok(_), _) => (Outcome::Ok, Volume::default()),
+            (Err(e), _) => (Outcome::Failed(e), Volume::default()),
+        };
+        observed.finish(&self.observer, outcome, moved);
+        applied
+    }
+}
+
+impl Metered {
+    /// A conditional write's counts and outcome.
+    pub(super) fn applied(&self, applied: bool, volume: Volume) -> (Outcome<'static>, Volume) {
+        if applied {
             self.counters.written(volume);
+            (Outcome::Ok, volume)
+        } else {
+            (Outcome::NotApplied, Volume::default())
         }
-        Ok(applied)
     }
 }
 

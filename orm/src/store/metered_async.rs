@@ -4,8 +4,12 @@
 
 use bytes::Bytes;
 
-use super::metered::{add, Counters, Volume};
+use tracing::Instrument;
+
+use super::latency::Kind;
+use super::metered::{add, ScanCall, Volume};
 use super::nonblocking::{AsyncCursorBox, AsyncRowCursor, AsyncStore, BuildCommit, Visit};
+use super::observe::{outcome, Observed, Outcome};
 use super::{
     Call, Commit, Condition, FamilyAlteration, FamilyChange, Guarantees, LentRow, Metered, ReadSpec, Row, RowCheck,
     RowMutation, ScanSpec, TableSpec,
@@ -22,15 +26,14 @@ impl Metered {
 /// A scan's lent rows, counted as the synchronous cursor counts them.
 struct MeteredCursor<'a> {
     rows: AsyncCursorBox<'a>,
-    counters: &'a Counters,
-    pending: Volume,
+    call: ScanCall<'a>,
 }
 
 impl AsyncRowCursor for MeteredCursor<'_> {
     fn advance(&mut self) -> Call<'_, Result<bool>> {
         Call::later(async move {
             let moved = self.rows.advance().await;
-            self.counters.moved(&moved, self.rows.row(), &mut self.pending);
+            self.call.moved(&moved, self.rows.row());
             moved
         })
     }
@@ -40,16 +43,69 @@ impl AsyncRowCursor for MeteredCursor<'_> {
     }
 }
 
-impl Drop for MeteredCursor<'_> {
-    fn drop(&mut self) {
-        self.counters.read(std::mem::take(&mut self.pending));
+impl Metered {
+    /// Runs an asynchronous call of `kind` inside its span (entered at every poll) and
+    /// finishes it: `moved` is what the answer read or wrote, and the outcome.
+    fn observed_async<'a, T: 'a>(
+        &'a self,
+        observed: Observed,
+        call: Call<'a, Result<T>>,
+        moved: impl FnOnce(&T) -> (Outcome<'static>, Volume) + Send + 'a,
+    ) -> Call<'a, Result<T>>
+    where
+        T: Send,
+    {
+        let span = observed.span().clone();
+        Call::later(
+            async move {
+                let result = call.await;
+                let (outcome, volume) = match &result {
+                    Ok(answer) => moved(answer),
+                    Err(e) => (Outcome::Failed(e), Volume::default()),
+                };
+                observed.finish(&self.observer, outcome, volume);
+                result
+            }
+            .instrument(span),
+        )
+    }
+
+    fn admin_async<'a, T: Send + 'a>(
+        &'a self,
+        op: &'static str,
+        table: &str,
+        call: impl FnOnce(&'a dyn AsyncStore) -> Call<'a, Result<T>>,
+    ) -> Call<'a, Result<T>> {
+        add(&self.counters.admin, 1);
+        let observed = self.observer.start(Kind::Admin, op, table, None);
+        let call = {
+            let _in_call = observed.span().enter();
+            call(self.nonblocking())
+        };
+        self.observed_async(observed, call, |_| (Outcome::Ok, Volume::default()))
+    }
+
+    /// Starts a call of `kind`: the store's call is made inside the span.
+    fn start_async<'a, T>(
+        &'a self,
+        kind: Kind,
+        op: &'static str,
+        table: &str,
+        row: Option<&Bytes>,
+        call: impl FnOnce(&'a dyn AsyncStore) -> Call<'a, Result<T>>,
+    ) -> (Observed, Call<'a, Result<T>>) {
+        let observed = self.observer.start(kind, op, table, row);
+        let call = {
+            let _in_call = observed.span().enter();
+            call(self.nonblocking())
+        };
+        (observed, call)
     }
 }
 
 impl AsyncStore for Metered {
     fn ensure_table<'a>(&'a self, spec: &'a TableSpec) -> Call<'a, Result<()>> {
-        add(&self.counters.admin, 1);
-        self.nonblocking().ensure_table(spec)
+        self.admin_async("ensure_table", &spec.name, |s| s.ensure_table(spec))
     }
 
     fn alter_families<'a>(
@@ -57,27 +113,30 @@ impl AsyncStore for Metered {
         table: &'a str,
         changes: &'a [FamilyChange],
     ) -> Call<'a, Result<Vec<FamilyAlteration>>> {
-        add(&self.counters.admin, 1);
-        self.nonblocking().alter_families(table, changes)
+        self.admin_async("alter_families", table, |s| s.alter_families(table, changes))
     }
 
     fn mutate<'a>(&'a self, table: &'a str, rows: Vec<RowMutation>) -> Call<'a, Result<()>> {
         add(&self.counters.mutates, 1);
         let volume = Volume::sum(&rows);
-        Call::later(async move {
-            self.nonblocking().mutate(table, rows).await?;
+        let first = rows.first().map(|m| m.row.clone());
+        let (observed, call) =
+            self.start_async(Kind::Mutate, "mutate", table, first.as_ref(), |s| s.mutate(table, rows));
+        self.observed_async(observed, call, move |_| {
             self.counters.written(volume);
-            Ok(())
+            (Outcome::Ok, volume)
         })
     }
 
     fn mutate_row<'a>(&'a self, table: &'a str, row: RowMutation) -> Call<'a, Result<()>> {
         add(&self.counters.mutates, 1);
         let volume = Volume::written(&row);
-        Call::later(async move {
-            self.nonblocking().mutate_row(table, row).await?;
+        let key = row.row.clone();
+        let (observed, call) =
+            self.start_async(Kind::Mutate, "mutate_row", table, Some(&key), |s| s.mutate_row(table, row));
+        self.observed_async(observed, call, move |_| {
             self.counters.written(volume);
-            Ok(())
+            (Outcome::Ok, volume)
         })
     }
 
@@ -88,14 +147,15 @@ impl AsyncStore for Metered {
         read: &'a ReadSpec,
     ) -> Call<'a, Result<Vec<Option<Row>>>> {
         add(&self.counters.gets, 1);
-        Call::later(async move {
-            let found = self.nonblocking().read_rows(table, rows, read).await?;
+        let (observed, call) =
+            self.start_async(Kind::Get, "read_rows", table, rows.first(), |s| s.read_rows(table, rows, read));
+        self.observed_async(observed, call, move |found| {
             let mut volume = Volume::default();
             for row in found.iter().flatten() {
                 volume += Volume::read(row.lend());
             }
             self.counters.read(volume);
-            Ok(found)
+            (Outcome::Ok, volume)
         })
     }
 
@@ -107,28 +167,45 @@ impl AsyncStore for Metered {
         visit: &'a mut Visit<'_>,
     ) -> Call<'a, Result<()>> {
         add(&self.counters.gets, 1);
-        Call::later(async move {
-            let mut volume = Volume::default();
-            let mut counted = |i: usize, found: Option<LentRow<'_>>| {
-                if let Some(row) = found {
-                    volume += Volume::read(row);
-                }
-                visit(i, found);
-            };
-            let read = self.nonblocking().read_rows_with(table, rows, read, &mut counted).await;
-            // Rows lent before a failure were read all the same.
-            self.counters.read(volume);
-            read
-        })
+        let observed = self.observer.start(Kind::Get, "read_rows", table, rows.first());
+        let span = observed.span().clone();
+        Call::later(
+            async move {
+                let mut volume = Volume::default();
+                let mut counted = |i: usize, found: Option<LentRow<'_>>| {
+                    if let Some(row) = found {
+                        volume += Volume::read(row);
+                    }
+                    visit(i, found);
+                };
+                let read = self.nonblocking().read_rows_with(table, rows, read, &mut counted).await;
+                // Rows lent before a failure were read all the same.
+                self.counters.read(volume);
+                observed.finish(&self.observer, outcome(&read), volume);
+                read
+            }
+            .instrument(span),
+        )
     }
 
     fn scan_cursor<'a>(&'a self, table: &'a str, scan: &'a ScanSpec) -> Call<'a, Result<AsyncCursorBox<'a>>> {
         add(&self.counters.scans, 1);
-        Call::later(async move {
-            let rows = self.nonblocking().scan_cursor(table, scan).await?;
-            Ok(Box::new(MeteredCursor { rows, counters: &self.counters, pending: Volume::default() })
-                as AsyncCursorBox<'a>)
-        })
+        let observed = self.observer.start(Kind::Scan, "scan", table, Some(&scan.start));
+        let span = observed.span().clone();
+        Call::later(
+            async move {
+                match self.nonblocking().scan_cursor(table, scan).await {
+                    Ok(rows) => {
+                        Ok(Box::new(MeteredCursor { rows, call: ScanCall::new(self, observed) }) as AsyncCursorBox<'a>)
+                    }
+                    Err(e) => {
+                        observed.finish(&self.observer, Outcome::Failed(&e), Volume::default());
+                        Err(e)
+                    }
+                }
+            }
+            .instrument(span),
+        )
     }
 
     fn check_and_mutate<'a>(
@@ -139,13 +216,11 @@ impl AsyncStore for Metered {
     ) -> Call<'a, Result<bool>> {
         add(&self.counters.check_and_mutates, 1);
         let volume = Volume::written(&mutation);
-        Call::later(async move {
-            let applied = self.nonblocking().check_and_mutate(table, condition, mutation).await?;
-            if applied {
-                self.counters.written(volume);
-            }
-            Ok(applied)
-        })
+        let key = mutation.row.clone();
+        let (observed, call) = self.start_async(Kind::CheckAndMutate, "check_and_mutate", table, Some(&key), |s| {
+            s.check_and_mutate(table, condition, mutation)
+        });
+        self.observed_async(observed, call, move |&applied| self.applied(applied, volume))
     }
 
     fn check_and_mutate_many<'a>(
@@ -155,23 +230,27 @@ impl AsyncStore for Metered {
     ) -> Call<'a, Result<Vec<bool>>> {
         add(&self.counters.check_and_mutates, 1);
         let volumes: Vec<Volume> = entries.iter().map(|(_, m)| Volume::written(m)).collect();
-        Call::later(async move {
-            let applied = self.nonblocking().check_and_mutate_many(table, entries).await?;
-            for (volume, _) in volumes.into_iter().zip(&applied).filter(|(_, &a)| a) {
-                self.counters.written(volume);
+        let first = entries.first().map(|(_, m)| m.row.clone());
+        let (observed, call) =
+            self.start_async(Kind::CheckAndMutate, "check_and_mutate_many", table, first.as_ref(), |s| {
+                s.check_and_mutate_many(table, entries)
+            });
+        self.observed_async(observed, call, move |applied| {
+            let mut written = Volume::default();
+            for (volume, _) in volumes.iter().zip(applied).filter(|(_, &a)| a) {
+                written += *volume;
             }
-            Ok(applied)
+            self.counters.written(written);
+            (Outcome::applied(applied.iter().any(|&a| a) || applied.is_empty()), written)
         })
     }
 
     fn describe<'a>(&'a self, table: &'a str) -> Call<'a, Result<Option<TableSpec>>> {
-        add(&self.counters.admin, 1);
-        self.nonblocking().describe(table)
+        self.admin_async("describe", table, |s| s.describe(table))
     }
 
     fn split_keys<'a>(&'a self, table: &'a str) -> Call<'a, Result<Option<Vec<Bytes>>>> {
-        add(&self.counters.admin, 1);
-        self.nonblocking().split_keys(table)
+        self.admin_async("split_keys", table, |s| s.split_keys(table))
     }
 
     fn increment<'a>(
@@ -184,11 +263,14 @@ impl AsyncStore for Metered {
     ) -> Call<'a, Result<i64>> {
         add(&self.counters.increments, 1);
         let volume = Volume::counter(&row, family, qualifier);
-        Call::later(async move {
-            let value = self.nonblocking().increment(table, row, family, qualifier, delta).await?;
+        let key = row.clone();
+        let (observed, call) = self.start_async(Kind::Increment, "increment", table, Some(&key), |s| {
+            s.increment(table, row, family, qualifier, delta)
+        });
+        self.observed_async(observed, call, move |_| {
             self.counters.read(volume);
             self.counters.written(volume);
-            Ok(value)
+            (Outcome::Ok, volume)
         })
     }
 
@@ -204,25 +286,23 @@ impl AsyncStore for Metered {
     ) -> Call<'a, Result<bool>> {
         add(&self.counters.group_mutates, 1);
         let volume = Volume::sum(&rows);
-        Call::later(async move {
-            let applied = self.nonblocking().mutate_group(table, checks, rows).await?;
-            if applied {
-                self.counters.written(volume);
-            }
-            Ok(applied)
-        })
+        let first = rows.first().map(|m| m.row.clone());
+        let (observed, call) = self.start_async(Kind::GroupMutate, "mutate_group", table, first.as_ref(), |s| {
+            s.mutate_group(table, checks, rows)
+        });
+        self.observed_async(observed, call, move |&applied| self.applied(applied, volume))
     }
 
     fn commit(&self, commit: Commit) -> Call<'_, Result<bool>> {
         add(&self.counters.group_mutates, 1);
         let volume = Volume::sum(commit.rows.iter().map(|(_, r)| r));
-        Call::later(async move {
-            let applied = self.nonblocking().commit(commit).await?;
-            if applied {
-                self.counters.written(volume);
-            }
-            Ok(applied)
-        })
+        let (table, first) = match commit.rows.first() {
+            Some((t, row)) => (commit.tables.get(*t).cloned().unwrap_or_default(), Some(row.row.clone())),
+            None => (commit.tables.first().cloned().unwrap_or_default(), None),
+        };
+        let (observed, call) =
+            self.start_async(Kind::GroupMutate, "commit", &table, first.as_ref(), |s| s.commit(commit));
+        self.observed_async(observed, call, move |&applied| self.applied(applied, volume))
     }
 
     fn read_and_commit<'a>(
@@ -233,22 +313,31 @@ impl AsyncStore for Metered {
         build: &'a mut BuildCommit<'_>,
     ) -> Call<'a, Result<Option<bool>>> {
         add(&self.counters.group_mutates, 1);
-        Call::later(async move {
-            let mut volume = None;
-            let counters = &self.counters;
-            let mut counted = |found: Option<&Row>| {
-                if let Some(found) = found {
-                    counters.read(Volume::read(found.lend()));
-                }
-                let commit = build(found);
-                volume = commit.as_ref().map(|c| Volume::sum(c.rows.iter().map(|(_, r)| r)));
-                commit
-            };
-            let applied = self.nonblocking().read_and_commit(table, row, read, &mut counted).await?;
-            if let (Some(true), Some(volume)) = (applied, volume) {
-                self.counters.written(volume);
+        let observed = self.observer.start(Kind::GroupMutate, "read_and_commit", table, Some(row));
+        let span = observed.span().clone();
+        Call::later(
+            async move {
+                let mut volume = None;
+                let counters = &self.counters;
+                let mut counted = |found: Option<&Row>| {
+                    if let Some(found) = found {
+                        counters.read(Volume::read(found.lend()));
+                    }
+                    let commit = build(found);
+                    volume = commit.as_ref().map(|c| Volume::sum(c.rows.iter().map(|(_, r)| r)));
+                    commit
+                };
+                let applied = self.nonblocking().read_and_commit(table, row, read, &mut counted).await;
+                let (outcome, moved) = match (&applied, volume) {
+                    (Ok(Some(applied)), Some(volume)) => self.applied(*applied, volume),
+                    (Ok(Some(false)), None) => (Outcome::NotApplied, Volume::default()),
+                    (Ok(_), _) => (Outcome::Ok, Volume::default()),
+                    (Err(e), _) => (Outcome::Failed(e), Volume::default()),
+                };
+                observed.finish(&self.observer, outcome, moved);
+                applied
             }
-            Ok(applied)
-        })
+            .instrument(span),
+        )
     }
 }

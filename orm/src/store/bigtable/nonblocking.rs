@@ -40,6 +40,9 @@ impl<T: Send + 'static> Task<T> {
         on_drop: OnDrop,
         work: impl Future<Output = Result<T>> + Send + 'static,
     ) -> Task<T> {
+        // The call's span (the metered store's) goes with the work: what it reports, retries,
+        // nests under the call that started it.
+        let work = tracing::Instrument::instrument(work, tracing::Span::current());
         let handle = match on_drop {
             OnDrop::Abort => runtime.spawn(work),
             OnDrop::Finish => {
@@ -274,14 +277,15 @@ impl AsyncStore for BigtableStore {
             for indexes in by_row {
                 let group: Vec<_> = indexes.iter().filter_map(|&i| calls[i].take().map(|c| (i, c))).collect();
                 let (limit, ctx, table) = (limit.clone(), conn.ctx.clone(), table.clone());
-                groups.push(tokio::spawn(async move {
+                let group = async move {
                     let _permit = limit.acquire_owned().await;
                     let mut out = Vec::with_capacity(group.len());
                     for (i, call) in group {
                         out.push((i, call.apply(ctx.clone(), table.clone()).await?));
                     }
                     Ok::<_, Error>(out)
-                }));
+                };
+                groups.push(tokio::spawn(tracing::Instrument::in_current_span(group)));
             }
             let mut results = vec![false; n];
             let mut first_error = None;

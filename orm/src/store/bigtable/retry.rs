@@ -69,15 +69,37 @@ impl Retry {
     /// After a failed attempt: how long to wait before the next, or `None` if the call must
     /// fail with `status` (a failure that is not transient, the attempts used up, or a wait
     /// that would end past the deadline).
+    ///
+    /// Reports each retry as an INFO event (`retrying`) and a call that gives up after
+    /// retrying as a WARN (`giving up`), in the span of the call (the metered store's, whose
+    /// `attempts` field it sets).
     pub(crate) fn after(&mut self, status: &Status) -> Option<Duration> {
-        if !transient(status) || self.attempts >= MAX_ATTEMPTS {
+        if !transient(status) {
             return None;
         }
         let wait = server_delay(status).unwrap_or_else(|| full_jitter(self.attempts));
-        if wait >= self.remaining() {
+        if self.attempts >= MAX_ATTEMPTS || wait >= self.remaining() {
+            if self.attempts > 1 {
+                tracing::warn!(
+                    attempts = self.attempts,
+                    code = ?status.code(),
+                    error = status.message(),
+                    "giving up"
+                );
+            }
             return None;
         }
         self.attempts += 1;
+        tracing::Span::current().record("attempts", self.attempts);
+        tracing::info!(
+            attempt = self.attempts,
+            wait_ms = wait.as_millis() as u64,
+            code = ?status.code(),
+            error = status.message(),
+            "retrying"
+        );
+        #[cfg(feature = "metrics")]
+        metrics::counter!("cellar_store_retries_total", "code" => format!("{:?}", status.code())).increment(1);
         Some(wait)
     }
 

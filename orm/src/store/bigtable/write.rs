@@ -185,10 +185,11 @@ pub(super) async fn mutate_all(
             }
         };
         let (ctx, table) = (ctx.clone(), table.clone());
-        running.spawn(async move {
+        let batch = async move {
             let _admission = admission;
             mutate_rows(ctx, table, call).await
-        });
+        };
+        running.spawn(tracing::Instrument::in_current_span(batch));
         while let Some(done) = running.try_join_next() {
             if let Some(e) = failed(done) {
                 first_error.get_or_insert(e);
