@@ -6,14 +6,15 @@
 //! hour per row, a column per second); and per-user lists tall, wide and in between, with what
 //! each read costs; what survives a power loss, a full disk and a failed fsync; and three
 //! releases of an application evolving their entities on one database; and an async service
-//! with 2,000 requests in flight on two runtime workers — each example in turn, every result
-//! asserted.
+//! with 2,000 requests in flight on two runtime workers; and what an operator sees: the trace
+//! of an aggregate write and an indexed read, a slow call, the database's stats — each example
+//! in turn, every result asserted.
 //!
 //! Run with `cargo run --release --example tour`; each part also runs on its own
 //! (`--example customer_orders`, `--example followers`, `--example timeseries`,
 //! `--example order_strategies`, `--example blob_migration`, `--example index_backfill`,
 //! `--example opentsdb`, `--example list_data`, `--example power_loss`,
-//! `--example schema_evolution`, `--example async_service`).
+//! `--example schema_evolution`, `--example async_service`, `--example observability`).
 
 #[path = "async_service.rs"]
 mod async_service;
@@ -27,6 +28,8 @@ mod followers;
 mod index_backfill;
 #[path = "list_data.rs"]
 mod list_data;
+#[path = "observability.rs"]
+mod observability;
 #[path = "opentsdb.rs"]
 mod opentsdb;
 #[path = "order_strategies.rs"]
@@ -61,6 +64,8 @@ fn main() -> cellar::orm::Result<()> {
     schema_evolution::main()?;
     println!("\n== async_service ==");
     async_service::main()?;
+    println!("\n== observability ==");
+    observability::main()?;
     println!("\ntour: ok");
     Ok(())
 }

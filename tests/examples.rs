@@ -16,6 +16,8 @@ mod followers;
 mod index_backfill;
 #[path = "../examples/list_data.rs"]
 mod list_data;
+#[path = "../examples/observability.rs"]
+mod observability;
 #[path = "../examples/opentsdb.rs"]
 mod opentsdb;
 #[path = "../examples/order_strategies.rs"]
@@ -92,6 +94,11 @@ fn async_service_example() {
 fn async_service_example_on_bigtable() {
     let Some(store) = common::backend::bigtable_store() else { return };
     async_service::run(&cellar::orm::Db::with_store(std::sync::Arc::new(store))).unwrap();
+}
+
+#[test]
+fn observability_example() {
+    observability::main().unwrap();
 }
 
 #[test]

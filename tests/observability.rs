@@ -55,7 +55,7 @@ fn a_five_entity_put_many_is_one_mutate_span_with_five_rows_under_the_repository
         })
     });
 
-    let stores = store_spans(&capture);
+    let stores = store_spans(capture);
     assert_eq!(stores.len() as u64, costs.round_trips() + costs.admin, "one span per store call: {stores:#?}");
     assert_eq!(stores.len(), 1, "{stores:#?}");
     let (index, mutate) = &stores[0];
@@ -93,7 +93,7 @@ fn every_store_call_of_reads_and_scans_has_one_span_with_what_it_read() {
         assert_eq!(customers.scan().limit(2).iter().unwrap().count(), 2);
     });
 
-    let stores = store_spans(&capture);
+    let stores = store_spans(capture);
     assert_eq!(stores.len() as u64, costs.round_trips() + costs.admin, "{stores:#?}");
     let figures: Vec<(&str, &str)> =
         stores.iter().map(|(_, s)| (s.field("op").unwrap(), s.field("rows").unwrap_or("-"))).collect();
@@ -131,7 +131,7 @@ fn a_refused_or_failed_store_call_says_so_in_its_span() {
     assert!(!store.check_and_mutate("obs_customers", condition, put).unwrap());
     let err = store.read_rows("no_such_table", &[row], &ReadSpec::default()).unwrap_err();
 
-    let stores = store_spans(&capture);
+    let stores = store_spans(capture);
     assert_eq!(stores.len(), 2, "{stores:#?}");
     let (refused, failed) = (&stores[0].1, &stores[1].1);
     assert_eq!(
@@ -158,7 +158,7 @@ fn async_calls_nest_under_the_caller_span_as_sync_ones_do() {
         .instrument(tracing::info_span!("request")),
     );
 
-    let stores = store_spans(&capture);
+    let stores = store_spans(capture);
     let spans = capture.spans();
     let seen: Vec<(&str, &str, Vec<&str>)> =
         stores.iter().map(|(i, s)| (s.field("op").unwrap(), s.field("rows").unwrap(), path(&spans, *i))).collect();
@@ -185,13 +185,13 @@ fn calls_past_the_slow_call_threshold_log_one_warning_each_with_the_call_table_r
     let _alone = capture.exclusive();
 
     customers.get(42).unwrap();
-    assert!(slow_warnings(&capture).is_empty(), "no threshold, no warning");
+    assert!(slow_warnings(capture).is_empty(), "no threshold, no warning");
 
     // Every call takes a nanosecond or more.
     db.set_slow_call_threshold(Some(Duration::from_nanos(1)));
     assert_eq!(db.slow_call_threshold(), Some(Duration::from_nanos(1)));
     customers.get(42).unwrap();
-    let warnings = slow_warnings(&capture);
+    let warnings = slow_warnings(capture);
     assert_eq!(warnings.len(), 1, "{warnings:#?}");
     let w = &warnings[0];
     assert_eq!(w.level, Level::WARN);
@@ -206,7 +206,7 @@ fn calls_past_the_slow_call_threshold_log_one_warning_each_with_the_call_table_r
     customers.get(42).unwrap();
     db.set_slow_call_threshold(None);
     customers.get(42).unwrap();
-    assert_eq!(slow_warnings(&capture).len(), 1);
+    assert_eq!(slow_warnings(capture).len(), 1);
 }
 
 #[test]
@@ -258,7 +258,7 @@ fn retries_through_a_cut_connection_are_events_in_the_store_call_span() {
         let names: Vec<&str> = retry.scope.iter().map(|&i| spans[i].name).collect();
         assert_eq!(names[..3], ["store", "repository", "request"], "{retry:?}");
     }
-    let stores = store_spans(&capture);
+    let stores = store_spans(capture);
     let mutate = stores.iter().find(|(_, s)| s.field("op") == Some("mutate")).expect("a mutate span");
     assert_eq!(mutate.1.field("attempts"), Some((retries.len() + 1).to_string().as_str()), "{mutate:?}");
     assert_eq!(mutate.1.field("outcome"), Some("ok"));

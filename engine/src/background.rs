@@ -19,6 +19,7 @@ use std::time::Duration;
 
 use parking_lot::{Condvar, Mutex};
 
+use crate::observe::{self, Counters, Failing};
 use crate::sst::SstReader;
 
 /// What the background reaches of the engine: the work its threads run. The engine
@@ -35,6 +36,10 @@ pub(crate) trait Maintainer: Send + Sync {
     /// The last handle is gone and the workers stopped: flushes the memstores if the engine
     /// is to (best effort: what is not flushed is still in the log, unless SkipWal).
     fn close(&self);
+    /// Publishes the engine's gauges: after a task (`after_task`), or on an idle tick, which
+    /// publishes at most about once a second.
+    #[cfg(feature = "metrics")]
+    fn publish_metrics(&self, after_task: bool);
 }
 
 /// What a worker does to one region.
@@ -43,6 +48,21 @@ pub(crate) enum TaskKind {
     Flush,
     Compact,
     Split,
+}
+
+impl TaskKind {
+    /// Its name in events and metrics.
+    pub fn name(self) -> &'static str {
+        match self {
+            TaskKind::Flush => "flush",
+            TaskKind::Compact => "compaction",
+            TaskKind::Split => "split",
+        }
+    }
+
+    fn index(self) -> usize {
+        self as usize
+    }
 }
 
 /// One request.
@@ -60,6 +80,8 @@ struct Queue {
     running: usize,
     /// Compactions running: they may not take the last worker, which flushes need.
     compacting: usize,
+    /// Tasks running, by [`TaskKind::index`].
+    running_kinds: [usize; 3],
     /// Workers started.
     workers: usize,
 }
@@ -78,13 +100,15 @@ pub(crate) struct Background {
     catalog_stop: AtomicBool,
     /// The latest failure of each kind of task, until a task of that kind succeeds: what a
     /// write that waited in vain reports ([`crate::Error::RegionTooBusy`]).
-    failures: Mutex<HashMap<TaskKind, String>>,
+    failures: Mutex<HashMap<TaskKind, Failing>>,
     /// The catalog writes asked for, and how the last one ended.
     catalog: Mutex<CatalogWork>,
     /// Signals the catalog thread that a write is wanted (or that it should stop).
     catalog_wanted: Condvar,
     /// No catalog thread runs: workers write the catalog themselves.
     catalog_inline: AtomicBool,
+    /// What the engine has done since it opened ([`crate::EngineStats`]).
+    pub counters: Counters,
 }
 
 /// The catalog writes flushes and compactions asked for.
@@ -98,7 +122,7 @@ struct CatalogWork {
     /// no manifest on disk may list them.
     replaced: Vec<Arc<SstReader>>,
     /// Why the latest catalog write failed, until one succeeds.
-    failure: Option<String>,
+    failure: Option<Failing>,
 }
 
 impl Background {
@@ -153,9 +177,13 @@ impl Background {
         let mut c = self.catalog.lock();
         c.running = false;
         match outcome {
-            Ok(()) => c.failure = None,
+            Ok(()) => {
+                if let Some(was) = c.failure.take() {
+                    observe::catalog_recovered(&was);
+                }
+            }
             Err(e) => {
-                c.failure = Some(format!("the last catalog write failed: {e}"));
+                observe::catalog_failed(c.failure.get_or_insert_with(Failing::default), &e);
                 c.replaced.extend(replaced);
             }
         }
@@ -166,7 +194,7 @@ impl Background {
 
     /// Why the latest catalog write failed, if none has succeeded since.
     pub fn catalog_failure(&self) -> Option<String> {
-        self.catalog.lock().failure.clone()
+        self.catalog.lock().failure.as_ref().map(|f| f.message.clone())
     }
 
     /// Notes how a task ended: a failure is kept until a task of its kind succeeds.
@@ -174,22 +202,30 @@ impl Background {
         let mut failures = self.failures.lock();
         match outcome {
             Ok(()) => {
-                failures.remove(&task.kind);
+                if let Some(was) = failures.remove(&task.kind) {
+                    observe::task_recovered(&was, task.kind.name(), &task.table, task.region);
+                }
             }
             Err(e) => {
-                let what = match task.kind {
-                    TaskKind::Flush => "flush",
-                    TaskKind::Compact => "compaction",
-                    TaskKind::Split => "split",
-                };
-                failures.insert(task.kind, format!("the last {what} of region {} failed: {e}", task.region));
+                let failing = failures.entry(task.kind).or_default();
+                observe::task_failed(failing, task.kind.name(), &task.table, task.region, e);
             }
         }
     }
 
     /// The latest failure of a `kind` task, if none of that kind has succeeded since.
     pub fn failure(&self, kind: TaskKind) -> Option<String> {
-        self.failures.lock().get(&kind).cloned()
+        self.failures.lock().get(&kind).map(|f| f.message.clone())
+    }
+
+    /// Tasks queued or running, by kind: flushes, compactions, splits.
+    pub fn pending(&self) -> (usize, usize, usize) {
+        let q = self.queue.lock();
+        let mut pending = q.running_kinds;
+        for t in &q.tasks {
+            pending[t.kind.index()] += 1;
+        }
+        (pending[0], pending[1], pending[2])
     }
 
     /// True when no task and no catalog write is queued or running.
@@ -219,6 +255,7 @@ impl Background {
             if let Some(t) = pick.and_then(|i| q.tasks.remove(i)) {
                 q.queued.remove(&t);
                 q.running += 1;
+                q.running_kinds[t.kind.index()] += 1;
                 if t.kind == TaskKind::Compact {
                     q.compacting += 1;
                 }
@@ -235,6 +272,7 @@ impl Background {
         let mut q = self.queue.lock();
         if counted {
             q.running -= 1;
+            q.running_kinds[task.kind.index()] -= 1;
             if task.kind == TaskKind::Compact {
                 q.compacting -= 1;
                 // A compaction may have waited for this one's worker.
@@ -334,7 +372,8 @@ fn lower_priority(_nice: u8) {}
 fn worker(engine: &Weak<dyn Maintainer>, bg: &Background) {
     while let Some(task) = bg.next() {
         let idle_tick = task.table.is_empty();
-        if let Some(engine) = engine.upgrade() {
+        let engine = engine.upgrade();
+        if let Some(engine) = &engine {
             if !idle_tick {
                 // A failed task is retried when the next write asks for it again; the data
                 // stays safe in the memstore and the log meanwhile.
@@ -347,6 +386,11 @@ fn worker(engine: &Weak<dyn Maintainer>, bg: &Background) {
             engine.flush_log_buffer();
         }
         bg.done(&task, !idle_tick);
+        // After `done`, so the queue lengths published leave this task out.
+        #[cfg(feature = "metrics")]
+        if let Some(engine) = &engine {
+            engine.publish_metrics(!idle_tick);
+        }
     }
 }
 

@@ -118,6 +118,25 @@ pub struct CacheStats {
     pub capacity_bytes: u64,
 }
 
+impl CacheStats {
+    /// The share of block lookups served from the cache, from 0 to 1 (0 before any lookup).
+    ///
+    /// ```
+    /// use cellar_engine::CacheStats;
+    /// let stats = CacheStats { hits: 3, misses: 1, ..CacheStats::default() };
+    /// assert_eq!(stats.hit_ratio(), 0.75);
+    /// assert_eq!(CacheStats::default().hit_ratio(), 0.0);
+    /// ```
+    pub fn hit_ratio(&self) -> f64 {
+        let lookups = self.hits.saturating_add(self.misses);
+        if lookups == 0 {
+            0.0
+        } else {
+            self.hits as f64 / lookups as f64
+        }
+    }
+}
+
 /// A byte-budgeted cache of decoded blocks shared by all tables.
 pub struct BlockCache {
     shards: Vec<Mutex<Shard>>,

@@ -11,6 +11,12 @@
 //! `cache`, `catalog` (storage); `masking`, `retention`, `read` (semantics); `region`,
 //! [`Table`], [`Engine`] (operations).
 //!
+//! Observability: background work, write stalls and failures are logged through `tracing`
+//! (target `cellar_engine::observe`; nothing on the path of a write or read that does not
+//! wait), [`Engine::stats`] returns an [`EngineStats`] snapshot, and with the feature
+//! `metrics` the engine publishes gauges, counters and histograms through the `metrics`
+//! facade (`Engine::publish_metrics`).
+//!
 //! ```
 //! use cellar_engine::*;
 //! # fn main() -> Result<()> {
@@ -48,6 +54,7 @@ mod masking;
 mod memstore;
 mod multi_table;
 pub mod mutation;
+mod observe;
 pub mod query;
 mod read;
 mod region;
@@ -74,6 +81,7 @@ pub use multi_table::MultiTableMutation;
 pub use mutation::{
     Append, CheckAndMutate, CompareOp, Delete, Increment, MultiRowMutation, Mutation, Put, RowCondition, RowMutations,
 };
+pub use observe::{EngineStats, TableStats};
 pub use query::{prefix_successor, Get, RowResult, Scan, TimeRange};
 pub use read::row_buf::{FromScannedRow, RowView, ScannedCell, ScannedCells};
 pub use scanner::{ScanCursor, Scanner};

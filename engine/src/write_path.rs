@@ -26,6 +26,7 @@ use crate::cell::MAX_WRITE_LEN;
 use crate::clock::Clock;
 use crate::descriptor::Durability;
 use crate::memstore::MemAccount;
+use crate::observe::StallReasons;
 use crate::region::Region;
 use crate::tables::Tables;
 use crate::wal::{encode_batch, encode_regions, Wal, WalEdit};
@@ -231,17 +232,23 @@ impl WritePath {
     }
 
     /// Back-pressure before a write: waits while the region's memstores or file counts, or
-    /// all memstores together, exceed their limits, asking the workers for the relief.
+    /// all memstores together, exceed their limits, asking the workers for the relief. A write
+    /// that waited is logged and counted once it goes through or gives up.
     ///
     /// # Errors
     /// [`Error::RegionTooBusy`] after `write_stall_timeout`; nothing was written.
     pub fn throttle(&self, table: &str, region: &Region) -> Result<()> {
         // Read the clock only once a write has to wait: this runs on every write.
         let mut stalled_since: Option<Instant> = None;
+        let mut reasons = StallReasons::default();
         loop {
             let Some(pressure) = self.pressed(region) else {
+                if let Some(started) = stalled_since {
+                    self.background.counters.write_stalled(table, region.id, reasons, started.elapsed(), None);
+                }
                 return Ok(());
             };
+            reasons.note(pressure);
             if pressure.region_full {
                 self.request(table, region, TaskKind::Flush);
             }
@@ -263,7 +270,9 @@ impl WritePath {
                     flush_failure().or_else(compaction_failure)
                 };
                 let cause = cause.or_else(|| self.background.catalog_failure());
-                return Err(Error::RegionTooBusy { region: region.id, waited_ms, cause });
+                let busy = Error::RegionTooBusy { region: region.id, waited_ms, cause };
+                self.background.counters.write_stalled(table, region.id, reasons, started.elapsed(), Some(&busy));
+                return Err(busy);
             }
             self.background.wait_for_progress(Duration::from_millis(50));
         }

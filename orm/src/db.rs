@@ -27,8 +27,36 @@ pub struct Db {
     /// The schemas this `Db` (and its clones) found current or older in the catalog, as JSON:
     /// a type is compared with the catalog once per `Db`, not at every `repo()`.
     registered: Arc<parking_lot::Mutex<std::collections::HashMap<String, crate::catalog::Registration>>>,
+    /// The embedded engine, when the `Db` opened one: what [`Db::stats`] reports on.
+    engine: Option<Engine>,
     /// Keeps a temporary database's directory alive as long as the `Db`.
     _temp: Option<Arc<tempfile::TempDir>>,
+}
+
+/// A snapshot of a database for an application to print or serve: what the store calls cost
+/// and how long they took since the `Db` was opened, and, on the embedded engine, how the
+/// engine stands. From [`Db::stats`]; its `Display` is a few lines of text.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct DbStats {
+    /// Round trips, rows, cells and bytes ([`Db::costs`]).
+    pub costs: Costs,
+    /// Store-call latencies by kind ([`Db::latencies`]).
+    pub latencies: Latencies,
+    /// The embedded engine's tables, memstores, log, cache and background work; `None` on
+    /// another backend, or for a `Db` made with [`Db::with_store`].
+    pub engine: Option<cellar_engine::EngineStats>,
+}
+
+/// `costs: …`, the latencies (one line per kind of call made), then the engine's lines.
+impl std::fmt::Display for DbStats {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "costs: {}\n{}", self.costs, self.latencies)?;
+        if let Some(engine) = &self.engine {
+            write!(f, "\n{engine}")?;
+        }
+        Ok(())
+    }
 }
 
 impl std::fmt::Debug for Db {
@@ -52,7 +80,7 @@ impl Db {
     /// As [`Db::open`].
     pub fn open_with(dir: impl AsRef<Path>, options: EngineOptions) -> Result<Db> {
         let engine = Engine::open(dir, options)?;
-        Ok(Db::metered(Arc::new(EmbeddedStore::new(engine)), None))
+        Ok(Db::metered(Arc::new(EmbeddedStore::new(engine.clone())), Some(engine), None))
     }
 
     /// An embedded database in a fresh temporary directory, removed when the last clone is
@@ -64,7 +92,7 @@ impl Db {
         let dir =
             tempfile::tempdir().map_err(|e| cellar_engine::Error::Io { path: std::env::temp_dir(), source: e })?;
         let engine = Engine::open(dir.path(), EngineOptions::default())?;
-        Ok(Db::metered(Arc::new(EmbeddedStore::new(engine)), Some(Arc::new(dir))))
+        Ok(Db::metered(Arc::new(EmbeddedStore::new(engine.clone())), Some(engine), Some(Arc::new(dir))))
     }
 
     /// Connects to Cloud Bigtable: `bigtable://projects/{project}/instances/{instance}`, with
@@ -80,17 +108,17 @@ impl Db {
     #[cfg(feature = "bigtable")]
     pub fn connect(url: &str) -> Result<Db> {
         let store = crate::store::BigtableStore::connect_url(url)?;
-        Ok(Db::metered(Arc::new(store), None))
+        Ok(Db::metered(Arc::new(store), None, None))
     }
 
     /// A database over any [`Store`] backend, metered like every `Db`.
     pub fn with_store(store: Arc<dyn Store>) -> Db {
-        Db::metered(store, None)
+        Db::metered(store, None, None)
     }
 
-    fn metered(backend: Arc<dyn Store>, temp: Option<Arc<tempfile::TempDir>>) -> Db {
+    fn metered(backend: Arc<dyn Store>, engine: Option<Engine>, temp: Option<Arc<tempfile::TempDir>>) -> Db {
         let metered = Arc::new(Metered::new(backend));
-        Db { store: metered.clone(), metered, registered: Default::default(), _temp: temp }
+        Db { store: metered.clone(), metered, registered: Default::default(), engine, _temp: temp }
     }
 
     /// The store underneath, metered: calls made through it count in [`Db::costs`].
@@ -134,6 +162,17 @@ impl Db {
     /// the default, logs none. Shared by this `Db`'s clones.
     pub fn set_slow_call_threshold(&self, threshold: Option<Duration>) {
         self.metered.set_slow_call_threshold(threshold);
+    }
+
+    /// A snapshot of this database: costs, latencies and, on the embedded engine, the
+    /// engine's figures ([`DbStats`]). With the `metrics` feature, also publishes the engine's
+    /// gauges (its background publishes them too, about once a second).
+    pub fn stats(&self) -> DbStats {
+        #[cfg(feature = "metrics")]
+        if let Some(engine) = &self.engine {
+            engine.publish_metrics();
+        }
+        DbStats { costs: self.costs(), latencies: self.latencies(), engine: self.engine.as_ref().map(Engine::stats) }
     }
 
     /// The slow-call threshold, if one is set ([`Db::set_slow_call_threshold`]).

@@ -61,7 +61,7 @@ pub use alter::AlterReport;
 /// Reference-counted bytes, as cell values and blobs are read (re-exported from `bytes`).
 pub use bytes::Bytes;
 pub use census::{CensusJob, ColumnCensus, EntityCensus};
-pub use db::Db;
+pub use db::{Db, DbStats};
 pub use entity::{Entity, KeyPrefix, Schema};
 pub use error::{Error, Result};
 pub use index::Index;

@@ -27,6 +27,7 @@ pub(crate) fn repo_call(op: &'static str, entity: &'static str, table: &str) -> 
         op,
         entity,
         table,
+        index = Empty,
         keys = Empty,
         outcome = Empty,
         error = Empty,
@@ -40,6 +41,12 @@ impl RepoCall {
     /// Notes how many keys or entities the call carries (`get_many`, `put_many`).
     pub(crate) fn keys(self, n: usize) -> Self {
         self.span.record("keys", n);
+        self
+    }
+
+    /// Notes the index the call reads through.
+    pub(crate) fn index(self, name: &'static str) -> Self {
+        self.span.record("index", name);
         self
     }
 

@@ -4,7 +4,7 @@
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 
@@ -12,7 +12,8 @@ use super::manifest::DdlGuard;
 use super::EngineInner;
 use crate::background::{Maintainer, Task, TaskKind};
 use crate::compaction::CompactionPolicy;
-use crate::region::{CompactionScope, FrozenFiles, Region};
+use crate::observe::{CompactionEvent, FlushEvent};
+use crate::region::{CompactionScope, Flushed, FrozenFiles, Region};
 use crate::split_policy::SplitPolicy;
 use crate::sst::SstReader;
 use crate::tables::TableState;
@@ -52,31 +53,83 @@ pub(crate) enum EveryRegion {
 }
 
 impl EngineInner {
-    /// Flushes one region (catalog not persisted).
-    pub(crate) fn flush_region(&self, region: &Region) -> Result<bool> {
+    /// Flushes one region of `table` (catalog not persisted).
+    pub(crate) fn flush_region(&self, table: &str, region: &Region) -> Result<bool> {
+        let started = Instant::now();
         let flushed = self.writes.wal().flush_buffer().and_then(|()| region.flush(&self.file_context()));
-        if flushed.is_err() {
-            // Whatever it froze stays frozen, and counts toward the next write's ask.
-            region.forget_flush_ask();
+        match flushed {
+            Ok(Some(flushed)) => {
+                self.note_flush(table, region, flushed, started);
+                Ok(true)
+            }
+            Ok(None) => Ok(false),
+            Err(e) => {
+                // Whatever it froze stays frozen, and counts toward the next write's ask.
+                region.forget_flush_ask();
+                Err(e)
+            }
         }
-        flushed
+    }
+
+    /// Logs and counts a flush of `region` of `table` that began at `started`.
+    fn note_flush(&self, table: &str, region: &Region, flushed: Flushed, started: Instant) {
+        self.background.counters.flushed(FlushEvent {
+            table,
+            region: region.id,
+            memstore_bytes: flushed.memstore_bytes,
+            bytes: flushed.file_bytes,
+            files: region.file_count(),
+            took: started.elapsed(),
+        });
+    }
+
+    /// Compacts one region of `table` (catalog not persisted); returns the files replaced.
+    pub(crate) fn compact_region(
+        &self,
+        table: &str,
+        region: &Region,
+        scope: CompactionScope<'_>,
+        now: u64,
+    ) -> Result<Vec<Arc<SstReader>>> {
+        let started = Instant::now();
+        let compacted = region.compact(&self.file_context(), scope, now)?;
+        if !compacted.replaced.is_empty() {
+            self.background.counters.compacted(CompactionEvent {
+                table,
+                region: region.id,
+                inputs: compacted.replaced.len(),
+                output_bytes: compacted.output_bytes,
+                major: compacted.major,
+                files: region.file_count(),
+                took: started.elapsed(),
+            });
+        }
+        Ok(compacted.replaced)
     }
 
     /// Flushes every region and persists the catalog (the clean-close path).
     pub(crate) fn flush_all(&self) -> Result<()> {
         let ddl = self.manifest.lock();
-        let regions: Vec<Arc<Region>> = self.tables.read().values().flat_map(|t| t.regions()).collect();
-        self.flush_regions(&ddl, regions)
+        let tables: Vec<(String, Vec<Arc<Region>>)> =
+            self.tables.read().iter().map(|(name, t)| (name.clone(), t.regions())).collect();
+        for (table, regions) in tables {
+            for r in regions {
+                self.flush_region(&table, &r)?;
+            }
+        }
+        self.persist(&ddl)?;
+        self.trim_wal(&ddl)
     }
 
-    /// Flushes `regions`, persists the catalog and trims the log.
+    /// Flushes `regions` of `table`, persists the catalog and trims the log.
     pub(crate) fn flush_regions(
         &self,
         ddl: &DdlGuard<'_>,
+        table: &str,
         regions: impl IntoIterator<Item = Arc<Region>>,
     ) -> Result<()> {
         for r in regions {
-            self.flush_region(&r)?;
+            self.flush_region(table, &r)?;
         }
         self.persist(ddl)?;
         self.trim_wal(ddl)
@@ -146,14 +199,14 @@ impl EngineInner {
                     EveryRegion::NotDue => return Ok(()),
                     EveryRegion::Declined => {}
                 }
-                if self.flush_region(&region)? {
+                if self.flush_region(&task.table, &region)? {
                     self.background.request_catalog(self, Vec::new())?;
                 }
             }
             TaskKind::Compact => {
                 let now = self.opts.clock.now_ms();
-                let replaced =
-                    region.compact(&self.file_context(), CompactionScope::Selected(&self.compaction_policy()), now)?;
+                let policy = self.compaction_policy();
+                let replaced = self.compact_region(&task.table, &region, CompactionScope::Selected(&policy), now)?;
                 if !replaced.is_empty() {
                     self.background.request_catalog(self, replaced)?;
                 }
@@ -230,6 +283,7 @@ impl EngineInner {
                 }
             }
         }
+        let started = Instant::now();
         // The roll below must not wait for the previous one's fsync while writers wait.
         self.writes.wal().settle_closed()?;
         let (seq, frozen, rolled) = {
@@ -253,6 +307,7 @@ impl EngineInner {
                 }
             }
         }
+        let mut installed = Vec::with_capacity(files.len());
         {
             // Installed together under `ddl` (where it can be had soon): a catalog write then
             // finds every region's new files or none, and needs no log sync either way. Never
@@ -260,10 +315,15 @@ impl EngineInner {
             // and the next flush of every region may hold `ddl` waiting for them.
             let _ddl = self.manifest.try_lock_for(ATOMIC_FLUSH_DDL_WAIT);
             for (r, f) in files {
-                r.install_frozen(f, seq);
+                installed.push((r, r.install_frozen(f, seq)));
             }
         }
         drop(flushing);
+        for (r, flushed) in installed {
+            if let Some((table, _)) = regions.iter().find(|(_, other)| other.id == r.id) {
+                self.note_flush(table, r, flushed, started);
+            }
+        }
         rolled?;
         written?;
         Ok(EveryRegion::Flushed(regions))
@@ -307,6 +367,9 @@ impl EngineInner {
         region: &Arc<Region>,
         at: Option<Bytes>,
     ) -> Result<bool> {
+        let started = Instant::now();
+        let desc = state.shared_descriptor();
+        let table = desc.name.as_str();
         let ctx = self.file_context();
         let wal = self.writes.wal();
         let _m = region.maintenance();
@@ -321,12 +384,16 @@ impl EngineInner {
         // while the writes that arrived during a flush are more than a small flush (HBase
         // flushes before closing a region for the same reason), twice more at most.
         wal.flush_buffer()?;
-        let mut flushed = region.flush_maintained(&ctx)?;
-        for _ in 0..2 {
-            if region.memstore_size() <= SMALL_FLUSH_BYTES {
+        let mut flushed = false;
+        for i in 0..3 {
+            if i > 0 && region.memstore_size() <= SMALL_FLUSH_BYTES {
                 break;
             }
-            flushed |= region.flush_maintained(&ctx)?;
+            let flush_started = Instant::now();
+            if let Some(f) = region.flush_maintained(&ctx)? {
+                self.note_flush(table, region, f, flush_started);
+                flushed = true;
+            }
         }
         let policy = state.descriptor().split_policy;
         let at = match at {
@@ -346,16 +413,19 @@ impl EngineInner {
         // The catalog write under the lock syncs the log too: only what arrives from here on is
         // left for it.
         wal.sync_to(wal.last_seq())?;
-        let _w = region.write_lock.lock();
-        region.flush_write_locked(&ctx)?;
+        let w = region.write_lock.lock();
+        let flush_started = Instant::now();
+        if let Some(f) = region.flush_write_locked(&ctx)? {
+            self.note_flush(table, region, f, flush_started);
+        }
         let ids =
             (self.next_region_id.fetch_add(1, Ordering::Relaxed), self.next_region_id.fetch_add(1, Ordering::Relaxed));
         let (lower, upper) = region.daughters(&at, ids);
         let (lower, upper) = (Arc::new(lower), Arc::new(upper));
         // Writers that find a daughter wait until the manifest naming it is durable: their log
         // records carry the daughter's id, which a recovery from an older manifest would skip.
-        let _lower_writes = lower.write_lock.lock();
-        let _upper_writes = upper.write_lock.lock();
+        let lower_writes = lower.write_lock.lock();
+        let upper_writes = upper.write_lock.lock();
         state.replace_region(region.id, vec![lower.clone(), upper.clone()]);
         region.set_retired(true);
         // One atomic catalog write makes the split happen. If it fails, the parent stays in
@@ -371,6 +441,9 @@ impl EngineInner {
             wal.fail(format!("the catalog write of a split of region {} failed: {e}", region.id));
             return Err(e);
         }
+        // Writes go on before the event is logged.
+        drop((upper_writes, lower_writes, w));
+        self.background.counters.split(table, region.id, ids, &at, started.elapsed());
         Ok(true)
     }
 }
@@ -401,5 +474,10 @@ impl Maintainer for EngineInner {
             // Best effort: whatever is not flushed is still in the log (unless SkipWal).
             let _ = self.flush_all();
         }
+    }
+
+    #[cfg(feature = "metrics")]
+    fn publish_metrics(&self, after_task: bool) {
+        self.publisher.publish(after_task, || self.stats());
     }
 }

@@ -42,6 +42,9 @@
 //!    (`RegionStores` swap), memstore internals, the write-ahead log's own locks, the block
 //!    cache, the background queue and catalog-request mutexes.
 //!
+//! The metrics publisher's mutex (feature `metrics`) is taken with no lock of this list held,
+//! and held only while the figures are read (table map, region stores and leaves).
+//!
 //! The guard types enforcing it: [`DdlGuard`] (only [`manifest::Manifest::lock`] makes one),
 //! `parking_lot` guards of the region locks, and the apply gate's guards, which only
 //! `write_path` takes.
@@ -58,9 +61,10 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 
-use crate::background::{Background, Lifeline};
+use crate::background::{Background, Lifeline, TaskKind};
 use crate::cache::{BlockCache, CacheStats};
 use crate::descriptor::{FamilyDescriptor, TableDescriptor};
+use crate::observe::{EngineStats, TableStats};
 use crate::region::{CompactionScope, FileContext, Region};
 use crate::split::check_split_keys;
 use crate::sst::SstReader;
@@ -111,6 +115,9 @@ pub(crate) struct EngineInner {
     next_file_id: AtomicU64,
     next_region_id: AtomicU64,
     background: Arc<Background>,
+    /// Publishes the gauges, one publication at a time.
+    #[cfg(feature = "metrics")]
+    publisher: crate::observe::Publisher,
     _lock: Box<dyn std::any::Any + Send + Sync>,
 }
 
@@ -296,7 +303,7 @@ impl Engine {
         state.set_enabled(enabled);
         // Disabling flushes, as HBase does, so a disabled table holds no unflushed data.
         let to_flush = if enabled { Vec::new() } else { state.regions() };
-        self.inner.flush_regions(&ddl, to_flush)
+        self.inner.flush_regions(&ddl, table, to_flush)
     }
 
     /// Deletes a disabled table and its files. [`Table`] handles still held for it fail every
@@ -360,7 +367,7 @@ impl Engine {
             self.inner.trim_wal(&ddl)?;
         } else {
             let ddl = self.inner.manifest.lock();
-            self.inner.flush_regions(&ddl, state.regions())?;
+            self.inner.flush_regions(&ddl, table, state.regions())?;
         }
         // As after a background flush: the new files may make a compaction or a split due.
         for r in state.regions() {
@@ -394,10 +401,10 @@ impl Engine {
         let mut replaced = Vec::new();
         for r in state.regions() {
             if major {
-                self.inner.flush_region(&r)?;
+                self.inner.flush_region(table, &r)?;
             }
             let scope = if major { CompactionScope::Major } else { CompactionScope::All };
-            replaced.extend(r.compact(&self.inner.file_context(), scope, now)?);
+            replaced.extend(self.inner.compact_region(table, &r, scope, now)?);
         }
         self.inner.persist(&ddl)?;
         self.inner.delete_files(&ddl, replaced.into_iter());
@@ -439,21 +446,36 @@ impl Engine {
     /// # Errors
     /// [`Error::TableNotFound`].
     pub fn regions(&self, table: &str) -> Result<Vec<RegionInfo>> {
-        let state = self.inner.table_state(table)?;
-        Ok(state
-            .regions()
-            .iter()
-            .map(|r| RegionInfo {
-                id: r.id,
-                start_key: r.start.clone(),
-                end_key: r.end.clone(),
-                file_bytes: r.file_size(),
-                memstore_bytes: r.memstore_size() as u64,
-                files: r.file_count(),
-                reads: r.counters.reads.load(Ordering::Relaxed),
-                writes: r.counters.writes.load(Ordering::Relaxed),
-            })
-            .collect())
+        Ok(region_infos(&*self.inner.table_state(table)?))
+    }
+
+    /// A snapshot of the engine for an application to print or serve: every table's regions,
+    /// memory, log and block cache, the background work waiting, the flushes, compactions,
+    /// splits and write stalls since open, and what is failing. Takes no lock a write waits
+    /// on for long; reads each region's figures on its own, so they are not of one instant.
+    pub fn stats(&self) -> EngineStats {
+        self.inner.stats()
+    }
+
+    /// Publishes the engine's gauges through the `metrics` facade now (feature `metrics`):
+    /// sizes by table, memory, log, block cache, queues and whether the engine is read-only.
+    /// The background publishes them too, after each task and about once a second when idle;
+    /// call this before a scrape or a report that must be current. Counters and histograms
+    /// (flushes, compactions, splits, write stalls, failures) are recorded as they happen.
+    /// Without a recorder installed, the facade drops them.
+    ///
+    /// Gauges by `table`: `cellar_engine_regions`, `cellar_engine_memstore_bytes`,
+    /// `cellar_engine_store_files`, `cellar_engine_store_file_bytes` (a dropped table's fall to
+    /// 0). Gauges of the engine: `cellar_engine_global_memstore_bytes` (all memstores),
+    /// `cellar_engine_wal_bytes`, `cellar_engine_wal_segments`,
+    /// `cellar_engine_{flush,compaction,split}_queue_length`,
+    /// `cellar_engine_block_cache_{hit_ratio,bytes,pinned_bytes,capacity_bytes}`,
+    /// `cellar_engine_background_failing` (kinds of work failing now) and
+    /// `cellar_engine_read_only` (0 or 1); counters `cellar_engine_block_cache_hits_total` and
+    /// `cellar_engine_block_cache_misses_total`.
+    #[cfg(feature = "metrics")]
+    pub fn publish_metrics(&self) {
+        self.inner.publisher.publish(true, || self.inner.stats());
     }
 
     /// Waits until no background flush, compaction or split is queued or running; false if
@@ -486,7 +508,59 @@ impl Engine {
     }
 }
 
+/// Sizes and request counts of a table's regions, in key order.
+fn region_infos(state: &TableState) -> Vec<RegionInfo> {
+    state
+        .regions()
+        .iter()
+        .map(|r| RegionInfo {
+            id: r.id,
+            start_key: r.start.clone(),
+            end_key: r.end.clone(),
+            file_bytes: r.file_size(),
+            memstore_bytes: r.memstore_size() as u64,
+            files: r.file_count(),
+            reads: r.counters.reads.load(Ordering::Relaxed),
+            writes: r.counters.writes.load(Ordering::Relaxed),
+        })
+        .collect()
+}
+
 impl EngineInner {
+    /// See [`Engine::stats`].
+    fn stats(&self) -> EngineStats {
+        let tables: Vec<(String, Arc<TableState>)> =
+            self.tables.read().iter().map(|(name, t)| (name.clone(), t.clone())).collect();
+        let tables = tables
+            .into_iter()
+            .map(|(name, t)| TableStats { name, enabled: t.is_enabled(), regions: region_infos(&t) })
+            .collect();
+        let bg = &self.background;
+        let (pending_flushes, pending_compactions, pending_splits) = bg.pending();
+        let (write_stalls, write_stall_ms) = bg.counters.write_stalls();
+        let kinds = [TaskKind::Flush, TaskKind::Compact, TaskKind::Split];
+        let mut background_failures: Vec<String> = kinds.into_iter().filter_map(|k| bg.failure(k)).collect();
+        background_failures.extend(bg.catalog_failure());
+        let wal = self.writes.wal();
+        EngineStats {
+            tables,
+            memstore_bytes: self.writes.memory().held() as u64,
+            wal_bytes: wal.bytes(),
+            wal_segments: wal.segment_count(),
+            block_cache: self.cache.stats(),
+            pending_flushes,
+            pending_compactions,
+            pending_splits,
+            flushes: bg.counters.flushes(),
+            compactions: bg.counters.compactions(),
+            splits: bg.counters.splits(),
+            write_stalls,
+            write_stall_ms,
+            background_failures,
+            read_only: wal.failure(),
+        }
+    }
+
     pub fn table_state(&self, name: &str) -> Result<Arc<TableState>> {
         self.tables.read().get(name).cloned().ok_or_else(|| Error::TableNotFound(name.to_string()))
     }
@@ -591,7 +665,11 @@ mod tests {
         let region = inner.table_state("t").unwrap().regions()[0].clone();
         let policy = CompactionPolicy { major_when_every_file: true, ..inner.compaction_policy() };
         let now = inner.opts.clock.now_ms();
-        assert!(!region.compact(&inner.file_context(), CompactionScope::Selected(&policy), now).unwrap().is_empty());
+        assert!(!region
+            .compact(&inner.file_context(), CompactionScope::Selected(&policy), now)
+            .unwrap()
+            .replaced
+            .is_empty());
     }
 
     /// A run that leaves a newer file out keeps every version: a marker in that file hides
@@ -662,10 +740,10 @@ mod tests {
 
         // The steps of `run_task`'s compaction, interleaved as two workers can run them.
         let now = inner.opts.clock.now_ms();
-        let upper_inputs = upper.compact(&inner.file_context(), CompactionScope::All, now).unwrap();
+        let upper_inputs = upper.compact(&inner.file_context(), CompactionScope::All, now).unwrap().replaced;
         let ddl = inner.manifest.lock();
         inner.persist(&ddl).unwrap();
-        let lower_inputs = lower.compact(&inner.file_context(), CompactionScope::All, now).unwrap();
+        let lower_inputs = lower.compact(&inner.file_context(), CompactionScope::All, now).unwrap().replaced;
         inner.delete_files(&ddl, upper_inputs.into_iter());
         drop(ddl);
         {
@@ -701,9 +779,9 @@ mod tests {
 
         let inner = &engine.inner;
         let ddl = inner.manifest.lock();
-        inner.flush_region(&y).unwrap();
+        inner.flush_region("y", &y).unwrap();
         inner.persist(&ddl).unwrap();
-        inner.flush_region(&x).unwrap();
+        inner.flush_region("x", &x).unwrap();
         inner.trim_wal(&ddl).unwrap();
         drop(ddl);
         {
@@ -767,7 +845,7 @@ mod tests {
             s.spawn(|| {
                 while !stop.load(Ordering::Relaxed) {
                     let now = inner.opts.clock.now_ms();
-                    if !region.compact(&inner.file_context(), CompactionScope::All, now).unwrap().is_empty() {
+                    if !region.compact(&inner.file_context(), CompactionScope::All, now).unwrap().replaced.is_empty() {
                         compactions.fetch_add(1, Ordering::Relaxed);
                     }
                 }
@@ -777,7 +855,7 @@ mod tests {
                 for i in 0..(round + 1) * 20 {
                     t.put(Put::new(row(i)).add("f", "v", format!("value-{i}-{round}"))).unwrap();
                 }
-                inner.flush_region(&region).unwrap();
+                inner.flush_region("t", &region).unwrap();
             }
             stop.store(true, Ordering::Relaxed);
         });

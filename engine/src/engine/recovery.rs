@@ -157,6 +157,8 @@ impl Engine {
             next_file_id: AtomicU64::new(max_file_id + 1),
             next_region_id: AtomicU64::new(catalog.next_region_id.max(1)),
             background: background.clone(),
+            #[cfg(feature = "metrics")]
+            publisher: crate::observe::Publisher::default(),
             _lock: lock,
         };
         let inner = Arc::new(inner);

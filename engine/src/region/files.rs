@@ -8,7 +8,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 use parking_lot::MutexGuard;
 
-use super::{CompactionScope, FileContext, FrozenFiles, Region, RegionStores, Store};
+use super::{Compacted, CompactionScope, FileContext, Flushed, FrozenFiles, Region, RegionStores, Store};
 use crate::cell::KeyView;
 use crate::compaction;
 use crate::memstore::Memstore;
@@ -162,10 +162,9 @@ impl Region {
 
     /// Writes the frozen memstores to SSTables and swaps them in, the files then holding every
     /// write up to `frozen_seq`; the caller holds `flushing`.
-    fn write_frozen(&self, ctx: &FileContext<'_>, frozen_seq: u64) -> Result<()> {
+    fn write_frozen(&self, ctx: &FileContext<'_>, frozen_seq: u64) -> Result<Flushed> {
         let files = self.write_frozen_files(ctx)?;
-        self.install_frozen(files, frozen_seq);
-        Ok(())
+        Ok(self.install_frozen(files, frozen_seq))
     }
 
     /// Writes the frozen memstores to SSTables, for [`Region::install_frozen`]; the caller
@@ -173,20 +172,23 @@ impl Region {
     pub fn write_frozen_files(&self, ctx: &FileContext<'_>) -> Result<FrozenFiles> {
         let frozen = self.stores();
         let mut new_files = Vec::new();
+        let mut memstore_bytes = 0;
         for s in &frozen.families {
             if let Some(mem) = &s.frozen {
+                memstore_bytes += mem.size() as u64;
                 let mut cursor = mem.cursor(u64::MAX);
                 cursor.seek(&KeyView::first_of_row(&[]))?;
                 let file = ctx.write_file(&mut cursor, &s.desc, Retention::KeepMarkers)?;
                 new_files.push((s.name.clone(), file));
             }
         }
-        Ok(FrozenFiles(new_files))
+        Ok(FrozenFiles(new_files, memstore_bytes))
     }
 
     /// Swaps in the files written from the frozen memstores, which go; the files then hold
-    /// every write up to `frozen_seq`.
-    pub fn install_frozen(&self, FrozenFiles(new_files): FrozenFiles, frozen_seq: u64) {
+    /// every write up to `frozen_seq`. Returns what the flush wrote.
+    pub fn install_frozen(&self, FrozenFiles(new_files, memstore_bytes): FrozenFiles, frozen_seq: u64) -> Flushed {
+        let file_bytes = new_files.iter().filter_map(|(_, f)| f.as_ref()).map(|f| f.size()).sum();
         let mut guard = self.stores.write();
         let mut next = (**guard).clone();
         for s in &mut next.families {
@@ -201,11 +203,12 @@ impl Region {
         }
         next.flushed_seq = next.flushed_seq.max(frozen_seq);
         *guard = Arc::new(next);
+        Flushed { memstore_bytes, file_bytes }
     }
 
-    /// Writes every memstore to a new SSTable and swaps it in. Returns true if anything was
-    /// flushed; the caller persists the catalog and then trims the log.
-    pub fn flush(&self, ctx: &FileContext<'_>) -> Result<bool> {
+    /// Writes every memstore to a new SSTable and swaps it in. Returns what it wrote, `None`
+    /// if there was nothing to flush; the caller persists the catalog and then trims the log.
+    pub fn flush(&self, ctx: &FileContext<'_>) -> Result<Option<Flushed>> {
         let _f = self.flushing.lock();
         self.flush_maintained(ctx)
     }
@@ -218,25 +221,27 @@ impl Region {
     }
 
     /// [`Region::flush`] for a caller already holding `flushing`.
-    pub fn flush_maintained(&self, ctx: &FileContext<'_>) -> Result<bool> {
+    pub fn flush_maintained(&self, ctx: &FileContext<'_>) -> Result<Option<Flushed>> {
         let frozen_seq = {
             let _w = self.write_lock.lock();
             self.freeze_locked()
         };
         match frozen_seq {
-            Some(seq) => self.write_frozen(ctx, seq).map(|()| true),
-            None => Ok(false),
+            Some(seq) => self.write_frozen(ctx, seq).map(Some),
+            None => Ok(None),
         }
     }
 
     /// Flushes while the caller holds both maintenance locks and the write lock: the last,
     /// short flush before a split, which must not let writes in.
-    pub fn flush_write_locked(&self, ctx: &FileContext<'_>) -> Result<()> {
+    pub fn flush_write_locked(&self, ctx: &FileContext<'_>) -> Result<Option<Flushed>> {
+        let mut flushed: Option<Flushed> = None;
         // Twice when memstores frozen by a failed flush are written first.
         while let Some(seq) = self.freeze_locked() {
-            self.write_frozen(ctx, seq)?;
+            let this = self.write_frozen(ctx, seq)?;
+            flushed = Some(flushed.unwrap_or_default().add(this));
         }
-        Ok(())
+        Ok(flushed)
     }
 
     /// Merges files of each family into one, keeping only rows inside the region: every file
@@ -244,15 +249,17 @@ impl Region {
     /// for [`CompactionScope::Selected`] (and every file when some are shared after a split,
     /// which are rewritten even when alone). Major compaction applies the full retention rules
     /// at time `now`; minor keeps delete markers. Returns the replaced files, which the caller
-    /// deletes once neither a region nor the manifest on disk lists them.
-    pub fn compact(&self, ctx: &FileContext<'_>, scope: CompactionScope<'_>, now: u64) -> Result<Vec<Arc<SstReader>>> {
+    /// deletes once neither a region nor the manifest on disk lists them, and what it wrote.
+    pub fn compact(&self, ctx: &FileContext<'_>, scope: CompactionScope<'_>, now: u64) -> Result<Compacted> {
         let _c = self.compacting.lock();
         let current = self.stores();
         let mut replaced = Vec::new();
+        let mut major = false;
         let mut outputs: Vec<(Bytes, Vec<u64>, Option<Arc<SstReader>>)> = Vec::new();
         for s in &current.families {
             let Some(run) = self.compaction_run(&s.files, scope) else { continue };
             let mode = Self::compaction_retention(s, &run, scope, now);
+            major |= matches!(mode, Retention::Major { .. });
             let inputs = &s.files[run];
             let cursors: Vec<Source<'_>> = inputs.iter().map(|f| Source::Sst(f.one_pass_cursor())).collect();
             let mut merged = BoundedCursor::new(MergeCursor::new(cursors), self.end.clone());
@@ -262,8 +269,9 @@ impl Region {
             outputs.push((s.name.clone(), inputs.iter().map(|f| f.id()).collect(), out));
         }
         if outputs.is_empty() {
-            return Ok(replaced);
+            return Ok(Compacted { replaced, output_bytes: 0, major: false });
         }
+        let output_bytes = outputs.iter().filter_map(|(_, _, out)| out.as_ref()).map(|o| o.size()).sum();
         let mut guard = self.stores.write();
         let mut next = (**guard).clone();
         for s in &mut next.families {
@@ -279,7 +287,7 @@ impl Region {
             }
         }
         *guard = Arc::new(next);
-        Ok(replaced)
+        Ok(Compacted { replaced, output_bytes, major })
     }
 
     /// The rules a compaction of `store`'s files `run` (newest first) writes by.

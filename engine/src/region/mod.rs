@@ -67,8 +67,38 @@ impl Store {
 }
 
 /// SSTables written from a region's frozen memstores, by family (`None`: the memstore held
-/// nothing to keep), not yet in its stores.
-pub(crate) struct FrozenFiles(Vec<(Bytes, Option<Arc<SstReader>>)>);
+/// nothing to keep), not yet in its stores; and the bytes those memstores held.
+pub(crate) struct FrozenFiles(Vec<(Bytes, Option<Arc<SstReader>>)>, u64);
+
+/// What one flush of a region wrote, for its log event and metrics.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct Flushed {
+    /// Bytes the flushed memstores held.
+    pub memstore_bytes: u64,
+    /// Bytes of the files written.
+    pub file_bytes: u64,
+}
+
+impl Flushed {
+    fn add(self, other: Flushed) -> Flushed {
+        Flushed {
+            memstore_bytes: self.memstore_bytes + other.memstore_bytes,
+            file_bytes: self.file_bytes + other.file_bytes,
+        }
+    }
+}
+
+/// What one compaction of a region did.
+#[derive(Default)]
+pub(crate) struct Compacted {
+    /// The files it replaced, which the caller deletes once neither a region nor the manifest
+    /// on disk lists them. Empty: it merged nothing.
+    pub replaced: Vec<Arc<SstReader>>,
+    /// Bytes of the files it wrote.
+    pub output_bytes: u64,
+    /// It applied the full retention rules to some family.
+    pub major: bool,
+}
 
 /// The published state of a region's families, sorted by family name.
 #[derive(Clone)]

@@ -59,7 +59,7 @@ impl Wal {
             let path = segment_path(&self.dir, id);
             // Never retried: after a failed fsync the kernel may have dropped the dirty pages,
             // and a second fsync could succeed without them.
-            self.inner.lock().failed = Some(format!("fsync of the log segment {} failed: {e}", path.display()));
+            self.set_failed(&mut self.inner.lock(), format!("fsync of the log segment {} failed: {e}", path.display()));
             return Err(Error::io(path, e));
         }
         // A roll may have closed the segment while it was being synced. The roll's thread then

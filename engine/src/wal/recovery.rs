@@ -12,7 +12,7 @@ use super::format::{
     read_header_state, record_crc, segment_header, segment_path, Header, HeaderState, HEADER_START, MAX_RECORD,
     RECORD_HEADER, SEGMENT_HEADER, SEGMENT_MAGIC,
 };
-use super::segment::{Inner, Wal};
+use super::segment::{Closed, Inner, Wal};
 use crate::fs::{sync_dir, FileSystem};
 use crate::{Error, Result};
 
@@ -261,6 +261,7 @@ impl Wal {
                 sync_dir(&*fs, dir)?;
                 ids.truncate(i + 1);
             }
+            let mut bytes = data.len() as u64;
             if may_be_torn {
                 // The last two segments may hold records a previous run handed to the OS
                 // without an fsync (SyncWal, AsyncWal, a roll whose fsync had not ended or
@@ -276,6 +277,7 @@ impl Wal {
                 let header = segment_header(Header { previous: None, rolled: false });
                 let kept: &[u8] = if end < HEADER_START as u64 { &header } else { &data[..end as usize] };
                 last_kept = Some((id, kept.len() as u64));
+                bytes = kept.len() as u64;
                 f.write_all(kept).map_err(|e| Error::io(&fresh, e))?;
                 f.sync_all().map_err(|e| Error::io(&fresh, e))?;
                 fs.rename(&fresh, &path).map_err(|e| Error::io(&path, e))?;
@@ -283,7 +285,7 @@ impl Wal {
             }
             // The highest sequence number up to and including this segment: never below an
             // older segment's, so an empty segment is not removed before the ones it follows.
-            closed.push((id, logged));
+            closed.push(Closed { id, max_seq: logged, bytes });
             i += 1;
         }
         let last_seq = logged.max(min_last_seq);

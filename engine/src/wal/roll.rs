@@ -24,7 +24,7 @@ use std::thread::JoinHandle;
 use parking_lot::{Condvar, Mutex};
 
 use super::format::{segment_path, Header, SEGMENT_HEADER};
-use super::segment::{Inner, Wal};
+use super::segment::{Closed, Inner, Wal};
 use crate::fs::{FileSystem, WriteFile};
 use crate::{Error, Result};
 
@@ -241,7 +241,7 @@ impl Wal {
             inner.allocated = inner.size;
         }
         let closed = std::mem::replace(&mut inner.file, file);
-        inner.closed.push((inner.id, inner.cur_max_seq));
+        inner.closed.push(Closed { id: inner.id, max_seq: inner.cur_max_seq, bytes: inner.size });
         let named = (inner.id, path);
         let mut rolling = RollSync::defer(&self.fs, &self.dir, closed, named);
         if !defer {
@@ -288,7 +288,7 @@ impl Wal {
             // closes. Nothing about the log changed.
             Err(Roll::NotStarted(_)) => Ok(()),
             Err(Roll::Failed(e)) => {
-                inner.failed = Some(format!("closing a log segment failed: {e}"));
+                self.set_failed(&mut inner, format!("closing a log segment failed: {e}"));
                 Err(e)
             }
             Ok(()) => Ok(()),
@@ -299,7 +299,7 @@ impl Wal {
     pub(super) fn wait_for_roll(&self, roll: Option<RollWaiter>) -> Result<()> {
         match roll.map(|r| r.wait()) {
             Some(Err(e)) => {
-                self.inner.lock().failed.get_or_insert_with(|| e.to_string());
+                self.fail_first(&mut self.inner.lock(), e.to_string());
                 Err(e)
             }
             _ => Ok(()),

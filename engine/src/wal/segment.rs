@@ -38,8 +38,8 @@ pub(super) struct Inner {
     pub(super) next_seq: u64,
     /// Highest sequence number handed to the OS.
     pub(super) written_seq: u64,
-    /// Closed segments: (id, highest sequence number in it).
-    pub(super) closed: Vec<(u64, u64)>,
+    /// Closed segments, oldest first.
+    pub(super) closed: Vec<Closed>,
     pub(super) cur_max_seq: u64,
     /// The syncs finishing the latest roll, while they may still run or wait to be needed.
     pub(super) rolling: Option<RollSync>,
@@ -52,6 +52,16 @@ pub(super) struct Inner {
     /// reports success: either way only a reopen, which replays what the log really holds,
     /// knows the state again.
     pub(super) failed: Option<String>,
+}
+
+/// A closed segment.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Closed {
+    pub id: u64,
+    /// The highest sequence number in it.
+    pub max_seq: u64,
+    /// Its length.
+    pub bytes: u64,
 }
 
 /// The engine's write-ahead log.
@@ -102,7 +112,9 @@ impl Wal {
     pub fn append(&self, count: u32, payload: &[u8], durability: Durability) -> Result<u64> {
         let mut inner = self.inner.lock();
         if inner.failed.is_none() {
-            inner.failed = inner.rolling.as_ref().and_then(RollSync::failure);
+            if let Some(why) = inner.rolling.as_ref().and_then(RollSync::failure) {
+                self.set_failed(&mut inner, why);
+            }
         }
         if let Some(why) = &inner.failed {
             return Err(Error::ReadOnly(why.clone()));
@@ -144,7 +156,7 @@ impl Wal {
             let len = (inner.allocated + step).min(limit).max(end);
             if let Err(e) = inner.file.preallocate(len) {
                 let path = segment_path(&self.dir, inner.id);
-                inner.failed = Some(format!("preallocating the log segment {} failed: {e}", path.display()));
+                self.set_failed(inner, format!("preallocating the log segment {} failed: {e}", path.display()));
                 return Err(Error::io(path, e));
             }
             inner.allocated = len;
@@ -152,14 +164,14 @@ impl Wal {
         if let Err(e) = inner.file.write_all(bytes) {
             let _ = inner.file.set_len(before);
             let path = segment_path(&self.dir, inner.id);
-            inner.failed = Some(format!("writing the log segment {} failed: {e}", path.display()));
+            self.set_failed(inner, format!("writing the log segment {} failed: {e}", path.display()));
             return Err(Error::io(path, e));
         }
         inner.size += bytes.len() as u64;
         inner.written_seq = inner.written_seq.max(last_seq);
         if inner.size >= limit {
             if let Err(Roll::NotStarted(e) | Roll::Failed(e)) = self.roll(inner, false) {
-                inner.failed = Some(format!("starting a new log segment failed: {e}"));
+                self.set_failed(inner, format!("starting a new log segment failed: {e}"));
                 return Err(e);
             }
         }
@@ -177,9 +189,26 @@ impl Wal {
         self.write_out(&mut inner, &buf, last)
     }
 
-    /// Makes the log refuse writes until the engine is reopened, for `reason`.
+    /// Makes the log refuse writes until the engine is reopened, for `reason` (unless it
+    /// already does, for an earlier reason).
     pub fn fail(&self, reason: String) {
-        self.inner.lock().failed.get_or_insert(reason);
+        self.fail_first(&mut self.inner.lock(), reason);
+    }
+
+    /// Makes the log refuse writes for `reason`, which replaces an earlier one. The first
+    /// failure is logged: the engine turns read-only.
+    pub(super) fn set_failed(&self, inner: &mut Inner, reason: String) {
+        if inner.failed.is_none() {
+            crate::observe::read_only(&self.dir, &reason);
+        }
+        inner.failed = Some(reason);
+    }
+
+    /// [`Wal::set_failed`] unless the log already failed.
+    pub(super) fn fail_first(&self, inner: &mut Inner, reason: String) {
+        if inner.failed.is_none() {
+            self.set_failed(inner, reason);
+        }
     }
 
     /// Why the log refuses writes, if it does.
@@ -193,15 +222,15 @@ impl Wal {
         // syncs of a segment they remove are dropped instead, once the removal is durable.
         let rolled = self.inner.lock().rolling.as_mut().filter(|r| !r.is_deferred()).map(RollSync::waiter);
         self.wait_for_roll(rolled)?;
-        let doomed: Vec<(u64, u64)> = {
+        let doomed: Vec<Closed> = {
             let mut inner = self.inner.lock();
-            let (gone, kept): (Vec<_>, Vec<_>) = inner.closed.iter().partition(|(_, max)| *max < seq);
+            let (gone, kept): (Vec<_>, Vec<_>) = inner.closed.iter().partition(|c| c.max_seq < seq);
             inner.closed = kept;
             gone
         };
         let mut removed = Vec::new();
         let mut failed = None;
-        for &(id, _) in &doomed {
+        for &Closed { id, .. } in &doomed {
             let path = segment_path(&self.dir, id);
             match self.fs.remove(&path) {
                 Ok(()) => removed.push(id),
@@ -217,7 +246,7 @@ impl Wal {
         // Segments still there stay listed (the oldest ones), for the next trim. A segment
         // whose removal may not last keeps its deferred syncs: should it come back after a
         // power loss, it must not come back torn in front of newer segments.
-        let mut closed: Vec<(u64, u64)> = doomed.into_iter().filter(|(id, _)| !removed.contains(id)).collect();
+        let mut closed: Vec<Closed> = doomed.into_iter().filter(|c| !removed.contains(&c.id)).collect();
         closed.append(&mut inner.closed);
         inner.closed = closed;
         if synced.is_ok() {
@@ -237,6 +266,13 @@ impl Wal {
     /// Number of segment files, including the open one.
     pub fn segment_count(&self) -> usize {
         self.inner.lock().closed.len() + 1
+    }
+
+    /// Bytes of the segment files: the closed ones' lengths and the open one's, preallocated
+    /// space included.
+    pub fn bytes(&self) -> u64 {
+        let inner = self.inner.lock();
+        inner.closed.iter().map(|c| c.bytes).sum::<u64>() + inner.allocated
     }
 }
 

@@ -98,7 +98,12 @@ impl<E: Entity, V: IndexValue> IndexReader<E, V> {
     /// [`Error::InvalidArgument`] on an index that is not unique (scan it instead);
     /// [`Error::IndexNotReady`]; key encoding, decoding and store errors.
     pub fn get(&self, value: V) -> Result<Option<E>> {
-        drive(self.get_via(&Inline(self.repo.store()), value))
+        self.call("index_get").run(|| drive(self.get_via(&Inline(self.repo.store()), value)))
+    }
+
+    /// The span of a call `op` through this index.
+    fn call(&self, op: &'static str) -> crate::trace::RepoCall {
+        self.repo.call(op).index(self.spec().name)
     }
 
     async fn get_via(&self, store: &dyn AsyncStore, value: V) -> Result<Option<E>> {
@@ -263,7 +268,7 @@ impl<'r, E: Entity, V: IndexValue> IndexQuery<'r, E, V> {
     /// [`Error::IndexNotReady`]; key encoding, decoding and store errors.
     pub fn to_vec(self) -> Result<Vec<E>> {
         let store = self.reader.repo.store();
-        drive(self.entities_via(&Inline(store)))
+        self.reader.call("index_scan").run(|| drive(self.entities_via(&Inline(store))))
     }
 
     async fn entities_via(self, store: &dyn AsyncStore) -> Result<Vec<E>> {
@@ -276,7 +281,7 @@ impl<'r, E: Entity, V: IndexValue> IndexQuery<'r, E, V> {
     /// As [`IndexQuery::to_vec`]; [`Error::Decode`] for an entity with a hashed key part.
     pub fn keys(self) -> Result<Vec<E::Key>> {
         let store = self.reader.repo.store();
-        drive(self.keys_via(&Inline(store)))
+        self.reader.call("index_keys").run(|| drive(self.keys_via(&Inline(store))))
     }
 
     async fn keys_via(self, store: &dyn AsyncStore) -> Result<Vec<E::Key>> {
@@ -292,7 +297,7 @@ impl<'r, E: Entity, V: IndexValue> IndexQuery<'r, E, V> {
     /// As [`IndexQuery::keys`].
     pub fn entries(self) -> Result<Vec<IndexEntry<E>>> {
         let store = self.reader.repo.store();
-        drive(self.entries_via(&Inline(store)))
+        self.reader.call("index_entries").run(|| drive(self.entries_via(&Inline(store))))
     }
 
     async fn entries_via(self, store: &dyn AsyncStore) -> Result<Vec<IndexEntry<E>>> {
@@ -307,7 +312,7 @@ impl<'r, E: Entity, V: IndexValue> IndexQuery<'r, E, V> {
     /// [`Error::InvalidArgument`] for a zero size; as [`IndexQuery::to_vec`].
     pub fn page(self, size: usize) -> Result<Page<E>> {
         let store = self.reader.repo.store();
-        drive(self.page_via(&Inline(store), size))
+        self.reader.call("index_page").run(|| drive(self.page_via(&Inline(store), size)))
     }
 
     async fn page_via(mut self, store: &dyn AsyncStore, size: usize) -> Result<Page<E>> {
@@ -411,7 +416,7 @@ impl<E: Entity, V: IndexValue + Send> AsyncIndexReader<E, V> {
     /// # Errors
     /// As [`IndexReader::get`].
     pub async fn get(&self, value: V) -> Result<Option<E>> {
-        self.reader.get_via(self.store.get(), value).await
+        self.reader.call("index_get").run_async(self.reader.get_via(self.store.get(), value)).await
     }
 
     /// A scan of the index, as [`IndexReader::scan`].
@@ -468,7 +473,8 @@ impl<E: Entity, V: IndexValue + Send + Sync> AsyncIndexQuery<'_, E, V> {
     /// # Errors
     /// As [`IndexQuery::to_vec`].
     pub async fn to_vec(self) -> Result<Vec<E>> {
-        self.query.entities_via(self.store.get()).await
+        let call = self.query.reader.call("index_scan");
+        call.run_async(self.query.entities_via(self.store.get())).await
     }
 
     /// As [`IndexQuery::keys`].
@@ -476,7 +482,8 @@ impl<E: Entity, V: IndexValue + Send + Sync> AsyncIndexQuery<'_, E, V> {
     /// # Errors
     /// As [`IndexQuery::keys`].
     pub async fn keys(self) -> Result<Vec<E::Key>> {
-        self.query.keys_via(self.store.get()).await
+        let call = self.query.reader.call("index_keys");
+        call.run_async(self.query.keys_via(self.store.get())).await
     }
 
     /// As [`IndexQuery::entries`].
@@ -484,7 +491,8 @@ impl<E: Entity, V: IndexValue + Send + Sync> AsyncIndexQuery<'_, E, V> {
     /// # Errors
     /// As [`IndexQuery::entries`].
     pub async fn entries(self) -> Result<Vec<IndexEntry<E>>> {
-        self.query.entries_via(self.store.get()).await
+        let call = self.query.reader.call("index_entries");
+        call.run_async(self.query.entries_via(self.store.get())).await
     }
 
     /// As [`IndexQuery::page`].
@@ -492,7 +500,8 @@ impl<E: Entity, V: IndexValue + Send + Sync> AsyncIndexQuery<'_, E, V> {
     /// # Errors
     /// As [`IndexQuery::page`].
     pub async fn page(self, size: usize) -> Result<Page<E>> {
-        self.query.page_via(self.store.get(), size).await
+        let call = self.query.reader.call("index_page");
+        call.run_async(self.query.page_via(self.store.get(), size)).await
     }
 }
 

@@ -46,15 +46,12 @@ impl AsyncRowCursor for MeteredCursor<'_> {
 impl Metered {
     /// Runs an asynchronous call of `kind` inside its span (entered at every poll) and
     /// finishes it: `moved` is what the answer read or wrote, and the outcome.
-    fn observed_async<'a, T: 'a>(
+    fn observed_async<'a, T: Send + 'a>(
         &'a self,
         observed: Observed,
         call: Call<'a, Result<T>>,
         moved: impl FnOnce(&T) -> (Outcome<'static>, Volume) + Send + 'a,
-    ) -> Call<'a, Result<T>>
-    where
-        T: Send,
-    {
+    ) -> Call<'a, Result<T>> {
         let span = observed.span().clone();
         Call::later(
             async move {
