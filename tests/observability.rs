@@ -9,6 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use cellar::orm::store::{BigtableOptions, BigtableStore, ReadSpec};
+use cellar::orm::EmbeddedStore;
 use cellar::prelude::*;
 use common::capture::{Capture, EventRecord, SpanRecord};
 use tracing::{Instrument, Level};
@@ -22,6 +23,32 @@ struct Customer {
     name: String,
     #[cellar(column = "c")]
     city: String,
+}
+
+/// A cart whose lines have a table of their own: its writes take the intent protocol.
+#[derive(Aggregate, Debug, Clone, PartialEq)]
+#[cellar(table = "obs_carts", strategy = "normalized")]
+struct Cart {
+    #[cellar(key)]
+    account: u32,
+    #[cellar(column = "s")]
+    status: String,
+    #[cellar(children)]
+    lines: Vec<CartLine>,
+}
+
+#[derive(Part, Debug, Clone, PartialEq)]
+struct CartLine {
+    #[cellar(key)]
+    sku: u32,
+    #[cellar(column = "q")]
+    qty: u32,
+}
+
+/// Cart 7 at a status, with lines that differ by status: a change writes the lines' table.
+fn cart(status: &str) -> Cart {
+    let qty = status.len() as u32;
+    Cart { account: 7, status: status.into(), lines: vec![CartLine { sku: 1, qty }, CartLine { sku: 2, qty: qty + 1 }] }
 }
 
 fn customer(id: u64) -> Customer {
@@ -45,9 +72,11 @@ fn store_spans(capture: &Capture) -> Vec<(usize, SpanRecord)> {
 #[test]
 fn a_five_entity_put_many_is_one_mutate_span_with_five_rows_under_the_repository_call_and_the_caller() {
     let capture = Capture::global();
+    let _alone = capture.exclusive();
     let db = Db::open_temporary().unwrap();
     let customers = db.repo::<Customer>().unwrap();
-    let _alone = capture.exclusive();
+    // Setup done: what follows is the test's own.
+    capture.clear();
 
     let (_, costs) = db.measure(|| {
         tracing::info_span!("request", id = 7).in_scope(|| {
@@ -80,10 +109,12 @@ fn a_five_entity_put_many_is_one_mutate_span_with_five_rows_under_the_repository
 #[test]
 fn every_store_call_of_reads_and_scans_has_one_span_with_what_it_read() {
     let capture = Capture::global();
+    let _alone = capture.exclusive();
     let db = Db::open_temporary().unwrap();
     let customers = db.repo::<Customer>().unwrap();
     customers.put_many(&(1..=5).map(customer).collect::<Vec<_>>()).unwrap();
-    let _alone = capture.exclusive();
+    // Setup done: what follows is the test's own.
+    capture.clear();
 
     let (_, costs) = db.measure(|| {
         assert_eq!(customers.get(3).unwrap(), Some(customer(3)));
@@ -109,9 +140,11 @@ fn every_store_call_of_reads_and_scans_has_one_span_with_what_it_read() {
 #[test]
 fn a_refused_or_failed_store_call_says_so_in_its_span() {
     let capture = Capture::global();
+    let _alone = capture.exclusive();
     let db = Db::open_temporary().unwrap();
     db.repo::<Customer>().unwrap();
-    let _alone = capture.exclusive();
+    // Setup done: what follows is the test's own.
+    capture.clear();
     let store = db.store();
     let row = cellar::Bytes::from_static(b"k");
     let condition = cellar::orm::store::Condition::Equals {
@@ -145,10 +178,12 @@ fn a_refused_or_failed_store_call_says_so_in_its_span() {
 #[test]
 fn async_calls_nest_under_the_caller_span_as_sync_ones_do() {
     let capture = Capture::global();
+    let _alone = capture.exclusive();
     let db = Db::open_temporary().unwrap();
     let customers = db.repo::<Customer>().unwrap().to_async();
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-    let _alone = capture.exclusive();
+    // Setup done: what follows is the test's own.
+    capture.clear();
 
     runtime.block_on(
         async {
@@ -179,10 +214,12 @@ fn slow_warnings(capture: &Capture) -> Vec<EventRecord> {
 #[test]
 fn calls_past_the_slow_call_threshold_log_one_warning_each_with_the_call_table_row_and_cost() {
     let capture = Capture::global();
+    let _alone = capture.exclusive();
     let db = Db::open_temporary().unwrap();
     let customers = db.repo::<Customer>().unwrap();
     customers.put(&customer(42)).unwrap();
-    let _alone = capture.exclusive();
+    // Setup done: what follows is the test's own.
+    capture.clear();
 
     customers.get(42).unwrap();
     assert!(slow_warnings(capture).is_empty(), "no threshold, no warning");
@@ -238,11 +275,13 @@ fn latencies_count_every_store_call_by_kind_beside_the_costs() {
 fn retries_through_a_cut_connection_are_events_in_the_store_call_span() {
     let Some(emulator) = common::backend::emulator() else { return };
     let capture = Capture::global();
+    let _alone = capture.exclusive();
     let proxy = common::proxy::Proxy::start(&emulator.host);
     let options = BigtableOptions::new("p", common::backend::instance_name()).emulator(proxy.addr.clone());
     let db = Db::with_store(Arc::new(BigtableStore::connect(options).unwrap()));
     let customers = db.repo::<Customer>().unwrap();
-    let _alone = capture.exclusive();
+    // Setup done: what follows is the test's own.
+    capture.clear();
 
     // The server applies the batch; its answer never arrives, and the batch goes again.
     proxy.cut_after(0);
@@ -262,4 +301,43 @@ fn retries_through_a_cut_connection_are_events_in_the_store_call_span() {
     let mutate = stores.iter().find(|(_, s)| s.field("op") == Some("mutate")).expect("a mutate span");
     assert_eq!(mutate.1.field("attempts"), Some((retries.len() + 1).to_string().as_str()), "{mutate:?}");
     assert_eq!(mutate.1.field("outcome"), Some("ok"));
+}
+
+#[test]
+fn a_failed_aggregate_write_finished_by_a_reader_is_a_warning_in_the_readers_call() {
+    let capture = Capture::global();
+    let _alone = capture.exclusive();
+    let dir = tempfile::tempdir().unwrap();
+    let engine = Engine::open(dir.path(), EngineOptions::default()).unwrap();
+    // Without atomic commits, as on Bigtable: every change goes through an intent.
+    let faulty =
+        Arc::new(common::faulty::Faulty::new(Arc::new(EmbeddedStore::new(engine)), 0, false).without_commits());
+    let db = Db::with_store(faulty.clone());
+    let carts = db.aggregates::<Cart>().unwrap();
+    carts.put(&cart("open")).unwrap();
+    // The next write records its intent, then fails writing the lines: its writer is gone.
+    let calls = faulty.calls.load(std::sync::atomic::Ordering::SeqCst);
+    faulty.fail_at.store(calls + 2, std::sync::atomic::Ordering::SeqCst);
+    assert!(carts.put(&cart("checked out")).is_err());
+    // Setup done: what follows is the test's own.
+    capture.clear();
+
+    let read = tracing::info_span!("request").in_scope(|| carts.get(7u32).unwrap());
+    assert_eq!(read, Some(cart("checked out")), "the reader finished the write");
+
+    let events = capture.events();
+    let spans = capture.spans();
+    let taken: Vec<&EventRecord> =
+        events.iter().filter(|e| e.message == "abandoned aggregate write taken over").collect();
+    assert_eq!(taken.len(), 1, "{events:#?}");
+    assert_eq!((taken[0].level, taken[0].field("entity")), (Level::WARN, Some("Cart")));
+    let scope: Vec<&str> = taken[0].scope.iter().map(|&i| spans[i].name).collect();
+    assert_eq!(scope, ["repository", "request"]);
+    assert_eq!(spans[taken[0].scope[0]].field("op"), Some("get"));
+    let rolled = events.iter().filter(|e| e.message == "abandoned aggregate write rolled forward").count();
+    assert_eq!(rolled, 1, "{events:#?}");
+    // A read of a whole aggregate finds nothing to take over.
+    capture.clear();
+    assert_eq!(carts.get(7u32).unwrap(), Some(cart("checked out")));
+    assert!(capture.events().iter().all(|e| !e.message.contains("abandoned")), "{:#?}", capture.events());
 }

@@ -36,8 +36,8 @@ pub(crate) trait Maintainer: Send + Sync {
     /// The last handle is gone and the workers stopped: flushes the memstores if the engine
     /// is to (best effort: what is not flushed is still in the log, unless SkipWal).
     fn close(&self);
-    /// Publishes the engine's gauges: after a task (`after_task`), or on an idle tick, which
-    /// publishes at most about once a second.
+    /// Publishes the engine's gauges: after a task (`after_task`, at most every 100 ms), or on
+    /// an idle tick (at most about once a second).
     #[cfg(feature = "metrics")]
     fn publish_metrics(&self, after_task: bool);
 }

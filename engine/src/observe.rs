@@ -23,6 +23,16 @@ use crate::Error;
 /// retry, and writers waiting for memory retry about every 50 ms.
 const REPEAT_ERROR_EVERY: Duration = Duration::from_secs(10);
 
+/// Stalled writes log at WARN at most this often; the ones between go at DEBUG (they are all
+/// counted). Under steady back-pressure every writer stalls, many times a second.
+const STALL_WARN_EVERY: Duration = Duration::from_secs(1);
+
+/// Milliseconds since the first call in this process: a clock an atomic can hold.
+fn process_ms() -> u64 {
+    static EPOCH: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
+    ms(EPOCH.get_or_init(Instant::now).elapsed())
+}
+
 /// Split keys longer than this are cut in events.
 const KEY_CHARS: usize = 64;
 
@@ -38,6 +48,8 @@ pub(crate) struct Counters {
     splits: AtomicU64,
     write_stalls: AtomicU64,
     write_stall_ms: AtomicU64,
+    /// When a stall last logged at WARN ([`process_ms`]), plus one; 0: never.
+    stall_warned_ms: AtomicU64,
 }
 
 /// What a flush wrote, for [`Counters::flushed`].
@@ -119,7 +131,10 @@ impl Counters {
         self.write_stalls.fetch_add(1, Ordering::Relaxed);
         self.write_stall_ms.fetch_add(ms(waited), Ordering::Relaxed);
         match failed {
-            None => warn!(table, region, reason = %reasons, waited_ms = ms(waited), "write stalled"),
+            None if self.stall_warning_due() => {
+                warn!(table, region, reason = %reasons, waited_ms = ms(waited), "write stalled")
+            }
+            None => debug!(table, region, reason = %reasons, waited_ms = ms(waited), "write stalled"),
             Some(e) => {
                 error!(table, region, reason = %reasons, waited_ms = ms(waited), error = %e, "write stall timed out")
             }
@@ -130,6 +145,14 @@ impl Counters {
             metrics::histogram!("cellar_engine_write_stall_seconds", "table" => table.to_owned())
                 .record(waited.as_secs_f64());
         }
+    }
+
+    /// True for the first stall, then at most once per [`STALL_WARN_EVERY`] across threads.
+    fn stall_warning_due(&self) -> bool {
+        let now = process_ms() + 1;
+        let last = self.stall_warned_ms.load(Ordering::Relaxed);
+        let due = last == 0 || now.saturating_sub(last) >= ms(STALL_WARN_EVERY);
+        due && self.stall_warned_ms.compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed).is_ok()
     }
 
     /// Flushes since open.
@@ -468,9 +491,30 @@ impl fmt::Display for EngineStats {
     }
 }
 
-/// Gauges are published at most this often from the background when it is idle.
+/// How often the background publishes the gauges at most: after tasks, and when idle. A
+/// publication builds the whole [`EngineStats`] (every region's keys), too much for every
+/// task when small flushes come fast.
 #[cfg(feature = "metrics")]
-const IDLE_PUBLISH_EVERY: Duration = Duration::from_secs(1);
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Cadence {
+    /// An application asked: at once.
+    Now,
+    /// After a background task: at most every 100 ms.
+    AfterTask,
+    /// The background's idle tick: at most every second.
+    Idle,
+}
+
+#[cfg(feature = "metrics")]
+impl Cadence {
+    fn gap(self) -> Duration {
+        match self {
+            Cadence::Now => Duration::ZERO,
+            Cadence::AfterTask => Duration::from_millis(100),
+            Cadence::Idle => Duration::from_secs(1),
+        }
+    }
+}
 
 /// The gauges labelled by table.
 #[cfg(feature = "metrics")]
@@ -499,17 +543,16 @@ struct Published {
 
 #[cfg(feature = "metrics")]
 impl Publisher {
-    /// Publishes `stats()`: at once when `now`, otherwise (the background's idle tick) unless
-    /// another publication runs or one ran in the last second. The stats are taken under the
+    /// Publishes `stats()`: at once when asked ([`Cadence::Now`]), otherwise unless another
+    /// publication runs or one ran within the cadence's gap. The stats are taken under the
     /// lock, so the last publication is always of the latest figures.
-    pub fn publish(&self, now: bool, stats: impl FnOnce() -> EngineStats) {
-        let mut state = if now {
-            self.state.lock()
-        } else {
-            match self.state.try_lock() {
-                Some(state) if state.at.is_none_or(|at| at.elapsed() >= IDLE_PUBLISH_EVERY) => state,
+    pub fn publish(&self, cadence: Cadence, stats: impl FnOnce() -> EngineStats) {
+        let mut state = match cadence {
+            Cadence::Now => self.state.lock(),
+            _ => match self.state.try_lock() {
+                Some(state) if state.at.is_none_or(|at| at.elapsed() >= cadence.gap()) => state,
                 _ => return,
-            }
+            },
         };
         let stats = stats();
         state.publish(&stats);

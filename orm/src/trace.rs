@@ -18,6 +18,20 @@ pub(crate) struct RepoCall {
     span: Span,
     /// When it started, only when the span is recorded.
     started: Option<Instant>,
+    done: bool,
+}
+
+/// A call dropped before it ended (an async call's future dropped by a timeout or a
+/// `select!`) says so.
+impl Drop for RepoCall {
+    fn drop(&mut self) {
+        if !self.done {
+            if let Some(started) = self.started {
+                self.span.record("outcome", "cancelled");
+                self.span.record("duration_us", started.elapsed().as_micros() as u64);
+            }
+        }
+    }
 }
 
 /// A call `op` of the repository of `entity` (an entity, record or aggregate type) on `table`.
@@ -34,7 +48,7 @@ pub(crate) fn repo_call(op: &'static str, entity: &'static str, table: &str) -> 
         duration_us = Empty
     );
     let started = (!span.is_disabled()).then(Instant::now);
-    RepoCall { span, started }
+    RepoCall { span, started, done: false }
 }
 
 impl RepoCall {
@@ -64,7 +78,8 @@ impl RepoCall {
         result
     }
 
-    fn finish<T>(&self, result: &Result<T>) {
+    fn finish<T>(mut self, result: &Result<T>) {
+        self.done = true;
         let Some(started) = self.started else { return };
         match result {
             Ok(_) => self.span.record("outcome", "ok"),

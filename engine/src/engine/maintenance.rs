@@ -59,7 +59,7 @@ impl EngineInner {
         let flushed = self.writes.wal().flush_buffer().and_then(|()| region.flush(&self.file_context()));
         match flushed {
             Ok(Some(flushed)) => {
-                self.note_flush(table, region, flushed, started);
+                self.note_flush(table, region, flushed, started.elapsed());
                 Ok(true)
             }
             Ok(None) => Ok(false),
@@ -72,14 +72,14 @@ impl EngineInner {
     }
 
     /// Logs and counts a flush of `region` of `table` that began at `started`.
-    fn note_flush(&self, table: &str, region: &Region, flushed: Flushed, started: Instant) {
+    fn note_flush(&self, table: &str, region: &Region, flushed: Flushed, took: Duration) {
         self.background.counters.flushed(FlushEvent {
             table,
             region: region.id,
             memstore_bytes: flushed.memstore_bytes,
             bytes: flushed.file_bytes,
             files: region.file_count(),
-            took: started.elapsed(),
+            took,
         });
     }
 
@@ -321,7 +321,7 @@ impl EngineInner {
         drop(flushing);
         for (r, flushed) in installed {
             if let Some((table, _)) = regions.iter().find(|(_, other)| other.id == r.id) {
-                self.note_flush(table, r, flushed, started);
+                self.note_flush(table, r, flushed, started.elapsed());
             }
         }
         rolled?;
@@ -391,7 +391,7 @@ impl EngineInner {
             }
             let flush_started = Instant::now();
             if let Some(f) = region.flush_maintained(&ctx)? {
-                self.note_flush(table, region, f, flush_started);
+                self.note_flush(table, region, f, flush_started.elapsed());
                 flushed = true;
             }
         }
@@ -415,9 +415,8 @@ impl EngineInner {
         wal.sync_to(wal.last_seq())?;
         let w = region.write_lock.lock();
         let flush_started = Instant::now();
-        if let Some(f) = region.flush_write_locked(&ctx)? {
-            self.note_flush(table, region, f, flush_started);
-        }
+        // Logged once the locks are released: writers to the region wait meanwhile.
+        let last_flush = region.flush_write_locked(&ctx)?.map(|f| (f, flush_started.elapsed()));
         let ids =
             (self.next_region_id.fetch_add(1, Ordering::Relaxed), self.next_region_id.fetch_add(1, Ordering::Relaxed));
         let (lower, upper) = region.daughters(&at, ids);
@@ -439,10 +438,17 @@ impl EngineInner {
             upper.set_retired(true);
             region.set_retired(false);
             wal.fail(format!("the catalog write of a split of region {} failed: {e}", region.id));
+            drop((upper_writes, lower_writes, w));
+            if let Some((f, took)) = last_flush {
+                self.note_flush(table, region, f, took);
+            }
             return Err(e);
         }
-        // Writes go on before the event is logged.
+        // Writes go on before the events are logged.
         drop((upper_writes, lower_writes, w));
+        if let Some((f, took)) = last_flush {
+            self.note_flush(table, region, f, took);
+        }
         self.background.counters.split(table, region.id, ids, &at, started.elapsed());
         Ok(true)
     }
@@ -478,6 +484,7 @@ impl Maintainer for EngineInner {
 
     #[cfg(feature = "metrics")]
     fn publish_metrics(&self, after_task: bool) {
-        self.publisher.publish(after_task, || self.stats());
+        let cadence = if after_task { crate::observe::Cadence::AfterTask } else { crate::observe::Cadence::Idle };
+        self.publisher.publish(cadence, || self.stats());
     }
 }

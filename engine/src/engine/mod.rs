@@ -475,7 +475,7 @@ impl Engine {
     /// `cellar_engine_block_cache_misses_total`.
     #[cfg(feature = "metrics")]
     pub fn publish_metrics(&self) {
-        self.inner.publisher.publish(true, || self.inner.stats());
+        self.inner.publisher.publish(crate::observe::Cadence::Now, || self.inner.stats());
     }
 
     /// Waits until no background flush, compaction or split is queued or running; false if

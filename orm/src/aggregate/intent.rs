@@ -288,15 +288,16 @@ fn replacing(shared: bool, put: CellMutation) -> Vec<CellMutation> {
     }
 }
 
-/// Applies an intent's row mutations and commits it. On a store shared by several processes,
-/// stops quietly once its lease has passed: whoever takes the intent over finishes it.
+/// Applies an intent's row mutations and commits it; true if this call committed it. On a
+/// store shared by several processes, stops once its lease has passed: whoever takes the
+/// intent over finishes it.
 async fn roll_forward<A: Aggregate>(
     repo: &AggregateRepository<A>,
     store: &dyn AsyncStore,
     root: &Bytes,
     pending: &Bytes,
     intent: Intent,
-) -> Result<()> {
+) -> Result<bool> {
     let mut slots: Vec<usize> = intent.rows.iter().map(|(s, _)| *s).collect();
     slots.sort_unstable();
     slots.dedup();
@@ -309,7 +310,7 @@ async fn roll_forward<A: Aggregate>(
     for slot in slots {
         if lapsed() {
             lease_passed::<A>(root);
-            return Ok(());
+            return Ok(false);
         }
         let batch: Vec<(RowMutation, Option<Bytes>)> = {
             let (this, rest): (Vec<_>, Vec<_>) = rows.into_iter().partition(|(s, ..)| *s == slot);
@@ -345,12 +346,11 @@ async fn roll_forward<A: Aggregate>(
     }
     if lapsed() {
         lease_passed::<A>(root);
-        return Ok(());
+        return Ok(false);
     }
     let commit = RowMutation { row: root.clone(), mutations: intent.root };
     // False: another reader took the intent over, and commits it.
-    store.check_and_mutate(repo.table(0), generation_condition(repo, Some(pending.clone())), commit).await?;
-    Ok(())
+    store.check_and_mutate(repo.table(0), generation_condition(repo, Some(pending.clone())), commit).await
 }
 
 /// A writer that outlived its lease stops: whoever takes the write over finishes it, and its
@@ -425,8 +425,13 @@ async fn take_over<A: Aggregate>(
                     fenced = intent.fenced,
                     "abandoned aggregate write taken over"
                 );
-                roll_forward(repo, store, root, &renewed, intent).await?;
-                tracing::info!(entity = A::SCHEMA.entity, row = %printable(root), "abandoned aggregate write rolled forward");
+                if roll_forward(repo, store, root, &renewed, intent).await? {
+                    tracing::info!(
+                        entity = A::SCHEMA.entity,
+                        row = %printable(root),
+                        "abandoned aggregate write rolled forward"
+                    );
+                }
             }
             Ok(())
         })

@@ -323,8 +323,11 @@ impl<E: Entity> Repository<E> {
     /// As [`Repository::put`]; nothing is written if an entity does not encode; the first
     /// entity's error (a [`Error::UniqueViolation`]) once the others are written.
     pub fn put_many<'a>(&self, entities: impl IntoIterator<Item = &'a E>) -> Result<()> {
-        let rows = self.mutations(entities)?;
-        self.call("put_many").keys(rows.len()).run(|| drive(self.put_rows(&self.inline(), rows)))
+        let entities: Vec<&E> = entities.into_iter().collect();
+        self.call("put_many").keys(entities.len()).run(|| {
+            let rows = self.mutations(entities)?;
+            drive(self.put_rows(&self.inline(), rows))
+        })
     }
 
     /// The mutations that write `entities`; nothing if one does not encode.
@@ -611,12 +614,11 @@ impl<E: Entity> Repository<E> {
     /// # Errors
     /// As [`Repository::get`].
     pub fn get_many<K: Into<E::Key>>(&self, keys: impl IntoIterator<Item = K>) -> Result<Vec<Option<E>>> {
-        let call = self.call("get_many");
-        let (flat, owners) = match self.candidates_of(keys) {
-            Ok(candidates) => candidates,
-            Err(e) => return call.run(|| Err(e)),
-        };
-        call.keys(owners.keys).run(|| self.get_many_now(flat, owners))
+        let keys: Vec<E::Key> = keys.into_iter().map(Into::into).collect();
+        self.call("get_many").keys(keys.len()).run(|| {
+            let (flat, owners) = self.candidates_of(keys)?;
+            self.get_many_now(flat, owners)
+        })
     }
 
     /// [`Repository::get_many`] of the keys' candidate rows: as `get`, the read on the spot,

@@ -121,7 +121,8 @@ impl Latency {
         Duration::ZERO
     }
 
-    /// The longest call, within 12.5 % (the top of the highest bucket used); zero without calls.
+    /// The longest call, rounded up to the top of its bucket (at most 25 % above it); zero
+    /// without calls.
     pub fn max(&self) -> Duration {
         match self.buckets.iter().rposition(|&n| n > 0) {
             Some(i) => Duration::from_nanos(bounds(i).1),

@@ -393,11 +393,11 @@ pub(super) struct ScanCall<'a> {
     pending: Volume,
     /// Yielded in all, for the call's span.
     total: Volume,
-    call: Option<Observed>,
+    call: Option<Observed<'a>>,
 }
 
 impl<'a> ScanCall<'a> {
-    pub(super) fn new(metered: &'a Metered, call: Observed) -> Self {
+    pub(super) fn new(metered: &'a Metered, call: Observed<'a>) -> Self {
         ScanCall { metered, pending: Volume::default(), total: Volume::default(), call: Some(call) }
     }
 
@@ -422,7 +422,7 @@ impl<'a> ScanCall<'a> {
         self.metered.counters.read(pending);
         self.total += pending;
         if let Some(call) = self.call.take() {
-            call.finish(&self.metered.observer, outcome, self.total);
+            call.finish(outcome, self.total);
         }
     }
 }
@@ -476,23 +476,28 @@ impl RowCursor for MeteredCursor<'_> {
 }
 
 /// The first row of a batch, for the slow-call warning.
-fn first_row(rows: &[RowMutation]) -> Option<&Bytes> {
+pub(super) fn first_row(rows: &[RowMutation]) -> Option<&Bytes> {
     rows.first().map(|m| &m.row)
 }
 
+/// The table and first row that name a commit in its span: those of the first row written
+/// (an index write's commit writes the entity's table first).
+pub(super) fn commit_names(commit: &Commit) -> (&str, Option<&Bytes>) {
+    match commit.rows.first() {
+        Some((t, row)) => (commit.tables.get(*t).map_or("", String::as_str), Some(&row.row)),
+        None => (commit.tables.first().map_or("", String::as_str), None),
+    }
+}
+
 impl Metered {
-    /// Runs a synchronous call of `kind` inside its span and finishes it: `moved` is what the
-    /// answer read or wrote, and the outcome.
+    /// Runs a synchronous call inside the span of `observed` and finishes it: `moved` is
+    /// what the answer read or wrote, and the outcome.
     fn observed<T>(
         &self,
-        kind: Kind,
-        op: &'static str,
-        table: &str,
-        row: Option<&Bytes>,
+        observed: Observed<'_>,
         call: impl FnOnce() -> Result<T>,
         moved: impl FnOnce(&T) -> (Outcome<'static>, Volume),
     ) -> Result<T> {
-        let observed = self.observer.start(kind, op, table, row);
         let result = {
             let _in_call = observed.span().enter();
             call()
@@ -501,14 +506,41 @@ impl Metered {
             Ok(answer) => moved(answer),
             Err(e) => (Outcome::Failed(e), Volume::default()),
         };
-        observed.finish(&self.observer, outcome, volume);
+        observed.finish(outcome, volume);
         result
     }
 
     /// An admin call: counted apart, observed like the others.
     fn admin<T>(&self, op: &'static str, table: &str, call: impl FnOnce() -> Result<T>) -> Result<T> {
         add(&self.counters.admin, 1);
-        self.observed(Kind::Admin, op, table, None, call, |_| (Outcome::Ok, Volume::default()))
+        let observed = self.observer.start(Kind::Admin, op, table, None);
+        self.observed(observed, call, |_| (Outcome::Ok, Volume::default()))
+    }
+
+    /// A conditional write's counts and outcome.
+    pub(super) fn applied(&self, applied: bool, volume: Volume) -> (Outcome<'static>, Volume) {
+        if applied {
+            self.counters.written(volume);
+            (Outcome::Ok, volume)
+        } else {
+            (Outcome::NotApplied, Volume::default())
+        }
+    }
+
+    /// A scan opened (or not): its stream counted and observed by a [`ScanCall`].
+    fn opened<'a, S>(
+        &'a self,
+        observed: Observed<'a>,
+        opened: Result<S>,
+        wrap: impl FnOnce(S, ScanCall<'a>) -> S,
+    ) -> Result<S> {
+        match opened {
+            Ok(rows) => Ok(wrap(rows, ScanCall::new(self, observed))),
+            Err(e) => {
+                observed.finish(Outcome::Failed(&e), Volume::default());
+                Err(e)
+            }
+        }
     }
 }
 
@@ -524,12 +556,9 @@ impl Store for Metered {
     fn mutate(&self, table: &str, rows: Vec<RowMutation>) -> Result<()> {
         add(&self.counters.mutates, 1);
         let volume = Volume::sum(&rows);
-        let first = first_row(&rows).cloned();
+        let observed = self.observer.start(Kind::Mutate, "mutate", table, first_row(&rows));
         self.observed(
-            Kind::Mutate,
-            "mutate",
-            table,
-            first.as_ref(),
+            observed,
             || self.inner.mutate(table, rows),
             |_| {
                 self.counters.written(volume);
@@ -541,12 +570,9 @@ impl Store for Metered {
     fn mutate_row(&self, table: &str, row: RowMutation) -> Result<()> {
         add(&self.counters.mutates, 1);
         let volume = Volume::written(&row);
-        let key = row.row.clone();
+        let observed = self.observer.start(Kind::Mutate, "mutate_row", table, Some(&row.row));
         self.observed(
-            Kind::Mutate,
-            "mutate_row",
-            table,
-            Some(&key),
+            observed,
             || self.inner.mutate_row(table, row),
             |_| {
                 self.counters.written(volume);
@@ -557,11 +583,9 @@ impl Store for Metered {
 
     fn read_rows(&self, table: &str, rows: &[Bytes], read: &ReadSpec) -> Result<Vec<Option<Row>>> {
         add(&self.counters.gets, 1);
+        let observed = self.observer.start(Kind::Get, "read_rows", table, rows.first());
         self.observed(
-            Kind::Get,
-            "read_rows",
-            table,
-            rows.first(),
+            observed,
             || self.inner.read_rows(table, rows, read),
             |found| {
                 let mut volume = Volume::default();
@@ -581,13 +605,7 @@ impl Store for Metered {
             let _in_call = observed.span().enter();
             self.inner.scan(table, scan)
         };
-        match opened {
-            Ok(rows) => Ok(Box::new(MeteredStream { rows, call: ScanCall::new(self, observed) })),
-            Err(e) => {
-                observed.finish(&self.observer, Outcome::Failed(&e), Volume::default());
-                Err(e)
-            }
-        }
+        self.opened(observed, opened, |rows, call| Box::new(MeteredStream { rows, call }))
     }
 
     fn scan_cursor<'a>(&'a self, table: &str, scan: &ScanSpec) -> Result<RowCursorBox<'a>> {
@@ -597,13 +615,7 @@ impl Store for Metered {
             let _in_call = observed.span().enter();
             self.inner.scan_cursor(table, scan)
         };
-        match opened {
-            Ok(rows) => Ok(Box::new(MeteredCursor { rows, call: ScanCall::new(self, observed) })),
-            Err(e) => {
-                observed.finish(&self.observer, Outcome::Failed(&e), Volume::default());
-                Err(e)
-            }
-        }
+        self.opened(observed, opened, |rows, call| Box::new(MeteredCursor { rows, call }))
     }
 
     fn read_rows_with(
@@ -627,38 +639,25 @@ impl Store for Metered {
         };
         // Rows lent before a failure were read all the same.
         self.counters.read(volume);
-        observed.finish(&self.observer, outcome(&result), volume);
+        observed.finish(outcome(&result), volume);
         result
     }
 
     fn check_and_mutate(&self, table: &str, condition: Condition, mutation: RowMutation) -> Result<bool> {
         add(&self.counters.check_and_mutates, 1);
         let volume = Volume::written(&mutation);
-        let key = mutation.row.clone();
+        let observed = self.observer.start(Kind::CheckAndMutate, "check_and_mutate", table, Some(&mutation.row));
         let call = || self.inner.check_and_mutate(table, condition, mutation);
-        self.observed(Kind::CheckAndMutate, "check_and_mutate", table, Some(&key), call, |&applied| {
-            if applied {
-                self.counters.written(volume);
-                (Outcome::Ok, volume)
-            } else {
-                (Outcome::NotApplied, Volume::default())
-            }
-        })
+        self.observed(observed, call, |&applied| self.applied(applied, volume))
     }
 
     fn check_and_mutate_many(&self, table: &str, entries: Vec<(Condition, RowMutation)>) -> Result<Vec<bool>> {
         add(&self.counters.check_and_mutates, 1);
         let volumes: Vec<Volume> = entries.iter().map(|(_, m)| Volume::written(m)).collect();
-        let first = entries.first().map(|(_, m)| m.row.clone());
+        let first = entries.first().map(|(_, m)| &m.row);
+        let observed = self.observer.start(Kind::CheckAndMutate, "check_and_mutate_many", table, first);
         let call = || self.inner.check_and_mutate_many(table, entries);
-        self.observed(Kind::CheckAndMutate, "check_and_mutate_many", table, first.as_ref(), call, |applied| {
-            let mut written = Volume::default();
-            for (volume, _) in volumes.iter().zip(applied).filter(|(_, &a)| a) {
-                written += *volume;
-            }
-            self.counters.written(written);
-            (Outcome::applied(applied.iter().any(|&a| a) || applied.is_empty()), written)
-        })
+        self.observed(observed, call, |applied| self.applied_many(&volumes, applied))
     }
 
     fn split_keys(&self, table: &str) -> Result<Option<Vec<Bytes>>> {
@@ -672,13 +671,9 @@ impl Store for Metered {
     fn increment(&self, table: &str, row: Bytes, family: &str, qualifier: &str, delta: i64) -> Result<i64> {
         add(&self.counters.increments, 1);
         let volume = Volume::counter(&row, family, qualifier);
-        let key = row.clone();
+        let observed = self.observer.start(Kind::Increment, "increment", table, Some(&row));
         let call = || self.inner.increment(table, row, family, qualifier, delta);
-        self.observed(Kind::Increment, "increment", table, Some(&key), call, |_| {
-            self.counters.read(volume);
-            self.counters.written(volume);
-            (Outcome::Ok, volume)
-        })
+        self.observed(observed, call, |_| self.incremented(volume))
     }
 
     fn guarantees(&self) -> Guarantees {
@@ -694,30 +689,17 @@ impl Store for Metered {
     fn mutate_group(&self, table: &str, checks: Vec<RowCheck>, rows: Vec<RowMutation>) -> Result<bool> {
         add(&self.counters.group_mutates, 1);
         let volume = Volume::sum(&rows);
-        let first = first_row(&rows).cloned();
+        let observed = self.observer.start(Kind::GroupMutate, "mutate_group", table, first_row(&rows));
         let call = || self.inner.mutate_group(table, checks, rows);
-        self.observed(Kind::GroupMutate, "mutate_group", table, first.as_ref(), call, |&applied| {
-            self.applied(applied, volume)
-        })
+        self.observed(observed, call, |&applied| self.applied(applied, volume))
     }
 
     fn commit(&self, commit: Commit) -> Result<bool> {
         add(&self.counters.group_mutates, 1);
         let volume = Volume::sum(commit.rows.iter().map(|(_, r)| r));
-        // The table of the first row written names the call (an index write's commit writes
-        // the entity's table first).
-        let (table, first) = match commit.rows.first() {
-            Some((t, row)) => (commit.tables.get(*t).cloned().unwrap_or_default(), Some(row.row.clone())),
-            None => (commit.tables.first().cloned().unwrap_or_default(), None),
-        };
-        self.observed(
-            Kind::GroupMutate,
-            "commit",
-            &table,
-            first.as_ref(),
-            || self.inner.commit(commit),
-            |&applied| self.applied(applied, volume),
-        )
+        let (table, first) = commit_names(&commit);
+        let observed = self.observer.start(Kind::GroupMutate, "commit", table, first);
+        self.observed(observed, || self.inner.commit(commit), |&applied| self.applied(applied, volume))
     }
 
     /// One round trip, counted as a group mutate; the row read counts as read (each time
@@ -743,28 +725,41 @@ impl Store for Metered {
                 commit
             })
         };
-        let (outcome, moved) = match (&applied, volume) {
-            (Ok(Some(true)), Some(volume)) => {
-                self.counters.written(volume);
-                (Outcome::Ok, volume)
-            }
-            (Ok(Some(false)), _) => (Outcome::NotApplied, Volume::default()),
-            (Ok(_), _) => (Outcome::Ok, Volume::default()),
-            (Err(e), _) => (Outcome::Failed(e), Volume::default()),
-        };
-        observed.finish(&self.observer, outcome, moved);
+        let (outcome, moved) = self.committed(&applied, volume);
+        observed.finish(outcome, moved);
         applied
     }
 }
 
 impl Metered {
-    /// A conditional write's counts and outcome.
-    pub(super) fn applied(&self, applied: bool, volume: Volume) -> (Outcome<'static>, Volume) {
-        if applied {
-            self.counters.written(volume);
-            (Outcome::Ok, volume)
-        } else {
-            (Outcome::NotApplied, Volume::default())
+    /// A batch of conditional writes' counts and outcome: applied if any was.
+    pub(super) fn applied_many(&self, volumes: &[Volume], applied: &[bool]) -> (Outcome<'static>, Volume) {
+        let mut written = Volume::default();
+        for (volume, _) in volumes.iter().zip(applied).filter(|(_, &a)| a) {
+            written += *volume;
+        }
+        self.counters.written(written);
+        (Outcome::applied(applied.iter().any(|&a| a) || applied.is_empty()), written)
+    }
+
+    /// An increment's counts: one cell read and written.
+    pub(super) fn incremented(&self, volume: Volume) -> (Outcome<'static>, Volume) {
+        self.counters.read(volume);
+        self.counters.written(volume);
+        (Outcome::Ok, volume)
+    }
+
+    /// A read-and-commit's outcome and what its commit wrote, counted if it applied.
+    pub(super) fn committed<'e>(
+        &self,
+        applied: &'e Result<Option<bool>>,
+        volume: Option<Volume>,
+    ) -> (Outcome<'e>, Volume) {
+        match (applied, volume) {
+            (Ok(Some(applied)), Some(volume)) => self.applied(*applied, volume),
+            (Ok(Some(false)), None) => (Outcome::NotApplied, Volume::default()),
+            (Ok(_), _) => (Outcome::Ok, Volume::default()),
+            (Err(e), _) => (Outcome::Failed(e), Volume::default()),
         }
     }
 }

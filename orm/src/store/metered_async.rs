@@ -7,7 +7,7 @@ use bytes::Bytes;
 use tracing::Instrument;
 
 use super::latency::Kind;
-use super::metered::{add, ScanCall, Volume};
+use super::metered::{add, commit_names, first_row, ScanCall, Volume};
 use super::nonblocking::{AsyncCursorBox, AsyncRowCursor, AsyncStore, BuildCommit, Visit};
 use super::observe::{outcome, Observed, Outcome};
 use super::{
@@ -44,23 +44,25 @@ impl AsyncRowCursor for MeteredCursor<'_> {
 }
 
 impl Metered {
-    /// Runs an asynchronous call of `kind` inside its span (entered at every poll) and
-    /// finishes it: `moved` is what the answer read or wrote, and the outcome.
+    /// An asynchronous call observed by `observed`: `call` makes the store's call when the
+    /// future is first polled, inside the span (entered at every poll), and `moved` says what
+    /// the answer read or wrote, and the outcome. Dropped before its answer, the call is
+    /// reported as cancelled.
     fn observed_async<'a, T: Send + 'a>(
         &'a self,
-        observed: Observed,
-        call: Call<'a, Result<T>>,
+        observed: Observed<'a>,
+        call: impl FnOnce(&'a dyn AsyncStore) -> Call<'a, Result<T>> + Send + 'a,
         moved: impl FnOnce(&T) -> (Outcome<'static>, Volume) + Send + 'a,
     ) -> Call<'a, Result<T>> {
         let span = observed.span().clone();
         Call::later(
             async move {
-                let result = call.await;
+                let result = call(self.nonblocking()).await;
                 let (outcome, volume) = match &result {
                     Ok(answer) => moved(answer),
                     Err(e) => (Outcome::Failed(e), Volume::default()),
                 };
-                observed.finish(&self.observer, outcome, volume);
+                observed.finish(outcome, volume);
                 result
             }
             .instrument(span),
@@ -71,32 +73,11 @@ impl Metered {
         &'a self,
         op: &'static str,
         table: &str,
-        call: impl FnOnce(&'a dyn AsyncStore) -> Call<'a, Result<T>>,
+        call: impl FnOnce(&'a dyn AsyncStore) -> Call<'a, Result<T>> + Send + 'a,
     ) -> Call<'a, Result<T>> {
         add(&self.counters.admin, 1);
         let observed = self.observer.start(Kind::Admin, op, table, None);
-        let call = {
-            let _in_call = observed.span().enter();
-            call(self.nonblocking())
-        };
         self.observed_async(observed, call, |_| (Outcome::Ok, Volume::default()))
-    }
-
-    /// Starts a call of `kind`: the store's call is made inside the span.
-    fn start_async<'a, T>(
-        &'a self,
-        kind: Kind,
-        op: &'static str,
-        table: &str,
-        row: Option<&Bytes>,
-        call: impl FnOnce(&'a dyn AsyncStore) -> Call<'a, Result<T>>,
-    ) -> (Observed, Call<'a, Result<T>>) {
-        let observed = self.observer.start(kind, op, table, row);
-        let call = {
-            let _in_call = observed.span().enter();
-            call(self.nonblocking())
-        };
-        (observed, call)
     }
 }
 
@@ -116,25 +97,29 @@ impl AsyncStore for Metered {
     fn mutate<'a>(&'a self, table: &'a str, rows: Vec<RowMutation>) -> Call<'a, Result<()>> {
         add(&self.counters.mutates, 1);
         let volume = Volume::sum(&rows);
-        let first = rows.first().map(|m| m.row.clone());
-        let (observed, call) =
-            self.start_async(Kind::Mutate, "mutate", table, first.as_ref(), |s| s.mutate(table, rows));
-        self.observed_async(observed, call, move |_| {
-            self.counters.written(volume);
-            (Outcome::Ok, volume)
-        })
+        let observed = self.observer.start(Kind::Mutate, "mutate", table, first_row(&rows));
+        self.observed_async(
+            observed,
+            |s| s.mutate(table, rows),
+            move |_| {
+                self.counters.written(volume);
+                (Outcome::Ok, volume)
+            },
+        )
     }
 
     fn mutate_row<'a>(&'a self, table: &'a str, row: RowMutation) -> Call<'a, Result<()>> {
         add(&self.counters.mutates, 1);
         let volume = Volume::written(&row);
-        let key = row.row.clone();
-        let (observed, call) =
-            self.start_async(Kind::Mutate, "mutate_row", table, Some(&key), |s| s.mutate_row(table, row));
-        self.observed_async(observed, call, move |_| {
-            self.counters.written(volume);
-            (Outcome::Ok, volume)
-        })
+        let observed = self.observer.start(Kind::Mutate, "mutate_row", table, Some(&row.row));
+        self.observed_async(
+            observed,
+            |s| s.mutate_row(table, row),
+            move |_| {
+                self.counters.written(volume);
+                (Outcome::Ok, volume)
+            },
+        )
     }
 
     fn read_rows<'a>(
@@ -144,16 +129,19 @@ impl AsyncStore for Metered {
         read: &'a ReadSpec,
     ) -> Call<'a, Result<Vec<Option<Row>>>> {
         add(&self.counters.gets, 1);
-        let (observed, call) =
-            self.start_async(Kind::Get, "read_rows", table, rows.first(), |s| s.read_rows(table, rows, read));
-        self.observed_async(observed, call, move |found| {
-            let mut volume = Volume::default();
-            for row in found.iter().flatten() {
-                volume += Volume::read(row.lend());
-            }
-            self.counters.read(volume);
-            (Outcome::Ok, volume)
-        })
+        let observed = self.observer.start(Kind::Get, "read_rows", table, rows.first());
+        self.observed_async(
+            observed,
+            |s| s.read_rows(table, rows, read),
+            move |found| {
+                let mut volume = Volume::default();
+                for row in found.iter().flatten() {
+                    volume += Volume::read(row.lend());
+                }
+                self.counters.read(volume);
+                (Outcome::Ok, volume)
+            },
+        )
     }
 
     fn read_rows_with<'a>(
@@ -178,7 +166,7 @@ impl AsyncStore for Metered {
                 let read = self.nonblocking().read_rows_with(table, rows, read, &mut counted).await;
                 // Rows lent before a failure were read all the same.
                 self.counters.read(volume);
-                observed.finish(&self.observer, outcome(&read), volume);
+                observed.finish(outcome(&read), volume);
                 read
             }
             .instrument(span),
@@ -196,7 +184,7 @@ impl AsyncStore for Metered {
                         Ok(Box::new(MeteredCursor { rows, call: ScanCall::new(self, observed) }) as AsyncCursorBox<'a>)
                     }
                     Err(e) => {
-                        observed.finish(&self.observer, Outcome::Failed(&e), Volume::default());
+                        observed.finish(Outcome::Failed(&e), Volume::default());
                         Err(e)
                     }
                 }
@@ -213,10 +201,8 @@ impl AsyncStore for Metered {
     ) -> Call<'a, Result<bool>> {
         add(&self.counters.check_and_mutates, 1);
         let volume = Volume::written(&mutation);
-        let key = mutation.row.clone();
-        let (observed, call) = self.start_async(Kind::CheckAndMutate, "check_and_mutate", table, Some(&key), |s| {
-            s.check_and_mutate(table, condition, mutation)
-        });
+        let observed = self.observer.start(Kind::CheckAndMutate, "check_and_mutate", table, Some(&mutation.row));
+        let call = |s: &'a dyn AsyncStore| s.check_and_mutate(table, condition, mutation);
         self.observed_async(observed, call, move |&applied| self.applied(applied, volume))
     }
 
@@ -227,19 +213,10 @@ impl AsyncStore for Metered {
     ) -> Call<'a, Result<Vec<bool>>> {
         add(&self.counters.check_and_mutates, 1);
         let volumes: Vec<Volume> = entries.iter().map(|(_, m)| Volume::written(m)).collect();
-        let first = entries.first().map(|(_, m)| m.row.clone());
-        let (observed, call) =
-            self.start_async(Kind::CheckAndMutate, "check_and_mutate_many", table, first.as_ref(), |s| {
-                s.check_and_mutate_many(table, entries)
-            });
-        self.observed_async(observed, call, move |applied| {
-            let mut written = Volume::default();
-            for (volume, _) in volumes.iter().zip(applied).filter(|(_, &a)| a) {
-                written += *volume;
-            }
-            self.counters.written(written);
-            (Outcome::applied(applied.iter().any(|&a| a) || applied.is_empty()), written)
-        })
+        let first = entries.first().map(|(_, m)| &m.row);
+        let observed = self.observer.start(Kind::CheckAndMutate, "check_and_mutate_many", table, first);
+        let call = |s: &'a dyn AsyncStore| s.check_and_mutate_many(table, entries);
+        self.observed_async(observed, call, move |applied| self.applied_many(&volumes, applied))
     }
 
     fn describe<'a>(&'a self, table: &'a str) -> Call<'a, Result<Option<TableSpec>>> {
@@ -260,15 +237,9 @@ impl AsyncStore for Metered {
     ) -> Call<'a, Result<i64>> {
         add(&self.counters.increments, 1);
         let volume = Volume::counter(&row, family, qualifier);
-        let key = row.clone();
-        let (observed, call) = self.start_async(Kind::Increment, "increment", table, Some(&key), |s| {
-            s.increment(table, row, family, qualifier, delta)
-        });
-        self.observed_async(observed, call, move |_| {
-            self.counters.read(volume);
-            self.counters.written(volume);
-            (Outcome::Ok, volume)
-        })
+        let observed = self.observer.start(Kind::Increment, "increment", table, Some(&row));
+        let call = move |s: &'a dyn AsyncStore| s.increment(table, row, family, qualifier, delta);
+        self.observed_async(observed, call, move |_| self.incremented(volume))
     }
 
     fn guarantees(&self) -> Guarantees {
@@ -283,23 +254,17 @@ impl AsyncStore for Metered {
     ) -> Call<'a, Result<bool>> {
         add(&self.counters.group_mutates, 1);
         let volume = Volume::sum(&rows);
-        let first = rows.first().map(|m| m.row.clone());
-        let (observed, call) = self.start_async(Kind::GroupMutate, "mutate_group", table, first.as_ref(), |s| {
-            s.mutate_group(table, checks, rows)
-        });
+        let observed = self.observer.start(Kind::GroupMutate, "mutate_group", table, first_row(&rows));
+        let call = |s: &'a dyn AsyncStore| s.mutate_group(table, checks, rows);
         self.observed_async(observed, call, move |&applied| self.applied(applied, volume))
     }
 
     fn commit(&self, commit: Commit) -> Call<'_, Result<bool>> {
         add(&self.counters.group_mutates, 1);
         let volume = Volume::sum(commit.rows.iter().map(|(_, r)| r));
-        let (table, first) = match commit.rows.first() {
-            Some((t, row)) => (commit.tables.get(*t).cloned().unwrap_or_default(), Some(row.row.clone())),
-            None => (commit.tables.first().cloned().unwrap_or_default(), None),
-        };
-        let (observed, call) =
-            self.start_async(Kind::GroupMutate, "commit", &table, first.as_ref(), |s| s.commit(commit));
-        self.observed_async(observed, call, move |&applied| self.applied(applied, volume))
+        let (table, first) = commit_names(&commit);
+        let observed = self.observer.start(Kind::GroupMutate, "commit", table, first);
+        self.observed_async(observed, |s| s.commit(commit), move |&applied| self.applied(applied, volume))
     }
 
     fn read_and_commit<'a>(
@@ -325,13 +290,8 @@ impl AsyncStore for Metered {
                     commit
                 };
                 let applied = self.nonblocking().read_and_commit(table, row, read, &mut counted).await;
-                let (outcome, moved) = match (&applied, volume) {
-                    (Ok(Some(applied)), Some(volume)) => self.applied(*applied, volume),
-                    (Ok(Some(false)), None) => (Outcome::NotApplied, Volume::default()),
-                    (Ok(_), _) => (Outcome::Ok, Volume::default()),
-                    (Err(e), _) => (Outcome::Failed(e), Volume::default()),
-                };
-                observed.finish(&self.observer, outcome, moved);
+                let (outcome, moved) = self.committed(&applied, volume);
+                observed.finish(outcome, moved);
                 applied
             }
             .instrument(span),

@@ -28,6 +28,9 @@ pub(super) enum Outcome<'e> {
     NotApplied,
     /// Failed with this error.
     Failed(&'e Error),
+    /// Dropped before it answered: an async call whose future was dropped (a timeout, a
+    /// `select!`), or a call unwound by a panic.
+    Cancelled,
 }
 
 impl Outcome<'_> {
@@ -36,6 +39,7 @@ impl Outcome<'_> {
             Outcome::Ok => "ok",
             Outcome::NotApplied => "not_applied",
             Outcome::Failed(_) => "error",
+            Outcome::Cancelled => "cancelled",
         }
     }
 
@@ -89,7 +93,7 @@ impl Observer {
 
     /// A call of `kind` (`op` names the store method) on `table` starts; `row` is the first
     /// row it touches, for the slow-call warning.
-    pub(super) fn start(&self, kind: Kind, op: &'static str, table: &str, row: Option<&Bytes>) -> Observed {
+    pub(super) fn start(&self, kind: Kind, op: &'static str, table: &str, row: Option<&Bytes>) -> Observed<'_> {
         let span = tracing::debug_span!(
             "store",
             op,
@@ -104,6 +108,7 @@ impl Observer {
         );
         let slow = (self.slow_ns.load(Ordering::Relaxed) != 0).then(|| Slow { table: table.into(), row: row.cloned() });
         Observed {
+            observer: self,
             kind,
             op,
             span,
@@ -111,6 +116,7 @@ impl Observer {
             #[cfg(feature = "metrics")]
             metrics: self.tables.of(table),
             started: Instant::now(),
+            done: false,
         }
     }
 }
@@ -121,8 +127,10 @@ struct Slow {
     row: Option<Bytes>,
 }
 
-/// A call under way.
-pub(super) struct Observed {
+/// A call under way. Finished with its outcome, or, dropped unfinished, as `cancelled`: a
+/// call cut off by a timeout is timed and reported too (those are the slow ones).
+pub(super) struct Observed<'o> {
+    observer: &'o Observer,
     kind: Kind,
     op: &'static str,
     span: Span,
@@ -130,9 +138,16 @@ pub(super) struct Observed {
     #[cfg(feature = "metrics")]
     metrics: std::sync::Arc<metrics_out::TableMetrics>,
     started: Instant,
+    done: bool,
 }
 
-impl Observed {
+impl Drop for Observed<'_> {
+    fn drop(&mut self) {
+        self.complete(Outcome::Cancelled, Volume::default());
+    }
+}
+
+impl Observed<'_> {
     /// The call's span: entered while the call runs, so what the backend reports (retries)
     /// nests under it.
     pub(super) fn span(&self) -> &Span {
@@ -140,7 +155,16 @@ impl Observed {
     }
 
     /// The call ended: `moved` is what it read or wrote by the rules of [`super::Costs`].
-    pub(super) fn finish(self, observer: &Observer, outcome: Outcome<'_>, moved: Volume) {
+    pub(super) fn finish(mut self, outcome: Outcome<'_>, moved: Volume) {
+        self.complete(outcome, moved);
+    }
+
+    /// Reports the call, once.
+    fn complete(&mut self, outcome: Outcome<'_>, moved: Volume) {
+        if std::mem::replace(&mut self.done, true) {
+            return;
+        }
+        let observer = self.observer;
         let took = self.started.elapsed();
         observer.latencies.record(self.kind, took);
         if !self.span.is_disabled() {
@@ -155,7 +179,7 @@ impl Observed {
         }
         #[cfg(feature = "metrics")]
         self.metrics.record(self.kind, outcome.name(), took, moved);
-        if let Some(slow) = self.slow {
+        if let Some(slow) = self.slow.take() {
             let threshold = observer.slow_ns.load(Ordering::Relaxed);
             if threshold != 0 && took.as_nanos() >= u128::from(threshold) {
                 let row = slow.row.as_deref().map(|r| crate::repo::printable(&r[..r.len().min(ROW_SHOWN)]));
@@ -193,7 +217,7 @@ mod metrics_out {
     use super::super::latency::Kind;
     use super::Volume;
 
-    const OUTCOMES: [&str; 3] = ["ok", "not_applied", "error"];
+    const OUTCOMES: [&str; 4] = ["ok", "not_applied", "error", "cancelled"];
 
     #[derive(Default)]
     pub(super) struct Tables(RwLock<HashMap<Box<str>, Arc<TableMetrics>>>);
@@ -210,7 +234,7 @@ mod metrics_out {
     pub(super) struct TableMetrics {
         seconds: Vec<Histogram>,
         /// Per kind, per outcome.
-        calls: Vec<[Counter; 3]>,
+        calls: Vec<[Counter; 4]>,
         slow: Vec<Counter>,
         read: [Counter; 3],
         written: [Counter; 3],
