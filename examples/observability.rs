@@ -168,6 +168,8 @@ fn cart(account: u32, lines: u32) -> Cart {
 
 /// Runs the example on `db`.
 pub fn run(db: &Db) -> Result<()> {
+    // Latency histograms for the stats below (off by default: two clock reads per call).
+    db.track_latencies(true);
     let accounts = db.repo::<Account>()?;
     let carts = db.aggregates::<Cart>()?;
     for id in 1..=50 {

@@ -268,7 +268,15 @@ fn latencies_count_every_store_call_by_kind_beside_the_costs() {
     let shown = latencies.to_string();
     assert!(shown.starts_with("get: 20 calls, mean "), "{shown}");
     assert!(shown.contains("\nscan: 1 call") && shown.contains("\nmutate: 1 call"), "{shown}");
-    assert!(db.latencies().gets.count() >= 20, "the Db's own histograms hold them too");
+    assert_eq!(db.latencies().gets.count(), 20, "the Db's own histograms hold them too");
+    // Outside a measurement, calls are timed only while latencies are tracked.
+    customers.get(1).unwrap();
+    assert_eq!(db.latencies().gets.count(), 20);
+    db.track_latencies(true);
+    customers.get(1).unwrap();
+    db.track_latencies(false);
+    customers.get(1).unwrap();
+    assert_eq!(db.latencies().gets.count(), 21);
 }
 
 #[test]

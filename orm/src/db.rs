@@ -41,7 +41,7 @@ pub struct Db {
 pub struct DbStats {
     /// Round trips, rows, cells and bytes ([`Db::costs`]).
     pub costs: Costs,
-    /// Store-call latencies by kind ([`Db::latencies`]).
+    /// Store-call latencies by kind, of the calls tracked ([`Db::latencies`]).
     pub latencies: Latencies,
     /// The embedded engine's tables, memstores, log, cache and background work; `None` on
     /// another backend, or for a `Db` made with [`Db::with_store`].
@@ -143,17 +143,29 @@ impl Db {
         (value, self.costs() - before)
     }
 
-    /// How long the calls to the store have taken since this `Db` was opened, per kind of
-    /// call: histograms with their quantiles ([`Latencies`]). Beside [`Db::costs`], which
-    /// counts what the same calls moved.
+    /// How long the calls to the store took, per kind of call: histograms with their
+    /// quantiles ([`Latencies`]), of the calls made while latencies were tracked
+    /// ([`Db::track_latencies`]) or measured ([`Db::measure_timed`]). Beside [`Db::costs`],
+    /// which counts what the calls moved.
     pub fn latencies(&self) -> Latencies {
         self.metered.latencies()
     }
 
-    /// As [`Db::measure`], with how long the store calls made meanwhile took.
+    /// Records the latency of every store call into [`Db::latencies`] from now on (`true`),
+    /// or stops (`false`, the default). Shared by this `Db`'s clones. Off, a call is timed
+    /// only when something else wants its time (a subscriber recording its span, the
+    /// slow-call threshold, the `metrics` feature): two clock reads are about 1.5–2 % of an
+    /// embedded put, too much to pay for nothing.
+    pub fn track_latencies(&self, on: bool) {
+        self.metered.track_latencies(on);
+    }
+
+    /// As [`Db::measure`], with how long the store calls made meanwhile took: their
+    /// latencies are recorded while `f` runs, tracked or not (other threads' calls on this
+    /// `Db` included, as for the costs).
     pub fn measure_timed<T>(&self, f: impl FnOnce() -> T) -> (T, Costs, Latencies) {
         let (costs, latencies) = (self.costs(), self.latencies());
-        let value = f();
+        let value = self.metered.timing(f);
         (value, self.costs() - costs, &self.latencies() - &latencies)
     }
 

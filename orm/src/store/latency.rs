@@ -228,7 +228,8 @@ impl Recorders {
 }
 
 /// How long store calls took, per kind of call as [`Costs`](super::Costs) counts them:
-/// [`crate::Db::latencies`] and [`crate::Db::measure_timed`] give it. A call is timed from
+/// [`crate::Db::latencies`] and [`crate::Db::measure_timed`] give it, of the calls made while
+/// latencies were tracked ([`crate::Db::track_latencies`]) or measured. A call is timed from
 /// its start to its answer, failed calls included; a scan from its start until its stream
 /// ends or is dropped (so it includes the time its reader spent between rows, as a
 /// Bigtable client's operation latency of a read does).

@@ -366,9 +366,30 @@ impl Metered {
         self.counters.snapshot()
     }
 
-    /// How long the calls so far took, per kind (see [`Latencies`]).
+    /// How long the calls made while latencies were tracked took, per kind (see
+    /// [`Latencies`] and [`Metered::track_latencies`]).
     pub fn latencies(&self) -> Latencies {
         self.observer.latencies()
+    }
+
+    /// Records every call's latency into [`Metered::latencies`] (`true`), or stops (`false`,
+    /// the default). Off, calls are timed only when something else wants their time (a
+    /// subscriber recording their spans, a slow-call threshold, the `metrics` feature): two
+    /// clock reads are a measurable share of an embedded call.
+    pub fn track_latencies(&self, on: bool) {
+        self.observer.track(on);
+    }
+
+    /// Whether latencies are tracked ([`Metered::track_latencies`]).
+    pub fn tracks_latencies(&self) -> bool {
+        self.observer.tracking()
+    }
+
+    /// Runs `f` with latencies recorded meanwhile, tracked or not (other threads' calls
+    /// included, as for the counts).
+    pub fn timing<T>(&self, f: impl FnOnce() -> T) -> T {
+        let _measuring = self.observer.measuring();
+        f()
     }
 
     /// Calls that take at least `threshold` log one WARN (`slow store call`, target
