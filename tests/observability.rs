@@ -349,3 +349,35 @@ fn a_failed_aggregate_write_finished_by_a_reader_is_a_warning_in_the_readers_cal
     assert_eq!(carts.get(7u32).unwrap(), Some(cart("checked out")));
     assert!(capture.events().iter().all(|e| !e.message.contains("abandoned")), "{:#?}", capture.events());
 }
+
+#[test]
+fn an_async_call_dropped_before_its_answer_is_reported_as_cancelled() {
+    let capture = Capture::global();
+    let _alone = capture.exclusive();
+    let dir = tempfile::tempdir().unwrap();
+    let engine = Engine::open(dir.path(), EngineOptions::default()).unwrap();
+    // Each async store call stops once before it runs: the read below is dropped there.
+    let stepped = common::stepped::Stepped::new(Arc::new(EmbeddedStore::new(engine)), true);
+    let db = Db::with_store(Arc::new(stepped));
+    let customers = db.repo::<Customer>().unwrap();
+    customers.put(&customer(1)).unwrap();
+    let customers = customers.to_async();
+    db.track_latencies(true);
+    // Setup done: what follows is the test's own.
+    capture.clear();
+
+    // One poll: the read is under way when its caller gives up (a timeout, a `select!`).
+    assert!(!common::stepped::poll_times(customers.get(1), 1), "the read needs a second poll");
+
+    let stores = store_spans(capture);
+    assert_eq!(stores.len(), 1, "{stores:#?}");
+    let read = &stores[0].1;
+    assert_eq!((read.field("op"), read.field("outcome")), (Some("read_rows"), Some("cancelled")));
+    assert!(read.field("duration_us").is_some() && read.closed, "{read:?}");
+    let spans = capture.spans();
+    let repository = &spans[read.parent.expect("under the repository call")];
+    assert_eq!((repository.field("op"), repository.field("outcome")), (Some("get"), Some("cancelled")));
+    assert_eq!(db.latencies().gets.count(), 1, "timed all the same");
+    // Polled to its end, the same read answers.
+    assert!(common::stepped::poll_times(customers.get(1), 3));
+}

@@ -74,14 +74,14 @@ pub use cell::{
 };
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use descriptor::{BloomType, Compression, Durability, FamilyDescriptor, TableDescriptor};
-pub use engine::{Engine, EngineOptions, RegionInfo};
+pub use engine::{Engine, EngineOptions};
 pub use error::{Error, Result};
 pub use filter::{ColumnOffset, Filter};
 pub use multi_table::MultiTableMutation;
 pub use mutation::{
     Append, CheckAndMutate, CompareOp, Delete, Increment, MultiRowMutation, Mutation, Put, RowCondition, RowMutations,
 };
-pub use observe::{EngineStats, TableStats};
+pub use observe::{EngineStats, RegionInfo, TableStats};
 pub use query::{prefix_successor, Get, RowResult, Scan, TimeRange};
 pub use read::row_buf::{FromScannedRow, RowView, ScannedCell, ScannedCells};
 pub use scanner::{ScanCursor, Scanner};

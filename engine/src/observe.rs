@@ -10,12 +10,11 @@ use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+use bytes::Bytes;
 use tracing::{debug, error, info, warn};
 
 use crate::cache::CacheStats;
 use crate::cell::to_printable;
-use crate::engine::RegionInfo;
-use crate::write_path::Pressure;
 use crate::Error;
 
 /// A failing kind of work logs at ERROR at most this often while it keeps failing (its first
@@ -185,6 +184,27 @@ fn short_key(key: &[u8]) -> String {
     }
 }
 
+/// Size and request counts of one region.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RegionInfo {
+    /// Region id (unique in the engine).
+    pub id: u64,
+    /// First row (inclusive); empty = start of table.
+    pub start_key: Bytes,
+    /// End row (exclusive); empty = end of table.
+    pub end_key: Bytes,
+    /// Bytes in SSTables.
+    pub file_bytes: u64,
+    /// Bytes in memstores.
+    pub memstore_bytes: u64,
+    /// Number of SSTables.
+    pub files: usize,
+    /// Rows read since open.
+    pub reads: u64,
+    /// Mutations applied since open.
+    pub writes: u64,
+}
+
 /// Why a write waited: every reason seen while it waited.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub(crate) struct StallReasons {
@@ -194,11 +214,12 @@ pub(crate) struct StallReasons {
 }
 
 impl StallReasons {
-    /// Adds the reasons of `pressure`.
-    pub fn note(&mut self, pressure: Pressure) {
-        self.memstore_full |= pressure.region_full;
-        self.too_many_files |= pressure.too_many_files;
-        self.global_memstore_full |= pressure.global_full;
+    /// Adds the reasons a write waits now: its region's memstore is full, the region has too
+    /// many files, all memstores together are full.
+    pub fn note(&mut self, memstore_full: bool, too_many_files: bool, global_memstore_full: bool) {
+        self.memstore_full |= memstore_full;
+        self.too_many_files |= too_many_files;
+        self.global_memstore_full |= global_memstore_full;
     }
 }
 

@@ -248,7 +248,7 @@ impl WritePath {
                 }
                 return Ok(());
             };
-            reasons.note(pressure);
+            reasons.note(pressure.region_full, pressure.too_many_files, pressure.global_full);
             if pressure.region_full {
                 self.request(table, region, TaskKind::Flush);
             }

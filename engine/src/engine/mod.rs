@@ -64,7 +64,7 @@ use bytes::Bytes;
 use crate::background::{Background, Lifeline, TaskKind};
 use crate::cache::{BlockCache, CacheStats};
 use crate::descriptor::{FamilyDescriptor, TableDescriptor};
-use crate::observe::{EngineStats, TableStats};
+use crate::observe::{EngineStats, RegionInfo, TableStats};
 use crate::region::{CompactionScope, FileContext, Region};
 use crate::split::check_split_keys;
 use crate::sst::SstReader;
@@ -77,27 +77,6 @@ use maintenance::{EveryRegion, FlushAsk};
 pub(crate) use manifest::DdlGuard;
 use manifest::Manifest;
 pub use options::EngineOptions;
-
-/// Size and request counts of one region.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RegionInfo {
-    /// Region id (unique in the engine).
-    pub id: u64,
-    /// First row (inclusive); empty = start of table.
-    pub start_key: Bytes,
-    /// End row (exclusive); empty = end of table.
-    pub end_key: Bytes,
-    /// Bytes in SSTables.
-    pub file_bytes: u64,
-    /// Bytes in memstores.
-    pub memstore_bytes: u64,
-    /// Number of SSTables.
-    pub files: usize,
-    /// Rows read since open.
-    pub reads: u64,
-    /// Mutations applied since open.
-    pub writes: u64,
-}
 
 /// The engine's state; private to this module and its submodules. Others reach it through
 /// narrower handles: tables through [`WritePath`] ([`Engine::writes`]), the background through
